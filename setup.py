@@ -1,0 +1,50 @@
+"""Build glue: setuptools drives CMake, which builds the pybind11 module
+`tally._core` (csrc/) and the client library `libcuda.so.1` (client_preload/).
+
+Both land inside the package (tally/_core*.so and tally/lib/libcuda.so.1), so an
+editable install (`pip install -e .`) and a regular one find them the same way.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        import pybind11
+
+        package_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
+        build_dir = Path(self.build_temp).resolve() / "cmake"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        config = os.environ.get("TALLY_BUILD_TYPE", "Release")
+        configure = [
+            "cmake", str(ROOT),
+            f"-DCMAKE_BUILD_TYPE={config}",
+            f"-DTALLY_PACKAGE_DIR={package_dir}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+        ]
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        subprocess.run(configure, cwd=build_dir, check=True)
+        subprocess.run(["cmake", "--build", ".", "-j", jobs], cwd=build_dir, check=True)
+        source_package = ROOT / "tally"
+        if getattr(self, "editable_mode", False) and package_dir != source_package:
+            # setuptools copies only the extension module back into the source tree
+            # for editable installs; the client library must follow it.
+            shutil.rmtree(source_package / "lib", ignore_errors=True)
+            shutil.copytree(package_dir / "lib", source_package / "lib", symlinks=True)
+
+
+setup(ext_modules=[CMakeExtension("tally._core")], cmdclass={"build_ext": CMakeBuild})

@@ -1,0 +1,163 @@
+"""The one interface every device backend implements: cuda, emulator, null, sim.
+
+The server speaks to a backend the way a CUDA program speaks to the driver, in
+driver terms (device pointers, streams, events, modules, functions), so the `cuda`
+backend is a thin wrapper and the others are drop-in replacements for it, never
+`if TESTING:` branches in the server.
+
+Contracts shared by all backends:
+- Asynchronous operations (launch, memcpy_*_async, memset_async, event_record,
+  stream_wait_event, host_callback) only enqueue; they return at once and run in
+  stream order on the device.
+- An operation that fails on the device (illegal address, divergent barrier,
+  unknown instruction) does not raise where it was enqueued: the error is kept
+  on its stream and raised, once, by the next stream_synchronize/stream_query on
+  that stream (and by synchronize for any stream). Other streams are unaffected
+  unless the backend says otherwise (`errors_are_context_wide`).
+- Calls that fail immediately (bad argument, out of memory) raise DeviceError.
+- Every method may be called from any server thread; backends do their own
+  locking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+# CUresult values the server and backends use by name (cuda.h).
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_INVALID_IMAGE = 200
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_NO_BINARY_FOR_GPU = 209
+CUDA_ERROR_INVALID_PTX = 218
+CUDA_ERROR_INVALID_SOURCE = 300
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
+CUDA_ERROR_LAUNCH_TIMEOUT = 702
+CUDA_ERROR_ILLEGAL_INSTRUCTION = 715
+CUDA_ERROR_MISALIGNED_ADDRESS = 716
+CUDA_ERROR_LAUNCH_FAILED = 719
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_UNKNOWN = 999
+
+
+class DeviceError(Exception):
+    """A CUDA-style failure: `code` is the CUresult the job will see."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"{message} (CUresult {code})")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class DeviceDescription:
+    """What a client may ask about the device without a round trip (snapshot
+    taken at handshake). `attributes` maps CUdevice_attribute ids to values."""
+
+    name: str
+    uuid: bytes                       # 16 bytes
+    total_memory: int
+    compute_capability: tuple[int, int]
+    sm_count: int
+    attributes: dict[int, int] = field(default_factory=dict)
+    pci_domain: int = 0
+    pci_bus: int = 0
+    pci_device: int = 0
+    driver_version: int = 13000
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    offset: int
+    size: int
+    align: int = 1
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    """A module as the server received it, already taken apart by ptx_passes:
+    `ptx` text where the image carries PTX, `cubins` by sm arch, and the
+    original image bytes for backends that load them whole (cuda)."""
+
+    original: bytes
+    ptx: str | None = None
+    cubins: dict[int, bytes] = field(default_factory=dict)
+
+
+class Module(Protocol):
+    """Backend handle of a loaded module."""
+
+
+@runtime_checkable
+class Function(Protocol):
+    """Backend handle of a kernel. `params` is the parameter layout the client
+    uses to serialize kernelParams into one buffer."""
+
+    name: str
+    params: tuple[KernelParam, ...]
+
+
+class Stream(Protocol):
+    """Backend handle of a stream."""
+
+
+class Event(Protocol):
+    """Backend handle of an event."""
+
+
+Dim3 = tuple[int, int, int]
+
+
+class DeviceBackend(Protocol):
+    kind: str                        # "cuda" | "emulator" | "null" | "sim"
+    errors_are_context_wide: bool    # True for cuda: a device fault poisons every stream
+
+    def describe(self) -> DeviceDescription: ...
+
+    # memory
+    def mem_alloc(self, nbytes: int) -> int: ...
+    def mem_free(self, ptr: int) -> None: ...
+    def mem_info(self) -> tuple[int, int]: ...          # (free, total) bytes
+
+    # modules
+    def module_load(self, source: ModuleSource) -> Module: ...
+    def module_unload(self, module: Module) -> None: ...
+    def module_function(self, module: Module, name: str) -> Function: ...
+    def module_global(self, module: Module, name: str) -> tuple[int, int]: ...  # (ptr, size)
+
+    # streams and events
+    def stream_create(self, priority: int = 0) -> Stream: ...
+    def stream_destroy(self, stream: Stream) -> None: ...
+    def event_create(self, timing: bool = True) -> Event: ...
+    def event_destroy(self, event: Event) -> None: ...
+
+    # asynchronous operations (stream order)
+    def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
+               stream: Stream, params: bytes) -> None: ...
+    def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
+        """`src` must stay valid until the copy ran (the caller owns it)."""
+    def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: Stream) -> None: ...
+    def memset_async(self, dst: int, value: int, element_size: int, count: int,
+                     stream: Stream) -> None: ...
+    def event_record(self, event: Event, stream: Stream) -> None: ...
+    def stream_wait_event(self, stream: Stream, event: Event) -> None: ...
+    def host_callback(self, stream: Stream, fn: Callable[[], None]) -> None:
+        """Run `fn` on a backend thread once the stream reaches this point;
+        later work on the stream waits until `fn` returns."""
+
+    # synchronization (raise the stream's pending DeviceError, once)
+    def stream_synchronize(self, stream: Stream) -> None: ...
+    def stream_query(self, stream: Stream) -> bool: ...  # True when idle
+    def event_synchronize(self, event: Event) -> None: ...
+    def event_query(self, event: Event) -> bool: ...
+    def event_elapsed_ms(self, start: Event, end: Event) -> float: ...
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
