@@ -23,6 +23,9 @@ PROTOCOL_VERSION = 1
 # "TALY" in little-endian ASCII; first word of every shared segment header.
 SEGMENT_MAGIC = 0x594C4154
 
+# Slots in DeviceInfo.attributes (CU_DEVICE_ATTRIBUTE_MAX is 148 in CUDA 13.0).
+ATTRIBUTE_SLOTS = 256
+
 # Scalar types: name -> (C++ type, struct code, size)
 SCALARS = {
     "u8": ("uint8_t", "B", 1),
@@ -80,6 +83,14 @@ MESSAGES = (
             (F("status", "u32"), F("protocol_version", "u32"), F("client_id", "u64"),
              F("segment_name", "u8", 64),  # NUL-padded POSIX shm name, e.g. /tally-123-1
              F("message", "u8", 192))),    # human-readable error when status != OK
+    Message("DeviceInfo", 5, "server -> client over the socket, right after an OK HelloReply: "
+            "the device snapshot the client answers attribute/name/UUID queries from",
+            (F("driver_version", "i32"), F("cc_major", "i32"), F("cc_minor", "i32"), F("sm_count", "i32"),
+             F("pci_domain", "i32"), F("pci_bus", "i32"), F("pci_device", "i32"), F("_pad0", "i32"),
+             F("total_memory", "u64"),
+             F("name", "u8", 256),        # NUL-padded
+             F("uuid", "u8", 16),
+             F("attributes", "i32", ATTRIBUTE_SLOTS))),  # indexed by CUdevice_attribute; 0 = unknown
     Message("StatusRequest", 3, "tool -> server over the socket: ask for a status report"),
     Message("StatusReply", 4, "server -> tool over the socket", tail="msgpack-encoded status dictionary"),
     Message("Ping", 16, "client -> server on the request ring: sync no-op, answered by Pong",
@@ -88,4 +99,6 @@ MESSAGES = (
     Message("Notify", 18, "client -> server on the request ring: async no-op (benchmarks)",
             (F("value", "u64"),)),
     Message("Goodbye", 19, "client -> server: orderly disconnect; server frees everything"),
+    Message("Error", 20, "server -> client on the completion ring: the request with this tag failed",
+            (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 explanation"),
 )

@@ -33,12 +33,14 @@ enum class HandshakeStatus : uint32_t {
 enum class MessageKind : uint32_t {
   Hello = 1,
   HelloReply = 2,
+  DeviceInfo = 5,
   StatusRequest = 3,
   StatusReply = 4,
   Ping = 16,
   Pong = 17,
   Notify = 18,
   Goodbye = 19,
+  Error = 20,
 };
 
 // client -> server over the socket: first record of a connection
@@ -80,6 +82,38 @@ static_assert(offsetof(HelloReplyMsg, client_id) == 8);
 static_assert(offsetof(HelloReplyMsg, segment_name) == 16);
 static_assert(offsetof(HelloReplyMsg, message) == 80);
 constexpr uint32_t kHelloReplySize = 272;  // bytes on the wire (0: empty)
+
+// server -> client over the socket, right after an OK HelloReply: the device snapshot the client answers attribute/name/UUID queries from
+struct DeviceInfoMsg {
+  static constexpr MessageKind kKind = MessageKind::DeviceInfo;
+  static constexpr bool kHasTail = false;
+  int32_t driver_version;
+  int32_t cc_major;
+  int32_t cc_minor;
+  int32_t sm_count;
+  int32_t pci_domain;
+  int32_t pci_bus;
+  int32_t pci_device;
+  int32_t _pad0;
+  uint64_t total_memory;
+  uint8_t name[256];
+  uint8_t uuid[16];
+  int32_t attributes[256];
+};
+static_assert(sizeof(DeviceInfoMsg) == 1336, "DeviceInfoMsg layout differs from the Python codec");
+static_assert(offsetof(DeviceInfoMsg, driver_version) == 0);
+static_assert(offsetof(DeviceInfoMsg, cc_major) == 4);
+static_assert(offsetof(DeviceInfoMsg, cc_minor) == 8);
+static_assert(offsetof(DeviceInfoMsg, sm_count) == 12);
+static_assert(offsetof(DeviceInfoMsg, pci_domain) == 16);
+static_assert(offsetof(DeviceInfoMsg, pci_bus) == 20);
+static_assert(offsetof(DeviceInfoMsg, pci_device) == 24);
+static_assert(offsetof(DeviceInfoMsg, _pad0) == 28);
+static_assert(offsetof(DeviceInfoMsg, total_memory) == 32);
+static_assert(offsetof(DeviceInfoMsg, name) == 40);
+static_assert(offsetof(DeviceInfoMsg, uuid) == 296);
+static_assert(offsetof(DeviceInfoMsg, attributes) == 312);
+constexpr uint32_t kDeviceInfoSize = 1336;  // bytes on the wire (0: empty)
 
 // tool -> server over the socket: ask for a status report
 struct StatusRequestMsg {
@@ -134,5 +168,17 @@ struct GoodbyeMsg {
 };
 static_assert(sizeof(GoodbyeMsg) == 1, "GoodbyeMsg layout differs from the Python codec");
 constexpr uint32_t kGoodbyeSize = 0;  // bytes on the wire (0: empty)
+
+// server -> client on the completion ring: the request with this tag failed; tail: UTF-8 explanation
+struct ErrorMsg {
+  static constexpr MessageKind kKind = MessageKind::Error;
+  static constexpr bool kHasTail = true;
+  uint32_t status;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ErrorMsg) == 8, "ErrorMsg layout differs from the Python codec");
+static_assert(offsetof(ErrorMsg, status) == 0);
+static_assert(offsetof(ErrorMsg, _pad0) == 4);
+constexpr uint32_t kErrorSize = 8;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

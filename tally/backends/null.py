@@ -1,0 +1,159 @@
+"""The `null` device: accepts every call, executes nothing.
+
+It exists to measure tally's own forwarding cost (client -> ring -> server ->
+backend) with the device taken out of the picture. Memory is address space
+only: allocations get distinct, aligned addresses and are checked on free, but
+no bytes are stored; a device-to-host copy leaves the destination untouched.
+"""
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tally.backends.base import (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY,
+                                 DeviceDescription, DeviceError, KernelParam, ModuleSource)
+from tally.backends.device_attributes import synthetic_attributes
+
+ALIGNMENT = 256
+BASE_ADDRESS = 0x7F00_0000_0000
+
+
+@dataclass
+class NullFunction:
+    name: str
+    params: tuple[KernelParam, ...] = ()
+
+
+@dataclass
+class NullModule:
+    functions: dict[str, NullFunction] = field(default_factory=dict)
+    globals: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+class NullStream:
+    pass
+
+
+class NullEvent:
+    pass
+
+
+class NullBackend:
+    kind = "null"
+    errors_are_context_wide = False
+
+    def __init__(self, total_memory: int = 80 << 30, sm_count: int = 132):
+        self._total = total_memory
+        self._sm_count = sm_count
+        self._next = BASE_ADDRESS
+        self._live: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._uuid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, "null.tally").bytes
+
+    def describe(self) -> DeviceDescription:
+        cc = (9, 0)
+        return DeviceDescription(
+            name="tally null device", uuid=self._uuid, total_memory=self._total,
+            compute_capability=cc, sm_count=self._sm_count,
+            attributes=synthetic_attributes(cc, self._sm_count), pci_bus=0, pci_device=0)
+
+    # memory: address space only
+    def mem_alloc(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot allocate {nbytes} bytes")
+        with self._lock:
+            if sum(self._live.values()) + nbytes > self._total:
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory allocating {nbytes} bytes")
+            ptr = self._next
+            self._next += (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            self._live[ptr] = nbytes
+            return ptr
+
+    def mem_free(self, ptr: int) -> None:
+        with self._lock:
+            if self._live.pop(ptr, None) is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not an allocation")
+
+    def mem_info(self) -> tuple[int, int]:
+        with self._lock:
+            return self._total - sum(self._live.values()), self._total
+
+    # modules: remember kernel names and layouts so clients can launch them
+    def module_load(self, source: ModuleSource) -> NullModule:
+        from tally.backends.module_info import kernel_layouts
+        module = NullModule()
+        for name, params in kernel_layouts(source).items():
+            module.functions[name] = NullFunction(name, params)
+        return module
+
+    def module_unload(self, module: NullModule) -> None:
+        pass
+
+    def module_function(self, module: NullModule, name: str) -> NullFunction:
+        try:
+            return module.functions[name]
+        except KeyError:
+            raise DeviceError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module") from None
+
+    def module_global(self, module: NullModule, name: str) -> tuple[int, int]:
+        raise DeviceError(CUDA_ERROR_NOT_FOUND, f"the null device keeps no globals ({name!r})")
+
+    def stream_create(self, priority: int = 0) -> NullStream:
+        return NullStream()
+
+    def stream_destroy(self, stream: NullStream) -> None:
+        pass
+
+    def event_create(self, timing: bool = True) -> NullEvent:
+        return NullEvent()
+
+    def event_destroy(self, event: NullEvent) -> None:
+        pass
+
+    # asynchronous operations complete at once and do nothing
+    def launch(self, fn, grid, block, shared_bytes, stream, params) -> None:
+        pass
+
+    def memcpy_htod_async(self, dst, src, stream) -> None:
+        pass
+
+    def memcpy_dtoh_async(self, dst, src, stream) -> None:
+        pass
+
+    def memcpy_dtod_async(self, dst, src, nbytes, stream) -> None:
+        pass
+
+    def memset_async(self, dst, value, element_size, count, stream) -> None:
+        pass
+
+    def event_record(self, event, stream) -> None:
+        pass
+
+    def stream_wait_event(self, stream, event) -> None:
+        pass
+
+    def host_callback(self, stream, fn: Callable[[], None]) -> None:
+        fn()
+
+    def stream_synchronize(self, stream) -> None:
+        pass
+
+    def stream_query(self, stream) -> bool:
+        return True
+
+    def event_synchronize(self, event) -> None:
+        pass
+
+    def event_query(self, event) -> bool:
+        return True
+
+    def event_elapsed_ms(self, start, end) -> float:
+        return 0.0
+
+    def synchronize(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,97 @@
+"""tally-run: start a job whose CUDA work goes through a tally-server.
+
+    tally-run [--priority high|best-effort] [--memory-quota BYTES|PCT%] [--server PATH] -- cmd args...
+
+It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
+(cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
+absolute-path dlopen of the real driver lands on it too), names the server and
+the job's scheduling class in the environment, and execs the command: the job's
+stdout, stderr and exit status are its own.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from tally import paths
+from tally.cli.server_main import query_status
+
+QUOTA = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*$")
+UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_quota(text: str) -> str:
+    """Validate a quota and return its canonical env form: bytes ('1073741824') or percent ('50%')."""
+    m = QUOTA.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"memory quota {text!r}: use bytes (e.g. 8G, 512M, 1073741824) "
+                                         f"or a percentage of device memory (e.g. 50%)")
+    value, unit = float(m.group(1)), (m.group(2) or "")
+    if unit == "%":
+        if not 0 < value <= 100:
+            raise argparse.ArgumentTypeError(f"memory quota {text!r}: a percentage must be in (0, 100]")
+        return f"{value:g}%"
+    nbytes = int(value * UNITS[unit[:1].lower()])
+    if nbytes <= 0:
+        raise argparse.ArgumentTypeError(f"memory quota {text!r} must be positive")
+    return str(nbytes)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tally-run", description=__doc__.split("\n\n")[0],
+                                usage="tally-run [options] -- command [args...]")
+    p.add_argument("--priority", choices=("high", "best-effort"), default="best-effort",
+                   help="high: latency-critical (inference); best-effort: fills idle GPU time (default)")
+    p.add_argument("--memory-quota", type=parse_quota,
+                   help="device memory this job may allocate: bytes (8G, 512M) or percent (50%%)")
+    p.add_argument("--server", help="the tally-server socket (default $TALLY_SERVER or the default path)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the job to run, after --")
+    return p
+
+
+def job_environment(base: dict, socket_path, priority: str, quota: str | None) -> dict:
+    env = dict(base)
+    lib_dir = str(paths.LIB_DIR)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (lib_dir, base.get("LD_LIBRARY_PATH", "")) if p)
+    preload = str(paths.CLIENT_LIBRARY)
+    existing = [p for p in base.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and p != preload]
+    env["LD_PRELOAD"] = ":".join([preload, *existing])
+    env[paths.SERVER_ENV] = str(socket_path)
+    env["TALLY_PRIORITY"] = priority
+    if quota is not None:
+        env["TALLY_MEMORY_QUOTA"] = quota
+    else:
+        env.pop("TALLY_MEMORY_QUOTA", None)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("tally-run: no command given; usage: tally-run [options] -- command [args...]", file=sys.stderr)
+        return 2
+    socket_path = paths.server_socket(args.server)
+    if not paths.CLIENT_LIBRARY.exists():
+        print(f"tally-run: the client library {paths.CLIENT_LIBRARY} is missing; reinstall tally "
+              f"(pip install .)", file=sys.stderr)
+        return 2
+    try:
+        query_status(socket_path)
+    except (OSError, ConnectionError):
+        print(f"tally-run: no tally-server answers on {socket_path}. Start one first, e.g.\n"
+              f"  tally-server --socket {socket_path} &\n"
+              f"then run: tally-run --server {socket_path} -- {' '.join(command)}", file=sys.stderr)
+        return 2
+    env = job_environment(os.environ, socket_path, args.priority, args.memory_quota)
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        print(f"tally-run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""tally-server: own one GPU and run every job's work on it.
+
+    tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
+    tally-server status [--socket PATH] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+
+import msgpack
+
+from tally import paths, protocol
+from tally.backends.select import BACKENDS, BackendUnavailable, make_backend
+from tally.protocol.framing import recv_record, send_record
+
+POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tally-server",
+        description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
+                    "Subcommand: `tally-server status` reports connected clients.")
+    p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="device backend; auto = cuda when a GPU and driver are present, else emulator")
+    p.add_argument("--socket", help=f"unix socket to listen on (default ${paths.SERVER_ENV} or "
+                                    f"{paths.default_socket()})")
+    p.add_argument("--policy", choices=POLICIES, default="priority", help="scheduling policy")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return p
+
+
+def status_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tally-server status",
+                                description="Print the clients connected to a running tally-server.")
+    p.add_argument("--socket", help="the server's socket (default $TALLY_SERVER or the default path)")
+    p.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "status":
+        return status_main(argv[1:])
+    return serve_main(argv)
+
+
+def serve_main(argv: list[str]) -> int:
+    args = serve_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    from tally.server.server import ServerConfig, ServerError, TallyServer
+
+    socket_path = paths.server_socket(args.socket, args.device)
+    try:
+        backend = make_backend(args.backend, args.device)
+    except BackendUnavailable as e:
+        print(f"tally-server: {e}", file=sys.stderr)
+        return 2
+    server = TallyServer(ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy), backend)
+    try:
+        server.bind()
+    except (ServerError, OSError) as e:
+        print(f"tally-server: cannot listen on {socket_path}: {e}", file=sys.stderr)
+        return 2
+
+    def on_signal(signum, _frame):
+        logging.getLogger("tally.server").info("received %s, shutting down", signal.Signals(signum).name)
+        server.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    d = server.description
+    print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
+          f"policy {args.policy})", flush=True)
+    print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
+    server.serve_forever()
+    print("tally-server: stopped", flush=True)
+    return 0
+
+
+def query_status(socket_path, timeout: float = 2.0) -> dict:
+    """Ask a running server for its status; raises OSError/ConnectionError when none answers."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(socket_path))
+        send_record(sock, protocol.codec("StatusRequest").kind, b"", tag=1)
+        kind, _tag, payload = recv_record(sock)
+        if kind != protocol.codec("StatusReply").kind:
+            raise ConnectionError(f"unexpected reply kind {kind}")
+        return msgpack.unpackb(payload)
+    finally:
+        sock.close()
+
+
+def status_main(argv: list[str]) -> int:
+    args = status_parser().parse_args(argv)
+    socket_path = paths.server_socket(args.socket)
+    try:
+        status = query_status(socket_path)
+    except (OSError, ConnectionError) as e:
+        print(f"tally-server status: no tally-server answers on {socket_path} ({e}). "
+              f"Start one with: tally-server --socket {socket_path}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(format_status(status))
+    return 0
+
+
+def format_status(status: dict) -> str:
+    s = status["server"]
+    lines = [
+        f"server   pid {s['pid']}  socket {s['socket']}  backend {s['backend']}  policy {s['policy']}",
+        f"device   {s['device']}: {s['device_name']}  memory {_gib(s['memory_total'] - s['memory_free'])} "
+        f"used of {_gib(s['memory_total'])}  uptime {s['uptime_s']:.0f} s",
+        f"clients  {len(status['clients'])}",
+    ]
+    if status["clients"]:
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} "
+                     f"{'requests':>10} {'errors':>7}  program")
+        for c in status["clients"]:
+            quota = _gib(c["memory_quota"]) if c["memory_quota"] is not None else "-"
+            lines.append(f"  {c['client_id']:>4} {c['pid']:>8} {c['priority']:<12} {_gib(c['memory_used']):>10} "
+                         f"{quota:>10} {c['requests']:>10} {c['errors']:>7}  {c['program']}")
+    return "\n".join(lines)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Which device memory belongs to which client, and how much it may have.
+
+The server checks every address a client names in memcpy/memset/free against
+this table (a job must never read or corrupt another job's memory), enforces
+the client's memory quota, and frees everything the client still owns when it
+goes away.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+
+
+class Allocations:
+    def __init__(self, quota_bytes: int | None = None):
+        self.quota_bytes = quota_bytes          # None: no quota
+        self._starts: list[int] = []            # sorted allocation base addresses
+        self._sizes: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.used_bytes = 0
+        self.peak_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def reserve(self, nbytes: int) -> None:
+        """Check the quota before allocating on the device; raises OUT_OF_MEMORY."""
+        if self.quota_bytes is not None and self.used_bytes + nbytes > self.quota_bytes:
+            raise DeviceError(
+                CUDA_ERROR_OUT_OF_MEMORY,
+                f"allocation of {nbytes} bytes exceeds the memory quota "
+                f"({self.used_bytes} of {self.quota_bytes} bytes in use)")
+
+    def add(self, ptr: int, nbytes: int) -> None:
+        with self._lock:
+            if ptr in self._sizes:
+                raise AssertionError(f"device returned address 0x{ptr:x} twice")
+            bisect.insort(self._starts, ptr)
+            self._sizes[ptr] = nbytes
+            self.used_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+
+    def remove(self, ptr: int) -> int:
+        """Forget the allocation starting at ptr; returns its size.
+        Raises INVALID_VALUE when ptr is not the start of one of ours."""
+        with self._lock:
+            size = self._sizes.pop(ptr, None)
+            if size is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"0x{ptr:x} is not the start of an allocation of this client")
+            self._starts.pop(bisect.bisect_left(self._starts, ptr))
+            self.used_bytes -= size
+            return size
+
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        """The (base, size) of the allocation containing ptr, if any."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, ptr) - 1
+            if i < 0:
+                return None
+            base = self._starts[i]
+            size = self._sizes[base]
+            return (base, size) if ptr < base + max(size, 1) else None
+
+    def check_range(self, ptr: int, nbytes: int, what: str = "address range") -> None:
+        """Raise INVALID_VALUE unless [ptr, ptr+nbytes) lies inside one allocation."""
+        found = self.find(ptr)
+        if found is None or ptr + nbytes > found[0] + found[1]:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")
+
+    def all(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(p, self._sizes[p]) for p in self._starts]
+
+    def clear(self) -> list[tuple[int, int]]:
+        """Forget everything; returns what was owned (for freeing on the device)."""
+        with self._lock:
+            owned = [(p, self._sizes[p]) for p in self._starts]
+            self._starts.clear()
+            self._sizes.clear()
+            self.used_bytes = 0
+            return owned

@@ -1,0 +1,281 @@
+"""tally-server's front door: the unix socket, handshakes, and the session table.
+
+One thread runs a selector over the listening socket and every client's
+handshake socket. A connection's first record decides what it is: Hello (a job
+attaching: handshake on a short-lived thread, then a Session with its own
+thread) or StatusRequest (`tally-server status`). After the handshake a job's
+socket carries nothing; its EOF is how the server learns that the job is gone,
+however it died (the kernel closes the socket of a SIGKILLed process).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+from tally import _core, protocol
+from tally.protocol.framing import recv_record, send_record
+from tally.server.dispatch import load_handlers
+from tally.server.session import Session
+
+log = logging.getLogger("tally.server")
+
+HELLO = protocol.codec("Hello")
+HELLO_REPLY = protocol.codec("HelloReply")
+DEVICE_INFO = protocol.codec("DeviceInfo")
+STATUS_REPLY = protocol.codec("StatusReply")
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+@dataclass
+class SegmentSizes:
+    request: int = 1 << 20
+    completion: int = 1 << 18
+    upload: int = 64 << 20
+    download: int = 64 << 20
+
+
+@dataclass
+class ServerConfig:
+    socket_path: Path
+    device: int = 0
+    segment_sizes: SegmentSizes = None  # type: ignore[assignment]
+    policy: str = "priority"
+
+    def __post_init__(self):
+        if self.segment_sizes is None:
+            self.segment_sizes = SegmentSizes()
+
+
+class ServerError(Exception):
+    """The server cannot start (socket in use, bad path...)."""
+
+
+class TallyServer:
+    def __init__(self, config: ServerConfig, backend):
+        self.config = config
+        self.backend = backend
+        self.description = backend.describe()
+        self.sessions: dict[int, Session] = {}
+        self._sessions_lock = threading.Lock()
+        self._client_ids = itertools.count(1)
+        self._selector = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._listener: socket.socket | None = None
+        self.started_at = time.time()
+        load_handlers()
+
+    # ---- socket ----------------------------------------------------------------
+
+    def bind(self) -> None:
+        path = self.config.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise ServerError(f"{path} exists and is not a socket; choose another --socket")
+            if _socket_answers(path):
+                raise ServerError(f"another tally-server is already listening on {path}")
+            path.unlink()  # stale socket of a server that died
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._selector.register(listener, selectors.EVENT_READ, ("listener", None))
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+
+    def serve_forever(self) -> None:
+        if self._listener is None:
+            self.bind()
+        try:
+            while not self._stop.is_set():
+                for key, _ in self._selector.select(timeout=1.0):
+                    what, obj = key.data
+                    if what == "listener":
+                        self._accept()
+                    elif what == "client":
+                        self._client_socket_readable(key.fileobj, obj)
+                    elif what == "wake":
+                        self._wake_r.recv(64)
+        finally:
+            self._shutdown_now()
+
+    def stop(self) -> None:
+        """Ask serve_forever to return (safe from signal handlers and other threads)."""
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _shutdown_now(self) -> None:
+        for session in list(self.sessions.values()):
+            session.request_close("server shutting down")
+            session.close()
+        if self._listener is not None:
+            try:
+                self._selector.unregister(self._listener)
+            except (KeyError, ValueError):
+                pass
+            self._listener.close()
+            self._listener = None
+            try:
+                self.config.socket_path.unlink()
+            except FileNotFoundError:
+                pass
+        try:
+            self.backend.close()
+        except Exception:
+            log.exception("backend close failed")
+
+    # ---- connections ---------------------------------------------------------------
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        threading.Thread(target=self._first_record, args=(conn,), daemon=True,
+                         name="tally-handshake").start()
+
+    def _first_record(self, conn: socket.socket) -> None:
+        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            kind, tag, payload = recv_record(conn)
+            if kind == HELLO.kind:
+                self._handshake(conn, payload)
+            elif kind == protocol.codec("StatusRequest").kind:
+                send_record(conn, STATUS_REPLY.kind, STATUS_REPLY.pack(msgpack.packb(self.status())), tag)
+                conn.close()
+            else:
+                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello or StatusRequest")
+        except (OSError, ConnectionError, protocol.ProtocolError) as e:
+            log.warning("dropped a connection during handshake: %s", e)
+            conn.close()
+
+    def _handshake(self, conn: socket.socket, payload: bytes) -> None:
+        hello, _ = HELLO.unpack(payload)
+        if hello["protocol_version"] != protocol.PROTOCOL_VERSION:
+            msg = (f"protocol version mismatch: client speaks v{hello['protocol_version']}, "
+                   f"server v{protocol.PROTOCOL_VERSION}; use the tally-run/libcuda.so.1 of the "
+                   f"same tally installation as the server")
+            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                status=protocol.HandshakeStatus.VERSION_MISMATCH,
+                protocol_version=protocol.PROTOCOL_VERSION, message=msg[:191]))
+            log.warning("rejected pid %d: %s", hello["pid"], msg)
+            conn.close()
+            return
+        try:
+            priority = protocol.Priority(hello["priority"])
+        except ValueError:
+            raise protocol.ProtocolError(f"unknown priority {hello['priority']}")
+        quota = self._quota_bytes(hello)
+        client_id = next(self._client_ids)
+        name = f"/tally-{os.getpid()}-{client_id}"
+        sizes = self.config.segment_sizes
+        segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download)
+        program = protocol.cstr(hello["program"]) or f"pid {hello['pid']}"
+        session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
+        try:
+            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
+                client_id=client_id, segment_name=name))
+            send_record(conn, DEVICE_INFO.kind, self._device_info())
+        except OSError:
+            segment.unlink()
+            segment.close()
+            raise
+        conn.settimeout(None)
+        with self._sessions_lock:
+            self.sessions[client_id] = session
+        session.start()
+        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+        self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
+        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
+                 program, priority.name.lower(), quota)
+
+    def _quota_bytes(self, hello: dict) -> int | None:
+        if hello["memory_quota"]:
+            return int(hello["memory_quota"])
+        if hello["memory_quota_percent"] > 0:
+            return int(self.description.total_memory * hello["memory_quota_percent"] / 100.0)
+        return None
+
+    def _device_info(self) -> bytes:
+        d = self.description
+        attrs = [0] * protocol.spec.ATTRIBUTE_SLOTS
+        for attr, value in d.attributes.items():
+            if 0 <= attr < len(attrs):
+                attrs[attr] = int(value)
+        return DEVICE_INFO.pack(
+            driver_version=d.driver_version, cc_major=d.compute_capability[0],
+            cc_minor=d.compute_capability[1], sm_count=d.sm_count, pci_domain=d.pci_domain,
+            pci_bus=d.pci_bus, pci_device=d.pci_device, total_memory=d.total_memory,
+            name=d.name.encode()[:255], uuid=d.uuid, attributes=attrs)
+
+    def _client_socket_readable(self, conn: socket.socket, session: Session) -> None:
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._unregister(conn)
+            session.request_close("client connection closed")
+
+    def _unregister(self, conn: socket.socket) -> None:
+        try:
+            self._selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+
+    def forget_session(self, session: Session) -> None:
+        """Called by Session.close()."""
+        self._unregister(session.connection)
+        with self._sessions_lock:
+            self.sessions.pop(session.client_id, None)
+
+    # ---- status --------------------------------------------------------------------
+
+    def status(self) -> dict:
+        d = self.description
+        free, total = self.backend.mem_info()
+        with self._sessions_lock:
+            sessions = list(self.sessions.values())
+        return {
+            "server": {
+                "pid": os.getpid(),
+                "socket": str(self.config.socket_path),
+                "backend": self.backend.kind,
+                "device": self.config.device,
+                "device_name": d.name,
+                "policy": self.config.policy,
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "memory_free": free,
+                "memory_total": total,
+                "protocol_version": protocol.PROTOCOL_VERSION,
+            },
+            "clients": [s.status() for s in sessions],
+        }
+
+
+def _socket_answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

@@ -1,0 +1,215 @@
+"""One connected client: its shared segment, its request loop, what it owns.
+
+A session thread drains the client's request ring and runs each request's
+handler. Synchronous requests (tag != 0) always get exactly one answer on the
+completion ring: their reply, or an Error record. Asynchronous requests
+(tag == 0) are never answered; when one fails, its error is kept and returned
+by the client's next synchronizing call, as CUDA does with its deferred errors.
+
+Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
+`close()` runs exactly once and releases everything it owned: device memory,
+driver objects registered with `add_cleanup`, and the shared segment.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tally import _core, protocol
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
+from tally.server.dispatch import HANDLERS
+from tally.server.ownership import Allocations
+
+log = logging.getLogger("tally.server")
+
+ERROR = protocol.codec("Error")
+POP_BATCH = 64
+# Bounds how long a session thread sleeps in the ring before noticing a close
+# request from another thread; the ring itself wakes it at once for requests.
+POLL_INTERVAL_S = 0.25
+
+
+@dataclass
+class SessionCounters:
+    requests: int = 0
+    sync_requests: int = 0
+    errors: int = 0
+    protocol_errors: int = 0
+    by_kind: collections.Counter = field(default_factory=collections.Counter)
+
+
+class Session:
+    def __init__(self, server, client_id: int, pid: int, priority: protocol.Priority,
+                 program: str, segment, connection, quota_bytes: int | None):
+        self.server = server
+        self.backend = server.backend
+        self.client_id = client_id
+        self.pid = pid
+        self.priority = priority
+        self.program = program
+        self.segment = segment
+        self.connection = connection          # the handshake socket; its EOF means the client is gone
+        self.allocations = Allocations(quota_bytes)
+        self.counters = SessionCounters()
+        self.started_at = time.time()
+        self.deferred_error: DeviceError | None = None
+        self.close_reason: str | None = None
+        self._cleanups: list[Callable[[], None]] = []
+        self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
+        self._closing = threading.Event()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_close(self, reason: str) -> None:
+        """Ask the session to end (from any thread); the session thread cleans up."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closing.set()
+        if not self._thread.is_alive():
+            self.close()
+
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        """Run fn when the session closes (last added runs first)."""
+        self._cleanups.append(fn)
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        for fn in reversed(self._cleanups):
+            try:
+                fn()
+            except Exception:  # cleanup must go on: log and continue with the rest
+                log.exception("client %d: cleanup step failed", self.client_id)
+        for ptr, _size in self.allocations.clear():
+            try:
+                self.backend.mem_free(ptr)
+            except DeviceError as e:
+                log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
+        try:
+            self.segment.mark_closed()
+        except Exception:
+            pass
+        self.segment.unlink()
+        self.segment.close()
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+        log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
+                 self.program, self.close_reason or "closed")
+        self.server.forget_session(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- replies -----------------------------------------------------------------
+
+    def reply(self, message_name: str, tag: int, tail: bytes = b"", **fields) -> None:
+        c = protocol.codec(message_name)
+        self.push_completion(c.kind, tag, c.pack(tail, **fields))
+
+    def reply_error(self, tag: int, error: DeviceError) -> None:
+        self.push_completion(ERROR.kind, tag,
+                             ERROR.pack(error.message.encode()[:4000], status=error.code))
+
+    def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
+        with self._reply_lock:
+            self.segment.completion_ring.push(kind, tag, payload)
+
+    def take_deferred_error(self) -> DeviceError | None:
+        err, self.deferred_error = self.deferred_error, None
+        return err
+
+    def defer_error(self, error: DeviceError) -> None:
+        # The first error wins, as with CUDA's sticky errors.
+        if self.deferred_error is None:
+            self.deferred_error = error
+
+    # ---- request loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        ring = self.segment.request_ring
+        try:
+            while not self._closing.is_set():
+                try:
+                    records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
+                except _core.PeerDead:
+                    self.request_close("client process died")
+                    break
+                except _core.TransportError as e:
+                    self.request_close(f"transport failure: {e}")
+                    break
+                for kind, tag, payload in records:
+                    self.handle(kind, tag, payload)
+        finally:
+            self.close()
+
+    def handle(self, kind: int, tag: int, payload: bytes) -> None:
+        counters = self.counters
+        counters.requests += 1
+        if tag:
+            counters.sync_requests += 1
+        entry = HANDLERS.get(kind)
+        try:
+            if entry is None:
+                raise protocol.ProtocolError(f"unknown message kind {kind}")
+            codec, fn = entry
+            counters.by_kind[codec.message.name] += 1
+            fields, tail = codec.unpack(payload)
+            fn(self, fields, tail, tag)
+        except DeviceError as e:
+            counters.errors += 1
+            self._fail(tag, e)
+        except protocol.ProtocolError as e:
+            counters.protocol_errors += 1
+            log.warning("client %d sent a bad request: %s", self.client_id, e)
+            self._fail(tag, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
+        except Exception as e:  # a server bug must not take the client or the server down
+            counters.errors += 1
+            log.error("client %d: handler for kind %d crashed:\n%s", self.client_id, kind,
+                      traceback.format_exc())
+            self._fail(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+
+    def _fail(self, tag: int, error: DeviceError) -> None:
+        if tag:
+            self.reply_error(tag, error)
+        else:
+            self.defer_error(error)
+
+    # ---- status ------------------------------------------------------------------
+
+    def status(self) -> dict:
+        c = self.counters
+        return {
+            "client_id": self.client_id,
+            "pid": self.pid,
+            "program": self.program,
+            "priority": self.priority.name.lower().replace("_", "-"),
+            "connected_s": round(time.time() - self.started_at, 3),
+            "memory_used": self.allocations.used_bytes,
+            "memory_peak": self.allocations.peak_bytes,
+            "memory_quota": self.allocations.quota_bytes,
+            "allocations": len(self.allocations),
+            "requests": c.requests,
+            "sync_requests": c.sync_requests,
+            "errors": c.errors,
+            "protocol_errors": c.protocol_errors,
+            "requests_by_kind": dict(c.by_kind),
+        }
