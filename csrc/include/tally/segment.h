@@ -1,0 +1,451 @@
+// One POSIX shared-memory segment per client, holding everything the client and
+// the server exchange:
+//
+//   [header page: SegmentHeader]
+//   [request ring    control | data]   client -> server records
+//   [completion ring control | data]   server -> client records
+//   [upload arena    control | data]   client -> server bulk bytes (memcpy HtoD)
+//   [download arena  control | data]   server -> client bulk bytes (memcpy DtoH)
+//
+// Every part starts on a page. The server creates the segment (mode 0600) and is
+// the "server" side; the client attaches by name with open() and is the "client"
+// side. A side only produces into the parts it owns (see the table in parts()).
+// open() validates everything before trusting it: magic, protocol version, sizes
+// and offsets against the file size, and the ring indices.
+#pragma once
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "tally/byte_arena.h"
+#include "tally/futex_wait.h"
+#include "tally/protocol_generated.h"
+#include "tally/spsc_ring.h"
+#include "tally/transport_errors.h"
+
+namespace tally::transport {
+
+enum class Side { kServer, kClient };
+
+inline const char* side_name(Side side) { return side == Side::kServer ? "server" : "client"; }
+
+struct RegionLayout {
+  uint64_t control_offset;  // SpscControl
+  uint64_t data_offset;
+  uint64_t capacity;        // bytes, power of two
+};
+
+// Immutable after create(): copied and validated once by open(), then only the
+// local copy is used, so later scribbles cannot move the parts around.
+struct SegmentLayout {
+  uint32_t magic;
+  uint32_t protocol_version;
+  uint32_t header_bytes;  // sizeof(SegmentHeader)
+  uint32_t reserved0;
+  uint64_t total_bytes;   // file size
+  RegionLayout request;
+  RegionLayout completion;
+  RegionLayout upload;
+  RegionLayout download;
+  int32_t creator_pid;    // the server
+  uint32_t reserved1;
+};
+static_assert(std::is_trivially_copyable_v<SegmentLayout>);
+static_assert(sizeof(SegmentLayout) == 128);
+static_assert(offsetof(SegmentLayout, total_bytes) == 16 && offsetof(SegmentLayout, request) == 24 &&
+              offsetof(SegmentLayout, creator_pid) == 120);
+
+// Changes while connected.
+struct alignas(64) SegmentState {
+  std::atomic<int32_t> client_pid;       // 0 until a client attaches
+  std::atomic<uint32_t> server_closed;   // 1: the server will not touch the segment again
+  std::atomic<uint32_t> client_closed;   // 1: the client will not touch the segment again
+  uint8_t reserved[52];
+};
+static_assert(sizeof(SegmentState) == 64);
+static_assert(std::atomic<int32_t>::is_always_lock_free);
+
+struct SegmentHeader {
+  SegmentLayout layout;
+  SegmentState state;
+};
+static_assert(sizeof(SegmentHeader) == 192 && offsetof(SegmentHeader, state) == 128);
+static_assert(std::is_standard_layout_v<SegmentHeader>);
+
+struct SegmentSizes {
+  uint64_t request_bytes = 1u << 20;
+  uint64_t completion_bytes = 1u << 18;
+  uint64_t upload_bytes = 64u << 20;
+  uint64_t download_bytes = 64u << 20;
+};
+
+// The protocol's HelloReply carries the name in 64 NUL-padded bytes.
+constexpr size_t kMaxSegmentName = 63;
+constexpr uint64_t kPageBytes = 4096;
+
+namespace detail {
+
+inline bool pid_alive_without_pidfd(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A killed but unreaped process still answers kill(); its state says zombie.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return errno != ENOENT;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // comm may contain spaces and ')'
+  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+// True unless `pid` has exited (zombies count as exited).
+inline bool process_alive(pid_t pid) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH ? false : pid_alive_without_pidfd(pid);
+  pollfd p{pidfd, POLLIN, 0};
+  const bool alive = poll(&p, 1, 0) == 0;
+  ::close(pidfd);
+  return alive;
+}
+
+// Answers "is the other side still there?" from the header: its closed flag, then
+// its process. A pidfd is immune to pid reuse and turns readable at exit, even
+// while the process is an unreaped zombie; without pidfd support, kill(pid, 0)
+// plus the /proc state. A pid in another pid namespace cannot be checked this way
+// (a known limit; both sides are expected to share one namespace).
+class PeerWatch : public PeerProbe {
+ public:
+  PeerWatch(SegmentHeader* header, Side self) : header_(header), self_(self) {}
+  ~PeerWatch() override {
+    if (pidfd_ >= 0) ::close(pidfd_);
+  }
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  bool peer_closed() const {
+    const auto& flag = self_ == Side::kServer ? header_->state.client_closed : header_->state.server_closed;
+    return flag.load(std::memory_order_acquire) != 0;
+  }
+
+  pid_t peer_pid() const {
+    return self_ == Side::kServer ? header_->state.client_pid.load(std::memory_order_acquire) : creator_pid_;
+  }
+
+  void set_creator_pid(pid_t pid) { creator_pid_ = pid; }
+
+  bool alive() override {
+    if (peer_closed()) return false;
+    const pid_t pid = peer_pid();
+    if (pid <= 0 || pid == getpid()) return true;  // not attached yet, or ourselves
+    std::lock_guard<std::mutex> lock(mutex_);     // several threads may wait on one segment
+    if (pid != watched_pid_) {
+      if (pidfd_ >= 0) ::close(pidfd_);
+      watched_pid_ = pid;
+      pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+      if (pidfd_ < 0 && errno == ESRCH) return false;
+    }
+    if (pidfd_ < 0) return pid_alive_without_pidfd(pid);
+    pollfd p{pidfd_, POLLIN, 0};
+    return poll(&p, 1, 0) == 0;
+  }
+
+ private:
+  SegmentHeader* header_;
+  Side self_;
+  pid_t creator_pid_ = 0;
+  std::mutex mutex_;
+  pid_t watched_pid_ = 0;
+  int pidfd_ = -1;
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+inline void check_name(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos || name.size() > kMaxSegmentName)
+    throw TransportError("invalid segment name '" + name + "': expected '/' followed by 1.." +
+                         std::to_string(kMaxSegmentName - 1) + " characters without '/', e.g. /tally-1234-1");
+}
+
+}  // namespace detail
+
+class Segment {
+ public:
+  // Server side: creates the segment with mode 0600 (fails if the name exists).
+  static std::unique_ptr<Segment> create(const std::string& name, const SegmentSizes& sizes = {},
+                                         const WaitPolicy& policy = {}) {
+    detail::check_name(name);
+    SegmentLayout layout = plan_layout(sizes);
+    detail::Fd fd(shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+    if (fd.get() < 0) {
+      const int err = errno;
+      if (err == EEXIST)
+        throw TransportError("shared-memory segment " + name + " already exists; pick another name or remove a stale one (" +
+                             "/dev/shm" + name + ") left by a crashed server");
+      throw TransportError(system_error_text("shm_open(" + name + ", O_CREAT|O_EXCL)", err));
+    }
+    try {
+      // shm_open's mode is filtered by the umask; make it exactly 0600.
+      if (fchmod(fd.get(), 0600) != 0) throw TransportError(system_error_text("fchmod(" + name + ", 0600)"));
+      if (ftruncate(fd.get(), static_cast<off_t>(layout.total_bytes)) != 0)
+        throw TransportError(system_error_text("ftruncate(" + name + ", " + std::to_string(layout.total_bytes) + ")"));
+      // Commit the pages now: a full /dev/shm must fail here with a message, not
+      // later with SIGBUS on first touch.
+      const int err = posix_fallocate(fd.get(), 0, static_cast<off_t>(layout.total_bytes));
+      if (err != 0 && err != EOPNOTSUPP && err != EINVAL)
+        throw TransportError(system_error_text("cannot reserve " + std::to_string(layout.total_bytes) +
+                                                   " bytes for segment " + name + " (is /dev/shm full? use smaller rings/arenas)",
+                                               err));
+      auto* base = map(fd.get(), layout.total_bytes, name);
+      layout.creator_pid = getpid();
+      auto* header = reinterpret_cast<SegmentHeader*>(base);
+      std::memcpy(&header->layout, &layout, sizeof layout);
+      // Publish the magic last, so a concurrent open() never trusts a half-written header.
+      reinterpret_cast<std::atomic<uint32_t>*>(&header->layout.magic)->store(protocol::kSegmentMagic, std::memory_order_release);
+      return std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
+    } catch (...) {
+      shm_unlink(name.c_str());
+      throw;
+    }
+  }
+
+  // Client side (and tests): attaches to an existing segment, validates it and
+  // records this process as the attached client.
+  static std::unique_ptr<Segment> open(const std::string& name, const WaitPolicy& policy = {}) {
+    detail::check_name(name);
+    detail::Fd fd(shm_open(name.c_str(), O_RDWR, 0));
+    if (fd.get() < 0) {
+      const int err = errno;
+      if (err == ENOENT)
+        throw TransportError("no shared-memory segment named " + name + "; the server creates it at handshake, is it running?");
+      throw TransportError(system_error_text("shm_open(" + name + ")", err));
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) throw TransportError(system_error_text("fstat(" + name + ")"));
+    const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+    if (file_bytes < sizeof(SegmentHeader))
+      throw CorruptSegment("segment " + name + " is " + std::to_string(file_bytes) + " bytes, too small for a tally header");
+    auto* base = map(fd.get(), file_bytes, name);
+    try {
+      SegmentLayout layout;
+      std::memcpy(&layout, base, sizeof layout);
+      validate_layout(layout, file_bytes, name);
+      auto segment = std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kClient, policy));
+      segment->validate_indices();
+      segment->attach_client();
+      return segment;
+    } catch (...) {
+      munmap(base, file_bytes);
+      throw;
+    }
+  }
+
+  ~Segment() { munmap(base_, layout_.total_bytes); }
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return layout_.total_bytes; }
+  Side side() const { return side_; }
+  const SegmentLayout& layout() const { return layout_; }
+  pid_t creator_pid() const { return layout_.creator_pid; }
+  pid_t client_pid() const { return header()->state.client_pid.load(std::memory_order_acquire); }
+  WaitPolicy& policy() { return policy_; }
+
+  RecordRing& request_ring() { return request_; }        // client produces, server consumes
+  RecordRing& completion_ring() { return completion_; }  // server produces, client consumes
+  ByteArena& upload() { return upload_; }                // client produces, server consumes
+  ByteArena& download() { return download_; }            // server produces, client consumes
+
+  bool peer_alive() { return peer_.alive(); }
+
+  // This side will not touch the segment again: a peer blocked on it wakes and
+  // fails with PeerDead once it has drained what is there.
+  void mark_closed() {
+    auto& flag = side_ == Side::kServer ? header()->state.server_closed : header()->state.client_closed;
+    flag.store(1, std::memory_order_release);
+    for (SpscControl* c : controls()) {
+      EventCount(&c->data_ready).wake_now();
+      EventCount(&c->space_ready).wake_now();
+    }
+  }
+
+  // Removes the name (mappings stay valid). Returns false when it was already gone.
+  bool unlink() {
+    if (shm_unlink(name_.c_str()) == 0) return true;
+    if (errno == ENOENT) return false;
+    throw TransportError(system_error_text("shm_unlink(" + name_ + ")"));
+  }
+
+  uint8_t* base() const { return base_; }
+
+ private:
+  Segment(std::string name, uint8_t* base, const SegmentLayout& layout, Side side, const WaitPolicy& policy)
+      : name_(std::move(name)), base_(base), layout_(layout), side_(side), policy_(policy), peer_(header(), side) {
+    peer_.set_creator_pid(layout_.creator_pid);
+    const RingRole client_end = side == Side::kClient ? RingRole::kProducer : RingRole::kConsumer;
+    const RingRole server_end = side == Side::kServer ? RingRole::kProducer : RingRole::kConsumer;
+    request_ = RecordRing(control(layout_.request), data(layout_.request), layout_.request.capacity, client_end,
+                          "request ring", &policy_, &peer_);
+    completion_ = RecordRing(control(layout_.completion), data(layout_.completion), layout_.completion.capacity,
+                             server_end, "completion ring", &policy_, &peer_);
+    upload_ = ByteArena(control(layout_.upload), data(layout_.upload), layout_.upload.capacity, client_end,
+                        "upload arena", &policy_, &peer_);
+    download_ = ByteArena(control(layout_.download), data(layout_.download), layout_.download.capacity, server_end,
+                          "download arena", &policy_, &peer_);
+  }
+
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  SpscControl* control(const RegionLayout& r) const { return reinterpret_cast<SpscControl*>(base_ + r.control_offset); }
+  uint8_t* data(const RegionLayout& r) const { return base_ + r.data_offset; }
+  std::array<SpscControl*, 4> controls() const {
+    return {control(layout_.request), control(layout_.completion), control(layout_.upload), control(layout_.download)};
+  }
+
+  static uint8_t* map(int fd, uint64_t bytes, const std::string& name) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) throw TransportError(system_error_text("mmap(" + name + ", " + std::to_string(bytes) + " bytes)"));
+    return static_cast<uint8_t*>(p);
+  }
+
+  static SegmentLayout plan_layout(const SegmentSizes& sizes) {
+    SegmentLayout layout{};
+    layout.protocol_version = protocol::kProtocolVersion;
+    layout.header_bytes = sizeof(SegmentHeader);
+    uint64_t cursor = kPageBytes;  // the header page
+    auto place = [&](RegionLayout& r, uint64_t capacity, uint64_t min_capacity, const char* what) {
+      if (!is_power_of_two(capacity) || capacity < min_capacity || capacity > (uint64_t{1} << 40))
+        throw TransportError(std::string(what) + " of " + std::to_string(capacity) + " bytes: must be a power of two between " +
+                             std::to_string(min_capacity) + " and 2^40");
+      r.control_offset = cursor;
+      r.data_offset = cursor + kPageBytes;
+      r.capacity = capacity;
+      cursor = r.data_offset + round_up(capacity, kPageBytes);
+    };
+    place(layout.request, sizes.request_bytes, RecordRing::kMinCapacity, "request_bytes");
+    place(layout.completion, sizes.completion_bytes, RecordRing::kMinCapacity, "completion_bytes");
+    place(layout.upload, sizes.upload_bytes, ByteArena::kMinCapacity, "upload_bytes");
+    place(layout.download, sizes.download_bytes, ByteArena::kMinCapacity, "download_bytes");
+    layout.total_bytes = cursor;
+    return layout;
+  }
+
+  static void validate_layout(const SegmentLayout& l, uint64_t file_bytes, const std::string& name) {
+    auto bad = [&](const std::string& what) { throw CorruptSegment("segment " + name + " has a corrupt header: " + what); };
+    if (l.magic != protocol::kSegmentMagic) {
+      char hex[64];
+      std::snprintf(hex, sizeof hex, "magic 0x%08x, expected 0x%08x", l.magic, protocol::kSegmentMagic);
+      throw CorruptSegment("segment " + name + " is not a tally segment (" + hex + ")");
+    }
+    if (l.protocol_version != protocol::kProtocolVersion)
+      throw ProtocolVersionMismatch("protocol version mismatch: segment v" + std::to_string(l.protocol_version) +
+                                    ", this build v" + std::to_string(protocol::kProtocolVersion) +
+                                    "; run client and server from the same tally installation");
+    if (l.header_bytes != sizeof(SegmentHeader))
+      bad("header size " + std::to_string(l.header_bytes) + ", expected " + std::to_string(sizeof(SegmentHeader)));
+    if (l.total_bytes != file_bytes)
+      bad("total size " + std::to_string(l.total_bytes) + " differs from the file size " + std::to_string(file_bytes));
+    if (l.creator_pid <= 0) bad("creator pid " + std::to_string(l.creator_pid));
+    struct Span {
+      uint64_t begin, end;
+      const char* what;
+    };
+    std::array<Span, 9> spans{};
+    size_t n = 0;
+    spans[n++] = {0, sizeof(SegmentHeader), "header"};
+    auto check_region = [&](const RegionLayout& r, uint64_t min_capacity, const char* what) {
+      if (!is_power_of_two(r.capacity) || r.capacity < min_capacity)
+        bad(std::string(what) + " capacity " + std::to_string(r.capacity) + " is not a power of two >= " + std::to_string(min_capacity));
+      if (r.control_offset % 64 != 0 || r.data_offset % 64 != 0) bad(std::string(what) + " is not 64-byte aligned");
+      if (r.control_offset > file_bytes || file_bytes - r.control_offset < sizeof(SpscControl) || r.data_offset > file_bytes ||
+          file_bytes - r.data_offset < r.capacity)
+        bad(std::string(what) + " lies outside the " + std::to_string(file_bytes) + "-byte segment");
+      spans[n++] = {r.control_offset, r.control_offset + sizeof(SpscControl), what};
+      spans[n++] = {r.data_offset, r.data_offset + r.capacity, what};
+    };
+    check_region(l.request, RecordRing::kMinCapacity, "request ring");
+    check_region(l.completion, RecordRing::kMinCapacity, "completion ring");
+    check_region(l.upload, ByteArena::kMinCapacity, "upload arena");
+    check_region(l.download, ByteArena::kMinCapacity, "download arena");
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].begin < spans[i - 1].end) bad(std::string(spans[i].what) + " overlaps " + spans[i - 1].what);
+  }
+
+  void validate_indices() const {
+    // An arena may hold a skipped tail beside a full arena of chunks (byte_arena.h).
+    auto check = [&](const RegionLayout& r, uint64_t align, uint64_t max_in_flight, const char* what) {
+      const SpscControl* c = control(r);
+      const uint64_t read = c->read.pos.load(std::memory_order_acquire);
+      const uint64_t write = c->write.pos.load(std::memory_order_acquire);
+      if (write - read > max_in_flight || read % align != 0 || write % align != 0)
+        throw CorruptSegment("segment " + name_ + " has a corrupt " + what + ": producer position " + std::to_string(write) +
+                             ", consumer position " + std::to_string(read) + ", capacity " + std::to_string(r.capacity));
+    };
+    check(layout_.request, RecordRing::kAlign, layout_.request.capacity, "request ring");
+    check(layout_.completion, RecordRing::kAlign, layout_.completion.capacity, "completion ring");
+    check(layout_.upload, ByteArena::kChunkAlign, 2 * layout_.upload.capacity, "upload arena");
+    check(layout_.download, ByteArena::kChunkAlign, 2 * layout_.download.capacity, "download arena");
+  }
+
+  void attach_client() {
+    auto& slot = header()->state.client_pid;
+    const pid_t self = getpid();
+    pid_t current = slot.load(std::memory_order_acquire);
+    for (;;) {
+      const bool previous_closed = header()->state.client_closed.load(std::memory_order_acquire) != 0;
+      if (current != 0 && current != self && !previous_closed && detail::process_alive(current))
+        throw TransportError("segment " + name_ + " is already attached by client pid " + std::to_string(current) +
+                             "; each segment serves one client process");
+      if (slot.compare_exchange_weak(current, self, std::memory_order_acq_rel)) break;
+    }
+    header()->state.client_closed.store(0, std::memory_order_release);
+  }
+
+  std::string name_;
+  uint8_t* base_;
+  SegmentLayout layout_;
+  Side side_;
+  WaitPolicy policy_;
+  detail::PeerWatch peer_;
+  RecordRing request_;
+  RecordRing completion_;
+  ByteArena upload_;
+  ByteArena download_;
+};
+
+}  // namespace tally::transport
