@@ -3,6 +3,8 @@
 // producer and consumer objects.
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -279,6 +281,50 @@ void arena_blocks_until_released() {
   CHECK(p.client->upload().reserve(4096, Deadline::after_seconds(0.02), &b) == WaitStatus::kTimedOut);
 }
 
+// Random reserve/release interleavings with chunks up to 30% of the arena: a new
+// chunk never overlaps one the consumer still holds, and nothing deadlocks.
+void arena_random_interleaving_never_overlaps() {
+  SegmentSizes sizes = small_sizes(256);
+  sizes.upload_bytes = 1 << 20;
+  Pair p(sizes);
+  ByteArena& tx = p.client->upload();
+  ByteArena& rx = p.server->upload();
+  std::mt19937_64 rng(12345);
+  struct Live {
+    uint64_t offset, n;
+  };
+  std::deque<Live> live;
+  uint64_t reserved = 0, refused = 0;
+  for (int step = 0; step < 400000; ++step) {
+    if (rng() % 2) {
+      const uint64_t n = 1 + rng() % (300 * 1024);
+      uint64_t off;
+      if (!tx.try_reserve(n, &off)) {
+        ++refused;
+        continue;
+      }
+      for (const Live& c : live)
+        if (off < c.offset + c.n && c.offset < off + n)
+          tally_test::fail(__FILE__, __LINE__, "chunk at " + std::to_string(off) + " overlaps a live chunk at " + std::to_string(c.offset));
+      if (off + n > tx.capacity()) tally_test::fail(__FILE__, __LINE__, "chunk crosses the arena's end");
+      live.push_back({off, n});
+      ++reserved;
+    } else if (!live.empty()) {
+      rx.release(live.front().offset, live.front().n);
+      live.pop_front();
+    }
+  }
+  while (!live.empty()) {
+    rx.release(live.front().offset, live.front().n);
+    live.pop_front();
+  }
+  CHECK(reserved > 50000);
+  CHECK(refused > 1000);
+  CHECK_EQ(rx.used() <= rx.capacity(), true);
+  uint64_t off;
+  CHECK(tx.try_reserve(tx.capacity(), &off));  // everything released: the whole arena fits
+}
+
 }  // namespace
 
 int main() {
@@ -295,5 +341,6 @@ int main() {
   tally_test::run_case("arena_reserve_release_and_skip", arena_reserve_release_and_skip);
   tally_test::run_case("arena_release_past_reserved_is_refused", arena_release_past_reserved_is_refused);
   tally_test::run_case("arena_blocks_until_released", arena_blocks_until_released);
+  tally_test::run_case("arena_random_interleaving_never_overlaps", arena_random_interleaving_never_overlaps);
   return tally_test::finish("test_transport_ring");
 }

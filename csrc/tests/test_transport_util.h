@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,8 +14,8 @@
 
 namespace tally_test {
 
-inline int& checks_passed() {
-  static int n = 0;
+inline std::atomic<int>& checks_passed() {
+  static std::atomic<int> n{0};
   return n;
 }
 
@@ -43,7 +44,7 @@ inline void run_case(const char* name, const std::function<void()>& body) {
 }
 
 inline int finish(const char* program) {
-  std::printf("%s: %d checks passed\n", program, checks_passed());
+  std::printf("%s: %d checks passed\n", program, checks_passed().load());
   return 0;
 }
 

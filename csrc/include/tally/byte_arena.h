@@ -109,9 +109,9 @@ class ByteArena {
     const uint64_t to_end = capacity_ - (w & mask_);
     if (need > to_end) {
       if (!has_free(w, to_end)) return false;
-      skip_from_ = w;
+      skips_[1] = skips_[0];
+      skips_[0] = SkippedTail{w, w + to_end};
       w += to_end;  // skip the tail; the consumer infers it from the next offset 0
-      skip_to_ = w;
       control_->write.pos.store(w, std::memory_order_release);
     }
     return has_free(w, need);
@@ -124,19 +124,32 @@ class ByteArena {
   }
 
   bool has_free(uint64_t w, uint64_t bytes) {
-    if (capacity_ - (w - past_skip(cached_read_)) >= bytes) return true;
+    // The cached position may be stale by more than a lap; then just reload.
+    const uint64_t cached_used = w - effective_read(cached_read_);
+    if (cached_used <= capacity_ && capacity_ - cached_used >= bytes) return true;
     const uint64_t r = control_->read.pos.load(std::memory_order_acquire);
-    if (w - past_skip(r) > capacity_ || (r & (kChunkAlign - 1)) != 0)
+    const uint64_t used = w - effective_read(r);
+    if (used > capacity_ || (r & (kChunkAlign - 1)) != 0)
       throw CorruptSegment(name_ + ": consumer position " + std::to_string(r) + " is inconsistent with producer position " +
                            std::to_string(w) + "; the peer wrote inconsistent data, drop this connection");
     cached_read_ = r;
-    return capacity_ - (w - past_skip(r)) >= bytes;
+    return capacity_ - used >= bytes;
   }
 
-  // A consumer that has released everything before the skipped tail frees the
-  // tail too, although it only moves its position past it at its next release;
-  // without this a chunk larger than the free front would wait forever.
-  uint64_t past_skip(uint64_t r) const { return r >= skip_from_ && r < skip_to_ ? skip_to_ : r; }
+  // A consumer that has released everything before a skipped tail has freed the
+  // tail too, although it moves its position past it only at its next release;
+  // without this a chunk larger than the free front would wait forever. Only the
+  // latest two skips matter: a consumer sitting before an older one would leave
+  // more than a full arena in flight.
+  uint64_t effective_read(uint64_t r) const {
+    for (const SkippedTail& s : skips_)
+      if (r == s.from && s.to != s.from) return s.to;
+    return r;
+  }
+
+  struct SkippedTail {
+    uint64_t from = 0, to = 0;
+  };
 
   SpscControl* control_ = nullptr;
   uint8_t* data_ = nullptr;
@@ -147,8 +160,7 @@ class ByteArena {
   const WaitPolicy* policy_ = nullptr;
   PeerProbe* peer_ = nullptr;
   uint64_t cached_read_ = 0;  // producer's copy of the consumer's position
-  uint64_t skip_from_ = 0;    // the producer's latest skipped tail [skip_from_, skip_to_)
-  uint64_t skip_to_ = 0;
+  SkippedTail skips_[2];      // the producer's latest skipped tails, newest first
 };
 
 }  // namespace tally::transport

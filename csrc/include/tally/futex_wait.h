@@ -4,12 +4,16 @@
 //
 // Protocol (Dekker-style; both sides use a seq_cst fence between their store and
 // their load, so at least one of them sees the other's store):
-//   waiter:   key = epoch; ++sleepers; fence; if (ready) {--sleepers; done}
-//             futex_wait(epoch, key); --sleepers
-//   notifier: publish (release store); fence; if (sleepers) {++epoch; futex_wake}
+//   waiter:   key = epoch; sleeping = 1; fence; if (ready) {sleeping = 0; done}
+//             futex_wait(epoch, key); sleeping = 0
+//   notifier: publish (release store); fence;
+//             if (sleeping && exchange(sleeping, 0)) {++epoch; futex_wake}
 // If the notifier missed the sleeper, the sleeper's re-check sees the published
 // data; if the sleeper missed the data, the notifier sees the sleeper and bumps the
-// epoch, so futex_wait either returns at once (epoch != key) or is woken.
+// epoch, so futex_wait either returns at once (epoch != key) or is woken. The
+// notifier clears the flag, so a burst of notifications while the sleeper is
+// still waking up costs one syscall, not one each. Each line has at most one
+// sleeper (the single consumer or the single producer of an SPSC ring).
 // The futex is the shared (not FUTEX_PRIVATE) kind because waiter and notifier
 // live in different processes.
 #pragma once
@@ -78,7 +82,7 @@ struct WaitPolicy {
 // somebody goes to sleep or is woken, so the fast path only reads it.
 struct alignas(64) WaitLine {
   std::atomic<uint32_t> epoch;     // futex word; bumped by the notifier
-  std::atomic<uint32_t> sleepers;  // waiters between announce and wake-up
+  std::atomic<uint32_t> sleeping;  // 1 while the waiter may be in futex_wait
   uint8_t reserved[56];
 };
 static_assert(sizeof(WaitLine) == 64);
@@ -110,7 +114,8 @@ class EventCount {
   // waiter announced itself.
   void notify() const {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (line_->sleepers.load(std::memory_order_relaxed) != 0) wake_now();
+    if (line_->sleeping.load(std::memory_order_relaxed) != 0 && line_->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+      wake_now();
   }
 
   // Unconditional wake, e.g. after setting a closed flag.
@@ -122,7 +127,7 @@ class EventCount {
   // Blocks until ready() holds, the deadline passes or peer_alive() turns false.
   // ready() is checked once more after the peer is found gone, so a consumer
   // drains what a dead producer left behind. ready() may throw (e.g. on a corrupt
-  // index); the sleeper count stays balanced.
+  // index); the sleeping flag is cleared either way.
   template <class Ready, class PeerAlive>
   WaitStatus wait(Ready&& ready, PeerAlive&& peer_alive, Deadline deadline, const WaitPolicy& policy) const {
     if (ready()) return WaitStatus::kReady;
@@ -150,15 +155,16 @@ class EventCount {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (ready()) return WaitStatus::kReady;
       const int64_t slice = std::min(deadline.remaining_ns(now), std::max<int64_t>(next_peer_check - now, 1));
-      futex_wait(&line_->epoch, key, slice);
+      // Woken without data: maybe the peer set its closed flag; look at once.
+      if (futex_wait(&line_->epoch, key, slice) == 0) next_peer_check = 0;
     }
   }
 
  private:
-  // Keeps `sleepers` balanced even when ready() throws.
+  // Clears `sleeping` on every way out, ready() throwing included.
   struct SleeperAnnouncement {
-    explicit SleeperAnnouncement(WaitLine* line) : line_(line) { line_->sleepers.fetch_add(1, std::memory_order_seq_cst); }
-    ~SleeperAnnouncement() { line_->sleepers.fetch_sub(1, std::memory_order_relaxed); }
+    explicit SleeperAnnouncement(WaitLine* line) : line_(line) { line_->sleeping.store(1, std::memory_order_seq_cst); }
+    ~SleeperAnnouncement() { line_->sleeping.store(0, std::memory_order_relaxed); }
     SleeperAnnouncement(const SleeperAnnouncement&) = delete;
     SleeperAnnouncement& operator=(const SleeperAnnouncement&) = delete;
     WaitLine* line_;

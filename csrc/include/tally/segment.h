@@ -165,20 +165,33 @@ class PeerWatch : public PeerProbe {
       if (pidfd_ >= 0) ::close(pidfd_);
       watched_pid_ = pid;
       pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-      if (pidfd_ < 0 && errno == ESRCH) return false;
+      watched_alive_ = !(pidfd_ < 0 && errno == ESRCH);
+      probed_at_ns_ = INT64_MIN / 2;  // probe below, right away
     }
-    if (pidfd_ < 0) return pid_alive_without_pidfd(pid);
-    pollfd p{pidfd_, POLLIN, 0};
-    return poll(&p, 1, 0) == 0;
+    // Waits call this each time they go to sleep; asking the kernel at most once
+    // per kMinProbeInterval keeps that cheap without delaying detection much.
+    const int64_t now = monotonic_ns();
+    if (!watched_alive_ || now - probed_at_ns_ < kMinProbeIntervalNs) return watched_alive_;
+    probed_at_ns_ = now;
+    if (pidfd_ < 0) {
+      watched_alive_ = pid_alive_without_pidfd(pid);
+    } else {
+      pollfd p{pidfd_, POLLIN, 0};
+      watched_alive_ = poll(&p, 1, 0) == 0;
+    }
+    return watched_alive_;
   }
 
  private:
   SegmentHeader* header_;
   Side self_;
   pid_t creator_pid_ = 0;
+  static constexpr int64_t kMinProbeIntervalNs = 1'000'000;
   std::mutex mutex_;
   pid_t watched_pid_ = 0;
   int pidfd_ = -1;
+  bool watched_alive_ = true;
+  int64_t probed_at_ns_ = 0;
 };
 
 class Fd {
@@ -236,6 +249,7 @@ class Segment {
       std::memcpy(&header->layout, &layout, sizeof layout);
       // Publish the magic last, so a concurrent open() never trusts a half-written header.
       reinterpret_cast<std::atomic<uint32_t>*>(&header->layout.magic)->store(protocol::kSegmentMagic, std::memory_order_release);
+      layout.magic = protocol::kSegmentMagic;
       return std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
     } catch (...) {
       shm_unlink(name.c_str());
