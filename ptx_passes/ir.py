@@ -184,16 +184,20 @@ class Address:
     """`[base+offset]`. base is a Register, a Symbol or None (absolute `[64]`).
 
     `coordinates` holds the vector of texture/tensor forms: `[tmap, {%r1, %r2}]`.
+    `zero_offset_written` records a literal `+0` (`[param0+0]`): same meaning as
+    `[param0]`, so not part of equality, but ptxas -G generates different code
+    for the two spellings and printing keeps it.
     """
 
     base: Register | Symbol | None
     offset: int = 0
     coordinates: Vector | None = None
+    zero_offset_written: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         if self.base is None:
             inner = str(self.offset)
-        elif self.offset:
+        elif self.offset or self.zero_offset_written:
             inner = f"{self.base.name}+{self.offset}"
         else:
             inner = self.base.name
@@ -712,7 +716,7 @@ def _map_operand(op: Operand, fn) -> Operand:
     if isinstance(op, Address):
         base = fn(op.base) if op.base is not None else None
         coords = _map_operand(op.coordinates, fn) if op.coordinates is not None else None
-        op = Address(base, op.offset, coords)
+        op = Address(base, op.offset, coords, op.zero_offset_written)
     elif isinstance(op, Vector):
         op = Vector(tuple(_map_operand(e, fn) for e in op.elements))
     elif isinstance(op, PredPair):

@@ -718,6 +718,7 @@ class _Parser:
         self.i += 1
         base = None
         offset = 0
+        written = False
         kind = self.kinds[self.i]
         if kind == "ID":
             name = self.texts[self.i]
@@ -726,11 +727,13 @@ class _Parser:
             if not isinstance(base, (ir.Register, ir.Symbol)):
                 raise self.error(f"{name} cannot be used as an address", self.i - 1)
             text = self.texts[self.i]
-            if text == "+" and self.kinds[self.i] == "P":
+            if text == "+":
                 self.i += 1
                 offset = self.integer("an offset after '+'")
-            elif text == "-" and self.kinds[self.i] == "P":
+                written = True
+            elif text == "-":
                 offset = self.integer("an offset after '-'")
+                written = True
         elif kind == "INT" or self.texts[self.i] == "-":
             offset = self.integer("an address")
         else:
@@ -741,7 +744,7 @@ class _Parser:
                 raise self.error(f"expected '{{' (coordinates) after ',' in an address, found {self.describe()}")
             coordinates = self.vector(0)
         self.expect("]", "']' to close the address")
-        return ir.Address(base, offset, coordinates)
+        return ir.Address(base, offset, coordinates, written)
 
     def vector(self, depth: int) -> ir.Vector:
         self.i += 1

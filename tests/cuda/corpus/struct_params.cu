@@ -5,15 +5,14 @@ struct Mixed { char c; double d; int i; };
 struct FloatArray5 { alignas(16) float v[5]; };
 
 // Layout test kernel kp(char, struct{char;double;int}, float4, short, float[5] aligned 16,
-// const int*, bool): parameter offsets 0/8/32/48/64/96/104, sizes 1/24/16/2/32/8/1, total 105.
-// out[0] = c + m.c + m.d + m.i + f.x + f.y + f.z + f.w + s + sum(arr.v) + *p + flag (as double).
-// Launch: one thread.
-extern "C" __global__ void kp(char c, Mixed m, float4 f, short s, FloatArray5 arr, const int* p,
-                              bool flag, double* out)
+// int*, bool): parameter offsets 0/8/32/48/64/96/104, sizes 1/24/16/2/32/8/1, total 105.
+// With acc = c + m.c + m.d + m.i + f.x + f.y + f.z + f.w + s + sum(arr.v) + p[0] + flag
+// (summed in double, flag as 0/1): p[1] = (int)acc (truncation).  Launch: one thread.
+extern "C" __global__ void kp(char c, Mixed m, float4 f, short s, FloatArray5 arr, int* p, bool flag)
 {
     double acc = c + m.c + m.d + m.i + f.x + f.y + f.z + f.w + s;
     for (int k = 0; k < 5; ++k) acc += arr.v[k];
-    out[0] = acc + *p + (flag ? 1.0 : 0.0);
+    p[1] = (int)(acc + p[0] + (flag ? 1.0 : 0.0));
 }
 
 struct Affine { float scale; float shift; int n; };
