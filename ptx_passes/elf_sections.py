@@ -76,8 +76,10 @@ class ElfImage:
         self._view = memoryview(data)
         self._error = error
         self._what = what
-        if len(data) < 64 or data[:4] != ELF_MAGIC:
-            raise error(f"{what}: not an ELF image (it is {len(data)} bytes and starts with {bytes(data[:4])!r})")
+        if data[:4] != ELF_MAGIC:
+            raise error(f"{what}: not an ELF image (it starts with {bytes(data[:4]).hex(' ')}, not 7f 45 4c 46)")
+        if len(data) < 64:
+            raise error(f"{what}: {len(data)} bytes is too short for an ELF header (truncated?)")
         with self._guard("reading the ELF header"):
             self._elf = ELFFile(io.BytesIO(data))
             header = self._elf.header

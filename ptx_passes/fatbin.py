@@ -15,7 +15,8 @@ Layout (nvcc 13, measured; see DESIGN.md "Fatbinary layout"):
       nvcc 13 no longer writes; it is rejected as unknown.
 
 A host ELF (executable, shared library, object) keeps its fatbins back to back
-in `.nv_fatbin`; `.nvFatBinSegment` holds one `__fatBinC_Wrapper_t` per fatbin
+in `.nv_fatbin` (`-rdc` objects: in `__nv_relfatbin`, found through the wrapper,
+with zstd-compressed cubins); `.nvFatBinSegment` holds one `__fatBinC_Wrapper_t` per fatbin
 {u32 magic 0x466243b1, u32 version, u64 pointer to the fatbin, u64 prelinked
 fatbins (version 2) or 0}. cudart hands the driver that wrapper's address, so
 the server sees a wrapper plus the fatbin bytes the client copied from it.
@@ -237,6 +238,8 @@ def _fatbin_header(blob: BinaryLike, at: int, end: int | None = None) -> tuple[i
 
 def _read_concatenated(blob: bytes, start: int, end: int, what: str) -> list[FatbinEntry]:
     """Fatbins laid back to back (as in .nv_fatbin), zero padding allowed between them."""
+    if end > len(blob):
+        raise FatbinError(f"{what}: expected {end - start:#x} bytes at offset {start:#x}, the input ends at {len(blob):#x}")
     entries: list[FatbinEntry] = []
     at = start
     while at < end:
@@ -375,5 +378,9 @@ def _wrapper_targets(image: ElfImage, blob: bytes) -> list[tuple[int, int]]:
             start = section.offset + address - section.addr
         if not 0 <= start < len(blob):
             raise FatbinError(f"wrapper {at // wrapper_size} points outside the file (offset {start:#x})")
-        targets.append((start, fatbin_size(blob[start:start + FATBIN_HEADER.size])))
+        size = fatbin_size(blob[start:start + FATBIN_HEADER.size])
+        if start + size > len(blob):
+            raise FatbinError(f"wrapper {at // wrapper_size}: the fatbin at offset {start:#x} claims {size:#x} bytes, "
+                              f"the file ends at {len(blob):#x} (truncated?)")
+        targets.append((start, size))
     return targets
