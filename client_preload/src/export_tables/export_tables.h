@@ -1,0 +1,20 @@
+// cudart's private driver interfaces. cudart (static and shared, 12 and 13) asks
+// for them with cuGetExportTable(&table, &uuid) and calls their slots directly.
+// A table is an array of pointers; most start with their own size in bytes. What
+// each slot does was measured (DESIGN.md, "Interception") or documented by ZLUDA's
+// reverse engineering; each table is in its own file.
+#pragma once
+#include <cstddef>
+
+namespace tally::client::export_tables {
+
+using Table = const void* const*;
+
+Table runtime_interface();       // 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9
+Table tools_runtime_hooks();     // a094798c-2e74-2e74-93f2-0800200c0a66
+Table tools_tls();               // 42d85a81-23f6-cb47-8298-f6e78a3aecdc
+Table context_local_storage();   // c693336e-1121-df11-a8c3-68f355d89593
+Table context_checks();          // 263e8860-7cd2-6143-92f6-bbd5006dfa7e
+Table integrity_check();         // d4082055-bde6-704b-8d34-ba123c66e1f2
+
+}  // namespace tally::client::export_tables

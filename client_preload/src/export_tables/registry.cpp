@@ -1,0 +1,65 @@
+// cuGetExportTable: hands out the private tables by UUID. Unknown UUIDs (cudart 13
+// also asks for f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 and copes without it) get
+// CUDA_ERROR_NOT_FOUND, which is what cudart was measured to accept.
+#include <cstdio>
+#include <cstring>
+
+#include "entry_point.h"
+#include "export_tables/export_tables.h"
+#include "trace.h"
+
+namespace tally::client::export_tables {
+namespace {
+
+struct Known {
+  unsigned char uuid[16];
+  const char* name;
+  Table (*table)();
+};
+
+const Known kKnown[] = {
+    {{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9},
+     "runtime interface", &runtime_interface},
+    {{0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66},
+     "tools runtime hooks", &tools_runtime_hooks},
+    {{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc},
+     "tools TLS", &tools_tls},
+    {{0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93},
+     "context-local storage", &context_local_storage},
+    {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
+     "context checks", &context_checks},
+    {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
+     "integrity check", &integrity_check},
+};
+
+void format_uuid(const unsigned char* b, char (&out)[37]) {
+  std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+}  // namespace
+}  // namespace tally::client::export_tables
+
+TALLY_ENTRY(cuGetExportTable_v3000)(const void** ppExportTable, const CUuuid* pExportTableId) {
+  using namespace tally::client::export_tables;
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto* id = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
+  for (const Known& known : kKnown) {
+    if (std::memcmp(known.uuid, id, sizeof known.uuid) == 0) {
+      *ppExportTable = static_cast<const void*>(known.table());
+      if (tally::client::trace_calls()) {
+        char text[37];
+        format_uuid(id, text);
+        tally::client::trace_line("cuGetExportTable %s -> %s", text, known.name);
+      }
+      return CUDA_SUCCESS;
+    }
+  }
+  *ppExportTable = nullptr;
+  if (tally::client::trace_calls()) {
+    char text[37];
+    format_uuid(id, text);
+    tally::client::trace_line("cuGetExportTable %s -> not found", text);
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}

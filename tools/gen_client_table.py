@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Generate the client library's driver entry-point table from the CUDA headers.
+
+One source for every entry point: cudaTypedefs.h (and cudaProfilerTypedefs.h for
+cuProfilerStart/Stop) declares each one as
+`PFN_<name>_v<ABI version>[_ptsz|_ptds]` with its exact signature. cuda.h,
+preprocessed the way NVIDIA builds the driver (__CUDA_API_VERSION_INTERNAL), names
+the C symbols libcuda exports; each is matched to its PFN entry by name and
+checked by signature. Implemented entries are found in client_preload/src by
+their definitions `TALLY_ENTRY(<pfn name>)(...)`; every other entry gets a
+generated function that logs its name once and returns CUDA_ERROR_NOT_SUPPORTED.
+
+Outputs (client_preload/src/generated/):
+  entry_points.h         prototypes: tally_entry_<pfn> and its traced twin tally_traced_<pfn>
+  entry_table.cpp        the table cuGetProcAddress searches, and the traced wrappers
+  unsupported_entries.cpp  one logging NOT_SUPPORTED function per unimplemented entry
+  exported_symbols.cpp   the C symbols cuda.h exports, each forwarding to its entry
+
+Usage: python tools/gen_client_table.py [--check]
+--check exits 1 when the committed files differ from a fresh generation.
+Needs a C preprocessor ($CC or cc) and the CUDA headers ($CUDA_HOME/include).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIR = ROOT / "client_preload" / "src"
+OUT_DIR = SOURCE_DIR / "generated"
+CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+
+PFN_RE = re.compile(r"typedef\s+CUresult\s*\(\s*CUDAAPI\s*\*\s*PFN_(\w+)\s*\)\s*\(([^;]*)\)\s*;")
+PFN_NAME_RE = re.compile(r"(cu\w+?)_v(\d+)(?:_(ptsz|ptds))?")
+SYMBOL_RE = re.compile(r"(cu\w+?)(?:_v(\d+))?(?:_(ptsz|ptds))?")
+# The GL, EGL and VDPAU typedef headers need those libraries' headers; their entry
+# points stay unknown to cuGetProcAddress (SYMBOL_NOT_FOUND), as on a driver built
+# without them.
+TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h")
+DECLARATION_HEADERS = ("cuda.h", "cudaProfiler.h")
+IMPLEMENTED_RE = re.compile(r"^TALLY_ENTRY\(\s*(\w+)\s*\)", re.MULTILINE)
+C_KEYWORDS = {"int", "char", "long", "short", "float", "double", "void", "unsigned", "signed", "const"}
+
+
+class GenerationError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Param:
+    text: str   # as written in cudaTypedefs.h, e.g. "CUdeviceptr_v2 *dptr"
+    name: str   # "dptr"
+
+
+@dataclass
+class Entry:
+    pfn: str                 # cuMemAlloc_v3020
+    name: str                # cuMemAlloc (what cuGetProcAddress is asked for)
+    version: int             # 3020
+    per_thread: bool         # _ptsz / _ptds variant
+    params: tuple[Param, ...]
+    symbol: str = ""         # exported C name, e.g. cuMemAlloc_v2
+    implemented: bool = False
+
+
+def split_params(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        parts.append(tail)
+    return [] if parts == ["void"] else parts
+
+
+def param_name(text: str, where: str) -> str:
+    m = re.search(r"(\w+)\s*$", text)
+    if not m or m.group(1) in C_KEYWORDS or len(text.split()) < 2 and "*" not in text:
+        raise GenerationError(f"{where}: parameter '{text}' has no name; cannot forward it")
+    return m.group(1)
+
+
+def preprocess(source: str) -> str:
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-E", "-P", "-x", "c", "-I", str(CUDA_INCLUDE), "-D__CUDA_API_VERSION_INTERNAL", "-"]
+    try:
+        out = subprocess.run(cmd, input=source, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        detail = getattr(e, "stderr", "") or str(e)
+        raise GenerationError(f"preprocessing the CUDA headers failed ({' '.join(cmd)}): {detail}")
+    return " ".join(out.split())
+
+
+def read_entries() -> dict[str, Entry]:
+    text = ""
+    for header in TYPEDEF_HEADERS:
+        path = CUDA_INCLUDE / header
+        if not path.exists():
+            raise GenerationError(f"{path} not found: set CUDA_HOME to the CUDA toolkit")
+        text += " " + " ".join(path.read_text().split())
+    entries: dict[str, Entry] = {}
+    for m in PFN_RE.finditer(text):
+        pfn, params = m.group(1), m.group(2)
+        nm = PFN_NAME_RE.fullmatch(pfn)
+        if not nm:
+            raise GenerationError(f"PFN_{pfn} does not follow <name>_v<version>[_ptsz|_ptds]")
+        plist = tuple(Param(p, param_name(p, f"PFN_{pfn}")) for p in split_params(params))
+        entries[pfn] = Entry(pfn, nm.group(1), int(nm.group(2)), nm.group(3) is not None, plist)
+    if not entries:
+        raise GenerationError(f"no PFN typedefs found in {TYPEDEF_HEADERS}")
+    return entries
+
+
+def read_cuda_version() -> int:
+    m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (CUDA_INCLUDE / "cuda.h").read_text())
+    if not m:
+        raise GenerationError("cuda.h defines no CUDA_VERSION")
+    return int(m.group(1))
+
+
+class TypeCanon:
+    """Spells a parameter type in its final form by resolving typedef aliases
+    (CUdeviceptr -> CUdeviceptr_v2 -> unsigned long long), so a cuda.h declaration
+    and a PFN typedef written with different aliases compare equal."""
+
+    def __init__(self, preprocessed: str):
+        self.alias: dict[str, str] = {}
+        for m in re.finditer(r"\btypedef ([^;{}()]*);", preprocessed):
+            words = m.group(1).replace("*", " * ").split()
+            if len(words) >= 2:
+                self.alias[words[-1]] = " ".join(words[:-1])
+
+    def word(self, w: str, depth: int = 0) -> str:
+        if w in self.alias and depth < 32:
+            return " ".join(self.word(x, depth + 1) for x in self.alias[w].split())
+        return w
+
+    def signature(self, params: list[str]) -> tuple[str, ...]:
+        out = []
+        for p in params:
+            words = p.replace("*", " * ").split()
+            if len(words) > 1 and words[-1] not in C_KEYWORDS and words[-1] != "*":
+                words = words[:-1]  # drop the parameter name
+            out.append(" ".join(" ".join(self.word(w) for w in words).split()))
+        return tuple(out)
+
+
+def read_exported_symbols() -> tuple[dict[str, list[str]], TypeCanon]:
+    text = preprocess("".join(f"#include <{h}>\n" for h in DECLARATION_HEADERS))
+    symbols: dict[str, list[str]] = {}
+    # Declarations only: static inline helpers in cuda.h are not exported.
+    for m in re.finditer(r"(static inline )?\bCUresult (cu\w+)\s*\(([^;{]*)\)\s*;", text):
+        if not m.group(1):
+            symbols[m.group(2)] = split_params(m.group(3))
+    return symbols, TypeCanon(text)
+
+
+def bind_symbols(entries: dict[str, Entry], symbols: dict[str, list[str]], canon: TypeCanon) -> None:
+    """Match every exported symbol to its PFN entry. cuX is the first ABI version of
+    cuX, cuX_v<N> the N-th (cuMemAlloc_v2 -> cuMemAlloc_v3020); a _ptsz/_ptds symbol
+    counts among its variant's versions. When the rank does not name an entry
+    with the same signature (cuMemcpyHtoD_v2_ptds: one ptds version only), the
+    single unbound entry of that name and variant with the same signature is it."""
+    groups: dict[tuple[str, bool], list[Entry]] = collections.defaultdict(list)
+    for e in entries.values():
+        groups[(e.name, e.per_thread)].append(e)
+    for g in groups.values():
+        g.sort(key=lambda e: e.version)
+    sig = {pfn: canon.signature([p.text for p in e.params]) for pfn, e in entries.items()}
+    pending = []
+    for symbol, params in sorted(symbols.items()):
+        m = SYMBOL_RE.fullmatch(symbol)
+        name, rank, per_thread = m.group(1), int(m.group(2) or 1), m.group(3) is not None
+        group = groups.get((name, per_thread))
+        if not group:
+            raise GenerationError(f"cuda.h exports {symbol} but cudaTypedefs.h has no PFN_{name}_v*"
+                                  f"{'_pt*' if per_thread else ''}")
+        want = canon.signature(params)
+        if rank <= len(group) and sig[group[rank - 1].pfn] == want and not group[rank - 1].symbol:
+            group[rank - 1].symbol = symbol
+        else:
+            pending.append((symbol, group, want))
+    for symbol, group, want in pending:
+        matches = [e for e in group if not e.symbol and sig[e.pfn] == want]
+        if len(matches) != 1:
+            raise GenerationError(f"cannot match {symbol} to one PFN entry by signature "
+                                  f"(candidates: {[e.pfn for e in matches] or 'none'})")
+        matches[0].symbol = symbol
+    unbound = [e.pfn for e in entries.values() if not e.symbol]
+    if unbound:
+        raise GenerationError(f"PFN entries with no exported symbol in cuda.h: {unbound}")
+
+
+def read_implemented(entries: dict[str, Entry]) -> None:
+    seen: dict[str, Path] = {}
+    for path in sorted(SOURCE_DIR.rglob("*.cpp")):
+        if OUT_DIR in path.parents:
+            continue
+        for m in IMPLEMENTED_RE.finditer(path.read_text()):
+            pfn = m.group(1)
+            rel = path.relative_to(ROOT)
+            if pfn not in entries:
+                raise GenerationError(f"{rel}: TALLY_ENTRY({pfn}) names no entry of cudaTypedefs.h "
+                                      f"(expected <name>_v<version>[_ptsz|_ptds], e.g. cuMemAlloc_v3020)")
+            if pfn in seen:
+                raise GenerationError(f"TALLY_ENTRY({pfn}) is defined twice: {seen[pfn]} and {rel}")
+            seen[pfn] = rel
+            entries[pfn].implemented = True
+
+
+SOURCES = ", ".join(TYPEDEF_HEADERS + DECLARATION_HEADERS)
+HEADER_NOTE = "// GENERATED by tools/gen_client_table.py from {src}. Do not edit."
+
+
+def params_decl(e: Entry) -> str:
+    return ", ".join(p.text for p in e.params) or "void"
+
+
+def args(e: Entry) -> str:
+    return ", ".join(p.name for p in e.params)
+
+
+def gen_entry_points(entries: list[Entry], cuda_version: int) -> str:
+    lines = [
+        HEADER_NOTE.format(src=SOURCES),
+        "// Every driver entry point, named after its cudaTypedefs.h typedef without PFN_.",
+        "// Implement one with TALLY_ENTRY(<name>)(<exact parameters>) { ... } (entry_point.h);",
+        "// the generator then drops its NOT_SUPPORTED stand-in.",
+        "#pragma once",
+        '#include "driver_headers.h"',
+        "",
+        f"static_assert(CUDA_VERSION == {cuda_version}, \"the entry table was generated from CUDA {cuda_version}"
+        " headers; run tools/gen_client_table.py against the toolkit you build with\");",
+        "",
+        "namespace tally::client {",
+        f"constexpr int kEntryTableCudaVersion = {cuda_version};",
+        f"constexpr int kEntryCount = {len(entries)};",
+        "}  // namespace tally::client",
+        "",
+        'extern "C" {',
+    ]
+    for e in entries:
+        lines.append(f"CUresult tally_entry_{e.pfn}({params_decl(e)});")
+    lines.append("")
+    for e in entries:
+        lines.append(f"CUresult tally_traced_{e.pfn}({params_decl(e)});")
+    lines += ['}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+def gen_entry_table(entries: list[Entry]) -> str:
+    rows = sorted(entries, key=lambda e: (e.name, e.per_thread, e.version))
+    lines = [
+        HEADER_NOTE.format(src=SOURCES),
+        '#include "entry_table.h"',
+        '#include "generated/entry_points.h"',
+        '#include "trace.h"',
+        "",
+        "// Traced twins: cuGetProcAddress hands these out while TALLY_CLIENT_TRACE is set.",
+        'extern "C" {',
+    ]
+    for e in entries:
+        call = f"tally_entry_{e.pfn}({args(e)})"
+        lines.append(f"CUresult tally_traced_{e.pfn}({params_decl(e)}) {{")
+        lines.append(f"  return tally::client::trace_result(\"{e.symbol}\", {call});")
+        lines.append("}")
+    lines += ['}  // extern "C"', "", "namespace tally::client {", "",
+              "// Sorted by (name, per_thread_stream, version) for lookup_entry's binary search.",
+              "const EntryPoint kEntryPoints[] = {"]
+    for e in rows:
+        lines.append(f"    {{\"{e.name}\", {e.version}, {str(e.per_thread).lower()}, "
+                     f"{str(e.implemented).lower()}, \"{e.symbol}\", "
+                     f"reinterpret_cast<void*>(&tally_entry_{e.pfn}), "
+                     f"reinterpret_cast<void*>(&tally_traced_{e.pfn})}},")
+    lines += [
+        "};",
+        f"static_assert(sizeof(kEntryPoints) / sizeof(kEntryPoints[0]) == kEntryCount);",
+        "",
+        "}  // namespace tally::client",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def gen_unsupported(entries: list[Entry]) -> str:
+    lines = [
+        HEADER_NOTE.format(src=SOURCES),
+        "// Entry points tally does not implement: each logs its name once and returns",
+        "// CUDA_ERROR_NOT_SUPPORTED, so a job sees a clean error instead of a crash.",
+        '#include "generated/entry_points.h"',
+        '#include "unsupported.h"',
+        "",
+        'extern "C" {',
+    ]
+    for e in entries:
+        if e.implemented:
+            continue
+        lines.append(f"CUresult tally_entry_{e.pfn}({params_decl(e)}) {{")
+        lines.append("  static tally::client::OnceFlag logged;")
+        lines.append(f"  return tally::client::unsupported_entry(logged, \"{e.symbol}\");")
+        lines.append("}")
+    lines += ['}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+def gen_exports(entries: list[Entry]) -> str:
+    lines = [
+        HEADER_NOTE.format(src=SOURCES),
+        "// The C symbols libcuda exports, for programs that link -lcuda or dlsym by name.",
+        "// driver_headers.h declares each one as cuda.h does, so a signature that differs",
+        "// from the PFN typedef it forwards to fails to compile here.",
+        '#include "generated/entry_points.h"',
+        '#include "trace.h"',
+        "",
+        "#pragma GCC visibility push(default)",
+        'extern "C" {',
+    ]
+    for e in sorted(entries, key=lambda e: e.symbol):
+        a = args(e)
+        lines.append(f"CUresult {e.symbol}({params_decl(e)}) {{")
+        lines.append(f"  return tally::client::trace_calls() ? tally_traced_{e.pfn}({a}) : tally_entry_{e.pfn}({a});")
+        lines.append("}")
+    lines += ['}  // extern "C"', "#pragma GCC visibility pop", ""]
+    return "\n".join(lines)
+
+
+def generate() -> dict[Path, str]:
+    entries = read_entries()
+    symbols, canon = read_exported_symbols()
+    bind_symbols(entries, symbols, canon)
+    read_implemented(entries)
+    ordered = list(entries.values())  # header order
+    cuda_version = read_cuda_version()
+    return {
+        OUT_DIR / "entry_points.h": gen_entry_points(ordered, cuda_version),
+        OUT_DIR / "entry_table.cpp": gen_entry_table(ordered),
+        OUT_DIR / "unsupported_entries.cpp": gen_unsupported(ordered),
+        OUT_DIR / "exported_symbols.cpp": gen_exports(ordered),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="fail if the committed files are stale")
+    a = ap.parse_args()
+    try:
+        files = generate()
+    except GenerationError as e:
+        print(f"gen_client_table: {e}", file=sys.stderr)
+        return 2
+    if a.check:
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+        if stale:
+            names = ", ".join(str(p.relative_to(ROOT)) for p in stale)
+            print(f"stale generated files: {names}; run python tools/gen_client_table.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
