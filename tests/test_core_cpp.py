@@ -1,0 +1,32 @@
+"""Runs the C++ test executables built from csrc/tests/test_*.cpp.
+
+CMake puts them in tally/lib/tests/; each exits 0 and ends with
+"<name>: <n> checks passed" when every check held.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import tally
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = sorted((REPO / "csrc" / "tests").glob("test_*.cpp"))
+BUILT = Path(tally.__file__).resolve().parent / "lib" / "tests"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_cpp_executable(source: Path) -> None:
+    exe = BUILT / source.stem
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: build the C++ tests with tools/dev_build.sh "
+                    f"(or pip install -e .)")
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{exe.name} failed (exit {result.returncode}):\n{output}"
+    match = re.search(rf"^{re.escape(source.stem)}: (\d+) checks passed$", result.stdout, re.M)
+    assert match, f"{exe.name} did not report its checks:\n{output}"
+    assert int(match.group(1)) > 0
