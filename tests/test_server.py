@@ -1,0 +1,133 @@
+"""tally-server as a process: handshake, requests over the rings, status, death of clients."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tally import protocol
+from tally.cli.server_main import query_status
+from server_harness import PyClient, ServerProcess
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = ServerProcess(tmp_path / "tally.sock", backend="null")
+    yield s
+    s.stop()
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def test_ping_round_trip_and_device_snapshot(server):
+    c = PyClient(server.socket_path)
+    assert c.status == protocol.HandshakeStatus.OK
+    assert protocol.cstr(c.device["name"]) == "tally null device"
+    assert c.device["attributes"][10] == 32  # CU_DEVICE_ATTRIBUTE_WARP_SIZE
+    name, fields, _ = c.call("Ping", value=1234)
+    assert (name, fields["value"]) == ("Pong", 1234)
+    c.close()
+
+
+def test_version_mismatch_is_a_clear_error(server):
+    c = PyClient(server.socket_path, version=protocol.PROTOCOL_VERSION + 7)
+    assert c.status == protocol.HandshakeStatus.VERSION_MISMATCH
+    assert "protocol version mismatch" in c.message
+    assert f"v{protocol.PROTOCOL_VERSION + 7}" in c.message
+
+
+def test_unknown_and_malformed_requests_get_errors_and_the_session_goes_on(server):
+    c = PyClient(server.socket_path)
+    c._tag += 1
+    c.segment.request_ring.push(9999, c._tag, b"junk")
+    kind, tag, payload = c.segment.completion_ring.pop(5)
+    fields, tail = protocol.codec("Error").unpack(payload)
+    assert kind == protocol.codec("Error").kind and tag == c._tag
+    assert "unknown message kind 9999" in bytes(tail).decode()
+    c._tag += 1
+    c.segment.request_ring.push(protocol.codec("Ping").kind, c._tag, b"\x01\x02")  # short payload
+    kind, tag, payload = c.segment.completion_ring.pop(5)
+    assert kind == protocol.codec("Error").kind
+    assert "need 8" in bytes(protocol.codec("Error").unpack(payload)[1]).decode()
+    assert c.call("Ping", value=7)[1]["value"] == 7
+    c.close()
+
+
+def test_status_lists_clients_with_priority_and_counters(server):
+    hp = PyClient(server.socket_path, priority=protocol.Priority.HIGH, program="infer")
+    be = PyClient(server.socket_path, priority=protocol.Priority.BEST_EFFORT, quota=1 << 30, program="train")
+    for i in range(5):
+        be.call("Ping", value=i)
+    status = query_status(server.socket_path)
+    clients = {c["program"]: c for c in status["clients"]}
+    assert clients["infer"]["priority"] == "high"
+    assert clients["train"]["priority"] == "best-effort"
+    assert clients["train"]["memory_quota"] == 1 << 30
+    assert clients["train"]["requests_by_kind"]["Ping"] == 5
+    out = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "status", "--socket",
+                          str(server.socket_path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "infer" in out.stdout and "best-effort" in out.stdout
+    hp.close()
+    be.close()
+
+
+def test_closed_client_is_forgotten_and_its_segment_removed(server):
+    c = PyClient(server.socket_path)
+    seg_name = c.segment.name
+    c.close()
+    assert wait_until(lambda: not query_status(server.socket_path)["clients"])
+    assert not os.path.exists("/dev/shm" + seg_name)
+
+
+CHILD = r"""
+import sys, time
+sys.path.insert(0, {tests!r})
+from server_harness import PyClient
+c = PyClient({sock!r}, program="victim")
+print(c.segment.name, flush=True)
+while True:
+    c.send("Notify", value=1)
+"""
+
+
+def test_sigkilled_client_leaves_the_server_serving_others(server, tmp_path):
+    survivor = PyClient(server.socket_path, program="survivor")
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=os.path.dirname(__file__),
+                                                                  sock=str(server.socket_path))],
+                             stdout=subprocess.PIPE, text=True)
+    seg_name = child.stdout.readline().strip()
+    assert seg_name.startswith("/tally-")
+    assert wait_until(lambda: any(c["program"] == "victim" and c["requests"] > 100
+                                  for c in query_status(server.socket_path)["clients"]))
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert wait_until(lambda: [c["program"] for c in query_status(server.socket_path)["clients"]] == ["survivor"])
+    assert not os.path.exists("/dev/shm" + seg_name)
+    assert survivor.call("Ping", value=99)[1]["value"] == 99
+    survivor.close()
+
+
+def test_sigterm_shuts_down_cleanly_and_removes_segments(tmp_path):
+    s = ServerProcess(tmp_path / "t.sock", backend="null")
+    c = PyClient(s.socket_path)
+    seg_name = c.segment.name
+    assert s.stop(signal.SIGTERM) == 0
+    assert not s.socket_path.exists()
+    assert not os.path.exists("/dev/shm" + seg_name)
+    assert "stopped" in s.log()
+    c.close()
+
+
+def test_second_server_on_the_same_socket_is_refused(server):
+    r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket",
+                        str(server.socket_path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "already listening" in r.stderr

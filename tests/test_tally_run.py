@@ -1,0 +1,50 @@
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from tally import paths
+from tally.cli.run_main import job_environment, parse_quota
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1073741824", "1073741824"), ("8G", str(8 << 30)), ("512M", str(512 << 20)), ("1.5GiB", str(3 << 29)),
+    ("50%", "50%"), ("12.5%", "12.5%"),
+])
+def test_quota_forms(text, expected):
+    assert parse_quota(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "150%", "0%", "-5G"])
+def test_bad_quota_is_a_clear_error(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="memory quota"):
+        parse_quota(text)
+
+
+def test_environment_puts_our_library_first():
+    env = job_environment({"LD_LIBRARY_PATH": "/usr/lib", "LD_PRELOAD": "libfoo.so", "PATH": "/bin"},
+                          "/tmp/s.sock", "high", "50%")
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(paths.LIB_DIR), "/usr/lib"]
+    assert env["LD_PRELOAD"].split(":") == [str(paths.CLIENT_LIBRARY), "libfoo.so"]
+    assert env["TALLY_SERVER"] == "/tmp/s.sock"
+    assert env["TALLY_PRIORITY"] == "high"
+    assert env["TALLY_MEMORY_QUOTA"] == "50%"
+    assert env["PATH"] == "/bin"
+
+
+def test_without_a_server_tally_run_says_how_to_start_one(tmp_path):
+    sock = tmp_path / "none.sock"
+    r = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(sock), "--", "true"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "no tally-server answers" in r.stderr
+    assert f"tally-server --socket {sock}" in r.stderr
+
+
+def test_status_without_a_server_exits_nonzero(tmp_path):
+    sock = tmp_path / "none.sock"
+    r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "status", "--socket", str(sock)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "no tally-server answers" in r.stderr
