@@ -11,12 +11,11 @@ from tally.backends.base import CUDA_ERROR_INVALID_IMAGE, DeviceError, KernelPar
 
 def kernel_layouts(source: ModuleSource) -> dict[str, tuple[KernelParam, ...]]:
     if source.ptx is not None:
-        from ptx_passes.errors import PtxParseError
+        from ptx_passes import PtxParseError, parse_module
         from ptx_passes.params import param_layout
-        from ptx_passes.parser import parse
 
         try:
-            module = parse(source.ptx)
+            module = parse_module(source.ptx, "<module>")
         except PtxParseError as e:
             raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module PTX does not parse: {e}") from None
         return {fn.name: tuple(KernelParam(off, size, align) for off, size, align in param_layout(fn))
