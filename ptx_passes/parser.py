@@ -35,7 +35,7 @@ _SPECIAL_NUMBERED = re.compile(r"%(?:envreg(?:[0-9]|[12][0-9]|3[01])|pm[0-7](?:_
 # Special registers that are 4-vectors read one component at a time (%tid.x).
 _SPECIAL_VECTORS = frozenset({"%tid", "%ntid", "%ctaid", "%nctaid", "%clusterid", "%nclusterid",
                               "%cluster_ctaid", "%cluster_nctaid"})
-_COMPONENTS = {".x": "x", ".y": "y", ".z": "z", ".w": "w"}
+_COMPONENTS = {".x": "x", ".y": "y", ".z": "z"}
 
 _LINKAGE = frozenset({".extern", ".visible", ".weak", ".common"})
 _VAR_SPACES = frozenset({".global", ".shared", ".const", ".local", ".param", ".tex"})

@@ -14,6 +14,8 @@ def print_module(module: ir.Module) -> str:
     out.append("")
     for item in module.items:
         if isinstance(item, ir.Function):
+            if out[-1]:
+                out.append("")
             _function(item, out)
         elif isinstance(item, ir.VarDecl):
             out.append(format_var_decl(item))
@@ -150,14 +152,21 @@ def _statements(block: ir.Block, depth: int, out: list[str]) -> None:
     indent = "\t" * depth
     append = out.append
     fmt = format_instruction
+    in_declarations = True
     for s in block.statements:
         t = type(s)
+        if in_declarations and t is not ir.RegDecl and t is not ir.VarDecl:
+            # nvcc's layout: a blank line between a body's declarations and its code.
+            in_declarations = False
+            if depth == 1 and s is not block.statements[0]:
+                append("")
         if t is ir.Instruction:
             append(indent + fmt(s))
         elif t is ir.RegDecl:
             append(indent + _reg_decl(s))
         elif t is ir.Label:
-            append("")
+            if out[-1]:
+                append("")
             append(f"{s.name}:")
         elif t is ir.Loc:
             text = f"{indent}.loc\t{s.file} {s.line} {s.column}"

@@ -29,6 +29,8 @@ CORPUS_DIR = TESTS_DIR / "cuda" / "corpus"
 CORPUS_FILES: list[Path] = sorted(CORPUS_DIR.glob("*.cu"))
 TRITON_DIR = TESTS_DIR / "data" / "triton"
 TRITON_PTX: list[Path] = sorted(TRITON_DIR.glob("*.ptx"))
+# Hand-written PTX covering syntax nvcc rarely emits (jump tables, prototypes, initializers).
+HANDWRITTEN_PTX: list[Path] = sorted((TESTS_DIR / "data" / "ptx").glob("*.ptx"))
 
 # Extra variants that stress the parser with debug output: full device debug info (-G:
 # .section .debug_*, labels everywhere) for a few files with calls, loops, barriers, asm.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ptx_corpus import TRITON_PTX, compile_many, compile_ptx, corpus_variants, cuda_tool
+from ptx_corpus import HANDWRITTEN_PTX, TRITON_PTX, compile_many, compile_ptx, corpus_variants, cuda_tool
 from ptx_passes import parse_module, print_module
 
 VARIANTS = corpus_variants()
@@ -80,13 +80,14 @@ def test_corpus_round_trip(variant, tmp_path):
     _check_round_trip(compile_ptx(source, arch, flags), _variant_id(variant), tmp_path)
 
 
-@pytest.mark.parametrize("path", TRITON_PTX, ids=lambda p: p.stem)
-def test_triton_round_trip(path, tmp_path):
+@pytest.mark.parametrize("path", TRITON_PTX + HANDWRITTEN_PTX, ids=lambda p: p.stem)
+def test_committed_ptx_round_trip(path, tmp_path):
     _check_round_trip(path.read_text(), path.name, tmp_path)
 
 
 def test_corpus_and_fixtures_are_present():
     assert len(VARIANTS) >= 22 * 4
+    assert HANDWRITTEN_PTX
     assert {p.name for p in TRITON_PTX} >= {"vector_add.sm_80.ptx", "softmax.sm_90.ptx",
                                             "matmul.sm_80.ptx", "matmul.sm_90.ptx"}
 
