@@ -660,8 +660,9 @@ class Module:
         return [i for i in self.items if isinstance(i, Function)]
 
     def entries(self) -> list[Function]:
-        """The kernels (`.entry`) that have a body."""
-        return [i for i in self.items if isinstance(i, Function) and i.kind == "entry"]
+        """The kernels defined here (`.entry` with a body), in source order."""
+        return [i for i in self.items
+                if isinstance(i, Function) and i.kind == "entry" and i.body is not None]
 
     def function(self, name: str) -> Function:
         for i in self.items:
