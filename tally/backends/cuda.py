@@ -1,0 +1,252 @@
+"""The `cuda` device: the real driver through cuda-bindings.
+
+One primary context per GPU, shared by every client (so tally's scheduler, not
+the driver's time-slicing, decides who runs). Each server thread makes the
+context current before calling the driver. Client streams map to driver
+streams created with the priority the scheduler asks for.
+
+On a real GPU a device fault (illegal address...) is sticky for the whole
+context: every stream of every client sees it. `errors_are_context_wide` tells
+the server so.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tally.backends.base import (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY, DeviceDescription,
+                                 DeviceError, KernelParam, ModuleSource)
+
+try:
+    from cuda.bindings import driver as cu
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError("the cuda backend needs cuda-bindings: pip install 'tally[cuda]'") from e
+
+# CU_LAUNCH_PARAM_* markers of the `extra` launch argument (cuda.h)
+_LAUNCH_PARAM_END = 0
+_LAUNCH_PARAM_BUFFER_POINTER = 1
+_LAUNCH_PARAM_BUFFER_SIZE = 2
+_ATTRIBUTE_MAX = 148  # CU_DEVICE_ATTRIBUTE_MAX in CUDA 13.0
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _check(result):
+    """cuda-bindings returns (CUresult, *values); raise on failure, return the values."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        _, text = cu.cuGetErrorString(err)
+        raise DeviceError(int(err), f"{name.decode() if name else err}: {text.decode() if text else ''}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _address(view: memoryview) -> int:
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else 0
+
+
+@dataclass
+class CudaFunction:
+    name: str
+    handle: object
+    params: tuple[KernelParam, ...]
+
+
+@dataclass
+class CudaModule:
+    handle: object
+    image: bytes   # the driver reads the image during load only, but keep it for reloads
+
+
+class CudaBackend:
+    kind = "cuda"
+    errors_are_context_wide = True
+
+    def __init__(self, device: int = 0):
+        _check(cu.cuInit(0))
+        self._device = _check(cu.cuDeviceGet(device))
+        self._context = _check(cu.cuDevicePrimaryCtxRetain(self._device))
+        self._local = threading.local()
+        self._callbacks: dict[int, tuple[object, Callable[[], None]]] = {}
+        self._callbacks_lock = threading.Lock()
+        self._next_callback = 1
+        self._current()
+
+    def _current(self) -> None:
+        if getattr(self._local, "bound", False):
+            return
+        _check(cu.cuCtxSetCurrent(self._context))
+        self._local.bound = True
+
+    def describe(self) -> DeviceDescription:
+        self._current()
+        name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
+        uuid = bytes(_check(cu.cuDeviceGetUuid(self._device)).bytes)
+        attributes = {}
+        for attr in range(1, _ATTRIBUTE_MAX):
+            try:
+                attributes[attr] = _check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute(attr), self._device))
+            except (DeviceError, ValueError):
+                continue
+        return DeviceDescription(
+            name=name, uuid=uuid, total_memory=_check(cu.cuDeviceTotalMem(self._device)),
+            compute_capability=(attributes.get(75, 0), attributes.get(76, 0)), sm_count=attributes.get(16, 0),
+            attributes=attributes, pci_domain=attributes.get(50, 0), pci_bus=attributes.get(33, 0),
+            pci_device=attributes.get(34, 0), driver_version=_check(cu.cuDriverGetVersion()))
+
+    # memory
+    def mem_alloc(self, nbytes: int) -> int:
+        self._current()
+        return int(_check(cu.cuMemAlloc(nbytes)))
+
+    def mem_free(self, ptr: int) -> None:
+        self._current()
+        _check(cu.cuMemFree(ptr))
+
+    def mem_info(self) -> tuple[int, int]:
+        self._current()
+        free, total = _check(cu.cuMemGetInfo())
+        return int(free), int(total)
+
+    # modules
+    def module_load(self, source: ModuleSource) -> CudaModule:
+        self._current()
+        image = source.original if source.original else (source.ptx or "").encode() + b"\0"
+        return CudaModule(_check(cu.cuModuleLoadData(image)), image)
+
+    def module_unload(self, module: CudaModule) -> None:
+        self._current()
+        _check(cu.cuModuleUnload(module.handle))
+
+    def module_function(self, module: CudaModule, name: str) -> CudaFunction:
+        self._current()
+        handle = _check(cu.cuModuleGetFunction(module.handle, name.encode()))
+        params = []
+        for index in range(4096):
+            err, offset, size = cu.cuFuncGetParamInfo(handle, index)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                break
+            params.append(KernelParam(int(offset), int(size)))
+        return CudaFunction(name, handle, tuple(params))
+
+    def module_global(self, module: CudaModule, name: str) -> tuple[int, int]:
+        self._current()
+        ptr, size = _check(cu.cuModuleGetGlobal(module.handle, name.encode()))
+        return int(ptr), int(size)
+
+    # streams and events
+    def stream_create(self, priority: int = 0):
+        self._current()
+        return _check(cu.cuStreamCreateWithPriority(cu.CUstream_flags.CU_STREAM_NON_BLOCKING, priority))
+
+    def stream_destroy(self, stream) -> None:
+        self._current()
+        _check(cu.cuStreamDestroy(stream))
+
+    def event_create(self, timing: bool = True):
+        self._current()
+        flags = cu.CUevent_flags.CU_EVENT_DEFAULT if timing else cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        return _check(cu.cuEventCreate(flags))
+
+    def event_destroy(self, event) -> None:
+        self._current()
+        _check(cu.cuEventDestroy(event))
+
+    # asynchronous operations
+    def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes) -> None:
+        self._current()
+        buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
+        size = ctypes.c_size_t(len(params))
+        extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
+                                      _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), _LAUNCH_PARAM_END)
+        # The driver copies the parameter buffer before cuLaunchKernel returns.
+        _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, stream, 0, ctypes.addressof(extra)))
+
+    def memcpy_htod_async(self, dst: int, src: memoryview, stream) -> None:
+        self._current()
+        _check(cu.cuMemcpyHtoDAsync(dst, _address(src), len(src), stream))
+
+    def memcpy_dtoh_async(self, dst: memoryview, src: int, stream) -> None:
+        self._current()
+        _check(cu.cuMemcpyDtoHAsync(_address(dst), src, len(dst), stream))
+
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream) -> None:
+        self._current()
+        _check(cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream))
+
+    def memset_async(self, dst: int, value: int, element_size: int, count: int, stream) -> None:
+        self._current()
+        setters = {1: cu.cuMemsetD8Async, 2: cu.cuMemsetD16Async, 4: cu.cuMemsetD32Async}
+        if element_size not in setters:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset element size {element_size} (1, 2 or 4)")
+        _check(setters[element_size](dst, value, count, stream))
+
+    def event_record(self, event, stream) -> None:
+        self._current()
+        _check(cu.cuEventRecord(event, stream))
+
+    def stream_wait_event(self, stream, event) -> None:
+        self._current()
+        _check(cu.cuStreamWaitEvent(stream, event, 0))
+
+    def host_callback(self, stream, fn: Callable[[], None]) -> None:
+        self._current()
+        with self._callbacks_lock:
+            key = self._next_callback
+            self._next_callback += 1
+
+        def trampoline(_user_data):
+            with self._callbacks_lock:
+                _thunk, callback = self._callbacks.pop(key)
+            callback()
+
+        thunk = _HOST_FN(trampoline)
+        with self._callbacks_lock:
+            self._callbacks[key] = (thunk, fn)  # keep the ctypes thunk alive until it ran
+        _check(cu.cuLaunchHostFunc(stream, cu.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value), 0))
+
+    # synchronization
+    def stream_synchronize(self, stream) -> None:
+        self._current()
+        _check(cu.cuStreamSynchronize(stream))
+
+    def stream_query(self, stream) -> bool:
+        self._current()
+        err = cu.cuStreamQuery(stream)[0]
+        if err == cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,))
+        return True
+
+    def event_synchronize(self, event) -> None:
+        self._current()
+        _check(cu.cuEventSynchronize(event))
+
+    def event_query(self, event) -> bool:
+        self._current()
+        err = cu.cuEventQuery(event)[0]
+        if int(err) == CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,))
+        return True
+
+    def event_elapsed_ms(self, start, end) -> float:
+        self._current()
+        return float(_check(cu.cuEventElapsedTime(start, end)))
+
+    def synchronize(self) -> None:
+        self._current()
+        _check(cu.cuCtxSynchronize())
+
+    def close(self) -> None:
+        try:
+            self._current()
+            cu.cuCtxSynchronize()
+        finally:
+            cu.cuDevicePrimaryCtxRelease(self._device)
