@@ -26,6 +26,7 @@ namespace {
 
 constexpr uint32_t kBenchKind = static_cast<uint32_t>(protocol::MessageKind::Notify);
 constexpr uint32_t kChunkKind = kBenchKind;  // payload: ChunkRef
+constexpr uint32_t kStopKind = static_cast<uint32_t>(protocol::MessageKind::Goodbye);  // ends echo loops
 
 struct ChunkRef {
   uint64_t offset;
@@ -132,8 +133,9 @@ py::tuple consume_records(const PyRing& r, uint64_t count, uint64_t min_bytes, u
 }
 
 // Server side of the round-trip benchmark: answers each request with the same
-// record on the other ring, `count` times.
-void echo_records(const PyRing& requests, const PyRing& replies, uint64_t count, double timeout) {
+// record on the other ring until a Goodbye record arrives (not answered) or
+// `timeout` seconds pass without a request. Returns the number answered.
+uint64_t echo_records(const PyRing& requests, const PyRing& replies, double timeout) {
   auto s = requests.handle->get();
   RecordRing& in = ring_of(*s, requests.part);
   auto s_out = replies.handle->get();
@@ -142,8 +144,12 @@ void echo_records(const PyRing& requests, const PyRing& replies, uint64_t count,
   BusyGuard busy_out(*replies.handle, replies.part, out.name());
   py::gil_scoped_release nogil;
   RecordView v;
-  for (uint64_t i = 0; i < count; ++i) {
+  for (uint64_t i = 0;; ++i) {
     if (!in.try_peek(&v)) wait_record(*s, in, &v, Deadline::after_seconds(timeout), i);
+    if (v.kind == kStopKind) {
+      in.consume(v);
+      return i;
+    }
     push_or_throw(*s, out, v.kind, v.tag, v.payload, v.size);
     in.consume(v);
   }
@@ -248,19 +254,21 @@ py::tuple arena_receive(const PyArena& a, const PyRing& r, uint64_t total_bytes,
   return py::make_tuple(seconds_between(t0, t1), received);
 }
 
-// Baseline for arena throughput: one thread copying the same bytes with memcpy
-// between two private buffers of the chunk size. Returns seconds.
-double memcpy_baseline(uint64_t total_bytes, uint64_t chunk_bytes) {
-  if (chunk_bytes == 0) throw py::value_error("chunk_bytes must be > 0");
+// Baseline for arena throughput: one thread memcpy-ing the same chunks from one
+// source buffer into a destination that cycles through `span_bytes` (the arena's
+// size, so the copies touch as much memory as the arena path does). Returns seconds.
+double memcpy_baseline(uint64_t total_bytes, uint64_t chunk_bytes, uint64_t span_bytes) {
+  if (chunk_bytes == 0 || span_bytes < chunk_bytes) throw py::value_error("need 0 < chunk_bytes <= span_bytes");
   py::gil_scoped_release nogil;
-  std::vector<uint8_t> src(chunk_bytes, 1), dst(chunk_bytes);
+  std::vector<uint8_t> src(chunk_bytes, 1), dst(span_bytes, 0);
+  const uint64_t slots = span_bytes / chunk_bytes;
   const int64_t t0 = monotonic_ns();
-  for (uint64_t done = 0; done < total_bytes; done += chunk_bytes) {
-    src[done / chunk_bytes % chunk_bytes] ^= 1;  // keep the copies from being elided
-    std::memcpy(dst.data(), src.data(), std::min(chunk_bytes, total_bytes - done));
+  uint64_t k = 0;
+  for (uint64_t done = 0; done < total_bytes; done += chunk_bytes, ++k) {
+    std::memcpy(dst.data() + (k % slots) * chunk_bytes, src.data(), std::min(chunk_bytes, total_bytes - done));
   }
   const int64_t t1 = monotonic_ns();
-  if (dst[0] == 0xee) std::abort();  // use dst
+  if (dst[chunk_bytes / 2] != 1) throw TransportError("memcpy baseline lost its bytes");
   return seconds_between(t0, t1);
 }
 
@@ -289,17 +297,69 @@ void read_all(int fd, void* p, size_t n) {
   }
 }
 
-void socket_echo(int fd, uint64_t count) {
+// Echoes header+payload messages until EOF or a Goodbye header; returns how many.
+uint64_t socket_echo(int fd) {
   py::gil_scoped_release nogil;
   std::vector<uint8_t> buf;
-  for (uint64_t i = 0; i < count; ++i) {
+  for (uint64_t i = 0;; ++i) {
     protocol::RecordHeader h;
-    read_all(fd, &h, sizeof h);
-    buf.resize(h.size);
-    read_all(fd, buf.data(), buf.size());
-    buf.insert(buf.begin(), reinterpret_cast<uint8_t*>(&h), reinterpret_cast<uint8_t*>(&h) + sizeof h);
+    try {
+      read_all(fd, &h, sizeof h);
+    } catch (const PeerDead&) {
+      return i;
+    }
+    if (h.kind == kStopKind) return i;
+    buf.resize(sizeof h + h.size);
+    std::memcpy(buf.data(), &h, sizeof h);
+    read_all(fd, buf.data() + sizeof h, h.size);
     write_all(fd, buf.data(), buf.size());
   }
+}
+
+// One-way baseline: `count` messages, one send() each, as a client would forward
+// asynchronous calls over a socket. Returns seconds.
+double socket_send_messages(int fd, uint64_t count, uint64_t payload_bytes) {
+  py::gil_scoped_release nogil;
+  std::vector<uint8_t> msg(sizeof(protocol::RecordHeader) + payload_bytes);
+  const int64_t t0 = monotonic_ns();
+  for (uint64_t i = 0; i < count; ++i) {
+    const protocol::RecordHeader h{kBenchKind, static_cast<uint32_t>(payload_bytes), i};
+    std::memcpy(msg.data(), &h, sizeof h);
+    if (payload_bytes >= 8) std::memcpy(msg.data() + sizeof h, &i, 8);
+    write_all(fd, msg.data(), msg.size());
+  }
+  return seconds_between(t0, monotonic_ns());
+}
+
+// Reads socket_send_messages()'s stream in large reads, checking the sequence.
+// Returns (seconds from the first byte to the last, messages).
+py::tuple socket_receive_messages(int fd, uint64_t count, uint64_t payload_bytes) {
+  const uint64_t msg_bytes = sizeof(protocol::RecordHeader) + payload_bytes;
+  int64_t t0 = 0, t1 = 0;
+  {
+    py::gil_scoped_release nogil;
+    std::vector<uint8_t> buf(msg_bytes * 4096);
+    uint64_t have = 0, next = 0;
+    while (next < count) {
+      const size_t want = std::min<uint64_t>(buf.size() - have, (count - next) * msg_bytes - have);
+      const ssize_t k = ::recv(fd, buf.data() + have, want, 0);
+      if (k < 0 && errno == EINTR) continue;
+      if (k == 0) throw PeerDead("socket peer closed the connection after " + std::to_string(next) + " messages");
+      if (k < 0) throw TransportError(system_error_text("socket recv"));
+      if (next == 0 && have == 0) t0 = monotonic_ns();
+      have += static_cast<uint64_t>(k);
+      uint64_t at = 0;
+      for (; have - at >= msg_bytes; at += msg_bytes, ++next) {
+        protocol::RecordHeader h;
+        std::memcpy(&h, buf.data() + at, sizeof h);
+        if (h.tag != next) throw TransportError("socket message " + std::to_string(next) + " out of order");
+      }
+      std::memmove(buf.data(), buf.data() + at, have - at);
+      have -= at;
+    }
+    t1 = monotonic_ns();
+  }
+  return py::make_tuple(seconds_between(t0, t1), count);
 }
 
 std::vector<int64_t> socket_round_trips(int fd, uint64_t count, uint64_t payload_bytes) {
@@ -323,13 +383,14 @@ void bind_bench(py::module_& parent) {
   py::module_ m = parent.def_submodule(
       "transport_bench", "C++ loops over the transport for benchmarks and long correctness runs (GIL released).");
   m.attr("BENCH_KIND") = kBenchKind;
+  m.attr("STOP_KIND") = kStopKind;
   m.def("produce_records", &produce_records, py::arg("ring"), py::arg("count"), py::arg("min_bytes") = 8,
         py::arg("max_bytes") = 8, "Pushes records 0..count-1 (tag i, deterministic payload); returns seconds.");
   m.def("consume_records", &consume_records, py::arg("ring"), py::arg("count"), py::arg("min_bytes") = 8,
         py::arg("max_bytes") = 8, py::arg("verify") = true, py::arg("timeout") = 10.0,
         "Pops and checks produce_records()'s records; returns (seconds first..last, payload bytes).");
-  m.def("echo_records", &echo_records, py::arg("requests"), py::arg("replies"), py::arg("count"),
-        py::arg("timeout") = 10.0, "Answers `count` requests with identical records on `replies`.");
+  m.def("echo_records", &echo_records, py::arg("requests"), py::arg("replies"), py::arg("timeout") = 60.0,
+        "Answers requests with identical records on `replies` until a Goodbye record; returns how many.");
   m.def("round_trips", &round_trips, py::arg("requests"), py::arg("replies"), py::arg("count"),
         py::arg("payload_bytes") = 8, py::arg("timeout") = 10.0,
         "Synchronous request/reply pairs against echo_records(); returns latencies in ns.");
@@ -338,10 +399,14 @@ void bind_bench(py::module_& parent) {
   m.def("arena_receive", &arena_receive, py::arg("arena"), py::arg("ring"), py::arg("total_bytes"),
         py::arg("chunk_bytes"), py::arg("verify") = false, py::arg("timeout") = 10.0,
         "Copies arena_send()'s chunks out and releases them; returns (seconds, bytes).");
-  m.def("memcpy_baseline", &memcpy_baseline, py::arg("total_bytes"), py::arg("chunk_bytes"),
-        "One thread memcpy-ing total_bytes in chunk-sized copies; returns seconds.");
-  m.def("socket_echo", &socket_echo, py::arg("fd"), py::arg("count"),
-        "Echoes `count` header+payload messages on a connected stream socket.");
+  m.def("memcpy_baseline", &memcpy_baseline, py::arg("total_bytes"), py::arg("chunk_bytes"), py::arg("span_bytes"),
+        "One thread memcpy-ing total_bytes in chunks into a span_bytes destination; returns seconds.");
+  m.def("socket_echo", &socket_echo, py::arg("fd"),
+        "Echoes header+payload messages on a connected stream socket until EOF or Goodbye; returns how many.");
+  m.def("socket_send_messages", &socket_send_messages, py::arg("fd"), py::arg("count"), py::arg("payload_bytes") = 8,
+        "Sends `count` header+payload messages, one send() each; returns seconds.");
+  m.def("socket_receive_messages", &socket_receive_messages, py::arg("fd"), py::arg("count"),
+        py::arg("payload_bytes") = 8, "Receives socket_send_messages()'s stream; returns (seconds, messages).");
   m.def("socket_round_trips", &socket_round_trips, py::arg("fd"), py::arg("count"), py::arg("payload_bytes") = 8,
         "Request/reply pairs over a stream socket against socket_echo(); returns latencies in ns.");
 }
