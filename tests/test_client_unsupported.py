@@ -1,0 +1,20 @@
+"""Entry points tally does not implement: CUDA_ERROR_NOT_SUPPORTED, and one line on
+stderr per function however often and from however many threads it is called."""
+from __future__ import annotations
+
+from test_client_helpers import build_c, run_client
+
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+
+def test_unsupported_entry_logs_once_and_returns_not_supported():
+    run = run_client(build_c("unsupported.c"), trace=False)
+    assert run.returncode == 0, run.stderr
+    assert run.value("results") == "800 not_supported=800 other=1"
+    lines = [line for line in run.stderr.splitlines() if line.startswith("tally: ")]
+    assert lines == [
+        "tally: cuGraphCreate is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
+        "(reported once per function)",
+        "tally: cuCtxCreate_v4 is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
+        "(reported once per function)",
+    ]
