@@ -1,7 +1,8 @@
 """Runs the C++ test executables built from csrc/tests/test_*.cpp.
 
-CMake puts them in tally/lib/tests/; each exits 0 and ends with
-"<name>: <n> checks passed" when every check held.
+CMake puts them in tally/lib/tests/. An executable passes when it exits 0; one
+that uses csrc/tests/test_transport_util.h also ends with
+"<name>: <n> checks passed", and then n must be positive.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_cpp_executable(source: Path) -> None:
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=240)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{exe.name} failed (exit {result.returncode}):\n{output}"
-    match = re.search(rf"^{re.escape(source.stem)}: (\d+) checks passed$", result.stdout, re.M)
-    assert match, f"{exe.name} did not report its checks:\n{output}"
-    assert int(match.group(1)) > 0
+    if "test_transport_util.h" in source.read_text():
+        match = re.search(rf"^{re.escape(source.stem)}: (\d+) checks passed$", result.stdout, re.M)
+        assert match, f"{exe.name} did not report its checks:\n{output}"
+        assert int(match.group(1)) > 0

@@ -12,6 +12,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tally import _core
 
@@ -352,3 +354,57 @@ def test_arena_view_outlives_close(make_pair):
     view[:3] = b"abc"
     assert server.upload.read(off, 3) == b"abc"
     del view
+
+
+# ---- hostile bytes ------------------------------------------------------------------
+
+def _interesting_offsets() -> list[int]:
+    """Header fields, both position lines of each part, and the start of ring data."""
+    name = unique_name("probe")
+    seg = _core.Segment.create(name, 256, 256, 4096, 4096)
+    layout = read_layout(name)
+    seg.unlink()
+    offsets = list(range(0, 128, 4))
+    for part in range(4):
+        control, data = layout[5 + 3 * part], layout[6 + 3 * part]
+        offsets += [control, control + 4, control + 64, control + 68, data, data + 4, data + 8]
+    return offsets
+
+
+OFFSETS = _interesting_offsets()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.sampled_from(OFFSETS), st.integers(0, 7), st.binary(min_size=1, max_size=8)),
+                      min_size=1, max_size=6))
+def test_hostile_bytes_raise_transport_errors_never_crash(edits):
+    """Whatever a peer scribbles over the header, the positions or a record header,
+    open/pop/push/reserve/release either work or raise TransportError, without
+    touching memory outside the segment (a crash would kill the test process)."""
+    name = unique_name("hostile")
+    server = _core.Segment.create(name, 256, 256, 4096, 4096)
+    try:
+        client = _core.Segment.open(name)
+        client.request_ring.push(1, 1, b"abc")
+        server.completion_ring.push(2, 2, b"defgh")
+        off = client.upload.reserve(100)
+        for offset, delta, data in edits:
+            edit_shm(name, offset + delta, data)
+        operations = [
+            lambda: _core.Segment.open(name).close(),
+            lambda: server.request_ring.pop_batch(8, timeout=0),
+            lambda: client.completion_ring.pop_batch(8, timeout=0),
+            lambda: client.request_ring.try_push(3, 3, bytes(100)),
+            lambda: server.completion_ring.try_push(3, 3, bytes(100)),
+            lambda: server.upload.release(off, 100),
+            lambda: client.upload.reserve(1000, timeout=0),
+            lambda: server.download.reserve(4096, timeout=0),
+            lambda: client.download.release(0, 64),
+        ]
+        for op in operations:
+            try:
+                op()
+            except _core.TransportError:
+                pass
+    finally:
+        server.unlink()
