@@ -15,6 +15,7 @@ Outputs (client_preload/src/generated/):
   entry_table.cpp        the table cuGetProcAddress searches, and the traced wrappers
   unsupported_entries.cpp  one logging NOT_SUPPORTED function per unimplemented entry
   exported_symbols.cpp   the C symbols cuda.h exports, each forwarding to its entry
+  result_codes.cpp       every CUresult with its name and cuda.h's description of it
 
 Usage: python tools/gen_client_table.py [--check]
 --check exits 1 when the committed files differ from a fresh generation.
@@ -203,6 +204,42 @@ def bind_symbols(entries: dict[str, Entry], symbols: dict[str, list[str]], canon
         raise GenerationError(f"PFN entries with no exported symbol in cuda.h: {unbound}")
 
 
+def read_result_codes() -> list[tuple[int, str, str]]:
+    """(value, name, description) for each CUresult, the description being the
+    doc comment cuda.h puts above the value."""
+    text = (CUDA_INCLUDE / "cuda.h").read_text()
+    m = re.search(r"typedef enum cudaError_enum \{(.*?)\} CUresult;", text, re.S)
+    if not m:
+        raise GenerationError("cuda.h has no `typedef enum cudaError_enum {...} CUresult;`")
+    codes = []
+    for doc, name, value in re.findall(r"/\*\*(.*?)\*/\s*(CUDA_\w+)\s*=\s*(\d+)", m.group(1), re.S):
+        description = " ".join(doc.replace("*", " ").split()).replace("::", "")
+        codes.append((int(value), name, description))
+    if len({v for v, _, _ in codes}) != len(codes) or len(codes) < 50:
+        raise GenerationError(f"unexpected CUresult list in cuda.h ({len(codes)} documented values)")
+    return sorted(codes)
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def gen_result_codes(codes: list[tuple[int, str, str]]) -> str:
+    lines = [
+        HEADER_NOTE.format(src="cuda.h"),
+        '#include "result_codes.h"',
+        "",
+        "namespace tally::client {",
+        "",
+        "// Sorted by value.",
+        "const ResultCode kResultCodes[] = {",
+    ]
+    for value, name, description in codes:
+        lines.append(f"    {{{value}, {c_string(name)}, {c_string(description)}}},")
+    lines += ["};", f"const int kResultCodeCount = {len(codes)};", "", "}  // namespace tally::client", ""]
+    return "\n".join(lines)
+
+
 def read_implemented(entries: dict[str, Entry]) -> None:
     seen: dict[str, Path] = {}
     for path in sorted(SOURCE_DIR.rglob("*.cpp")):
@@ -348,6 +385,7 @@ def generate() -> dict[Path, str]:
         OUT_DIR / "entry_table.cpp": gen_entry_table(ordered),
         OUT_DIR / "unsupported_entries.cpp": gen_unsupported(ordered),
         OUT_DIR / "exported_symbols.cpp": gen_exports(ordered),
+        OUT_DIR / "result_codes.cpp": gen_result_codes(read_result_codes()),
     }
 
 

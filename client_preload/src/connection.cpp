@@ -157,7 +157,9 @@ CUresult Connection::call(uint32_t kind, const void* payload, uint32_t size, Rep
     trace_line("request kind %u failed on the server: status %u: %s", kind, error.status, text.c_str());
     return error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
   }
-  return CUDA_SUCCESS;
+  // An earlier asynchronous failure the client noticed itself surfaces here, at the
+  // next synchronous call, as CUDA reports deferred errors.
+  return take_deferred_error();
 }
 
 CUresult Connection::wait_reply(uint64_t tag, Reply* reply) {

@@ -55,7 +55,8 @@ class Connection {
   // the server side comes back at the next synchronous call.
   CUresult send_async(uint32_t kind, const void* payload, uint32_t size);
   // Request with a fresh tag; waits for the record answering that tag. An Error
-  // record from the server becomes its status (its text goes to the trace log).
+  // record from the server becomes its status (its text goes to the trace log);
+  // otherwise a deferred client-side error, if one is pending, is returned.
   CUresult call(uint32_t kind, const void* payload, uint32_t size, Reply* reply);
 
   // Errors the client itself detected while sending asynchronous requests, held

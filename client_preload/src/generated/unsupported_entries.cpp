@@ -5,14 +5,6 @@
 #include "unsupported.h"
 
 extern "C" {
-CUresult tally_entry_cuGetErrorString_v6000(CUresult error, const char **pStr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGetErrorString");
-}
-CUresult tally_entry_cuGetErrorName_v6000(CUresult error, const char **pStr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGetErrorName");
-}
 CUresult tally_entry_cuDeviceGetLuid_v10000(char *luid, unsigned int *deviceNodeMask, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetLuid");

@@ -1,0 +1,25 @@
+// Prints cuGetErrorName/cuGetErrorString for the codes given, and how many of
+// 0..1000 have a name. Usage: error_strings CODE [CODE ...]
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    CUresult code = (CUresult)atoi(argv[i]);
+    const char* name = "unset";
+    const char* text = "unset";
+    int name_rc = (int)cuGetErrorName(code, &name);
+    int text_rc = (int)cuGetErrorString(code, &text);
+    printf("code=%d %d %s\n", (int)code, name_rc, name ? name : "NULL");
+    printf("text=%d %d %s\n", (int)code, text_rc, text ? text : "NULL");
+  }
+  int named = 0;
+  for (int code = 0; code <= 1000; ++code) {
+    const char* name = NULL;
+    named += cuGetErrorName((CUresult)code, &name) == CUDA_SUCCESS && name != NULL;
+  }
+  printf("named=%d\n", named);
+  printf("null_out=%d\n", (int)cuGetErrorName(CUDA_SUCCESS, NULL));
+  return 0;
+}
