@@ -147,8 +147,8 @@ def _extract(args) -> int:
 
 
 def _transform(args) -> int:
-    pipeline = _optional("pipeline", "the kernel transformations")
     module = parse_module(_read_text(args.input), str(args.input))
+    pipeline = _optional("pipeline", "the kernel transformations")
     result = pipeline.transform_module(module, list(dict.fromkeys(args.passes)))
     # transform_module returns the transformed Module, or a report holding it as .module.
     transformed = getattr(result, "module", result)
