@@ -31,3 +31,18 @@ def ptxas() -> str:
     if path is None:
         pytest.fail("ptxas not found: set CUDA_HOME to the CUDA toolkit (expected /usr/local/cuda)")
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_caches(tmp_path_factory):
+    """Keep tests (and the servers they start) out of the user's caches."""
+    root = tmp_path_factory.mktemp("caches")
+    saved = {k: os.environ.get(k) for k in ("TALLY_PROFILE_CACHE_DIR", "TALLY_CACHE_DIR")}
+    os.environ["TALLY_PROFILE_CACHE_DIR"] = str(root / "profiles")
+    os.environ["TALLY_CACHE_DIR"] = str(root / "ptx")
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

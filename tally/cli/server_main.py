@@ -31,7 +31,14 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
     p.add_argument("--socket", help=f"unix socket to listen on (default ${paths.SERVER_ENV} or "
                                     f"{paths.default_socket()})")
-    p.add_argument("--policy", choices=POLICIES, default="priority", help="scheduling policy")
+    p.add_argument("--policy", choices=POLICIES, default="priority",
+                   help="scheduling policy: priority (Tally's block-level scheduling, default), fifo (plain "
+                        "sharing), kernel-priority (whole kernels by priority), time-slice (round-robin quanta)")
+    p.add_argument("--be-transform", choices=("auto", "slice", "ptb", "none"), default="auto",
+                   help="how best-effort kernels run under the priority policy: auto (the profiler decides), "
+                        "slice, ptb, or none (whole kernels)")
+    p.add_argument("--turnaround-threshold-ms", type=float, default=0.0316,
+                   help="longest best-effort turnaround (slice time / PTB task time) the profiler accepts")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
 
@@ -62,7 +69,9 @@ def serve_main(argv: list[str]) -> int:
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
-    server = TallyServer(ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy), backend)
+    config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
+                          be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms)
+    server = TallyServer(config, backend)
     try:
         server.bind()
     except (ServerError, OSError) as e:
@@ -94,7 +103,7 @@ def query_status(socket_path, timeout: float = 2.0) -> dict:
         kind, _tag, payload = recv_record(sock)
         if kind != protocol.codec("StatusReply").kind:
             raise ConnectionError(f"unexpected reply kind {kind}")
-        return msgpack.unpackb(payload)
+        return msgpack.unpackb(payload, strict_map_key=False)
     finally:
         sock.close()
 

@@ -50,6 +50,8 @@ class ServerConfig:
     device: int = 0
     segment_sizes: SegmentSizes = None  # type: ignore[assignment]
     policy: str = "priority"
+    be_transform: str = "auto"
+    turnaround_threshold_ms: float = 0.0316
 
     def __post_init__(self):
         if self.segment_sizes is None:
@@ -65,6 +67,7 @@ class TallyServer:
         self.config = config
         self.backend = backend
         self.description = backend.describe()
+        self.executor = make_executor(config, backend, self.description)
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
         self._client_ids = itertools.count(1)
@@ -135,9 +138,10 @@ class TallyServer:
             except FileNotFoundError:
                 pass
         try:
+            self.executor.close()
             self.backend.close()
         except Exception:
-            log.exception("backend close failed")
+            log.exception("closing the executor/backend failed")
 
     # ---- connections ---------------------------------------------------------------
 
@@ -199,11 +203,13 @@ class TallyServer:
         conn.settimeout(None)
         with self._sessions_lock:
             self.sessions[client_id] = session
+        self.executor.add_client(client_id, "high" if priority == protocol.Priority.HIGH else "best-effort")
+        session.add_cleanup(lambda: self.executor.remove_client(client_id))
+        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
+                 program, priority.name.lower(), quota)
         session.start()
         self._selector.register(conn, selectors.EVENT_READ, ("client", session))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
-        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
-                 program, priority.name.lower(), quota)
 
     def _quota_bytes(self, hello: dict) -> int | None:
         if hello["memory_quota"]:
@@ -260,6 +266,8 @@ class TallyServer:
                 "device": self.config.device,
                 "device_name": d.name,
                 "policy": self.config.policy,
+                "be_transform": self.config.be_transform,
+                "scheduler": self.executor.counters(),
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "memory_free": free,
                 "memory_total": total,
@@ -267,6 +275,19 @@ class TallyServer:
             },
             "clients": [s.status() for s in sessions],
         }
+
+
+def make_executor(config: ServerConfig, backend, description):
+    """The stream executor every client's stream-ordered work goes through."""
+    from tally.scheduler.executor import StreamExecutor
+    from tally.scheduler.policies import make_policy
+    from tally.scheduler.profile_cache import ProfileCache, default_cache_directory
+    from tally.scheduler.profiler import TransparentProfiler
+
+    profiler = TransparentProfiler(description.sm_count, config.turnaround_threshold_ms,
+                                   cache=ProfileCache(default_cache_directory(), description.name))
+    return StreamExecutor(backend, make_policy(config.policy), profiler=profiler,
+                          be_transform=config.be_transform)
 
 
 def _socket_answers(path: Path) -> bool:
