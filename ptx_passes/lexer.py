@@ -70,7 +70,7 @@ def tokenize(text: str, source_name: str = "<ptx>") -> Tokens:
         if kind == "ERR":
             raise _bad_character(m, text, locator)
         add_kind(kind)
-        add_text(m.group(kind))
+        add_text(m[kind])
         add_start(m.start(kind))
     add_kind(END)
     add_text("")
