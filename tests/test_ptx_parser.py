@@ -303,3 +303,23 @@ def test_deep_nesting_is_a_parse_error_not_a_crash():
     source = HEADER + ".global .u32 x[1] = " + "{" * 5000 + "1" + "}" * 5000 + ";\n"
     with pytest.raises(PtxParseError, match="nests too deeply"):
         parse_module(source)
+
+
+def test_sm90_directives_and_cluster_registers():
+    m = parse_module((ALL_SYNTAX.parent / "sm90_features.ptx").read_text())
+    cluster = m.function("cluster_kernel")
+    assert cluster.directives == [ir.FunctionDirective("reqntid", (128, 1, 1)),
+                                  ir.FunctionDirective("reqnctapercluster", (2, 1, 1))]
+    assert m.function("capped_kernel").directives == [
+        ir.FunctionDirective("explicitcluster"), ir.FunctionDirective("maxnreg", (32,)),
+        ir.FunctionDirective("maxclusterrank", (8,))]
+    assert m.function("bounded_kernel").directives[-1] == ir.FunctionDirective("pragma", ('"nounroll"',))
+    specials = [i.operands[1] for i in cluster.body.instructions() if i.opcode == "mov"
+                and isinstance(i.operands[1], SpecialReg)]
+    assert specials == [special("cluster_ctarank"), special("cluster_nctarank"),
+                        special("clusterid", "x"), special("is_explicit_cluster")]
+    elect = _find(cluster, "elect.sync %r6|%p1, -1;")
+    assert elect.defs() == (reg("%r6"), reg("%p1"))
+    red = _find(cluster, "red.relaxed.gpu.global.max.s32 [%rd2+8], %r2;")
+    assert (red.defs(), red.atomic_operation, red.scope) == ((), "max", "gpu")
+    assert _find(cluster, "ld.shared::cluster.u32 %r8, [%r7];").state_space == "shared::cluster"
