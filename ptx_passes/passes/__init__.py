@@ -1,0 +1,16 @@
+"""The kernel transformations, one module per pass, plus the helpers they share.
+
+Each pass rewrites one kernel (`ir.Function`) in place and assumes the pipeline
+cloned it first and ran the safety check; a pass that meets something it
+cannot transform anyway raises `PassRefused` rather than emit wrong code.
+Every pass module has a VERSION that goes into the transform cache's key:
+bump it whenever the pass's output changes.
+
+    safety.py        refusal reasons per kernel and pass (reports only)
+    slicing.py       <kernel>__tally_slice: runs a contiguous range of blocks
+    unified_sync.py  every barrier and return through one barrier.red point
+    ptb.py           persistent worker blocks with a task counter and preempt flag
+"""
+from .errors import PassRefused
+
+__all__ = ["PassRefused"]
