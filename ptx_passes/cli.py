@@ -4,7 +4,9 @@
     params INPUT                         each kernel's parameter offsets, sizes and total;
                                          INPUT is PTX, a cubin, a fatbin or a host ELF
     extract BINARY_OR_FATBIN -o DIR      write every PTX and cubin entry to DIR
-    transform --pass P IN.ptx [-o OUT]   rewrite kernels (P: slicing, unified-sync, ptb)
+    transform --pass P IN.ptx [-o OUT]   add each kernel's variant for pass P (slicing,
+                                         unified-sync, ptb; repeatable) via ptx_passes.pipeline;
+                                         variants made and refusals are listed on stderr
 
 Exit status: 0 on success, 1 on bad input or a missing component (one line on
 stderr: `file:line:col: message` for PTX errors), 2 on bad usage.
@@ -150,9 +152,13 @@ def _transform(args) -> int:
     module = parse_module(_read_text(args.input), str(args.input))
     pipeline = _optional("pipeline", "the kernel transformations")
     result = pipeline.transform_module(module, list(dict.fromkeys(args.passes)))
-    # transform_module returns the transformed Module, or a report holding it as .module.
-    transformed = getattr(result, "module", result)
-    _write_text(args.output, print_module(transformed))
+    _write_text(args.output, print_module(result.module))
+    # What became of each kernel goes to stderr, so stdout can carry the PTX.
+    for name, report in result.kernels.items():
+        for pass_name, variant in report.variants.items():
+            print(f"{name}: {pass_name} -> {variant}", file=sys.stderr)
+        for pass_name, reasons in report.refusals.items():
+            print(f"{name}: {pass_name} refused: {'; '.join(reasons)}", file=sys.stderr)
     return 0
 
 

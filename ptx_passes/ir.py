@@ -45,11 +45,12 @@ What the parser decides for you
 Destinations and sources (`Instruction.defs()` / `.uses()`)
 -----------------------------------------------------------
 The first operand is the destination, unless
-  1. the opcode is in `NO_DESTINATION_OPCODES` (bra, brx, call, ret, exit,
-     trap, brkpt, bar, barrier, membar, fence, red, st, prefetch, prefetchu,
-     nanosleep, pmevent, griddepcontrol, setmaxnreg, cp, stmatrix, sust,
-     sured, mbarrier.init/inval/expect_tx, wgmma.fence/commit_group/wait_group,
-     applypriority, discard, trap), or
+  1. the opcode (or opcode.first-modifier) is in `NO_DESTINATION_OPCODES`:
+     bra, brx, call, ret, exit, trap, brkpt, bar, barrier, membar, fence,
+     red, st, prefetch, prefetchu, nanosleep, pmevent, griddepcontrol,
+     setmaxnreg, cp, stmatrix, sust, sured, applypriority, discard,
+     stackrestore, mbarrier.init/inval/expect_tx and
+     wgmma.fence/commit_group/wait_group; or
   2. the first operand is an `Address` (a memory destination: st-like forms
      of any opcode).
 A destination operand defines every register in it: `%p|%q` pairs define
@@ -259,7 +260,7 @@ ATOMIC_OPERATIONS = frozenset({"add", "min", "max", "inc", "dec", "and", "or", "
 NO_DESTINATION_OPCODES = frozenset({
     "bra", "brx", "call", "ret", "exit", "trap", "brkpt", "bar", "barrier", "membar", "fence",
     "red", "st", "prefetch", "prefetchu", "nanosleep", "pmevent", "griddepcontrol",
-    "setmaxnreg", "cp", "stmatrix", "sust", "sured", "applypriority", "discard",
+    "setmaxnreg", "cp", "stmatrix", "sust", "sured", "applypriority", "discard", "stackrestore",
     "mbarrier.init", "mbarrier.inval", "mbarrier.expect_tx",
     "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
 })

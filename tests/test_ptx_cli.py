@@ -109,6 +109,28 @@ def test_transform_without_the_pipeline_says_what_is_missing(kp_ptx, monkeypatch
     assert "it is needed for the kernel transformations" in err
 
 
+def test_transform_writes_variants_and_reports_them(tmp_path, capsys):
+    source = tmp_path / "reduce.ptx"
+    source.write_text(compile_ptx(CORPUS_DIR / "reduce_shared.cu", "sm_80"))
+    out = tmp_path / "out.ptx"
+    assert cli.main(["transform", "--pass", "slicing", "--pass", "ptb", str(source), "-o", str(out)]) == 0
+    assert capsys.readouterr().err.splitlines() == ["reduce_sum: slicing -> reduce_sum__tally_slice",
+                                                    "reduce_sum: ptb -> reduce_sum__tally_ptb"]
+    entries = [e.name for e in parse_module(out.read_text()).entries()]
+    assert entries == ["reduce_sum", "reduce_sum__tally_slice", "reduce_sum__tally_ptb"]
+    result = subprocess.run([cuda_tool("ptxas"), "-arch=sm_80", str(out), "-o", "/dev/null"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_transform_reports_refusals(capsys, tmp_path):
+    source = Path(__file__).resolve().parent / "data" / "ptx" / "all_syntax.ptx"
+    assert cli.main(["transform", "--pass", "slicing", str(source), "-o", str(tmp_path / "o.ptx")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("kernel: slicing refused: ")
+    assert len(err[0]) > len("kernel: slicing refused: ")  # the reasons follow
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["transform", "--pass", "bogus", "x.ptx"])
