@@ -737,7 +737,8 @@ class NameAllocator:
     """Fresh register and label names for one function that collide with nothing in it
     (declared registers, ranges, labels, parameters) or in its module (globals, functions).
 
-    `new_register("u32")` also declares the register at the top of the function body.
+    `new_register("u32")` also declares the register in the function body, after the
+    declarations it starts with.
     """
 
     def __init__(self, function: Function, module: Module | None = None, prefix: str = "tally"):
@@ -779,7 +780,7 @@ class NameAllocator:
         name = self._fresh(f"%{self.prefix}_{_sanitize(hint)}_")
         body = self.function.body.statements
         at = 0
-        while at < len(body) and isinstance(body[at], RegDecl):
+        while at < len(body) and isinstance(body[at], (RegDecl, VarDecl)):
             at += 1
         body.insert(at, RegDecl(type, name))
         return Register(name)

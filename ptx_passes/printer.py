@@ -153,12 +153,12 @@ def _statements(block: ir.Block, depth: int, out: list[str]) -> None:
     append = out.append
     fmt = format_instruction
     in_declarations = True
-    for s in block.statements:
+    for index, s in enumerate(block.statements):
         t = type(s)
         if in_declarations and t is not ir.RegDecl and t is not ir.VarDecl:
             # nvcc's layout: a blank line between a body's declarations and its code.
             in_declarations = False
-            if depth == 1 and s is not block.statements[0]:
+            if depth == 1 and index > 0:
                 append("")
         if t is ir.Instruction:
             append(indent + fmt(s))
