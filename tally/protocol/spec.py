@@ -72,6 +72,112 @@ ENUMS = (
          (("OK", 0), ("VERSION_MISMATCH", 1), ("QUOTA_UNAVAILABLE", 2), ("SERVER_ERROR", 3))),
 )
 
+# ---- the driver API on the rings (client_preload <-> tally/server/driver) ----------
+# Handles: device pointers are the server's real addresses. Streams, events and
+# host-function callbacks are named by ids the client picks (so creating them is
+# fire-and-forget); modules and functions by ids the server returns.
+# Stream ids: 0 is the legacy default stream; ids with bit 62 set are per-thread
+# default streams (blocking, created on first use); others come from StreamCreate.
+# Requests sent with tag 0 are asynchronous (their errors surface at the next
+# synchronizing call); the same message with a tag is answered (Done, a reply
+# message, or Error).
+# Bulk bytes: a payload up to a few KiB rides in the record's tail; larger ones go
+# through the upload arena (client -> server) or the download arena (server ->
+# client, released by the client), or are read/written in place in a pinned host
+# region (shared memory both sides map).
+SOURCE_INLINE, SOURCE_ARENA, SOURCE_PINNED = 0, 1, 2   # MemcpyHtoD.source
+DEST_ARENA, DEST_PINNED = 0, 1                          # MemcpyDtoH.dest
+PER_THREAD_STREAM_BIT = 1 << 62
+FUNC_ATTRIBUTE_SLOTS = 16    # CU_FUNC_ATTRIBUTE_MAX is 16 in CUDA 13.0
+
+_ROWS = (F("width", "u64"), F("height", "u64"))  # bytes per row (elements for Memset), rows
+
+DRIVER_MESSAGES = (
+    Message("Done", 100, "server -> client: the request with this tag succeeded; nothing to return"),
+    Message("MemAlloc", 101, "cuMemAlloc/cuMemAllocAsync: device memory, counted against the quota",
+            (F("bytes", "u64"),)),
+    Message("MemAllocReply", 102, "answer to MemAlloc", (F("dptr", "u64"),)),
+    Message("MemFree", 103, "cuMemFree: waits for the client's work, frees dptr (must be an allocation start)",
+            (F("dptr", "u64"),)),
+    Message("MemFreeAsync", 104, "cuMemFreeAsync: freed once `stream` reaches this point",
+            (F("dptr", "u64"), F("stream", "u64"))),
+    Message("MemGetInfo", 105, "cuMemGetInfo: free and total bytes as this client sees them (quota applied)"),
+    Message("MemInfoReply", 106, "answer to MemGetInfo", (F("free", "u64"), F("total", "u64"))),
+    Message("Memset", 107, "cuMemsetD8/16/32[2D][Async]: `height` rows of `width` elements of "
+            "`element_size` bytes, rows `pitch` bytes apart",
+            (F("dst", "u64"), F("value", "u32"), F("element_size", "u32"), *_ROWS, F("pitch", "u64"),
+             F("stream", "u64"))),
+    Message("MemcpyHtoD", 108, "host -> device: `height` rows of `width` bytes, packed on the host side, "
+            "rows `dst_pitch` bytes apart on the device; the bytes come from the tail, an upload-arena "
+            "chunk (released by the server) or a pinned region",
+            (F("dst", "u64"), *_ROWS, F("dst_pitch", "u64"), F("stream", "u64"),
+             F("source", "u32"), F("_pad0", "u32"), F("arena_offset", "u64"), F("region", "u64"),
+             F("region_offset", "u64")), tail="the bytes when source is SOURCE_INLINE"),
+    Message("MemcpyDtoH", 109, "device -> host: `height` rows of `width` bytes, `src_pitch` apart on the "
+            "device, packed on the host side; into a download-arena chunk named by the reply, or into a "
+            "pinned region",
+            (F("src", "u64"), *_ROWS, F("src_pitch", "u64"), F("stream", "u64"),
+             F("dest", "u32"), F("_pad0", "u32"), F("region", "u64"), F("region_offset", "u64"))),
+    Message("MemcpyDtoHReply", 110, "answer to MemcpyDtoH with DEST_ARENA: the bytes are in this "
+            "download-arena chunk; the client releases it after copying them out",
+            (F("arena_offset", "u64"), F("size", "u64"))),
+    Message("MemcpyDtoD", 111, "device -> device, `height` rows of `width` bytes",
+            (F("dst", "u64"), F("src", "u64"), *_ROWS, F("dst_pitch", "u64"), F("src_pitch", "u64"),
+             F("stream", "u64"))),
+    Message("StageBytes", 112, "async: append an upload-arena chunk to the session's staging buffer "
+            "(module images too large for one record)",
+            (F("arena_offset", "u64"), F("size", "u64"))),
+    Message("ModuleLoad", 113, "cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) "
+            "from the tail, or the staging buffer when `staged`",
+            (F("size", "u64"), F("staged", "u32"), F("_pad0", "u32")), tail="image bytes unless staged"),
+    Message("ModuleLoadReply", 114, "answer to ModuleLoad", (F("module", "u64"),)),
+    Message("ModuleUnload", 115, "cuModuleUnload/cuLibraryUnload", (F("module", "u64"),)),
+    Message("GetFunction", 116, "cuModuleGetFunction/cuLibraryGetKernel", (F("module", "u64"),),
+            tail="kernel name (UTF-8, no NUL)"),
+    Message("FunctionReply", 117, "answer to GetFunction: the handle, the parameter layout and the "
+            "CU_FUNC_ATTRIBUTE_* values",
+            (F("function", "u64"), F("param_count", "u32"), F("param_total", "u32"),
+             F("attributes", "i32", FUNC_ATTRIBUTE_SLOTS)),
+            tail="param_count x (u32 offset, u32 size)"),
+    Message("GetGlobal", 118, "cuModuleGetGlobal/cuLibraryGetGlobal", (F("module", "u64"),),
+            tail="variable name (UTF-8, no NUL)"),
+    Message("GlobalReply", 119, "answer to GetGlobal", (F("dptr", "u64"), F("size", "u64"))),
+    Message("LaunchKernel", 120, "cuLaunchKernel[Ex]: async; the tail is the parameter block laid out "
+            "as FunctionReply said",
+            (F("function", "u64"), F("stream", "u64"), F("grid", "u32", 3), F("block", "u32", 3),
+             F("shared_bytes", "u32"), F("_pad0", "u32")), tail="parameter block"),
+    Message("CtxSynchronize", 121, "cuCtxSynchronize: waits for all the client's streams"),
+    Message("StreamCreate", 122, "async: a stream with the client-chosen id",
+            (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"))),
+    Message("StreamDestroy", 123, "async: the stream's work completes, then it is released",
+            (F("stream", "u64"),)),
+    Message("StreamQuery", 124, "Done when idle, Error CUDA_ERROR_NOT_READY when busy", (F("stream", "u64"),)),
+    Message("StreamSynchronize", 125, "waits for the stream", (F("stream", "u64"),)),
+    Message("StreamWaitEvent", 126, "async: later work on `stream` waits for the event's last record",
+            (F("stream", "u64"), F("event", "u64"))),
+    Message("EventCreate", 127, "async: an event with the client-chosen id (flags: CU_EVENT_*)",
+            (F("event", "u64"), F("flags", "u32"), F("_pad0", "u32"))),
+    Message("EventRecord", 128, "async", (F("event", "u64"), F("stream", "u64"))),
+    Message("EventQuery", 129, "Done when complete, Error CUDA_ERROR_NOT_READY otherwise", (F("event", "u64"),)),
+    Message("EventSynchronize", 130, "waits for the event", (F("event", "u64"),)),
+    Message("EventElapsedTime", 131, "milliseconds between two completed records",
+            (F("start", "u64"), F("end", "u64"))),
+    Message("ElapsedTimeReply", 132, "answer to EventElapsedTime", (F("ms", "f64"),)),
+    Message("EventDestroy", 133, "async", (F("event", "u64"),)),
+    Message("HostRegister", 134, "pinned host memory: the server maps the client's POSIX shared-memory "
+            "object (mode 0600, named /tally-pin-<client pid>-...) to use it in place",
+            (F("size", "u64"), F("flags", "u32"), F("_pad0", "u32")), tail="shared-memory object name"),
+    Message("HostRegisterReply", 135, "answer to HostRegister", (F("region", "u64"),)),
+    Message("HostUnregister", 136, "the server unmaps the region", (F("region", "u64"),)),
+    Message("LaunchHostFunc", 137, "async: when `stream` reaches this point the server posts "
+            "HostFuncReady and holds the stream until HostFuncDone",
+            (F("stream", "u64"), F("callback", "u64"))),
+    Message("HostFuncReady", 138, "server -> client completion with tag 0: run this callback now",
+            (F("callback", "u64"),)),
+    Message("HostFuncDone", 139, "async: the callback returned; the stream goes on", (F("callback", "u64"),)),
+)
+
+
 # Handshake and control messages travel on the unix socket; the rest on the rings.
 MESSAGES = (
     Message("Hello", 1, "client -> server over the socket: first record of a connection",
@@ -101,4 +207,4 @@ MESSAGES = (
     Message("Goodbye", 19, "client -> server: orderly disconnect; server frees everything"),
     Message("Error", 20, "server -> client on the completion ring: the request with this tag failed",
             (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 explanation"),
-)
+) + DRIVER_MESSAGES

@@ -41,6 +41,46 @@ enum class MessageKind : uint32_t {
   Notify = 18,
   Goodbye = 19,
   Error = 20,
+  Done = 100,
+  MemAlloc = 101,
+  MemAllocReply = 102,
+  MemFree = 103,
+  MemFreeAsync = 104,
+  MemGetInfo = 105,
+  MemInfoReply = 106,
+  Memset = 107,
+  MemcpyHtoD = 108,
+  MemcpyDtoH = 109,
+  MemcpyDtoHReply = 110,
+  MemcpyDtoD = 111,
+  StageBytes = 112,
+  ModuleLoad = 113,
+  ModuleLoadReply = 114,
+  ModuleUnload = 115,
+  GetFunction = 116,
+  FunctionReply = 117,
+  GetGlobal = 118,
+  GlobalReply = 119,
+  LaunchKernel = 120,
+  CtxSynchronize = 121,
+  StreamCreate = 122,
+  StreamDestroy = 123,
+  StreamQuery = 124,
+  StreamSynchronize = 125,
+  StreamWaitEvent = 126,
+  EventCreate = 127,
+  EventRecord = 128,
+  EventQuery = 129,
+  EventSynchronize = 130,
+  EventElapsedTime = 131,
+  ElapsedTimeReply = 132,
+  EventDestroy = 133,
+  HostRegister = 134,
+  HostRegisterReply = 135,
+  HostUnregister = 136,
+  LaunchHostFunc = 137,
+  HostFuncReady = 138,
+  HostFuncDone = 139,
 };
 
 // client -> server over the socket: first record of a connection
@@ -180,5 +220,507 @@ static_assert(sizeof(ErrorMsg) == 8, "ErrorMsg layout differs from the Python co
 static_assert(offsetof(ErrorMsg, status) == 0);
 static_assert(offsetof(ErrorMsg, _pad0) == 4);
 constexpr uint32_t kErrorSize = 8;  // bytes on the wire (0: empty)
+
+// server -> client: the request with this tag succeeded; nothing to return
+struct DoneMsg {
+  static constexpr MessageKind kKind = MessageKind::Done;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(DoneMsg) == 1, "DoneMsg layout differs from the Python codec");
+constexpr uint32_t kDoneSize = 0;  // bytes on the wire (0: empty)
+
+// cuMemAlloc/cuMemAllocAsync: device memory, counted against the quota
+struct MemAllocMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAlloc;
+  static constexpr bool kHasTail = false;
+  uint64_t bytes;
+};
+static_assert(sizeof(MemAllocMsg) == 8, "MemAllocMsg layout differs from the Python codec");
+static_assert(offsetof(MemAllocMsg, bytes) == 0);
+constexpr uint32_t kMemAllocSize = 8;  // bytes on the wire (0: empty)
+
+// answer to MemAlloc
+struct MemAllocReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAllocReply;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemAllocReplyMsg) == 8, "MemAllocReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemAllocReplyMsg, dptr) == 0);
+constexpr uint32_t kMemAllocReplySize = 8;  // bytes on the wire (0: empty)
+
+// cuMemFree: waits for the client's work, frees dptr (must be an allocation start)
+struct MemFreeMsg {
+  static constexpr MessageKind kKind = MessageKind::MemFree;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemFreeMsg) == 8, "MemFreeMsg layout differs from the Python codec");
+static_assert(offsetof(MemFreeMsg, dptr) == 0);
+constexpr uint32_t kMemFreeSize = 8;  // bytes on the wire (0: empty)
+
+// cuMemFreeAsync: freed once `stream` reaches this point
+struct MemFreeAsyncMsg {
+  static constexpr MessageKind kKind = MessageKind::MemFreeAsync;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t stream;
+};
+static_assert(sizeof(MemFreeAsyncMsg) == 16, "MemFreeAsyncMsg layout differs from the Python codec");
+static_assert(offsetof(MemFreeAsyncMsg, dptr) == 0);
+static_assert(offsetof(MemFreeAsyncMsg, stream) == 8);
+constexpr uint32_t kMemFreeAsyncSize = 16;  // bytes on the wire (0: empty)
+
+// cuMemGetInfo: free and total bytes as this client sees them (quota applied)
+struct MemGetInfoMsg {
+  static constexpr MessageKind kKind = MessageKind::MemGetInfo;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(MemGetInfoMsg) == 1, "MemGetInfoMsg layout differs from the Python codec");
+constexpr uint32_t kMemGetInfoSize = 0;  // bytes on the wire (0: empty)
+
+// answer to MemGetInfo
+struct MemInfoReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemInfoReply;
+  static constexpr bool kHasTail = false;
+  uint64_t free;
+  uint64_t total;
+};
+static_assert(sizeof(MemInfoReplyMsg) == 16, "MemInfoReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemInfoReplyMsg, free) == 0);
+static_assert(offsetof(MemInfoReplyMsg, total) == 8);
+constexpr uint32_t kMemInfoReplySize = 16;  // bytes on the wire (0: empty)
+
+// cuMemsetD8/16/32[2D][Async]: `height` rows of `width` elements of `element_size` bytes, rows `pitch` bytes apart
+struct MemsetMsg {
+  static constexpr MessageKind kKind = MessageKind::Memset;
+  static constexpr bool kHasTail = false;
+  uint64_t dst;
+  uint32_t value;
+  uint32_t element_size;
+  uint64_t width;
+  uint64_t height;
+  uint64_t pitch;
+  uint64_t stream;
+};
+static_assert(sizeof(MemsetMsg) == 48, "MemsetMsg layout differs from the Python codec");
+static_assert(offsetof(MemsetMsg, dst) == 0);
+static_assert(offsetof(MemsetMsg, value) == 8);
+static_assert(offsetof(MemsetMsg, element_size) == 12);
+static_assert(offsetof(MemsetMsg, width) == 16);
+static_assert(offsetof(MemsetMsg, height) == 24);
+static_assert(offsetof(MemsetMsg, pitch) == 32);
+static_assert(offsetof(MemsetMsg, stream) == 40);
+constexpr uint32_t kMemsetSize = 48;  // bytes on the wire (0: empty)
+
+// host -> device: `height` rows of `width` bytes, packed on the host side, rows `dst_pitch` bytes apart on the device; the bytes come from the tail, an upload-arena chunk (released by the server) or a pinned region; tail: the bytes when source is SOURCE_INLINE
+struct MemcpyHtoDMsg {
+  static constexpr MessageKind kKind = MessageKind::MemcpyHtoD;
+  static constexpr bool kHasTail = true;
+  uint64_t dst;
+  uint64_t width;
+  uint64_t height;
+  uint64_t dst_pitch;
+  uint64_t stream;
+  uint32_t source;
+  uint32_t _pad0;
+  uint64_t arena_offset;
+  uint64_t region;
+  uint64_t region_offset;
+};
+static_assert(sizeof(MemcpyHtoDMsg) == 72, "MemcpyHtoDMsg layout differs from the Python codec");
+static_assert(offsetof(MemcpyHtoDMsg, dst) == 0);
+static_assert(offsetof(MemcpyHtoDMsg, width) == 8);
+static_assert(offsetof(MemcpyHtoDMsg, height) == 16);
+static_assert(offsetof(MemcpyHtoDMsg, dst_pitch) == 24);
+static_assert(offsetof(MemcpyHtoDMsg, stream) == 32);
+static_assert(offsetof(MemcpyHtoDMsg, source) == 40);
+static_assert(offsetof(MemcpyHtoDMsg, _pad0) == 44);
+static_assert(offsetof(MemcpyHtoDMsg, arena_offset) == 48);
+static_assert(offsetof(MemcpyHtoDMsg, region) == 56);
+static_assert(offsetof(MemcpyHtoDMsg, region_offset) == 64);
+constexpr uint32_t kMemcpyHtoDSize = 72;  // bytes on the wire (0: empty)
+
+// device -> host: `height` rows of `width` bytes, `src_pitch` apart on the device, packed on the host side; into a download-arena chunk named by the reply, or into a pinned region
+struct MemcpyDtoHMsg {
+  static constexpr MessageKind kKind = MessageKind::MemcpyDtoH;
+  static constexpr bool kHasTail = false;
+  uint64_t src;
+  uint64_t width;
+  uint64_t height;
+  uint64_t src_pitch;
+  uint64_t stream;
+  uint32_t dest;
+  uint32_t _pad0;
+  uint64_t region;
+  uint64_t region_offset;
+};
+static_assert(sizeof(MemcpyDtoHMsg) == 64, "MemcpyDtoHMsg layout differs from the Python codec");
+static_assert(offsetof(MemcpyDtoHMsg, src) == 0);
+static_assert(offsetof(MemcpyDtoHMsg, width) == 8);
+static_assert(offsetof(MemcpyDtoHMsg, height) == 16);
+static_assert(offsetof(MemcpyDtoHMsg, src_pitch) == 24);
+static_assert(offsetof(MemcpyDtoHMsg, stream) == 32);
+static_assert(offsetof(MemcpyDtoHMsg, dest) == 40);
+static_assert(offsetof(MemcpyDtoHMsg, _pad0) == 44);
+static_assert(offsetof(MemcpyDtoHMsg, region) == 48);
+static_assert(offsetof(MemcpyDtoHMsg, region_offset) == 56);
+constexpr uint32_t kMemcpyDtoHSize = 64;  // bytes on the wire (0: empty)
+
+// answer to MemcpyDtoH with DEST_ARENA: the bytes are in this download-arena chunk; the client releases it after copying them out
+struct MemcpyDtoHReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemcpyDtoHReply;
+  static constexpr bool kHasTail = false;
+  uint64_t arena_offset;
+  uint64_t size;
+};
+static_assert(sizeof(MemcpyDtoHReplyMsg) == 16, "MemcpyDtoHReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemcpyDtoHReplyMsg, arena_offset) == 0);
+static_assert(offsetof(MemcpyDtoHReplyMsg, size) == 8);
+constexpr uint32_t kMemcpyDtoHReplySize = 16;  // bytes on the wire (0: empty)
+
+// device -> device, `height` rows of `width` bytes
+struct MemcpyDtoDMsg {
+  static constexpr MessageKind kKind = MessageKind::MemcpyDtoD;
+  static constexpr bool kHasTail = false;
+  uint64_t dst;
+  uint64_t src;
+  uint64_t width;
+  uint64_t height;
+  uint64_t dst_pitch;
+  uint64_t src_pitch;
+  uint64_t stream;
+};
+static_assert(sizeof(MemcpyDtoDMsg) == 56, "MemcpyDtoDMsg layout differs from the Python codec");
+static_assert(offsetof(MemcpyDtoDMsg, dst) == 0);
+static_assert(offsetof(MemcpyDtoDMsg, src) == 8);
+static_assert(offsetof(MemcpyDtoDMsg, width) == 16);
+static_assert(offsetof(MemcpyDtoDMsg, height) == 24);
+static_assert(offsetof(MemcpyDtoDMsg, dst_pitch) == 32);
+static_assert(offsetof(MemcpyDtoDMsg, src_pitch) == 40);
+static_assert(offsetof(MemcpyDtoDMsg, stream) == 48);
+constexpr uint32_t kMemcpyDtoDSize = 56;  // bytes on the wire (0: empty)
+
+// async: append an upload-arena chunk to the session's staging buffer (module images too large for one record)
+struct StageBytesMsg {
+  static constexpr MessageKind kKind = MessageKind::StageBytes;
+  static constexpr bool kHasTail = false;
+  uint64_t arena_offset;
+  uint64_t size;
+};
+static_assert(sizeof(StageBytesMsg) == 16, "StageBytesMsg layout differs from the Python codec");
+static_assert(offsetof(StageBytesMsg, arena_offset) == 0);
+static_assert(offsetof(StageBytesMsg, size) == 8);
+constexpr uint32_t kStageBytesSize = 16;  // bytes on the wire (0: empty)
+
+// cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging buffer when `staged`; tail: image bytes unless staged
+struct ModuleLoadMsg {
+  static constexpr MessageKind kKind = MessageKind::ModuleLoad;
+  static constexpr bool kHasTail = true;
+  uint64_t size;
+  uint32_t staged;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ModuleLoadMsg) == 16, "ModuleLoadMsg layout differs from the Python codec");
+static_assert(offsetof(ModuleLoadMsg, size) == 0);
+static_assert(offsetof(ModuleLoadMsg, staged) == 8);
+static_assert(offsetof(ModuleLoadMsg, _pad0) == 12);
+constexpr uint32_t kModuleLoadSize = 16;  // bytes on the wire (0: empty)
+
+// answer to ModuleLoad
+struct ModuleLoadReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::ModuleLoadReply;
+  static constexpr bool kHasTail = false;
+  uint64_t module;
+};
+static_assert(sizeof(ModuleLoadReplyMsg) == 8, "ModuleLoadReplyMsg layout differs from the Python codec");
+static_assert(offsetof(ModuleLoadReplyMsg, module) == 0);
+constexpr uint32_t kModuleLoadReplySize = 8;  // bytes on the wire (0: empty)
+
+// cuModuleUnload/cuLibraryUnload
+struct ModuleUnloadMsg {
+  static constexpr MessageKind kKind = MessageKind::ModuleUnload;
+  static constexpr bool kHasTail = false;
+  uint64_t module;
+};
+static_assert(sizeof(ModuleUnloadMsg) == 8, "ModuleUnloadMsg layout differs from the Python codec");
+static_assert(offsetof(ModuleUnloadMsg, module) == 0);
+constexpr uint32_t kModuleUnloadSize = 8;  // bytes on the wire (0: empty)
+
+// cuModuleGetFunction/cuLibraryGetKernel; tail: kernel name (UTF-8, no NUL)
+struct GetFunctionMsg {
+  static constexpr MessageKind kKind = MessageKind::GetFunction;
+  static constexpr bool kHasTail = true;
+  uint64_t module;
+};
+static_assert(sizeof(GetFunctionMsg) == 8, "GetFunctionMsg layout differs from the Python codec");
+static_assert(offsetof(GetFunctionMsg, module) == 0);
+constexpr uint32_t kGetFunctionSize = 8;  // bytes on the wire (0: empty)
+
+// answer to GetFunction: the handle, the parameter layout and the CU_FUNC_ATTRIBUTE_* values; tail: param_count x (u32 offset, u32 size)
+struct FunctionReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::FunctionReply;
+  static constexpr bool kHasTail = true;
+  uint64_t function;
+  uint32_t param_count;
+  uint32_t param_total;
+  int32_t attributes[16];
+};
+static_assert(sizeof(FunctionReplyMsg) == 80, "FunctionReplyMsg layout differs from the Python codec");
+static_assert(offsetof(FunctionReplyMsg, function) == 0);
+static_assert(offsetof(FunctionReplyMsg, param_count) == 8);
+static_assert(offsetof(FunctionReplyMsg, param_total) == 12);
+static_assert(offsetof(FunctionReplyMsg, attributes) == 16);
+constexpr uint32_t kFunctionReplySize = 80;  // bytes on the wire (0: empty)
+
+// cuModuleGetGlobal/cuLibraryGetGlobal; tail: variable name (UTF-8, no NUL)
+struct GetGlobalMsg {
+  static constexpr MessageKind kKind = MessageKind::GetGlobal;
+  static constexpr bool kHasTail = true;
+  uint64_t module;
+};
+static_assert(sizeof(GetGlobalMsg) == 8, "GetGlobalMsg layout differs from the Python codec");
+static_assert(offsetof(GetGlobalMsg, module) == 0);
+constexpr uint32_t kGetGlobalSize = 8;  // bytes on the wire (0: empty)
+
+// answer to GetGlobal
+struct GlobalReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::GlobalReply;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t size;
+};
+static_assert(sizeof(GlobalReplyMsg) == 16, "GlobalReplyMsg layout differs from the Python codec");
+static_assert(offsetof(GlobalReplyMsg, dptr) == 0);
+static_assert(offsetof(GlobalReplyMsg, size) == 8);
+constexpr uint32_t kGlobalReplySize = 16;  // bytes on the wire (0: empty)
+
+// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; tail: parameter block
+struct LaunchKernelMsg {
+  static constexpr MessageKind kKind = MessageKind::LaunchKernel;
+  static constexpr bool kHasTail = true;
+  uint64_t function;
+  uint64_t stream;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  uint32_t _pad0;
+};
+static_assert(sizeof(LaunchKernelMsg) == 48, "LaunchKernelMsg layout differs from the Python codec");
+static_assert(offsetof(LaunchKernelMsg, function) == 0);
+static_assert(offsetof(LaunchKernelMsg, stream) == 8);
+static_assert(offsetof(LaunchKernelMsg, grid) == 16);
+static_assert(offsetof(LaunchKernelMsg, block) == 28);
+static_assert(offsetof(LaunchKernelMsg, shared_bytes) == 40);
+static_assert(offsetof(LaunchKernelMsg, _pad0) == 44);
+constexpr uint32_t kLaunchKernelSize = 48;  // bytes on the wire (0: empty)
+
+// cuCtxSynchronize: waits for all the client's streams
+struct CtxSynchronizeMsg {
+  static constexpr MessageKind kKind = MessageKind::CtxSynchronize;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(CtxSynchronizeMsg) == 1, "CtxSynchronizeMsg layout differs from the Python codec");
+constexpr uint32_t kCtxSynchronizeSize = 0;  // bytes on the wire (0: empty)
+
+// async: a stream with the client-chosen id
+struct StreamCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint32_t flags;
+  int32_t priority;
+};
+static_assert(sizeof(StreamCreateMsg) == 16, "StreamCreateMsg layout differs from the Python codec");
+static_assert(offsetof(StreamCreateMsg, stream) == 0);
+static_assert(offsetof(StreamCreateMsg, flags) == 8);
+static_assert(offsetof(StreamCreateMsg, priority) == 12);
+constexpr uint32_t kStreamCreateSize = 16;  // bytes on the wire (0: empty)
+
+// async: the stream's work completes, then it is released
+struct StreamDestroyMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamDestroy;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+};
+static_assert(sizeof(StreamDestroyMsg) == 8, "StreamDestroyMsg layout differs from the Python codec");
+static_assert(offsetof(StreamDestroyMsg, stream) == 0);
+constexpr uint32_t kStreamDestroySize = 8;  // bytes on the wire (0: empty)
+
+// Done when idle, Error CUDA_ERROR_NOT_READY when busy
+struct StreamQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamQuery;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+};
+static_assert(sizeof(StreamQueryMsg) == 8, "StreamQueryMsg layout differs from the Python codec");
+static_assert(offsetof(StreamQueryMsg, stream) == 0);
+constexpr uint32_t kStreamQuerySize = 8;  // bytes on the wire (0: empty)
+
+// waits for the stream
+struct StreamSynchronizeMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamSynchronize;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+};
+static_assert(sizeof(StreamSynchronizeMsg) == 8, "StreamSynchronizeMsg layout differs from the Python codec");
+static_assert(offsetof(StreamSynchronizeMsg, stream) == 0);
+constexpr uint32_t kStreamSynchronizeSize = 8;  // bytes on the wire (0: empty)
+
+// async: later work on `stream` waits for the event's last record
+struct StreamWaitEventMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWaitEvent;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t event;
+};
+static_assert(sizeof(StreamWaitEventMsg) == 16, "StreamWaitEventMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWaitEventMsg, stream) == 0);
+static_assert(offsetof(StreamWaitEventMsg, event) == 8);
+constexpr uint32_t kStreamWaitEventSize = 16;  // bytes on the wire (0: empty)
+
+// async: an event with the client-chosen id (flags: CU_EVENT_*)
+struct EventCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::EventCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+  uint32_t flags;
+  uint32_t _pad0;
+};
+static_assert(sizeof(EventCreateMsg) == 16, "EventCreateMsg layout differs from the Python codec");
+static_assert(offsetof(EventCreateMsg, event) == 0);
+static_assert(offsetof(EventCreateMsg, flags) == 8);
+static_assert(offsetof(EventCreateMsg, _pad0) == 12);
+constexpr uint32_t kEventCreateSize = 16;  // bytes on the wire (0: empty)
+
+// async
+struct EventRecordMsg {
+  static constexpr MessageKind kKind = MessageKind::EventRecord;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+  uint64_t stream;
+};
+static_assert(sizeof(EventRecordMsg) == 16, "EventRecordMsg layout differs from the Python codec");
+static_assert(offsetof(EventRecordMsg, event) == 0);
+static_assert(offsetof(EventRecordMsg, stream) == 8);
+constexpr uint32_t kEventRecordSize = 16;  // bytes on the wire (0: empty)
+
+// Done when complete, Error CUDA_ERROR_NOT_READY otherwise
+struct EventQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::EventQuery;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+};
+static_assert(sizeof(EventQueryMsg) == 8, "EventQueryMsg layout differs from the Python codec");
+static_assert(offsetof(EventQueryMsg, event) == 0);
+constexpr uint32_t kEventQuerySize = 8;  // bytes on the wire (0: empty)
+
+// waits for the event
+struct EventSynchronizeMsg {
+  static constexpr MessageKind kKind = MessageKind::EventSynchronize;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+};
+static_assert(sizeof(EventSynchronizeMsg) == 8, "EventSynchronizeMsg layout differs from the Python codec");
+static_assert(offsetof(EventSynchronizeMsg, event) == 0);
+constexpr uint32_t kEventSynchronizeSize = 8;  // bytes on the wire (0: empty)
+
+// milliseconds between two completed records
+struct EventElapsedTimeMsg {
+  static constexpr MessageKind kKind = MessageKind::EventElapsedTime;
+  static constexpr bool kHasTail = false;
+  uint64_t start;
+  uint64_t end;
+};
+static_assert(sizeof(EventElapsedTimeMsg) == 16, "EventElapsedTimeMsg layout differs from the Python codec");
+static_assert(offsetof(EventElapsedTimeMsg, start) == 0);
+static_assert(offsetof(EventElapsedTimeMsg, end) == 8);
+constexpr uint32_t kEventElapsedTimeSize = 16;  // bytes on the wire (0: empty)
+
+// answer to EventElapsedTime
+struct ElapsedTimeReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::ElapsedTimeReply;
+  static constexpr bool kHasTail = false;
+  double ms;
+};
+static_assert(sizeof(ElapsedTimeReplyMsg) == 8, "ElapsedTimeReplyMsg layout differs from the Python codec");
+static_assert(offsetof(ElapsedTimeReplyMsg, ms) == 0);
+constexpr uint32_t kElapsedTimeReplySize = 8;  // bytes on the wire (0: empty)
+
+// async
+struct EventDestroyMsg {
+  static constexpr MessageKind kKind = MessageKind::EventDestroy;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+};
+static_assert(sizeof(EventDestroyMsg) == 8, "EventDestroyMsg layout differs from the Python codec");
+static_assert(offsetof(EventDestroyMsg, event) == 0);
+constexpr uint32_t kEventDestroySize = 8;  // bytes on the wire (0: empty)
+
+// pinned host memory: the server maps the client's POSIX shared-memory object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; tail: shared-memory object name
+struct HostRegisterMsg {
+  static constexpr MessageKind kKind = MessageKind::HostRegister;
+  static constexpr bool kHasTail = true;
+  uint64_t size;
+  uint32_t flags;
+  uint32_t _pad0;
+};
+static_assert(sizeof(HostRegisterMsg) == 16, "HostRegisterMsg layout differs from the Python codec");
+static_assert(offsetof(HostRegisterMsg, size) == 0);
+static_assert(offsetof(HostRegisterMsg, flags) == 8);
+static_assert(offsetof(HostRegisterMsg, _pad0) == 12);
+constexpr uint32_t kHostRegisterSize = 16;  // bytes on the wire (0: empty)
+
+// answer to HostRegister
+struct HostRegisterReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::HostRegisterReply;
+  static constexpr bool kHasTail = false;
+  uint64_t region;
+};
+static_assert(sizeof(HostRegisterReplyMsg) == 8, "HostRegisterReplyMsg layout differs from the Python codec");
+static_assert(offsetof(HostRegisterReplyMsg, region) == 0);
+constexpr uint32_t kHostRegisterReplySize = 8;  // bytes on the wire (0: empty)
+
+// the server unmaps the region
+struct HostUnregisterMsg {
+  static constexpr MessageKind kKind = MessageKind::HostUnregister;
+  static constexpr bool kHasTail = false;
+  uint64_t region;
+};
+static_assert(sizeof(HostUnregisterMsg) == 8, "HostUnregisterMsg layout differs from the Python codec");
+static_assert(offsetof(HostUnregisterMsg, region) == 0);
+constexpr uint32_t kHostUnregisterSize = 8;  // bytes on the wire (0: empty)
+
+// async: when `stream` reaches this point the server posts HostFuncReady and holds the stream until HostFuncDone
+struct LaunchHostFuncMsg {
+  static constexpr MessageKind kKind = MessageKind::LaunchHostFunc;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t callback;
+};
+static_assert(sizeof(LaunchHostFuncMsg) == 16, "LaunchHostFuncMsg layout differs from the Python codec");
+static_assert(offsetof(LaunchHostFuncMsg, stream) == 0);
+static_assert(offsetof(LaunchHostFuncMsg, callback) == 8);
+constexpr uint32_t kLaunchHostFuncSize = 16;  // bytes on the wire (0: empty)
+
+// server -> client completion with tag 0: run this callback now
+struct HostFuncReadyMsg {
+  static constexpr MessageKind kKind = MessageKind::HostFuncReady;
+  static constexpr bool kHasTail = false;
+  uint64_t callback;
+};
+static_assert(sizeof(HostFuncReadyMsg) == 8, "HostFuncReadyMsg layout differs from the Python codec");
+static_assert(offsetof(HostFuncReadyMsg, callback) == 0);
+constexpr uint32_t kHostFuncReadySize = 8;  // bytes on the wire (0: empty)
+
+// async: the callback returned; the stream goes on
+struct HostFuncDoneMsg {
+  static constexpr MessageKind kKind = MessageKind::HostFuncDone;
+  static constexpr bool kHasTail = false;
+  uint64_t callback;
+};
+static_assert(sizeof(HostFuncDoneMsg) == 8, "HostFuncDoneMsg layout differs from the Python codec");
+static_assert(offsetof(HostFuncDoneMsg, callback) == 0);
+constexpr uint32_t kHostFuncDoneSize = 8;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol
