@@ -67,7 +67,8 @@ class TallyServer:
         self.config = config
         self.backend = backend
         self.description = backend.describe()
-        self.executor = make_executor(config, backend, self.description)
+        self.variants, clock = make_variant_provider(backend)
+        self.executor = make_executor(config, backend, self.description, self.variants, clock)
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
         self._client_ids = itertools.count(1)
@@ -139,6 +140,8 @@ class TallyServer:
                 pass
         try:
             self.executor.close()
+            if hasattr(self.variants, "close"):
+                self.variants.close()
             self.backend.close()
         except Exception:
             log.exception("closing the executor/backend failed")
@@ -245,6 +248,14 @@ class TallyServer:
         except (KeyError, ValueError):
             pass
 
+    def kernel_resolved(self, session: Session, function, ptx: str | None) -> None:
+        """Module handlers call this for every kernel a client resolves, with the PTX
+        of its module (None for cubin-only modules): best-effort kernels get their
+        sliced/PTB variants built now, while the client waits for its module anyway."""
+        register = getattr(self.variants, "register", None)
+        if register is not None and session.priority == protocol.Priority.BEST_EFFORT:
+            register(function, ptx)
+
     def forget_session(self, session: Session) -> None:
         """Called by Session.close()."""
         self._unregister(session.connection)
@@ -277,7 +288,18 @@ class TallyServer:
         }
 
 
-def make_executor(config: ServerConfig, backend, description):
+def make_variant_provider(backend):
+    """Where the executor gets sliced/PTB kernels, and the clock it schedules by.
+    The sim backend models variants and keeps its own clock; every other backend
+    runs the PTX passes on the jobs' modules and schedules by the wall clock."""
+    if backend.kind == "sim":
+        from tally.backends.sim_variants import SimVariantProvider
+        return SimVariantProvider(), backend.clock
+    from tally.server.kernel_variants import PtxVariantProvider
+    return PtxVariantProvider(backend), None
+
+
+def make_executor(config: ServerConfig, backend, description, variants, clock):
     """The stream executor every client's stream-ordered work goes through."""
     from tally.scheduler.executor import StreamExecutor
     from tally.scheduler.policies import make_policy
@@ -286,8 +308,8 @@ def make_executor(config: ServerConfig, backend, description):
 
     profiler = TransparentProfiler(description.sm_count, config.turnaround_threshold_ms,
                                    cache=ProfileCache(default_cache_directory(), description.name))
-    return StreamExecutor(backend, make_policy(config.policy), profiler=profiler,
-                          be_transform=config.be_transform)
+    return StreamExecutor(backend, make_policy(config.policy), variants=variants, profiler=profiler,
+                          clock=clock, be_transform=config.be_transform)
 
 
 def _socket_answers(path: Path) -> bool:
