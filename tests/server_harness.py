@@ -35,7 +35,7 @@ class ServerProcess:
             self._log.flush()
         return self.log_path.read_text()
 
-    def stop(self, sig=signal.SIGTERM, timeout: float = 10) -> int:
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
