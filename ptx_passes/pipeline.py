@@ -79,6 +79,8 @@ def refuse_unsafe(build: VariantBuild) -> None:
 
 
 def clone_as_variant(build: VariantBuild) -> None:
+    if any(build.original.name.endswith(suffix) for suffix in VARIANT_SUFFIXES.values()):
+        raise PassRefused(f"{build.original.name} is itself a variant made by these passes")
     name = build.original.name + VARIANT_SUFFIXES[build.pass_name]
     if name in build.functions:
         raise PassRefused(f"the module already has a function named {name} "

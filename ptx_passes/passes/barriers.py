@@ -34,7 +34,7 @@ class CtaBarrier:
     def unsupported_reason(self) -> str | None:
         """Why unified synchronization cannot route this barrier through its single
         barrier point, or None if it can."""
-        text = str(self.instruction)
+        text = " ".join(str(self.instruction).split())
         if self.action not in ("sync", "red"):
             return (f"`{text}`: barrier .{self.action} (a producer/consumer barrier) has no "
                     "equivalent at a single all-threads synchronization point")

@@ -24,8 +24,8 @@ slicing, ptb, ptb-raw
 unified-sync (only kernels with barriers), ptb
   * barriers the single synchronization point cannot stand for: bar.arrive,
     thread counts (named producer/consumer barriers), a register as barrier
-    number, barriers inside device functions or inside a nested { } scope
-    (inline asm), and `exit` inside a device function;
+    number, barriers inside device functions or inside a nested { } scope that
+    declares more than registers (scopes.py), and `exit` inside a device function;
   * targets below sm_70 or PTX ISA below 6.0 (the non-.aligned barrier that
     divergent threads may reach from different places needs both);
 ptb, ptb-raw
@@ -45,9 +45,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..ir import Block, Function, Immediate, Module, SpecialReg, iter_statements
-from ..ir import Instruction
+from ..ir import Block, Function, Immediate, Instruction, Module, SpecialReg, iter_instructions
 from .barriers import cta_barrier
+from .scopes import contains_barrier, flatten_problem
 from .callgraph import reachable_functions
 from .special_regs import BLOCK_INDEX_REGS, special_regs_in
 
@@ -94,10 +94,16 @@ def kernel_facts(module: Module, kernel: Function, functions: dict[str, Function
             _add(facts.every_pass, f"clusters: the kernel declares .{d.name}")
     reach = reachable_functions(kernel, functions)
     for ins in reach.indirect:
-        _add(facts.every_pass, f"indirect call `{ins}`: the called function cannot be known")
+        _add(facts.every_pass, f"indirect call `{_show(ins)}`: the called function cannot be known")
     for name in reach.external:
         _check_external(name, facts)
     _scan(kernel.body, "the kernel", True, facts)
+    for s in kernel.body.statements:
+        if isinstance(s, Block) and contains_barrier(s):
+            problem = flatten_problem(s)
+            if problem:
+                _add(facts.barrier_problems, f"a barrier is inside a nested {{ }} scope that "
+                                             f"cannot be flattened: {problem}")
     for fn in reach.functions:
         _scan(fn.body, f"device function {fn.name}", False, facts)
     return facts
@@ -134,6 +140,11 @@ def check_kernel(module: Module, kernel: Function, pass_name: str,
 
 
 # ---------------------------------------------------------------------------- the walk
+
+
+def _show(ins: Instruction) -> str:
+    """The instruction as one line with single spaces (the printer separates with tabs)."""
+    return " ".join(str(ins).split())
 
 
 def _add(reasons: list[str], line: str) -> None:
@@ -177,13 +188,11 @@ def _check_external(name: str, facts: KernelFacts) -> None:
 
 
 def _scan(body: Block, where: str, in_kernel: bool, facts: KernelFacts) -> None:
-    for block, _i, s in iter_statements(body):
-        if isinstance(s, Instruction):
-            _check_instruction(s, where, in_kernel, block is body, facts)
+    for _block, _i, ins in iter_instructions(body):
+        _check_instruction(ins, where, in_kernel, facts)
 
 
-def _check_instruction(ins: Instruction, where: str, in_kernel: bool, top_level: bool,
-                       facts: KernelFacts) -> None:
+def _check_instruction(ins: Instruction, where: str, in_kernel: bool, facts: KernelFacts) -> None:
     for special in special_regs_in(ins):
         _check_special(special, where, in_kernel, facts)
     op = ins.opcode
@@ -192,12 +201,12 @@ def _check_instruction(ins: Instruction, where: str, in_kernel: bool, top_level:
                                       "from a device function cannot be kept in the task loop or "
                                       "at the synchronization point")
     elif op == "griddepcontrol":
-        _add(facts.every_pass, f"programmatic dependent launch: `{ins}` in {where}")
+        _add(facts.every_pass, f"programmatic dependent launch: `{_show(ins)}` in {where}")
     elif op in _CLUSTER_OPCODES or (op == "barrier" and "cluster" in ins.modifiers[:1]):
-        _add(facts.every_pass, f"clusters: `{ins}` in {where}")
+        _add(facts.every_pass, f"clusters: `{_show(ins)}` in {where}")
     elif any(m == "multicast::cluster" for m in ins.modifiers) or (
             op in ("ld", "st", "atom", "red", "mbarrier") and "shared::cluster" in ins.modifiers):
-        _add(facts.every_pass, f"clusters (distributed shared memory): `{ins}` in {where}")
+        _add(facts.every_pass, f"clusters (distributed shared memory): `{_show(ins)}` in {where}")
     barrier = cta_barrier(ins)
     if barrier is None:
         return
@@ -206,13 +215,10 @@ def _check_instruction(ins: Instruction, where: str, in_kernel: bool, top_level:
     if problem:
         _add(facts.barrier_problems, f"{problem} in {where}")
     if not in_kernel:
-        _add(facts.barrier_problems, f"barrier `{ins}` inside {where}: unified synchronization "
+        _add(facts.barrier_problems, f"barrier `{_show(ins)}` inside {where}: unified synchronization "
                                      "needs every barrier in the kernel body")
-    elif not top_level:
-        _add(facts.barrier_problems, f"barrier `{ins}` inside a nested {{ }} scope (inline asm): "
-                                     "unified synchronization cannot resume inside it")
     if not isinstance(barrier.barrier_id, Immediate) or barrier.barrier_id.value == PTB_BARRIER_ID:
-        _add(facts.ptb_barrier_clash, f"`{ins}` in {where} may use barrier {PTB_BARRIER_ID}, "
+        _add(facts.ptb_barrier_clash, f"`{_show(ins)}` in {where} may use barrier {PTB_BARRIER_ID}, "
                                       "which PTB uses for its task hand-out")
 
 

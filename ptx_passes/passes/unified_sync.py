@@ -45,9 +45,12 @@ threads gives popc directly, `or` as count != 0 and `and` as count == 0
 (threads that have returned do not take part in the original's reduction either).
 
 Kernels without CTA barriers are left unchanged. Rets and exits inside nested
-scopes become branches out of the scope (allowed); barriers inside nested scopes,
-in device functions, with thread counts or register numbers, and bar.arrive are
-refused by the safety check (and by this pass if called directly).
+scopes become branches out of the scope (allowed). A nested scope holding a
+barrier (nvcc wraps __syncthreads_count/_and/_or in one) is first flattened
+into the body with its registers renamed (scopes.py). Barriers in device
+functions, with thread counts or register numbers, bar.arrive, and barriers in
+scopes that declare more than registers are refused by the safety check (and
+by this pass if called directly).
 Warp-level operations (bar.warp.sync, shfl/vote/match .sync) are untouched: a
 thread that returned early is not in any of their member masks in a correct
 original program, and it stays out of them here.
@@ -59,6 +62,7 @@ from ..ir import (Block, Function, Guard, Instruction, Label, Module, Negated, i
 from .barriers import CtaBarrier, cta_barrier
 from .errors import PassRefused
 from .kernel_code import KernelNames, insert_at_code_start
+from .scopes import contains_barrier, flatten_problem, flatten_scope
 
 VERSION = 1
 
@@ -76,21 +80,33 @@ def unify_synchronization(kernel: Function, module: Module) -> bool:
     barriers = kernel_barriers(kernel)
     if not barriers:
         return False
-    top_level = {id(s) for s in kernel.body.statements}
     for b in barriers:
         problem = b.unsupported_reason()
         if problem:
             raise PassRefused(problem)
-        if id(b.instruction) not in top_level:
-            raise PassRefused(f"barrier `{b.instruction}` is inside a nested scope")
-    _Rewriter(kernel, module, len(barriers), any(b.action == "red" for b in barriers)).run()
+    names = KernelNames(kernel, module)
+    _flatten_scopes_with_barriers(kernel.body, names)
+    _Rewriter(kernel, names, len(barriers), any(b.action == "red" for b in barriers)).run()
     return True
 
 
+def _flatten_scopes_with_barriers(body: Block, names: KernelNames) -> None:
+    """Barriers must be top-level statements to have a resume label after them."""
+    scopes = [s for s in body.statements if isinstance(s, Block) and contains_barrier(s)]
+    for scope in scopes:
+        problem = flatten_problem(scope)
+        if problem:
+            raise PassRefused(f"a barrier is inside a nested {{ }} scope that cannot be "
+                              f"flattened: {problem}")
+        flat = flatten_scope(scope, names)     # declares registers: body.statements grows
+        at = next(i for i, s in enumerate(body.statements) if s is scope)
+        body.statements[at:at + 1] = flat
+
+
 class _Rewriter:
-    def __init__(self, kernel: Function, module: Module, site_count: int, has_reductions: bool):
+    def __init__(self, kernel: Function, names: KernelNames, site_count: int, has_reductions: bool):
         self.kernel = kernel
-        self.names = KernelNames(kernel, module)
+        self.names = names
         self.has_reductions = has_reductions
         self.returning = self.names.new_register("pred", "returning")
         self.all_returning = self.names.new_register("pred", "all_returning")
