@@ -1,0 +1,267 @@
+// tally._core.emulator: DeviceMemory, Program, run_launch and the constants the
+// Python lowering needs (flag bits, type codes, special registers, windows).
+// Long operations (launches, copies) release the GIL, so each stream's worker
+// thread runs its kernel while the other streams and the server go on.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+
+#include "emulator/exec.h"
+#include "emulator/memory.h"
+#include "emulator/program.h"
+#include "module_registry.h"
+
+namespace py = pybind11;
+
+namespace tally::emu {
+namespace {
+
+PyObject* memory_error_type = nullptr;
+
+// A contiguous view of a Python buffer, released when this goes away.
+class BufferView {
+ public:
+  BufferView(const py::object& obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  void* data() const { return view_.buf; }
+  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+struct CancelFlag {
+  std::atomic<bool> value{false};
+};
+
+void bind_memory(py::module_& m) {
+  py::class_<DeviceMemory, std::shared_ptr<DeviceMemory>>(m, "DeviceMemory",
+                                                          "Device allocations backed by lazily zeroed host memory.")
+      .def(py::init<uint64_t>(), py::arg("capacity"))
+      .def("allocate", &DeviceMemory::allocate, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
+      .def("free", &DeviceMemory::release, py::arg("ptr"))
+      .def_property_readonly("used", &DeviceMemory::used)
+      .def_property_readonly("capacity", &DeviceMemory::capacity)
+      .def_property_readonly("allocation_count", &DeviceMemory::allocation_count)
+      .def("check", [](DeviceMemory& self, uint64_t addr, uint64_t n, const std::string& what) {
+             if (n == 0) return;
+             DeviceMemory::Use use(self);
+             self.checked(addr, n, what.c_str());
+           }, py::arg("addr"), py::arg("nbytes"), py::arg("what"),
+           "Raises MemoryError(CUDA_ERROR_INVALID_VALUE, ...) unless [addr, addr+nbytes) is inside one allocation.")
+      .def("write", [](DeviceMemory& self, uint64_t dst, const py::object& src) {
+             BufferView view(src, false);
+             py::gil_scoped_release nogil;
+             DeviceMemory::Use use(self);
+             self.write(dst, view.data(), view.size());
+           }, py::arg("dst"), py::arg("src"))
+      .def("read", [](DeviceMemory& self, const py::object& dst, uint64_t src) {
+             BufferView view(dst, true);
+             py::gil_scoped_release nogil;
+             DeviceMemory::Use use(self);
+             self.read(view.data(), src, view.size());
+           }, py::arg("dst"), py::arg("src"))
+      .def("copy", [](DeviceMemory& self, uint64_t dst, uint64_t src, uint64_t n) {
+             py::gil_scoped_release nogil;
+             DeviceMemory::Use use(self);
+             self.copy(dst, src, n);
+           }, py::arg("dst"), py::arg("src"), py::arg("nbytes"))
+      .def("fill", [](DeviceMemory& self, uint64_t dst, uint32_t value, unsigned element_size, uint64_t count) {
+             py::gil_scoped_release nogil;
+             DeviceMemory::Use use(self);
+             self.fill(dst, value, element_size, count);
+           }, py::arg("dst"), py::arg("value"), py::arg("element_size"), py::arg("count"));
+}
+
+void bind_program(py::module_& m) {
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program", "A lowered kernel (see tally/emulator/lowering.py).")
+      .def(py::init([](const std::string& name) {
+             auto p = std::make_shared<Program>();
+             p->name = name;
+             return p;
+           }), py::arg("name"))
+      .def("add", [](Program& p, const std::string& key, const std::vector<uint32_t>& ops, int64_t imm, int64_t imm2,
+                     int32_t target, uint32_t guard, bool guard_negated, uint32_t flags, unsigned width,
+                     unsigned size, int32_t line, const std::string& text) {
+             if (ops.size() > 8) throw py::value_error("an instruction has at most 8 operand slots");
+             Instr in;
+             for (size_t i = 0; i < ops.size(); ++i) in.op[i] = ops[i];
+             in.imm = imm;
+             in.imm2 = imm2;
+             in.target = target;
+             in.guard = guard;
+             in.guard_negated = guard_negated;
+             in.flags = flags;
+             in.width = static_cast<uint8_t>(width);
+             in.size = static_cast<uint8_t>(size);
+             in.line = line;
+             return p.add(key, in, text);
+           }, py::arg("key"), py::arg("ops"), py::arg("imm") = 0, py::arg("imm2") = 0, py::arg("target") = -1,
+           py::arg("guard") = kNoSlot, py::arg("guard_negated") = false, py::arg("flags") = 0, py::arg("width") = 1,
+           py::arg("size") = 0, py::arg("line") = 0, py::arg("text") = "",
+           "Appends an instruction; False if no handler has this key.")
+      .def("add_constant", &Program::add_constant, py::arg("value"))
+      .def("add_special", [](Program& p, uint32_t slot, uint32_t special) {
+             if (special >= kSpecialCount) throw py::value_error("unknown special register id");
+             p.specials.emplace_back(slot, static_cast<Special>(special));
+           }, py::arg("slot"), py::arg("special"))
+      .def("add_copy_list", [](Program& p, const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>>& copies) {
+             std::vector<FrameCopy> list;
+             for (auto& [from, to, size] : copies) list.push_back(FrameCopy{from, to, size});
+             p.copies.push_back(std::move(list));
+             return p.copies.size() - 1;
+           }, py::arg("copies"), "(from, to, size) frame-offset triples; returns the list's id")
+      .def("patch_target", [](Program& p, size_t pc, int32_t target) {
+             if (pc >= p.code.size()) throw py::index_error("no instruction at that pc");
+             p.code[pc].target = target;
+           }, py::arg("pc"), py::arg("target"))
+      .def("__len__", [](const Program& p) { return p.code.size(); })
+      .def_readonly("name", &Program::name)
+      .def_readwrite("frame_registers", &Program::frame_registers)
+      .def_readwrite("warp_slots", &Program::warp_slots)
+      .def_readwrite("local_frame_bytes", &Program::local_frame_bytes)
+      .def_readwrite("static_shared_bytes", &Program::static_shared_bytes)
+      .def_readwrite("param_bytes", &Program::param_bytes)
+      .def_readwrite("entry_pc", &Program::entry_pc)
+      .def_readwrite("max_call_depth", &Program::max_call_depth);
+  m.def("handler_keys", [] {
+    std::vector<std::string> keys;
+    for (auto& [k, v] : handler_table()) keys.push_back(k);
+    return keys;
+  }, "Every instruction key the interpreter implements.");
+}
+
+void bind_launch(py::module_& m) {
+  py::class_<CancelFlag, std::shared_ptr<CancelFlag>>(m, "CancelFlag", "Ends running launches when set.")
+      .def(py::init<>())
+      .def("set", [](CancelFlag& f) { f.value.store(true); })
+      .def("is_set", [](CancelFlag& f) { return f.value.load(); });
+  py::class_<LaunchResult>(m, "LaunchResult")
+      .def_readonly("code", &LaunchResult::code)
+      .def_readonly("message", &LaunchResult::message)
+      .def_property_readonly("printf_output", [](const LaunchResult& r) {
+        return py::str(PyUnicode_DecodeUTF8(r.printf_output.data(), static_cast<Py_ssize_t>(r.printf_output.size()),
+                                            "replace"));
+      })
+      .def_readonly("warp_steps", &LaunchResult::warp_steps)
+      .def_readonly("thread_instructions", &LaunchResult::thread_instructions);
+  m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
+                         std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
+                         uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,
+                         std::shared_ptr<CancelFlag> cancel) {
+          std::string param_bytes = params;
+          LaunchConfig c;
+          c.grid[0] = std::get<0>(grid);
+          c.grid[1] = std::get<1>(grid);
+          c.grid[2] = std::get<2>(grid);
+          c.block[0] = std::get<0>(block);
+          c.block[1] = std::get<1>(block);
+          c.block[2] = std::get<2>(block);
+          c.dynamic_shared = dynamic_shared;
+          c.sm_count = sm_count;
+          c.max_warp_steps = max_warp_steps;
+          c.timeout_seconds = timeout_seconds;
+          c.cancel = cancel ? &cancel->value : nullptr;
+          py::gil_scoped_release nogil;
+          return run_launch(*program, *memory, param_bytes, c);
+        }, py::arg("program"), py::arg("memory"), py::arg("params"), py::arg("grid"), py::arg("block"),
+        py::arg("dynamic_shared") = 0, py::arg("sm_count") = 8, py::arg("max_warp_steps") = 0,
+        py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr,
+        "Runs a launch to completion (GIL released); the result carries the CUresult and message of a fault.");
+}
+
+py::dict named(std::initializer_list<std::pair<const char*, uint32_t>> items) {
+  py::dict d;
+  for (auto& [name, value] : items) d[name] = value;
+  return d;
+}
+
+void bind_constants(py::module_& m) {
+  py::dict flags;
+  flags["ROUND"] = named({{"rn", flag::kRn}, {"rz", flag::kRz}, {"rm", flag::kRm}, {"rp", flag::kRp}, {"rni", flag::kRni}, {"rzi", flag::kRzi}, {"rmi", flag::kRmi}, {"rpi", flag::kRpi}, {"rna", flag::kRna}});
+  flags["FTZ"] = flag::kFtz;
+  flags["SAT"] = flag::kSat;
+  flags["APPROX"] = flag::kApprox;
+  flags["RELU"] = flag::kRelu;
+  flags["CMP_SHIFT"] = flag::kCmpShift;
+  flags["CMP"] = named({{"eq", flag::kEq}, {"ne", flag::kNe}, {"lt", flag::kLt}, {"le", flag::kLe}, {"gt", flag::kGt}, {"ge", flag::kGe}, {"lo", flag::kLo}, {"ls", flag::kLs}, {"hi", flag::kHi}, {"hs", flag::kHs}, {"equ", flag::kEqu}, {"neu", flag::kNeu}, {"ltu", flag::kLtu}, {"leu", flag::kLeu}, {"gtu", flag::kGtu}, {"geu", flag::kGeu}, {"num", flag::kNum}, {"nan", flag::kNan}});
+  flags["BOOL_SHIFT"] = flag::kBoolShift;
+  flags["BOOL"] = named({{"and", flag::kBoolAnd}, {"or", flag::kBoolOr}, {"xor", flag::kBoolXor}});
+  flags["NEGATE_C"] = flag::kNegateC;
+  flags["NEGATE_A"] = flag::kNegateA;
+  flags["SET_FLOAT_RESULT"] = flag::kSetFloatResult;
+  flags["SIGN_EXTEND"] = flag::kSignExtend;
+  flags["ORDER_SHIFT"] = flag::kOrderShift;
+  flags["ORDER"] = named({{"weak", flag::kWeak}, {"volatile", flag::kVolatile}, {"relaxed", flag::kRelaxed}, {"acquire", flag::kAcquire}, {"release", flag::kRelease}, {"acq_rel", flag::kAcqRel}, {"sc", flag::kSeqCst}, {"mmio", flag::kVolatile}});
+  flags["SHIFT_AMOUNT"] = flag::kShiftAmount;
+  flags["SHF_LEFT"] = flag::kShfLeft;
+  flags["SHF_CLAMP"] = flag::kShfClamp;
+  flags["PRMT_SHIFT"] = flag::kPrmtShift;
+  flags["PRMT"] = named({{"f4e", flag::kPrmtF4e}, {"b4e", flag::kPrmtB4e}, {"rc8", flag::kPrmtRc8}, {"ecl", flag::kPrmtEcl}, {"ecr", flag::kPrmtEcr}, {"rc16", flag::kPrmtRc16}});
+  flags["DST_TYPE_SHIFT"] = flag::kDstTypeShift;
+  flags["SRC_TYPE_SHIFT"] = flag::kSrcTypeShift;
+  flags["ATOM_SHIFT"] = flag::kAtomOpShift;
+  flags["ATOM"] = named({{"add", flag::kAtomAdd}, {"min", flag::kAtomMin}, {"max", flag::kAtomMax}, {"inc", flag::kAtomInc}, {"dec", flag::kAtomDec}, {"and", flag::kAtomAnd}, {"or", flag::kAtomOr}, {"xor", flag::kAtomXor}, {"exch", flag::kAtomExch}, {"cas", flag::kAtomCas}});
+  flags["SHFL_SHIFT"] = flag::kShflShift;
+  flags["SHFL"] = named({{"up", flag::kShflUp}, {"down", flag::kShflDown}, {"bfly", flag::kShflBfly}, {"idx", flag::kShflIdx}});
+  flags["VOTE_SHIFT"] = flag::kVoteShift;
+  flags["VOTE"] = named({{"all", flag::kVoteAll}, {"any", flag::kVoteAny}, {"uni", flag::kVoteUni}, {"ballot", flag::kVoteBallot}});
+  flags["MATCH_ALL"] = flag::kMatchAll;
+  flags["REDUX_SHIFT"] = flag::kReduxShift;
+  flags["REDUX"] = named({{"add", flag::kReduxAdd}, {"min", flag::kReduxMin}, {"max", flag::kReduxMax}, {"and", flag::kReduxAnd}, {"or", flag::kReduxOr}, {"xor", flag::kReduxXor}});
+  flags["REDUX_SIGNED"] = flag::kReduxSigned;
+  flags["BAR_SHIFT"] = flag::kBarShift;
+  flags["BAR"] = named({{"sync", flag::kBarSync}, {"arrive", flag::kBarArrive}, {"popc", flag::kBarRedPopc}, {"and", flag::kBarRedAnd}, {"or", flag::kBarRedOr}});
+  flags["TEST_SHIFT"] = flag::kTestShift;
+  flags["TEST"] = named({{"finite", flag::kTestFinite}, {"infinite", flag::kTestInfinite}, {"number", flag::kTestNumber}, {"notanumber", flag::kTestNotANumber}, {"normal", flag::kTestNormal}, {"subnormal", flag::kTestSubnormal}});
+  flags["CLOCK_SHIFT"] = flag::kClockShift;
+  flags["CLOCK"] = named({{"clock", flag::kClock32}, {"clock64", flag::kClock64}, {"globaltimer", flag::kGlobalTimer}});
+  m.attr("FLAGS") = flags;
+  m.attr("TYPE_CODES") = named({{"u8", kU8}, {"s8", kS8}, {"u16", kU16}, {"s16", kS16}, {"u32", kU32}, {"s32", kS32}, {"u64", kU64}, {"s64", kS64}, {"f16", kF16}, {"bf16", kBF16}, {"f32", kF32}, {"f64", kF64}});
+  py::dict specials;
+  const char* names[kSpecialCount] = {
+      "%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
+      "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid",
+      "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge",
+      "%dynamic_smem_size", "%total_smem_size"};
+  for (uint32_t i = 0; i < kSpecialCount; ++i) specials[names[i]] = i;
+  m.attr("SPECIALS") = specials;
+  m.attr("BANK_SHIFT") = kBankShift;
+  m.attr("BANK_FRAME") = static_cast<uint32_t>(kBankFrame);
+  m.attr("BANK_WARP") = static_cast<uint32_t>(kBankWarp);
+  m.attr("NO_SLOT") = kNoSlot;
+  m.attr("MEMBER_MASK_OPERAND") = kMemberMaskOperand;
+  m.attr("GLOBAL_BASE") = kGlobalBase;
+  m.attr("SHARED_WINDOW") = kSharedWindow;
+  m.attr("LOCAL_WINDOW") = kLocalWindow;
+  m.attr("PARAM_WINDOW") = kParamWindow;
+  m.attr("WINDOW_SIZE") = kWindowSize;
+}
+
+const ModuleRegistrar registrar("emulator", [](py::module_& parent) {
+  py::module_ m = parent.def_submodule("emulator", "The PTX emulator's C++ interpreter (see tally/emulator/).");
+  memory_error_type = PyErr_NewException("tally._core.emulator.MemoryError", PyExc_RuntimeError, nullptr);
+  m.attr("MemoryError") = py::handle(memory_error_type);
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const MemoryError& e) {
+      py::tuple args = py::make_tuple(e.code, std::string(e.what()));
+      PyErr_SetObject(memory_error_type, args.ptr());
+    }
+  });
+  bind_memory(m);
+  bind_program(m);
+  bind_launch(m);
+  bind_constants(m);
+});
+
+}  // namespace
+}  // namespace tally::emu

@@ -1,0 +1,253 @@
+"""The `emulator` device: a CPU that runs PTX (tally/emulator/, hot loop in
+csrc/src/emulator/).
+
+Memory is real (allocations at device-like addresses from 0x7f00_0000_0000,
+backed by host memory only where a kernel or copy touches it); streams run on
+their own threads; kernels are lowered from PTX at their first launch. A
+kernel that faults (illegal address, divergent barrier, time limit, an
+instruction the emulator lacks) fails that launch only: the error is kept on
+its stream and the device keeps working.
+
+Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
+`printf_to_stdout=False`, also written to the server's stdout.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import uuid as uuidlib
+from typing import Callable
+
+from tally._core import emulator as core
+from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
+                                 CUDA_ERROR_NOT_READY, DeviceDescription, DeviceError, Dim3, ModuleSource)
+from tally.backends.device_attributes import synthetic_attributes
+from tally.emulator.module import EmulatorFunction, EmulatorModule
+from tally.emulator.streams import EmulatorEvent, EmulatorStream
+
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SHARED_BYTES = 227 * 1024
+
+
+def _memory_call(fn, *args):
+    try:
+        return fn(*args)
+    except core.MemoryError as e:
+        code, message = e.args
+        raise DeviceError(code, message) from None
+
+
+class EmulatorBackend:
+    kind = "emulator"
+    errors_are_context_wide = False
+
+    def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
+                 max_warp_instructions: int = 0, printf_to_stdout: bool = True):
+        self._memory = core.DeviceMemory(total_memory)
+        self._sm_count = sm_count
+        self.launch_timeout_s = launch_timeout_s
+        self.max_warp_instructions = max_warp_instructions
+        self._printf_to_stdout = printf_to_stdout
+        self._cancel = core.CancelFlag()
+        self._lock = threading.Lock()
+        self._streams: set[EmulatorStream] = set()
+        self._printf: dict[EmulatorStream, list[str]] = {}
+        self._uuid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, "emulator.tally").bytes
+        self.stats = {"launches": 0, "thread_instructions": 0, "warp_instructions": 0}
+
+    def describe(self) -> DeviceDescription:
+        cc = (9, 0)
+        return DeviceDescription(name="tally emulator", uuid=self._uuid, total_memory=self._memory.capacity,
+                                 compute_capability=cc, sm_count=self._sm_count,
+                                 attributes=synthetic_attributes(cc, self._sm_count))
+
+    # ------------------------------------------------------------------ memory
+
+    def mem_alloc(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot allocate {nbytes} bytes")
+        return _memory_call(self._memory.allocate, nbytes)
+
+    def mem_free(self, ptr: int) -> None:
+        _memory_call(self._memory.free, ptr)
+
+    def mem_info(self) -> tuple[int, int]:
+        return self._memory.capacity - self._memory.used, self._memory.capacity
+
+    # ------------------------------------------------------------------ modules
+
+    def module_load(self, source: ModuleSource) -> EmulatorModule:
+        return _memory_call(EmulatorModule, source, self._memory)
+
+    def module_unload(self, module: EmulatorModule) -> None:
+        module.unload()
+
+    def module_function(self, module: EmulatorModule, name: str) -> EmulatorFunction:
+        try:
+            return module.functions[name]
+        except KeyError:
+            raise DeviceError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module") from None
+
+    def module_global(self, module: EmulatorModule, name: str) -> tuple[int, int]:
+        try:
+            return module.globals[name]
+        except KeyError:
+            raise DeviceError(CUDA_ERROR_NOT_FOUND, f"no .global/.const variable named {name!r} in the module") from None
+
+    # ------------------------------------------------------------------ streams and events
+
+    def stream_create(self, priority: int = 0) -> EmulatorStream:
+        stream = EmulatorStream(priority, on_exit=self._forget)
+        with self._lock:
+            self._streams.add(stream)
+            self._printf[stream] = []
+        return stream
+
+    def _forget(self, stream: EmulatorStream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def stream_destroy(self, stream: EmulatorStream) -> None:
+        stream.stop()
+
+    def event_create(self, timing: bool = True) -> EmulatorEvent:
+        return EmulatorEvent(timing)
+
+    def event_destroy(self, event: EmulatorEvent) -> None:
+        pass
+
+    # ------------------------------------------------------------------ asynchronous operations
+
+    def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
+               params: bytes) -> None:
+        if not isinstance(fn, EmulatorFunction):
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
+        grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
+        if block[0] * block[1] * block[2] > 1024:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than 1024 threads")
+        if not 0 <= shared_bytes <= MAX_SHARED_BYTES:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")
+        params = bytes(params)
+        if len(params) < fn.param_bytes:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} takes {fn.param_bytes} parameter bytes, "
+                                                        f"the launch passed {len(params)}")
+
+        def run() -> None:
+            kernel = fn.lowered()
+            if kernel.static_shared_bytes + shared_bytes > MAX_SHARED_BYTES:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"kernel {fn.name} needs {kernel.static_shared_bytes} bytes of static and "
+                                  f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
+            result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
+                                     self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
+                                     self._cancel)
+            with self._lock:
+                self.stats["launches"] += 1
+                self.stats["thread_instructions"] += result.thread_instructions
+                self.stats["warp_instructions"] += result.warp_steps
+            if result.printf_output:
+                self._emit_printf(stream, result.printf_output)
+            if result.code:
+                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}")
+
+        stream.submit(run)
+
+    def _emit_printf(self, stream: EmulatorStream, text: str) -> None:
+        with self._lock:
+            self._printf.setdefault(stream, []).append(text)
+        if self._printf_to_stdout:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def take_printf(self, stream: EmulatorStream) -> str:
+        """Kernel printf output of the stream's launches so far (and forgets it)."""
+        with self._lock:
+            parts = self._printf.get(stream, [])
+            self._printf[stream] = []
+        return "".join(parts)
+
+    def memcpy_htod_async(self, dst: int, src: memoryview, stream: EmulatorStream) -> None:
+        src = memoryview(src).cast("B")
+        _memory_call(self._memory.check, dst, len(src), "host-to-device copy")
+        stream.submit(lambda: _memory_call(self._memory.write, dst, src))
+
+    def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: EmulatorStream) -> None:
+        dst = memoryview(dst).cast("B")
+        _memory_call(self._memory.check, src, len(dst), "device-to-host copy")
+        stream.submit(lambda: _memory_call(self._memory.read, dst, src))
+
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: EmulatorStream) -> None:
+        _memory_call(self._memory.check, src, nbytes, "device-to-device copy source")
+        _memory_call(self._memory.check, dst, nbytes, "device-to-device copy destination")
+        stream.submit(lambda: _memory_call(self._memory.copy, dst, src, nbytes))
+
+    def memset_async(self, dst: int, value: int, element_size: int, count: int, stream: EmulatorStream) -> None:
+        if element_size not in (1, 2, 4):
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset element size {element_size} (use 1, 2 or 4)")
+        _memory_call(self._memory.check, dst, element_size * count, "memset")
+        stream.submit(lambda: _memory_call(self._memory.fill, dst, value & 0xFFFFFFFF, element_size, count))
+
+    def event_record(self, event: EmulatorEvent, stream: EmulatorStream) -> None:
+        event.record(stream)
+
+    def stream_wait_event(self, stream: EmulatorStream, event: EmulatorEvent) -> None:
+        target = event.target()
+        if target:
+            stream.submit(lambda: event.wait(target))
+
+    def host_callback(self, stream: EmulatorStream, fn: Callable[[], None]) -> None:
+        stream.submit(fn)
+
+    # ------------------------------------------------------------------ synchronization
+
+    def stream_synchronize(self, stream: EmulatorStream) -> None:
+        stream.wait_idle()
+        stream.raise_error()
+
+    def stream_query(self, stream: EmulatorStream) -> bool:
+        idle = stream.idle
+        stream.raise_error()
+        return idle
+
+    def event_synchronize(self, event: EmulatorEvent) -> None:
+        event.wait(event.target())
+
+    def event_query(self, event: EmulatorEvent) -> bool:
+        return event.query()
+
+    def event_elapsed_ms(self, start: EmulatorEvent, end: EmulatorEvent) -> float:
+        if not (start.timing and end.timing):
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "elapsed time needs two events created with timing")
+        (r0, c0, t0), (r1, c1, t1) = start.completion(), end.completion()
+        if r0 == 0 or r1 == 0:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "elapsed time of an event that was never recorded")
+        if c0 < r0 or c1 < r1:
+            raise DeviceError(CUDA_ERROR_NOT_READY, "the events have not completed yet")
+        return (t1 - t0) * 1000.0
+
+    def synchronize(self) -> None:
+        with self._lock:
+            streams = list(self._streams)
+        for s in streams:
+            s.wait_idle()
+        for s in streams:
+            s.raise_error()
+
+    def close(self) -> None:
+        """Ends running kernels (they fail as cancelled) and stops every stream."""
+        self._cancel.set()
+        with self._lock:
+            streams = list(self._streams)
+        for s in streams:
+            s.stop()
+        for s in streams:
+            s.join(timeout=10)
+
+
+def _dims(d: Dim3, what: str, limits: tuple[int, int, int]) -> tuple[int, int, int]:
+    d = tuple(int(x) for x in d)
+    if len(d) != 3 or any(x < 1 for x in d) or any(x > m for x, m in zip(d, limits)):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{what} dimensions {d} are outside 1..{limits}")
+    return d

@@ -1,0 +1,268 @@
+"""The state of lowering one function of a kernel: scoped names, operand
+slots, address resolution, and `emit`, which appends one interpreter
+instruction with the current PTX instruction's guard, line and text.
+
+Instruction lowerers (lower_compute.py, lower_memory.py, lower_control.py)
+register themselves per opcode with `@lowers("add", "sub")` and receive this
+context and the IR instruction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ptx_passes import ir
+from tally._core import emulator as core
+from tally.emulator.layout import FrameLayout, float_bits
+
+if TYPE_CHECKING:
+    from tally.emulator.lowering import KernelLowering
+
+NO_SLOT = core.NO_SLOT
+FLAGS = core.FLAGS
+FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"})
+DYNAMIC_SPECIALS = {"%clock": "clock", "%clock64": "clock64", "%globaltimer": "globaltimer"}
+
+Lowerer = Callable[["FunctionLowering", ir.Instruction], None]
+LOWERERS: dict[str, Lowerer] = {}
+
+
+def lowers(*opcodes: str):
+    def register(fn: Lowerer) -> Lowerer:
+        for op in opcodes:
+            LOWERERS[op] = fn
+        return fn
+    return register
+
+
+class LoweringError(Exception):
+    """A PTX construct the emulator cannot run; names the instruction and its line."""
+
+    def __init__(self, message: str, line: int = 0, text: str = ""):
+        where = f" (PTX line {line}: `{text}`)" if line else (f" (`{text}`)" if text else "")
+        super().__init__(message + where)
+        self.line = line
+        self.text = text
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a name means in a scope. kind: reg (value = slot), frame (offset in
+    the call frame), shared (offset), global (device address), param (offset in
+    the kernel's parameter buffer), function."""
+
+    kind: str
+    value: int
+    decl: object = None
+
+
+class FunctionLowering:
+    def __init__(self, kernel: "KernelLowering", fn: ir.Function, frame: FrameLayout):
+        self.kernel = kernel
+        self.fn = fn
+        self.frame = frame
+        self.scopes: list[dict[str, Binding]] = []
+        self.registers = 0
+        self.labels: dict[str, int] = {}
+        self.label_fixups: list[tuple[int, str]] = []
+        self.ins: ir.Instruction | None = None
+        self._carry_slot: int | None = None
+        outer: dict[str, Binding] = {}
+        if fn.is_entry:
+            for p, offset in zip(fn.params, kernel.param_offsets):
+                outer[p.name] = Binding("param", offset, p)
+        else:
+            for p in list(fn.params) + list(fn.return_params or ()):
+                outer[p.name] = Binding("frame", frame.offsets[id(p)], p)
+        self.scopes.append(outer)
+
+    # ------------------------------------------------------------------ errors
+
+    def unsupported(self, what: str) -> LoweringError:
+        ins = self.ins
+        return LoweringError(f"the emulator does not support {what} in {self.fn.name}",
+                             ins.line if ins else 0, str(ins) if ins else "")
+
+    # ------------------------------------------------------------------ names
+
+    def lookup(self, name: str) -> Binding:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        found = self.kernel.module_binding(name)
+        if found is None:
+            raise self.unsupported(f"the undeclared name {name!r}")
+        return found
+
+    def declare_register(self, name: str) -> None:
+        self.scopes[-1][name] = Binding("reg", self.registers)
+        self.registers += 1
+
+    def declare_variable(self, decl: ir.VarDecl) -> None:
+        space = decl.space
+        if space in ("local", "param", "param::func"):
+            self.scopes[-1][decl.name] = Binding("frame", self.frame.place(decl), decl)
+        elif space.startswith("shared"):
+            self.scopes[-1][decl.name] = Binding("shared", self.kernel.shared.offsets[id(decl)], decl)
+        elif space in ("global", "const"):
+            self.scopes[-1][decl.name] = Binding("global", self.kernel.function_global(decl), decl)
+        else:
+            raise LoweringError(f"the emulator does not support .{space} variables ({decl.name} in {self.fn.name})")
+
+    def temp(self) -> int:
+        """A fresh hidden register of this function."""
+        slot = self.registers
+        self.registers += 1
+        return slot
+
+    def carry_slot(self) -> int:
+        """The hidden CC.CF register of add.cc/addc chains."""
+        if self._carry_slot is None:
+            self._carry_slot = self.temp()
+        return self._carry_slot
+
+    # ------------------------------------------------------------------ operands
+
+    def reg(self, op: ir.Register) -> int:
+        b = self.lookup(op.name)
+        if b.kind != "reg":
+            raise self.unsupported(f"{op.name} used as a register")
+        return b.value
+
+    def dst(self, op: ir.Operand) -> int:
+        """Slot of a destination register (NO_SLOT for `_`)."""
+        if isinstance(op, ir.Sink):
+            return NO_SLOT
+        if isinstance(op, ir.Register):
+            return self.reg(op)
+        raise self.unsupported(f"the destination operand {op}")
+
+    def const(self, value: int) -> int:
+        return self.kernel.constant(value)
+
+    def src(self, op: ir.Operand, type_name: str | None = None) -> int:
+        """Slot holding a source operand's value; `type_name` chooses how a literal is encoded."""
+        if isinstance(op, ir.Register):
+            return self.reg(op)
+        if isinstance(op, ir.Immediate):
+            return self.const(self.immediate(op, type_name))
+        if isinstance(op, ir.SpecialReg):
+            return self.special(op)
+        if isinstance(op, ir.Symbol):
+            return self.symbol_value(op.name)
+        raise self.unsupported(f"the operand {op}")
+
+    def immediate(self, op: ir.Immediate, type_name: str | None) -> int:
+        if type_name in FLOAT_TYPES - {"f16x2", "bf16x2"}:
+            return float_bits(op.value, op.text, type_name)
+        if op.is_float or op.text.lower().startswith(("0f", "0d")):
+            return float_bits(op.value, op.text, "f64" if op.text.lower().startswith("0d") else "f32")
+        return int(op.value) & 0xFFFF_FFFF_FFFF_FFFF
+
+    def special(self, op: ir.SpecialReg) -> int:
+        name = str(op)
+        if op.name in DYNAMIC_SPECIALS or name in ("%globaltimer_lo", "%globaltimer_hi"):
+            slot = self.temp()
+            kind = "globaltimer" if name.startswith("%globaltimer") else DYNAMIC_SPECIALS[op.name]
+            self.emit("clock", [slot], flags=FLAGS["CLOCK"][kind] << FLAGS["CLOCK_SHIFT"])
+            if name == "%globaltimer_hi":
+                self.emit("shr.u64", [slot, slot, self.const(32)])
+            return slot
+        if name not in core.SPECIALS:
+            raise self.unsupported(f"the special register {name}")
+        return self.kernel.special_slot(name)
+
+    def symbol_value(self, name: str, generic: bool = False) -> int:
+        """Slot holding the address of a variable (in its own space, or generic)."""
+        b = self.lookup(name)
+        if b.kind == "global":
+            return self.const(b.value)
+        if b.kind == "shared":
+            return self.const(b.value + (core.SHARED_WINDOW if generic else 0))
+        if b.kind == "param":
+            return self.const(b.value + (core.PARAM_WINDOW if generic else 0))
+        if b.kind == "frame":
+            slot = self.temp()
+            self.emit("localaddr.generic" if generic else "localaddr", [slot], imm=b.value)
+            return slot
+        if b.kind == "reg":
+            return b.value
+        raise self.unsupported(f"taking the address of {name}")
+
+    def predicate(self, op: ir.Operand) -> tuple[int, bool]:
+        """(slot, negated) of a predicate source: %p, !%p or a literal."""
+        if isinstance(op, ir.Negated):
+            return self.reg(op.register), True
+        return self.src(op, "pred"), False
+
+    # ------------------------------------------------------------------ memory operands
+
+    def address(self, op: ir.Operand, space: str | None) -> tuple[str, int, int]:
+        """(space key, base slot, offset) of a memory operand for an instruction
+        whose state space is `space` (None: generic addressing)."""
+        if not isinstance(op, ir.Address):
+            raise self.unsupported(f"the memory operand {op}")
+        if op.coordinates is not None:
+            raise self.unsupported("texture/tensor coordinates")
+        space = normalize_space(space)
+        if op.base is None:
+            return self._register_space(space), self.const(0), op.offset
+        if isinstance(op.base, ir.Register):
+            return self._register_space(space), self.reg(op.base), op.offset
+        b = self.lookup(op.base.name)
+        zero = self.const(0)
+        if b.kind == "global":
+            return ("global" if space in ("global", "generic") else self._register_space(space)), zero, b.value + op.offset
+        if b.kind == "shared":
+            return "shared", zero, b.value + op.offset
+        if b.kind == "param":
+            return "param", zero, b.value + op.offset
+        if b.kind == "frame":
+            return "frame", zero, b.value + op.offset
+        if b.kind == "reg":
+            return self._register_space(space), b.value, op.offset
+        raise self.unsupported(f"the memory operand {op}")
+
+    def _register_space(self, space: str) -> str:
+        if space == "param" and not self.fn.is_entry:
+            raise self.unsupported("a .param access through a register inside a .func")
+        return space
+
+    # ------------------------------------------------------------------ output
+
+    def emit(self, key: str, ops: list[int], *, imm: int = 0, imm2: int = 0, target: int = -1,
+             flags: int = 0, width: int = 1, size: int = 0, label: str | None = None,
+             guarded: bool = True) -> int:
+        """Appends an instruction; returns its pc. `label` asks for the target to be
+        patched to that label's pc once the function is done."""
+        ins = self.ins
+        guard, negated = NO_SLOT, False
+        if guarded and ins is not None and ins.guard is not None:
+            guard, negated = self.reg(ins.guard.register), ins.guard.negated
+        program = self.kernel.program
+        pc = len(program)
+        ok = program.add(key, [(o & 0xFFFF_FFFF) for o in ops], imm=_signed64(imm), imm2=_signed64(imm2),
+                         target=target, guard=guard, guard_negated=negated, flags=flags, width=width,
+                         size=size, line=ins.line if ins else 0, text=str(ins) if ins else key)
+        if not ok:
+            raise self.unsupported(f"the instruction form {key!r}")
+        if label is not None:
+            self.label_fixups.append((pc, label))
+        return pc
+
+
+def normalize_space(space: str | None) -> str:
+    if space is None:
+        return "generic"
+    if space.startswith("shared"):
+        return "shared"
+    if space.startswith("param"):
+        return "param"
+    if space == "const":
+        return "global"
+    return space
+
+
+def _signed64(v: int) -> int:
+    v &= 0xFFFF_FFFF_FFFF_FFFF
+    return v - (1 << 64) if v >= 1 << 63 else v

@@ -1,0 +1,191 @@
+"""Lowering of control flow and warp/block synchronization: bra, call, ret,
+exit, trap, bar/barrier, shfl, vote, match, redux, elect, activemask.
+
+A call to a `.func` becomes `call` (copy the argument bytes into the callee's
+frame, push the return address) plus, when there are return values, a
+`retcopy` right after it, where the callee returns to. `vprintf` is built in.
+"""
+from __future__ import annotations
+
+from ptx_passes import ir
+from tally._core import emulator as core
+from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
+from tally.emulator.layout import var_size
+
+MASK = core.MEMBER_MASK_OPERAND
+BUILTINS = ("vprintf",)
+
+
+@lowers("bra")
+def lower_bra(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    target = ins.operands[0]
+    if not isinstance(target, ir.LabelRef):
+        raise cx.unsupported("a branch to a computed target")
+    cx.emit("bra", [], label=target.name)
+
+
+@lowers("ret")
+def lower_ret(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    cx.emit("ret", [])
+
+
+@lowers("exit")
+def lower_exit(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    cx.emit("exit", [])
+
+
+@lowers("trap")
+def lower_trap(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    cx.emit("trap", [])
+
+
+# --------------------------------------------------------------------------- calls
+
+
+@lowers("call")
+def lower_call(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    ops = list(ins.operands)
+    rets = ops.pop(0).items if ops and isinstance(ops[0], ir.ParenList) else ()
+    target = ops.pop(0) if ops else None
+    args = ops.pop(0).items if ops and isinstance(ops[0], ir.ParenList) else ()
+    if not isinstance(target, ir.Symbol) or ops:
+        raise cx.unsupported("indirect calls (through a function pointer)")
+    try:
+        callee = cx.kernel.module.function(target.name)
+    except KeyError:
+        raise cx.unsupported(f"a call to the undefined function {target.name}") from None
+    arg_offsets = [_frame_variable(cx, a) for a in args]
+    ret_offsets = [_frame_variable(cx, r) for r in rets]
+    if callee.body is None:
+        return _builtin(cx, callee, arg_offsets, ret_offsets)
+    if len(args) != len(callee.params) or len(rets) != len(callee.return_params or ()):
+        raise cx.unsupported(f"a call to {callee.name} with {len(args)} arguments and {len(rets)} results "
+                             f"(it takes {len(callee.params)} and returns {len(callee.return_params or ())})")
+    frame = cx.kernel.frames[callee.name]
+    copies = [(src, frame.offsets[id(p)], min(size, var_size(p)))
+              for (src, size), p in zip(arg_offsets, callee.params)]
+    program = cx.kernel.program
+    pc = cx.emit("call", [], imm=program.add_copy_list(copies))
+    cx.kernel.call_fixups.append((pc, callee.name))
+    if rets:
+        back = [(frame.offsets[id(p)], dst, min(size, var_size(p)))
+                for (dst, size), p in zip(ret_offsets, callee.return_params)]
+        cx.emit("retcopy", [], imm=program.add_copy_list(back))
+
+
+def _frame_variable(cx: FunctionLowering, op: ir.Operand) -> tuple[int, int]:
+    """(frame offset, size) of a call argument or result variable."""
+    if not isinstance(op, ir.Symbol):
+        raise cx.unsupported(f"the call argument {op} (only .param variables are supported)")
+    b = cx.lookup(op.name)
+    if b.kind != "frame":
+        raise cx.unsupported(f"the call argument {op.name} (not a .param variable of this function)")
+    return b.value, var_size(b.decl)
+
+
+def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, int]],
+             rets: list[tuple[int, int]]) -> None:
+    if callee.name == "vprintf" and len(args) == 2:
+        cx.emit("vprintf", [], imm=args[0][0], imm2=args[1][0], target=rets[0][0] if rets else -1)
+        return
+    raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")
+
+
+# --------------------------------------------------------------------------- barriers
+
+
+@lowers("bar", "barrier")
+def lower_barrier(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    if ins.has("warp"):
+        cx.emit("bar.warp.sync", [NO_SLOT] * MASK + [cx.src(ins.operands[0], "u32")])
+        return
+    if ins.has("cluster"):
+        raise cx.unsupported("cluster barriers")
+    ops = list(ins.operands)
+    bar = FLAGS["BAR"]
+    if ins.has("red"):
+        kind = next((k for k in ("popc", "and", "or") if ins.has(k)), None)
+        if kind is None or len(ops) not in (3, 4):
+            raise cx.unsupported(ins.full_opcode)
+        d = cx.dst(ops[0])
+        a = cx.src(ops[1], "u32")
+        b = cx.src(ops[2], "u32") if len(ops) == 4 else NO_SLOT
+        c, negated = cx.predicate(ops[-1])
+        flags = bar[kind] << FLAGS["BAR_SHIFT"] | (FLAGS["NEGATE_C"] if negated else 0)
+        cx.emit("bar", [a, b, d, c], flags=flags)
+        return
+    kind = "arrive" if ins.has("arrive") else "sync"
+    if not ops or len(ops) > 2 or (kind == "arrive" and len(ops) != 2):
+        raise cx.unsupported(ins.full_opcode)
+    a = cx.src(ops[0], "u32")
+    b = cx.src(ops[1], "u32") if len(ops) == 2 else NO_SLOT
+    cx.emit("bar", [a, b], flags=bar[kind] << FLAGS["BAR_SHIFT"])
+
+
+# --------------------------------------------------------------------------- warp-level
+
+
+def _with_mask(cx: FunctionLowering, ops: list[int], mask: ir.Operand | None) -> list[int]:
+    ops = ops + [NO_SLOT] * (MASK - len(ops))
+    return ops + [cx.src(mask, "u32") if mask is not None else NO_SLOT]
+
+
+@lowers("shfl")
+def lower_shfl(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    mode = next((m for m in FLAGS["SHFL"] if ins.has(m)), None)
+    ops = list(ins.operands)
+    synced = ins.has("sync")
+    if mode is None or len(ops) != (5 if synced else 4):
+        raise cx.unsupported(ins.full_opcode)
+    dest = ops[0]
+    d, p = (dest.first, dest.second) if isinstance(dest, ir.PredPair) else (dest, ir.Sink())
+    slots = [cx.dst(d), cx.dst(p), cx.src(ops[1], "b32"), cx.src(ops[2], "u32"), cx.src(ops[3], "u32")]
+    cx.emit("shfl", _with_mask(cx, slots, ops[4] if synced else None),
+            flags=FLAGS["SHFL"][mode] << FLAGS["SHFL_SHIFT"])
+
+
+@lowers("vote")
+def lower_vote(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    mode = next((m for m in FLAGS["VOTE"] if ins.has(m)), None)
+    ops = list(ins.operands)
+    synced = ins.has("sync")
+    if mode is None or len(ops) != (3 if synced else 2):
+        raise cx.unsupported(ins.full_opcode)
+    a, negated = cx.predicate(ops[1])
+    flags = FLAGS["VOTE"][mode] << FLAGS["VOTE_SHIFT"] | (FLAGS["NEGATE_A"] if negated else 0)
+    cx.emit("vote", _with_mask(cx, [cx.dst(ops[0]), a], ops[2] if synced else None), flags=flags)
+
+
+@lowers("match")
+def lower_match(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    t = ins.type
+    if t not in ("b32", "b64") or len(ins.operands) != 3:
+        raise cx.unsupported(ins.full_opcode)
+    dest, a, mask = ins.operands
+    d, p = (dest.first, dest.second) if isinstance(dest, ir.PredPair) else (dest, ir.Sink())
+    flags = FLAGS["MATCH_ALL"] if ins.has("all") else 0
+    cx.emit("match", _with_mask(cx, [cx.dst(d), cx.dst(p), cx.src(a, t)], mask), flags=flags,
+            size=4 if t == "b32" else 8)
+
+
+@lowers("redux")
+def lower_redux(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    op = next((o for o in FLAGS["REDUX"] if ins.has(o)), None)
+    t = ins.type
+    if op is None or t not in ("u32", "s32", "b32") or len(ins.operands) != 3:
+        raise cx.unsupported(ins.full_opcode)
+    d, a, mask = ins.operands
+    flags = FLAGS["REDUX"][op] << FLAGS["REDUX_SHIFT"] | (FLAGS["REDUX_SIGNED"] if t == "s32" else 0)
+    cx.emit("redux", _with_mask(cx, [cx.dst(d), NO_SLOT, cx.src(a, t)], mask), flags=flags)
+
+
+@lowers("elect")
+def lower_elect(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    dest, mask = ins.operands
+    d, p = (dest.first, dest.second) if isinstance(dest, ir.PredPair) else (ir.Sink(), dest)
+    cx.emit("elect", _with_mask(cx, [cx.dst(d), cx.dst(p)], mask))
+
+
+@lowers("activemask")
+def lower_activemask(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    cx.emit("activemask", [cx.dst(ins.operands[0])])

@@ -1,0 +1,137 @@
+"""Lowering of memory instructions: ld/ldu/st (scalar and vector), atom/red,
+cvta, isspacep, fences and hints.
+
+Keys name the resolved state space: "ld.global", "st.frame", "atom.shared"...
+(see csrc/src/emulator/ops_memory.cpp for the spaces). `.const` data lives in
+device memory like `.global` data, so const accesses are global accesses.
+"""
+from __future__ import annotations
+
+from ptx_passes import ir
+from ptx_passes.ir import TYPE_SIZES
+from tally._core import emulator as core
+from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers, normalize_space
+
+SIGNED_TYPES = frozenset({"s8", "s16", "s32", "s64"})
+
+
+def _order_flags(ins: ir.Instruction) -> int:
+    order = ins.memory_order
+    if order is None:
+        return 0
+    return FLAGS["ORDER"][order] << FLAGS["ORDER_SHIFT"]
+
+
+def _element(cx: FunctionLowering, ins: ir.Instruction) -> tuple[str, int]:
+    t = ins.type
+    size = TYPE_SIZES.get(t or "")
+    if size is None or size > 8:
+        raise cx.unsupported(f"{ins.full_opcode} (element type .{t})")
+    return t, size
+
+
+@lowers("ld", "ldu")
+def lower_ld(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    t, size = _element(cx, ins)
+    width = ins.vector_width
+    if width > 4:
+        raise cx.unsupported(ins.full_opcode)
+    dest, addr = ins.operands[0], ins.operands[1]
+    space, base, offset = cx.address(addr, ins.state_space)
+    elements = dest.elements if isinstance(dest, ir.Vector) else (dest,)
+    if len(elements) != width:
+        raise cx.unsupported(f"{ins.full_opcode} with {len(elements)} destinations")
+    dests = [cx.dst(e) for e in elements]
+    flags = _order_flags(ins) | (FLAGS["SIGN_EXTEND"] if t in SIGNED_TYPES else 0)
+    cx.emit(f"ld.{space}", dests + [NO_SLOT] * (4 - width) + [base], imm=offset, flags=flags,
+            width=width, size=size)
+
+
+@lowers("st")
+def lower_st(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    t, size = _element(cx, ins)
+    width = ins.vector_width
+    if width > 4:
+        raise cx.unsupported(ins.full_opcode)
+    addr, value = ins.operands[0], ins.operands[1]
+    space, base, offset = cx.address(addr, ins.state_space)
+    elements = value.elements if isinstance(value, ir.Vector) else (value,)
+    if len(elements) != width:
+        raise cx.unsupported(f"{ins.full_opcode} with {len(elements)} values")
+    sources = [cx.src(e, t) for e in elements]
+    cx.emit(f"st.{space}", sources + [NO_SLOT] * (4 - width) + [base], imm=offset,
+            flags=_order_flags(ins), width=width, size=size)
+
+
+ATOM_TYPE_CODES = {"b16": "u16", "u16": "u16", "b32": "u32", "u32": "u32", "s32": "s32", "b64": "u64",
+                   "u64": "u64", "s64": "s64", "f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16"}
+
+
+@lowers("atom", "red")
+def lower_atom(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    op = ins.atomic_operation
+    t = ins.type
+    if op is None or t not in ATOM_TYPE_CODES or ins.vector_width > 1:
+        raise cx.unsupported(f"the atomic form {ins.full_opcode}")
+    flags = FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"]
+    flags |= core.TYPE_CODES[ATOM_TYPE_CODES[t]] << FLAGS["SRC_TYPE_SHIFT"]
+    operands = list(ins.operands)
+    d = NO_SLOT
+    if ins.opcode == "atom":
+        d = cx.dst(operands.pop(0))
+    addr = operands.pop(0)
+    space = normalize_space(ins.state_space)
+    if space not in ("global", "shared", "generic"):
+        raise cx.unsupported(f"atomics on .{space}")
+    key_space, base, offset = cx.address(addr, ins.state_space)
+    if key_space not in ("global", "shared", "generic"):
+        raise cx.unsupported(f"atomics on a .{key_space} symbol")
+    b = cx.src(operands[0], t)
+    c = cx.src(operands[1], t) if len(operands) > 1 else NO_SLOT
+    if op == "cas" and c == NO_SLOT:
+        raise cx.unsupported("atom.cas without a new value")
+    cx.emit(f"atom.{key_space}", [d, b, c, NO_SLOT, base], imm=offset, flags=flags,
+            size=TYPE_SIZES[t])
+
+
+@lowers("cvta")
+def lower_cvta(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    d, a = ins.operands
+    to = ins.has("to")
+    space = normalize_space(ins.state_space)
+    if space == "generic":
+        raise cx.unsupported(ins.full_opcode)
+    if space == "global":  # global addresses are generic addresses
+        cx.emit("mov", [cx.dst(d), cx.src(a)])
+        return
+    if isinstance(a, ir.Symbol) and not to:  # address of a variable, straight to generic
+        cx.emit("mov", [cx.dst(d), cx.symbol_value(a.name, generic=True)])
+        return
+    if space not in ("shared", "local", "param"):
+        raise cx.unsupported(ins.full_opcode)
+    cx.emit(f"cvta.{'to.' if to else ''}{space}", [cx.dst(d), cx.src(a)])
+
+
+@lowers("isspacep")
+def lower_isspacep(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    space = normalize_space(ins.state_space)
+    if space not in ("global", "shared", "local", "param"):
+        raise cx.unsupported(ins.full_opcode)
+    d, a = ins.operands
+    cx.emit(f"isspacep.{space}", [cx.dst(d), cx.src(a)])
+
+
+@lowers("membar", "fence")
+def lower_fence(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    # The interpreter's memory is sequentially consistent between its threads
+    # once fenced; proxy fences order nothing we model.
+    cx.emit("nop" if ins.has("proxy") else "fence", [])
+
+
+@lowers("prefetch", "prefetchu", "applypriority", "discard", "pmevent", "nanosleep", "brkpt",
+        "griddepcontrol", "createpolicy")
+def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    if ins.opcode == "createpolicy":
+        cx.emit("mov", [cx.dst(ins.operands[0]), cx.const(0)])
+        return
+    cx.emit("nop", [])

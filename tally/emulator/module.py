@@ -1,0 +1,104 @@
+"""A loaded module on the emulator: its parsed PTX, the device memory of its
+.global/.const variables (initialized at load, like cuModuleLoad does), and
+its kernels, each lowered to an interpreter program at its first launch.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ptx_passes import PtxParseError, ir, parse_module
+from ptx_passes.params import param_bytes, param_layout
+from tally.backends.base import (CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_IMAGE,
+                                 CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NO_BINARY_FOR_GPU, DeviceError,
+                                 KernelParam, ModuleSource)
+from tally.emulator.layout import LayoutError, encode_initializer, var_align, var_size
+from tally.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
+
+
+@dataclass
+class EmulatorFunction:
+    """A kernel handle (DeviceBackend Function): name, parameter layout, and the
+    lowered program once it has been launched."""
+
+    name: str
+    params: tuple[KernelParam, ...]
+    param_bytes: int
+    module: "EmulatorModule" = field(repr=False)
+    _lowered: LoweredKernel | None = field(default=None, repr=False)
+    _error: DeviceError | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def lowered(self) -> LoweredKernel:
+        """The interpreter program; lowered once, at the first launch. A kernel the
+        emulator cannot run fails every launch with CUDA_ERROR_ILLEGAL_INSTRUCTION."""
+        with self._lock:
+            if self._lowered is None and self._error is None:
+                try:
+                    self._lowered = lower_kernel(self.module.ir, self.name, self.module.addresses)
+                except LoweringError as e:
+                    self._error = DeviceError(CUDA_ERROR_ILLEGAL_INSTRUCTION, f"kernel {self.name}: {e}")
+            if self._error is not None:
+                raise self._error
+            return self._lowered
+
+
+class EmulatorModule:
+    def __init__(self, source: ModuleSource, memory):
+        if source.ptx is None:
+            if source.cubins:
+                archs = ", ".join(f"sm_{a}" for a in sorted(source.cubins))
+                raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU,
+                                  f"the emulator runs PTX, and this module holds only cubins ({archs}); "
+                                  "build the program with PTX (e.g. nvcc -gencode arch=compute_90,code=compute_90)")
+            raise DeviceError(CUDA_ERROR_INVALID_IMAGE, "module image holds neither PTX nor a cubin")
+        try:
+            self.ir = parse_module(source.ptx, "<module>")
+        except PtxParseError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX does not parse: {e}") from None
+        self._memory = memory
+        self.globals: dict[str, tuple[int, int]] = {}
+        self.functions: dict[str, EmulatorFunction] = {}
+        try:
+            self._allocate_globals()
+            for fn in self.ir.entries():
+                layout = tuple(KernelParam(s.offset, s.size, s.align) for s in param_layout(fn))
+                self.functions[fn.name] = EmulatorFunction(fn.name, layout, param_bytes(fn), self)
+        except (LayoutError, ValueError) as e:
+            self.unload()
+            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX cannot be loaded: {e}") from None
+
+    @property
+    def addresses(self) -> dict[str, int]:
+        return {name: ptr for name, (ptr, _size) in self.globals.items()}
+
+    def _variables(self) -> list[ir.VarDecl]:
+        """Module-scope .global/.const variables with storage here (not `.extern`)."""
+        out = [g for g in self.ir.globals() if g.space in ("global", "const") and "extern" not in g.linkage]
+        for fn in self.ir.functions():
+            if fn.body is not None:
+                for _b, _i, s in ir.iter_statements(fn.body):
+                    if isinstance(s, ir.VarDecl) and s.space in ("global", "const"):
+                        out.append(s)
+        return out
+
+    def _allocate_globals(self) -> None:
+        variables = self._variables()
+        for v in variables:
+            size = var_size(v)
+            self.globals[v.name] = (self._memory.allocate(max(size, 1), max(var_align(v), 256)), size)
+
+        def address_of(name: str) -> int:
+            if name not in self.globals:
+                raise LayoutError(f"an initializer refers to {name}, which is not a .global/.const variable")
+            return self.globals[name][0]
+
+        for v in variables:
+            data = encode_initializer(v, address_of)
+            if data:
+                self._memory.write(self.globals[v.name][0], data)
+
+    def unload(self) -> None:
+        for ptr, _size in self.globals.values():
+            self._memory.free(ptr)
+        self.globals.clear()

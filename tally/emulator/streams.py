@@ -1,0 +1,132 @@
+"""Streams and events of the emulator.
+
+Each stream runs its operations in order on its own thread, so work on
+different streams overlaps as it does on a GPU (kernels release the GIL while
+they run). An operation that fails keeps its DeviceError on the stream; the
+stream goes on with the next operation, and the error is raised once by the
+next synchronizing call on that stream (DeviceBackend contract).
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from typing import Callable
+
+from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+
+_STOP = object()
+_names = itertools.count()
+
+
+class EmulatorStream:
+    def __init__(self, priority: int = 0, on_exit: Callable[["EmulatorStream"], None] | None = None):
+        self.priority = priority
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._error: DeviceError | None = None
+        self._on_exit = on_exit
+        self.destroyed = False
+        self._thread = threading.Thread(target=self._run, name=f"emulator-stream-{next(_names)}", daemon=True)
+        self._thread.start()
+
+    def submit(self, op: Callable[[], None]) -> None:
+        if self.destroyed:
+            raise DeviceError(400, "the stream was destroyed")  # CUDA_ERROR_INVALID_HANDLE
+        with self._cond:
+            self._pending += 1
+        self._queue.put(op)
+
+    def _run(self) -> None:
+        while True:
+            op = self._queue.get()
+            if op is _STOP:
+                break
+            try:
+                op()
+            except DeviceError as e:
+                self._keep(e)
+            except Exception as e:  # a host callback or a bug: report it on the stream, keep serving
+                self._keep(DeviceError(CUDA_ERROR_UNKNOWN, f"stream operation failed: {type(e).__name__}: {e}"))
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+    def _keep(self, error: DeviceError) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return self._pending == 0
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+    def take_error(self) -> DeviceError | None:
+        with self._cond:
+            error, self._error = self._error, None
+            return error
+
+    def raise_error(self) -> None:
+        error = self.take_error()
+        if error is not None:
+            raise error
+
+    def stop(self) -> None:
+        """Finish the queued work, then end the worker thread."""
+        self.destroyed = True
+        self._queue.put(_STOP)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+class EmulatorEvent:
+    """Records are numbered when enqueued; the event is complete once the stream
+    has reached its latest record (cuEventQuery semantics)."""
+
+    def __init__(self, timing: bool = True):
+        self.timing = timing
+        self._cond = threading.Condition()
+        self._recorded = 0     # records enqueued
+        self._completed = 0    # records the device reached
+        self._time = 0.0       # perf_counter() of the latest completed record
+
+    def record(self, stream: EmulatorStream) -> None:
+        with self._cond:
+            self._recorded += 1
+            seq = self._recorded
+        stream.submit(lambda: self._complete(seq))
+
+    def _complete(self, seq: int) -> None:
+        with self._cond:
+            if seq > self._completed:
+                self._completed = seq
+                self._time = time.perf_counter()
+            self._cond.notify_all()
+
+    def target(self) -> int:
+        with self._cond:
+            return self._recorded
+
+    def wait(self, seq: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._completed >= seq)
+
+    def query(self) -> bool:
+        with self._cond:
+            return self._completed >= self._recorded
+
+    def completion(self) -> tuple[int, int, float]:
+        """(records enqueued, records completed, time of the latest completion)."""
+        with self._cond:
+            return self._recorded, self._completed, self._time
