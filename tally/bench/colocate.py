@@ -1,0 +1,206 @@
+"""`tally-bench colocate`: a high-priority inference job next to best-effort
+training jobs, under each scheduling policy and alone.
+
+Reported per policy: p50/p99 latency of the high-priority requests, the
+normalized throughput of every job (its throughput divided by its throughput
+when it runs alone on the device) and the system throughput (the sum of the
+normalized throughputs). "Alone" runs use the `fifo` policy (nothing to
+schedule when one job is present).
+
+How jobs are run is a Runner's business; the statistics and the report are
+shared. SimRunner simulates everything in one process on the `sim` backend
+(deterministic, no GPU, seconds). A runner for real devices (`--backend
+cuda|emulator`) would start `tally-server --policy P` and the jobs under
+`tally-run`, feed the inference job the same arrival times and collect the same
+per-request latencies and iteration times from the jobs' logs; it is not
+written yet (it needs the client/server path and job scripts).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from tally.backends.sim import SimBackend
+from tally.backends.sim_model import GPU_PRESETS
+from tally.backends.sim_variants import SimVariantProvider
+from tally.bench import traces
+from tally.bench.sim_jobs import InferenceJob, TrainingJob
+from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
+from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor
+from tally.scheduler.policies import POLICIES, make_policy
+from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS, TransparentProfiler
+
+ALL_POLICIES = ("fifo", "kernel-priority", "time-slice", "priority")
+
+
+@dataclass(frozen=True)
+class ColocateConfig:
+    policies: tuple[str, ...] = ALL_POLICIES
+    trace: str = "azure"
+    load: float = 0.5                 # fraction of time the inference job alone keeps the GPU busy
+    be_jobs: int = 1
+    hp_model: str = "bert-base"
+    be_model: str = "whisper-train"
+    duration: float = 4.0             # seconds of (virtual) time per run
+    seed: int = 0
+    gpu: str = "a100"
+    be_transform: str = "auto"
+    turnaround_threshold_ms: float = DEFAULT_TURNAROUND_THRESHOLD_MS
+    time_slice_ms: float = 10.0
+    drain_s: float = 2.0              # after `duration`, time allowed for queued requests to finish
+
+    def validate(self) -> None:
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown or not self.policies:
+            raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+        if self.trace not in traces.TRACE_KINDS:
+            raise ValueError(f"unknown trace {self.trace!r}; choose one of {', '.join(traces.TRACE_KINDS)}")
+        if not 0 < self.load < 1:
+            raise ValueError(f"--load is the inference job's share of GPU time alone: in (0, 1), got {self.load}")
+        if self.be_jobs < 0:
+            raise ValueError(f"--be-jobs must be >= 0, got {self.be_jobs}")
+        if self.hp_model not in INFERENCE_MODELS:
+            raise ValueError(f"unknown inference model {self.hp_model!r}; choose one of {', '.join(INFERENCE_MODELS)}")
+        if self.be_model not in TRAINING_MODELS:
+            raise ValueError(f"unknown training model {self.be_model!r}; choose one of {', '.join(TRAINING_MODELS)}")
+        if self.gpu not in GPU_PRESETS:
+            raise ValueError(f"unknown GPU {self.gpu!r}; choose one of {', '.join(GPU_PRESETS)}")
+        if self.be_transform not in BE_TRANSFORMS:
+            raise ValueError(f"--be-transform must be one of {', '.join(BE_TRANSFORMS)}")
+        if not self.duration > 0:
+            raise ValueError(f"--duration must be > 0 s, got {self.duration}")
+
+
+@dataclass
+class RunRecord:
+    """What one run produced, before statistics."""
+
+    hp_latencies: list[float] = field(default_factory=list)      # seconds; unfinished ones censored
+    hp_unfinished: int = 0
+    hp_completed_in_window: int = 0
+    be_iterations: list[list[float]] = field(default_factory=list)   # completion times per job
+    counters: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+
+class Runner(Protocol):
+    def service_time(self) -> float:
+        """Seconds one inference request takes on an idle device."""
+
+    def run(self, policy: str, with_hp: bool, be_count: int, arrivals: np.ndarray) -> RunRecord: ...
+
+
+class SimRunner:
+    def __init__(self, config: ColocateConfig):
+        self.config = config
+        self.gpu = GPU_PRESETS[config.gpu]
+
+    def _executor(self, sim: SimBackend, policy: str) -> StreamExecutor:
+        c = self.config
+        options = {"quantum_ms": c.time_slice_ms} if policy == "time-slice" else {}
+        profiler = TransparentProfiler(self.gpu.sm_count, c.turnaround_threshold_ms)
+        return StreamExecutor(sim, make_policy(policy, **options), SimVariantProvider(), profiler,
+                              clock=sim.clock, be_transform=c.be_transform)
+
+    def service_time(self) -> float:
+        sim = SimBackend(self.gpu)
+        job = InferenceJob(sim, self._executor(sim, "fifo"), "hp", INFERENCE_MODELS[self.config.hp_model], [0.0])
+        job.start()
+        sim.loop.wait_until(lambda: bool(job.latencies), "one request")
+        return job.latencies[0]
+
+    def run(self, policy: str, with_hp: bool, be_count: int, arrivals: np.ndarray) -> RunRecord:
+        c = self.config
+        started = time.perf_counter()
+        sim = SimBackend(self.gpu)
+        executor = self._executor(sim, policy)
+        hp = InferenceJob(sim, executor, "hp", INFERENCE_MODELS[c.hp_model], arrivals) if with_hp else None
+        bes = [TrainingJob(sim, executor, f"be{i}", TRAINING_MODELS[c.be_model], stop_at=c.duration)
+               for i in range(be_count)]
+        for job in ([hp] if hp else []) + bes:
+            job.start()
+        sim.run_until(c.duration)
+        record = RunRecord()
+        if hp is not None:
+            deadline = int((c.duration + c.drain_s) * 1e9)
+            while hp.unfinished():
+                nxt = sim.loop.next_time()
+                if nxt is None or nxt > deadline:
+                    break
+                sim.loop.step()
+            end = sim.now()
+            left = hp.unfinished()
+            record.hp_latencies = hp.latencies + [end - t for t in left]
+            record.hp_unfinished = len(left)
+            record.hp_completed_in_window = sum(1 for t in hp.completed_at if t <= c.duration)
+        record.be_iterations = [list(j.iterations_done_at) for j in bes]
+        record.counters = executor.counters()
+        record.wall_seconds = time.perf_counter() - started
+        return record
+
+
+def iteration_rate(done_at: list[float], window: float) -> float:
+    """Iterations per second: completed iterations over the time the last one
+    completed (not over the whole window, which would count an unfinished
+    iteration as no progress)."""
+    inside = [t for t in done_at if t <= window]
+    return len(inside) / inside[-1] if inside else 0.0
+
+
+def _latency_stats(record: RunRecord) -> dict:
+    ms = np.asarray(record.hp_latencies) * 1000.0
+    if ms.size == 0:
+        return {"hp_p50_ms": None, "hp_p99_ms": None}
+    p50, p99 = np.percentile(ms, [50, 99])
+    return {"hp_p50_ms": float(p50), "hp_p99_ms": float(p99), "hp_mean_ms": float(ms.mean()),
+            "hp_requests": int(ms.size), "hp_unfinished": record.hp_unfinished}
+
+
+@dataclass
+class ColocateResult:
+    report: dict                               # the JSON document
+    latencies_ms: dict[str, np.ndarray]        # "alone" and per policy, for plots
+
+
+def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> ColocateResult:
+    config.validate()
+    runner = runner or SimRunner(config)
+    service = runner.service_time()
+    rate = config.load / service
+    arrivals = traces.arrivals(config.trace, rate, config.duration, config.seed)
+    alone_hp = runner.run("fifo", True, 0, arrivals)
+    alone_be = runner.run("fifo", False, 1, arrivals) if config.be_jobs else None
+    hp_alone_rate = alone_hp.hp_completed_in_window / config.duration
+    be_alone_rate = iteration_rate(alone_be.be_iterations[0], config.duration) if alone_be else 0.0
+
+    report = {
+        "config": asdict(config),
+        "hp_service_ms": service * 1000.0,
+        "hp_rate_per_s": rate,
+        "hp_arrivals": int(len(arrivals)),
+        "alone": {**_latency_stats(alone_hp), "hp_throughput_per_s": hp_alone_rate,
+                  "be_iterations_per_s": be_alone_rate},
+        "policies": {},
+    }
+    latencies = {"alone": np.asarray(alone_hp.hp_latencies) * 1000.0}
+    for policy in config.policies:
+        record = runner.run(policy, True, config.be_jobs, arrivals)
+        hp_norm = (record.hp_completed_in_window / config.duration) / hp_alone_rate if hp_alone_rate else 0.0
+        be_norm = [iteration_rate(done, config.duration) / be_alone_rate if be_alone_rate else 0.0
+                   for done in record.be_iterations]
+        stats = _latency_stats(record)
+        alone_p99 = report["alone"]["hp_p99_ms"]
+        report["policies"][policy] = {
+            **stats,
+            "hp_p99_vs_alone": stats["hp_p99_ms"] / alone_p99 if alone_p99 else None,
+            "hp_normalized_throughput": hp_norm,
+            "be_normalized_throughput": be_norm,
+            "system_throughput": hp_norm + sum(be_norm),
+            "counters": {k: v for k, v in record.counters.items() if k != "clients"},
+            "wall_seconds": record.wall_seconds,
+        }
+        latencies[policy] = np.asarray(record.hp_latencies) * 1000.0
+    return ColocateResult(report, latencies)

@@ -1,0 +1,109 @@
+"""The stream-ordered operations a client submits to the executor.
+
+Each is a plain value in driver terms (device pointers are the server's real
+addresses). `validate_op` checks the shape of an operation before it is
+queued, so a malformed request fails where it was made instead of at the
+device; ownership of pointers is the server's check, not this module's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Union
+
+from tally.backends.base import Dim3, Function
+
+if TYPE_CHECKING:
+    from tally.scheduler.events import ExecutorEvent
+
+
+@dataclass(frozen=True, eq=False)
+class Launch:
+    function: Function
+    grid: Dim3
+    block: Dim3
+    shared_bytes: int
+    params: bytes
+
+
+@dataclass(frozen=True, eq=False)
+class MemcpyHtoD:
+    dst: int
+    data: bytes | memoryview      # must stay valid until the copy ran
+
+
+@dataclass(frozen=True, eq=False)
+class MemcpyDtoH:
+    dst: memoryview
+    src: int
+    nbytes: int
+
+
+@dataclass(frozen=True, eq=False)
+class MemcpyDtoD:
+    dst: int
+    src: int
+    nbytes: int
+
+
+@dataclass(frozen=True, eq=False)
+class Memset:
+    dst: int
+    value: int
+    element_size: int             # 1, 2 or 4 (cuMemsetD8/D16/D32)
+    count: int
+
+
+@dataclass(frozen=True, eq=False)
+class EventRecord:
+    event: "ExecutorEvent"
+
+
+@dataclass(frozen=True, eq=False)
+class StreamWaitEvent:
+    event: "ExecutorEvent"
+
+
+@dataclass(frozen=True, eq=False)
+class HostCallback:
+    fn: Callable[[], None]
+
+
+Op = Union[Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
+           HostCallback]
+OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
+            HostCallback)
+
+
+def _dim3(name: str, value) -> None:
+    if (not isinstance(value, tuple) or len(value) != 3
+            or not all(isinstance(v, int) and v >= 1 for v in value)):
+        raise ValueError(f"{name} must be a tuple of three positive ints, got {value!r}")
+
+
+def validate_op(op: object) -> None:
+    """Raise ValueError saying what is wrong with a malformed operation."""
+    if not isinstance(op, OP_TYPES):
+        raise ValueError(f"{type(op).__name__} is not a stream operation; submit one of "
+                         + ", ".join(t.__name__ for t in OP_TYPES))
+    if isinstance(op, Launch):
+        _dim3("grid", op.grid)
+        _dim3("block", op.block)
+        if op.shared_bytes < 0:
+            raise ValueError(f"shared_bytes must be >= 0, got {op.shared_bytes}")
+        if not isinstance(op.params, (bytes, bytearray)):
+            raise ValueError("Launch.params must be the serialized parameter buffer (bytes)")
+    elif isinstance(op, MemcpyDtoH):
+        if op.dst.readonly or op.dst.nbytes != op.nbytes:
+            raise ValueError(f"MemcpyDtoH needs a writable destination of exactly {op.nbytes} bytes, "
+                             f"got {op.dst.nbytes} bytes{' (read-only)' if op.dst.readonly else ''}")
+    elif isinstance(op, (MemcpyDtoD,)):
+        if op.nbytes < 0:
+            raise ValueError(f"copy size must be >= 0, got {op.nbytes}")
+    elif isinstance(op, Memset):
+        if op.element_size not in (1, 2, 4):
+            raise ValueError(f"memset element size must be 1, 2 or 4, got {op.element_size}")
+        if op.count < 0 or not 0 <= op.value < 1 << (8 * op.element_size):
+            raise ValueError(f"memset of {op.count} x {op.element_size}-byte value {op.value} is out of range")
+    elif isinstance(op, HostCallback):
+        if not callable(op.fn):
+            raise ValueError("HostCallback.fn must be callable")

@@ -1,0 +1,31 @@
+"""`kernel-priority`: priorities at kernel granularity, no transformations.
+
+High-priority kernels go out at once on high-priority streams. A best-effort
+kernel is started only while no high-priority kernel is queued or running, one
+at a time per best-effort stream (so few are committed to the device when
+high-priority work returns). Once started, a best-effort kernel runs to the
+end: a long one delays the high-priority job by its whole remaining time."""
+from __future__ import annotations
+
+from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView,
+                                    RunningUnit, Schedule, SchedulerView, Start)
+
+
+class KernelPriorityPolicy:
+    name = "kernel-priority"
+
+    def stream_priority(self, client: ClientView) -> int:
+        return HIGH_STREAM_PRIORITY if client.priority == HIGH else NORMAL_STREAM_PRIORITY
+
+    def starts_at_once(self, client: ClientView) -> bool:
+        return client.priority == HIGH
+
+    def schedule(self, view: SchedulerView) -> Schedule:
+        start = [Start(k.kernel_id) for k in view.waiting if k.priority == HIGH]
+        hp_busy = bool(start) or any(u.priority == HIGH for u in view.running)
+        if not hp_busy:
+            start = [Start(k.kernel_id) for k in view.waiting if not k.stream_busy]
+        return Schedule(start=start)
+
+    def on_unit_finished(self, unit: RunningUnit, now: float) -> None:
+        pass

@@ -1,0 +1,62 @@
+"""`priority`: Tally's algorithm.
+
+High-priority kernels go out at once, whole, on high-priority streams.
+Best-effort kernels run only while the high-priority job is idle (no
+high-priority kernel queued or running), one unit at a time, transformed
+(slices or a PTB kernel, as the profiler chose, so the high-priority job waits
+at most one slice / one PTB task when it comes back). When high-priority work
+arrives, running PTB launches are preempted and no further slices start; the
+interrupted kernels resume later from where they stopped.
+
+Best-effort jobs share the idle time fairly: the next unit goes to the job
+with the least device time received so far (ties: the job that joined first).
+A job that joins late starts at the least service of those already present, so
+it cannot monopolize the GPU to "catch up"."""
+from __future__ import annotations
+
+from typing import Hashable
+
+from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView,
+                                    RunningUnit, Schedule, SchedulerView, Start)
+
+
+class PriorityPolicy:
+    name = "priority"
+
+    def __init__(self) -> None:
+        self.service: dict[Hashable, float] = {}    # best-effort client -> device seconds
+
+    def stream_priority(self, client: ClientView) -> int:
+        return HIGH_STREAM_PRIORITY if client.priority == HIGH else NORMAL_STREAM_PRIORITY
+
+    def starts_at_once(self, client: ClientView) -> bool:
+        return client.priority == HIGH
+
+    def schedule(self, view: SchedulerView) -> Schedule:
+        self._track_members(view)
+        start = [Start(k.kernel_id) for k in view.waiting if k.priority == HIGH]
+        if start or any(u.priority == HIGH for u in view.running):
+            preempt = [u.unit_id for u in view.running if u.priority != HIGH and u.preemptible]
+            return Schedule(start=start, preempt=preempt)
+        if any(u.priority != HIGH for u in view.running):
+            return Schedule()
+        waiting = [k for k in view.waiting if k.priority != HIGH]
+        if not waiting:
+            return Schedule()
+        rank = {c.client_id: i for i, c in enumerate(view.clients)}
+        pick = min(waiting, key=lambda k: (self.service[k.client_id], rank[k.client_id],
+                                           k.waiting_since, k.kernel_id))
+        return Schedule(start=[Start(pick.kernel_id, transform=True)])
+
+    def _track_members(self, view: SchedulerView) -> None:
+        present = {c.client_id for c in view.clients if c.priority != HIGH}
+        for gone in [c for c in self.service if c not in present]:
+            del self.service[gone]
+        floor = min(self.service.values(), default=0.0)
+        for c in view.clients:
+            if c.priority != HIGH and c.client_id not in self.service:
+                self.service[c.client_id] = floor
+
+    def on_unit_finished(self, unit: RunningUnit, now: float) -> None:
+        if unit.priority != HIGH and unit.client_id in self.service:
+            self.service[unit.client_id] += now - unit.started_at

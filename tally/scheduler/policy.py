@@ -1,0 +1,114 @@
+"""The interface between the executor and a scheduling policy.
+
+The executor owns queues, streams and the device; a policy only decides. After
+every change (a kernel reaches the head of its stream's queue, a kernel or
+slice finishes, a wake-up time passes) the executor shows the policy a
+snapshot (SchedulerView) and applies the Schedule it returns. Four hooks:
+
+- stream_priority(client) -> int: the backend stream priority (CUDA
+  convention: lower is served first by the hardware) for every stream of that
+  client. Called once per stream, when the stream is first used.
+- starts_at_once(client) -> bool: True when every kernel of this client is
+  started whole the moment it reaches the head of its queue, and starting it
+  never changes another decision except preempting running preemptible units.
+  While no unit is preemptible, the executor then starts such kernels without
+  calling schedule() (the hot path of every high-priority launch).
+- schedule(view) -> Schedule: called whenever at least one kernel is waiting:
+  which waiting kernels start now (whole, or
+  `transform=True`: as slices / a PTB kernel, the executor and profiler decide
+  which), which running units to preempt, and when to be asked again if nothing
+  else happens (`wake_at`, absolute clock seconds). Contract: start only kernels
+  listed in view.waiting, each at most once; preempt only units listed as
+  preemptible; deterministic for a given view and policy state; never block,
+  never call the executor. Kernels not started stay queued, and so does
+  everything behind them on their stream.
+- on_unit_finished(unit, now): a kernel, slice or PTB launch the policy
+  started has completed on the device (for fairness accounting).
+
+Policies are plain classes registered by name in tally.scheduler.policies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Protocol
+
+HIGH = "high"
+BEST_EFFORT = "best-effort"
+PRIORITIES = (HIGH, BEST_EFFORT)
+# CUDA stream priorities: lower numbers are served first; every GPU since
+# Kepler supports at least [-1, 0] (cuCtxGetStreamPriorityRange).
+HIGH_STREAM_PRIORITY = -1
+NORMAL_STREAM_PRIORITY = 0
+
+
+class PolicyError(RuntimeError):
+    """A policy returned a decision that breaks its contract (a bug in the policy)."""
+
+
+@dataclass(frozen=True)
+class ClientView:
+    client_id: Hashable
+    priority: str                 # HIGH or BEST_EFFORT
+    sm_percent: float | None
+
+
+@dataclass(frozen=True)
+class WaitingKernel:
+    """A kernel at the head of its stream's queue, not running now."""
+
+    kernel_id: int
+    client_id: Hashable
+    stream_key: Hashable
+    priority: str
+    name: str
+    waiting_since: float          # when it reached the head of its queue
+    partially_done: bool          # a transformed kernel that already ran some blocks
+    stream_busy: bool             # earlier kernels of this stream are still running
+
+
+@dataclass(frozen=True)
+class RunningUnit:
+    """Something the policy started that has not completed: a whole kernel, one
+    slice, or one PTB launch."""
+
+    unit_id: int
+    kernel_id: int
+    client_id: Hashable
+    stream_key: Hashable
+    priority: str
+    kind: str                     # "whole" | "slice" | "ptb"
+    preemptible: bool             # a PTB launch not yet asked to stop
+    started_at: float
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    now: float
+    clients: tuple[ClientView, ...]       # in the order they were added
+    waiting: tuple[WaitingKernel, ...]
+    running: tuple[RunningUnit, ...]
+
+
+@dataclass(frozen=True)
+class Start:
+    kernel_id: int
+    transform: bool = False
+
+
+@dataclass
+class Schedule:
+    start: list[Start] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)   # unit ids
+    wake_at: float | None = None
+
+
+class SchedulingPolicy(Protocol):
+    name: str
+
+    def stream_priority(self, client: ClientView) -> int: ...
+
+    def starts_at_once(self, client: ClientView) -> bool: ...
+
+    def schedule(self, view: SchedulerView) -> Schedule: ...
+
+    def on_unit_finished(self, unit: RunningUnit, now: float) -> None: ...
