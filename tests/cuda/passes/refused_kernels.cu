@@ -40,14 +40,6 @@ extern "C" __global__ void named_barrier(int* out)
     }
 }
 
-// A barrier inside an inline-asm scope. out[i] = i (any launch).
-extern "C" __global__ void barrier_in_asm_scope(int* out)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0;\n\tbar.sync 0;\n\t}" :: "r"(i) : "memory");
-    out[i] = i;
-}
-
 // exit inside a device function: a PTB worker thread would leave the task loop.
 // out[i] = i for i < n; threads with i >= n exit.
 extern "C" __device__ __noinline__ void leave_if(bool done)
