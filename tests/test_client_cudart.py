@@ -1,6 +1,6 @@
 """cudart 13 (static, nvcc's default, and shared) initializes on our libcuda.so.1:
 it finds every entry point through our cuGetProcAddress, accepts our private export
-tables (the integrity check included) and gets as far as calling cuMemAlloc_v2."""
+tables (the integrity check included) and allocates device memory through the server."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,6 @@ import pytest
 from tally.backends.null import NullBackend
 from test_client_helpers import build_cu, run_client, shared_null_server  # noqa: F401 (fixture)
 
-CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_NO_DEVICE = 100
 CUDART_INTEGRITY_FAILURE = 103  # cudaErrorSoftwareValidityNotEstablished
 
@@ -25,9 +24,8 @@ def test_cudart_initializes_through_our_table(nvcc, shared, shared_null_server):
     assert run.value("count_rc") == "0 count=1"
     assert run.value("props_rc") == "0 name=%s cc=%d.%d sms=%d" % (
         described.name, *described.compute_capability, described.sm_count)
-    # Memory is not forwarded yet (phase 2): cudaMalloc reaches the driver and gets
-    # NOT_SUPPORTED, not the integrity-check failure.
-    assert run.value("malloc_rc") == f"{CUDA_ERROR_NOT_SUPPORTED} name=cudaErrorNotSupported"
+    # cudaMalloc passes the integrity check and reaches the server.
+    assert run.value("malloc_rc") == "0 name=cudaSuccess"
     trace = run.trace
     lookups = re.findall(r"^tally-trace: cuGetProcAddress (\S+) (\d+) flags=(\d+) -> (\S+)", trace, re.M)
     assert len(lookups) > 400 and len({name for name, *_ in lookups}) > 300
@@ -36,8 +34,8 @@ def test_cudart_initializes_through_our_table(nvcc, shared, shared_null_server):
     for version in ("13000", "13001"):
         assert re.search(rf"^tally-trace: integrity check {version} at \d+: fixed answer$", trace, re.M)
     assert re.search(r"^tally-trace: integrity check 13002 at \d+: hash over 1 device\(s\)$", trace, re.M)
-    assert re.search(r"^tally-trace: cuMemAlloc_v2 -> 801$", trace, re.M)
-    assert "cuMemAlloc_v2 is not supported by tally yet" in run.stderr
+    assert re.search(r"^tally-trace: cuMemAlloc_v2 -> 0$", trace, re.M)
+    assert "not supported" not in run.stderr
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "handshake.h"
 #include "log.h"
@@ -118,12 +119,40 @@ CUresult Connection::fail_transport(const char* what) {
   return connect_result_;
 }
 
-CUresult Connection::send_async(uint32_t kind, const void* payload, uint32_t size) {
+CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
+                          uint64_t* tag_out) {
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  const uint64_t tag = tag_out == nullptr ? 0 : next_tag_.fetch_add(1, std::memory_order_relaxed);
+  try {
+    std::lock_guard<std::mutex> lock(request_mutex_);
+    auto& ring = segment_->request_ring();
+    uint8_t* slot = nullptr;
+    auto status = ring.begin(uint64_t{msg_size} + tail_size, transport::Deadline::never(), &slot);
+    if (status != transport::WaitStatus::kReady) return fail_transport("the server stopped reading requests");
+    if (msg_size) std::memcpy(slot, msg, msg_size);
+    if (tail_size) std::memcpy(slot + msg_size, tail, tail_size);
+    ring.commit(kind, tag);
+  } catch (const transport::RecordTooLarge& e) {
+    log_error("internal error, request dropped: %s", e.what());
+    return CUDA_ERROR_INVALID_VALUE;
+  } catch (const std::exception& e) {
+    return fail_transport(e.what());
+  }
+  if (tag_out != nullptr) *tag_out = tag;
+  return CUDA_SUCCESS;
+}
+
+CUresult Connection::send_async_fill(uint32_t kind, uint32_t size, void (*fill)(uint8_t*, const void*),
+                                     const void* context) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
-    auto status = segment_->request_ring().push(kind, 0, payload, size, transport::Deadline::never());
+    auto& ring = segment_->request_ring();
+    uint8_t* slot = nullptr;
+    auto status = ring.begin(size, transport::Deadline::never(), &slot);
     if (status != transport::WaitStatus::kReady) return fail_transport("the server stopped reading requests");
+    fill(slot, context);
+    ring.commit(kind, 0);
   } catch (const transport::RecordTooLarge& e) {
     log_error("internal error, request dropped: %s", e.what());
     return CUDA_ERROR_INVALID_VALUE;
@@ -133,19 +162,14 @@ CUresult Connection::send_async(uint32_t kind, const void* payload, uint32_t siz
   return CUDA_SUCCESS;
 }
 
-CUresult Connection::call(uint32_t kind, const void* payload, uint32_t size, Reply* reply) {
-  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
-  const uint64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed);
-  try {
-    std::lock_guard<std::mutex> lock(request_mutex_);
-    auto status = segment_->request_ring().push(kind, tag, payload, size, transport::Deadline::never());
-    if (status != transport::WaitStatus::kReady) return fail_transport("the server stopped reading requests");
-  } catch (const transport::RecordTooLarge& e) {
-    log_error("internal error, request dropped: %s", e.what());
-    return CUDA_ERROR_INVALID_VALUE;
-  } catch (const std::exception& e) {
-    return fail_transport(e.what());
-  }
+CUresult Connection::call(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
+                          Reply* reply) {
+  uint64_t tag = 0;
+  if (CUresult rc = post(kind, msg, msg_size, tail, tail_size, &tag); rc != CUDA_SUCCESS) return rc;
+  return wait(tag, reply);
+}
+
+CUresult Connection::wait(uint64_t tag, Reply* reply) {
   CUresult rc = wait_reply(tag, reply);
   if (rc != CUDA_SUCCESS) return rc;
   if (reply->kind == static_cast<uint32_t>(protocol::MessageKind::Error)) {
@@ -154,12 +178,65 @@ CUresult Connection::call(uint32_t kind, const void* payload, uint32_t size, Rep
     std::memcpy(&error, reply->payload.data(), sizeof error);
     std::string text(reinterpret_cast<const char*>(reply->payload.data()) + sizeof error,
                      reply->payload.size() - sizeof error);
-    trace_line("request kind %u failed on the server: status %u: %s", kind, error.status, text.c_str());
+    trace_line("request %llu failed on the server: status %u: %s", static_cast<unsigned long long>(tag),
+               error.status, text.c_str());
     return error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
   }
   // An earlier asynchronous failure the client noticed itself surfaces here, at the
   // next synchronous call, as CUDA reports deferred errors.
   return take_deferred_error();
+}
+
+CUresult Connection::expect_kind(const Reply& reply, protocol::MessageKind kind, size_t min_size) {
+  if (reply.kind == static_cast<uint32_t>(kind) && reply.payload.size() >= min_size) return CUDA_SUCCESS;
+  log_error("tally-server answered with record kind %u of %zu bytes where kind %u was expected; the server and "
+            "this client library come from different tally versions",
+            reply.kind, reply.payload.size(), static_cast<uint32_t>(kind));
+  return CUDA_ERROR_UNKNOWN;
+}
+
+Connection::ReadStatus Connection::read_record(int64_t timeout_ns, Reply* got, uint64_t* tag,
+                                               std::string* failure) {
+  try {
+    transport::RecordView view{};
+    auto deadline = timeout_ns < 0 ? transport::Deadline::never() : transport::Deadline::after_ns(timeout_ns);
+    auto status = segment_->completion_ring().peek(&view, deadline);
+    if (status == transport::WaitStatus::kTimedOut) return ReadStatus::kTimedOut;
+    if (status != transport::WaitStatus::kReady) {
+      *failure = "the server stopped answering";
+      return ReadStatus::kFailed;
+    }
+    got->kind = view.kind;
+    got->payload.assign(view.payload, view.payload + view.size);
+    *tag = view.tag;
+    segment_->completion_ring().consume(view);
+    return ReadStatus::kRecord;
+  } catch (const std::exception& e) {
+    *failure = e.what();
+    return ReadStatus::kFailed;
+  }
+}
+
+void Connection::route_locked(uint64_t tag, Reply&& got) {
+  if (got.kind == static_cast<uint32_t>(protocol::MessageKind::MemcpyDtoHReply) &&
+      got.payload.size() >= sizeof(protocol::MemcpyDtoHReplyMsg)) {
+    protocol::MemcpyDtoHReplyMsg chunk{};
+    std::memcpy(&chunk, got.payload.data(), sizeof chunk);
+    if (chunk.size != 0) {
+      std::lock_guard<std::mutex> lock(download_mutex_);
+      downloads_.push_back({chunk.arena_offset, chunk.size, false});
+    }
+  }
+  if (tag != 0) {
+    parked_replies_[tag] = std::move(got);
+    return;
+  }
+  UnsolicitedHandler handler = unsolicited_.load();
+  if (handler != nullptr) {
+    handler(got.kind, got.payload.data(), static_cast<uint32_t>(got.payload.size()));
+  } else {
+    trace_line("dropped an unsolicited completion of kind %u", got.kind);
+  }
 }
 
 CUresult Connection::wait_reply(uint64_t tag, Reply* reply) {
@@ -171,49 +248,118 @@ CUresult Connection::wait_reply(uint64_t tag, Reply* reply) {
       parked_replies_.erase(parked);
       return CUDA_SUCCESS;
     }
+    if (state_.load(std::memory_order_acquire) != State::kConnected) {
+      lock.unlock();
+      return usable();
+    }
     if (reader_active_) {
       reply_ready_.wait(lock);
       continue;
     }
-    // Become the reader: take the next record off the completion ring, keep it if
-    // it is ours, park it for its owner otherwise.
+    // Become the reader: take the next record off the completion ring and route it.
     reader_active_ = true;
     lock.unlock();
     Reply got;
     uint64_t got_tag = 0;
-    const char* failure = nullptr;
-    std::string failure_text;
-    try {
-      transport::RecordView view{};
-      auto status = segment_->completion_ring().peek(&view, transport::Deadline::never());
-      if (status == transport::WaitStatus::kReady) {
-        got.kind = view.kind;
-        got.payload.assign(view.payload, view.payload + view.size);
-        got_tag = view.tag;
-        segment_->completion_ring().consume(view);
-      } else {
-        failure = "the server stopped answering";
-      }
-    } catch (const std::exception& e) {
-      failure_text = e.what();
-      failure = failure_text.c_str();
-    }
+    std::string failure;
+    ReadStatus status = read_record(-1, &got, &got_tag, &failure);
     lock.lock();
     reader_active_ = false;
     reply_ready_.notify_all();
-    if (failure != nullptr) {
+    if (status != ReadStatus::kRecord) {
       lock.unlock();
-      return fail_transport(failure);
+      return fail_transport(failure.c_str());
     }
-    if (got_tag == tag) {
-      *reply = std::move(got);
-      return CUDA_SUCCESS;
+    // Routed before the lock is released, so records are routed in ring order.
+    route_locked(got_tag, std::move(got));
+  }
+}
+
+void Connection::hold_reader() {
+  std::lock_guard<std::mutex> lock(reply_mutex_);
+  ++reader_holds_;
+  if (!background_started_) {
+    background_started_ = true;
+    std::thread([this] { background_reader(); }).detach();
+  }
+  reply_ready_.notify_all();
+}
+
+void Connection::release_reader() {
+  std::lock_guard<std::mutex> lock(reply_mutex_);
+  if (reader_holds_ > 0) --reader_holds_;
+}
+
+void Connection::background_reader() {
+  // Wakes every so often while holds are taken, so a thread waiting for the
+  // reader role is not kept waiting long when the ring stays quiet.
+  constexpr int64_t kReadSliceNs = 20'000'000;
+  std::unique_lock<std::mutex> lock(reply_mutex_);
+  for (;;) {
+    reply_ready_.wait(lock, [this] {
+      return (reader_holds_ > 0 && !reader_active_) || state_.load(std::memory_order_acquire) != State::kConnected;
+    });
+    if (state_.load(std::memory_order_acquire) != State::kConnected) return;
+    reader_active_ = true;
+    lock.unlock();
+    Reply got;
+    uint64_t got_tag = 0;
+    std::string failure;
+    ReadStatus status = read_record(kReadSliceNs, &got, &got_tag, &failure);
+    lock.lock();
+    reader_active_ = false;
+    reply_ready_.notify_all();
+    if (status == ReadStatus::kFailed) {
+      lock.unlock();
+      fail_transport(failure.c_str());
+      lock.lock();
+      reply_ready_.notify_all();
+      return;
     }
-    if (got_tag == 0) {
-      trace_line("dropped an unsolicited completion of kind %u", got.kind);
-      continue;
+    if (status == ReadStatus::kRecord) {
+      route_locked(got_tag, std::move(got));
+    } else {
+      // Give a thread that waits for the reader role its turn.
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
     }
-    parked_replies_[got_tag] = std::move(got);
+  }
+}
+
+CUresult Connection::reserve_upload(uint64_t nbytes, uint64_t* offset, uint8_t** data) {
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  try {
+    auto& arena = segment_->upload();
+    auto status = arena.reserve(nbytes, transport::Deadline::never(), offset);
+    if (status != transport::WaitStatus::kReady) return fail_transport("the server stopped taking uploads");
+    *data = arena.data() + *offset;
+  } catch (const std::exception& e) {
+    return fail_transport(e.what());
+  }
+  return CUDA_SUCCESS;
+}
+
+uint64_t Connection::upload_capacity() const { return segment_ ? segment_->upload().capacity() : 0; }
+uint64_t Connection::download_capacity() const { return segment_ ? segment_->download().capacity() : 0; }
+
+const uint8_t* Connection::download_data(uint64_t offset) const { return segment_->download().data() + offset; }
+
+void Connection::release_download(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(download_mutex_);
+  for (DownloadChunk& chunk : downloads_) {
+    if (chunk.offset == offset && !chunk.copied) {
+      chunk.copied = true;
+      break;
+    }
+  }
+  try {
+    while (!downloads_.empty() && downloads_.front().copied) {
+      segment_->download().release(downloads_.front().offset, downloads_.front().size);
+      downloads_.pop_front();
+    }
+  } catch (const std::exception& e) {
+    fail_transport(e.what());
   }
 }
 

@@ -65,11 +65,18 @@ def F(name: str, type_: str, count: int = 1) -> Field:
     return Field(name, type_, count)
 
 
+# Where a copy's host bytes are (enums CopySource, CopyDest; see the driver messages).
+SOURCE_INLINE, SOURCE_ARENA, SOURCE_PINNED = 0, 1, 2   # MemcpyHtoD.source (enum CopySource)
+DEST_ARENA, DEST_PINNED = 0, 1                          # MemcpyDtoH.dest (enum CopyDest)
+
 ENUMS = (
     Enum("Priority", "Scheduling class a client asks for at handshake.",
          (("HIGH", 0), ("BEST_EFFORT", 1))),
     Enum("HandshakeStatus", "Server's answer to Hello.",
          (("OK", 0), ("VERSION_MISMATCH", 1), ("QUOTA_UNAVAILABLE", 2), ("SERVER_ERROR", 3))),
+    Enum("CopySource", "Where MemcpyHtoD's bytes are.",
+         (("INLINE", SOURCE_INLINE), ("ARENA", SOURCE_ARENA), ("PINNED", SOURCE_PINNED))),
+    Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
 )
 
 # ---- the driver API on the rings (client_preload <-> tally/server/driver) ----------
@@ -85,8 +92,6 @@ ENUMS = (
 # through the upload arena (client -> server) or the download arena (server ->
 # client, released by the client), or are read/written in place in a pinned host
 # region (shared memory both sides map).
-SOURCE_INLINE, SOURCE_ARENA, SOURCE_PINNED = 0, 1, 2   # MemcpyHtoD.source
-DEST_ARENA, DEST_PINNED = 0, 1                          # MemcpyDtoH.dest
 PER_THREAD_STREAM_BIT = 1 << 62
 FUNC_ATTRIBUTE_SLOTS = 16    # CU_FUNC_ATTRIBUTE_MAX is 16 in CUDA 13.0
 

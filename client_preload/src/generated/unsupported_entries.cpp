@@ -21,18 +21,6 @@ CUresult tally_entry_cuDeviceGetNvSciSyncAttributes_v10020(void *nvSciSyncAttrLi
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetNvSciSyncAttributes");
 }
-CUresult tally_entry_cuDeviceSetMemPool_v11020(CUdevice_v1 dev, CUmemoryPool pool) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceSetMemPool");
-}
-CUresult tally_entry_cuDeviceGetMemPool_v11020(CUmemoryPool *pool, CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetMemPool");
-}
-CUresult tally_entry_cuDeviceGetDefaultMemPool_v11020(CUmemoryPool *pool_out, CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetDefaultMemPool");
-}
 CUresult tally_entry_cuDeviceGetProperties_v2000(CUdevprop_v1 *prop, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetProperties");
@@ -57,65 +45,13 @@ CUresult tally_entry_cuCtxCreate_v12050(CUcontext *pctx, CUctxCreateParams *ctxC
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxCreate_v4");
 }
-CUresult tally_entry_cuCtxGetId_v12000(CUcontext ctx, unsigned long long *ctxId) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetId");
-}
 CUresult tally_entry_cuCtxDestroy_v4000(CUcontext ctx) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxDestroy_v2");
 }
-CUresult tally_entry_cuCtxGetFlags_v7000(unsigned int *flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetFlags");
-}
 CUresult tally_entry_cuCtxSetFlags_v12010(unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxSetFlags");
-}
-CUresult tally_entry_cuCtxSynchronize_v2000(void) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSynchronize");
-}
-CUresult tally_entry_cuCtxSynchronize_v13000(CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSynchronize_v2");
-}
-CUresult tally_entry_cuCtxSetLimit_v3010(CUlimit limit, size_t value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSetLimit");
-}
-CUresult tally_entry_cuCtxGetLimit_v3010(size_t *pvalue, CUlimit limit) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetLimit");
-}
-CUresult tally_entry_cuCtxGetCacheConfig_v3020(CUfunc_cache *pconfig) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetCacheConfig");
-}
-CUresult tally_entry_cuCtxSetCacheConfig_v3020(CUfunc_cache config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSetCacheConfig");
-}
-CUresult tally_entry_cuCtxGetSharedMemConfig_v4020(CUsharedconfig *pConfig) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetSharedMemConfig");
-}
-CUresult tally_entry_cuCtxSetSharedMemConfig_v4020(CUsharedconfig config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSetSharedMemConfig");
-}
-CUresult tally_entry_cuCtxGetApiVersion_v3020(CUcontext ctx, unsigned int *version) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetApiVersion");
-}
-CUresult tally_entry_cuCtxGetStreamPriorityRange_v5050(int *leastPriority, int *greatestPriority) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetStreamPriorityRange");
-}
-CUresult tally_entry_cuCtxResetPersistingL2Cache_v11000(void) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxResetPersistingL2Cache");
 }
 CUresult tally_entry_cuCtxAttach_v2000(CUcontext *pctx, unsigned int flags) {
   static tally::client::OnceFlag logged;
@@ -128,34 +64,6 @@ CUresult tally_entry_cuCtxDetach_v2000(CUcontext ctx) {
 CUresult tally_entry_cuCtxGetExecAffinity_v11040(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxGetExecAffinity");
-}
-CUresult tally_entry_cuModuleLoad_v2000(CUmodule *module, const char *fname) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleLoad");
-}
-CUresult tally_entry_cuModuleLoadData_v2000(CUmodule *module, const void *image) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleLoadData");
-}
-CUresult tally_entry_cuModuleLoadDataEx_v2010(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleLoadDataEx");
-}
-CUresult tally_entry_cuModuleLoadFatBinary_v2000(CUmodule *module, const void *fatCubin) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleLoadFatBinary");
-}
-CUresult tally_entry_cuModuleUnload_v2000(CUmodule hmod) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleUnload");
-}
-CUresult tally_entry_cuModuleGetFunction_v2000(CUfunction *hfunc, CUmodule hmod, const char *name) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetFunction");
-}
-CUresult tally_entry_cuModuleGetGlobal_v3020(CUdeviceptr_v2 *dptr, size_t *bytes, CUmodule hmod, const char *name) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetGlobal_v2");
 }
 CUresult tally_entry_cuModuleGetTexRef_v2000(CUtexref *pTexRef, CUmodule hmod, const char *name) {
   static tally::client::OnceFlag logged;
@@ -193,46 +101,6 @@ CUresult tally_entry_cuLinkDestroy_v5050(CUlinkState state) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLinkDestroy");
 }
-CUresult tally_entry_cuMemGetInfo_v3020(size_t *free, size_t *total) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetInfo_v2");
-}
-CUresult tally_entry_cuMemAlloc_v3020(CUdeviceptr_v2 *dptr, size_t bytesize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAlloc_v2");
-}
-CUresult tally_entry_cuMemAllocPitch_v3020(CUdeviceptr_v2 *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocPitch_v2");
-}
-CUresult tally_entry_cuMemFree_v3020(CUdeviceptr_v2 dptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemFree_v2");
-}
-CUresult tally_entry_cuMemGetAddressRange_v3020(CUdeviceptr_v2 *pbase, size_t *psize, CUdeviceptr_v2 dptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAddressRange_v2");
-}
-CUresult tally_entry_cuMemAllocHost_v3020(void **pp, size_t bytesize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocHost_v2");
-}
-CUresult tally_entry_cuMemFreeHost_v2000(void *p) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemFreeHost");
-}
-CUresult tally_entry_cuMemHostAlloc_v2020(void **pp, size_t bytesize, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostAlloc");
-}
-CUresult tally_entry_cuMemHostGetDevicePointer_v3020(CUdeviceptr_v2 *pdptr, void *p, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostGetDevicePointer_v2");
-}
-CUresult tally_entry_cuMemHostGetFlags_v2030(unsigned int *pFlags, void *p) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostGetFlags");
-}
 CUresult tally_entry_cuMemAllocManaged_v6000(CUdeviceptr_v2 *dptr, size_t bytesize, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemAllocManaged");
@@ -257,34 +125,6 @@ CUresult tally_entry_cuIpcCloseMemHandle_v4010(CUdeviceptr_v2 dptr) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuIpcCloseMemHandle");
 }
-CUresult tally_entry_cuMemHostRegister_v6050(void *p, size_t bytesize, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostRegister_v2");
-}
-CUresult tally_entry_cuMemHostUnregister_v4000(void *p) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostUnregister");
-}
-CUresult tally_entry_cuMemcpy_v7000_ptds(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy_ptds");
-}
-CUresult tally_entry_cuMemcpyPeer_v7000_ptds(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice, CUcontext srcContext, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyPeer_ptds");
-}
-CUresult tally_entry_cuMemcpyHtoD_v7000_ptds(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoD_v2_ptds");
-}
-CUresult tally_entry_cuMemcpyDtoH_v7000_ptds(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoH_v2_ptds");
-}
-CUresult tally_entry_cuMemcpyDtoD_v7000_ptds(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoD_v2_ptds");
-}
 CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds");
@@ -305,41 +145,9 @@ CUresult tally_entry_cuMemcpyAtoA_v7000_ptds(CUarray dstArray, size_t dstOffset,
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2_ptds");
 }
-CUresult tally_entry_cuMemcpy2D_v7000_ptds(const CUDA_MEMCPY2D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2D_v2_ptds");
-}
-CUresult tally_entry_cuMemcpy2DUnaligned_v7000_ptds(const CUDA_MEMCPY2D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DUnaligned_v2_ptds");
-}
-CUresult tally_entry_cuMemcpy3D_v7000_ptds(const CUDA_MEMCPY3D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3D_v2_ptds");
-}
 CUresult tally_entry_cuMemcpy3DPeer_v7000_ptds(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer_ptds");
-}
-CUresult tally_entry_cuMemcpyAsync_v7000_ptsz(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAsync_ptsz");
-}
-CUresult tally_entry_cuMemcpyPeerAsync_v7000_ptsz(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyPeerAsync_ptsz");
-}
-CUresult tally_entry_cuMemcpyHtoDAsync_v7000_ptsz(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoDAsync_v2_ptsz");
-}
-CUresult tally_entry_cuMemcpyDtoHAsync_v7000_ptsz(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoHAsync_v2_ptsz");
-}
-CUresult tally_entry_cuMemcpyDtoDAsync_v7000_ptsz(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoDAsync_v2_ptsz");
 }
 CUresult tally_entry_cuMemcpyHtoAAsync_v7000_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -348,14 +156,6 @@ CUresult tally_entry_cuMemcpyHtoAAsync_v7000_ptsz(CUarray dstArray, size_t dstOf
 CUresult tally_entry_cuMemcpyAtoHAsync_v7000_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2_ptsz");
-}
-CUresult tally_entry_cuMemcpy2DAsync_v7000_ptsz(const CUDA_MEMCPY2D_v2 *pCopy, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DAsync_v2_ptsz");
-}
-CUresult tally_entry_cuMemcpy3DAsync_v7000_ptsz(const CUDA_MEMCPY3D_v2 *pCopy, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DAsync_v2_ptsz");
 }
 CUresult tally_entry_cuMemcpy3DPeerAsync_v7000_ptsz(const CUDA_MEMCPY3D_PEER_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -376,54 +176,6 @@ CUresult tally_entry_cuMemcpyBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dsts, CUdevi
 CUresult tally_entry_cuMemcpy3DBatchAsync_v13000_ptsz(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2_ptsz");
-}
-CUresult tally_entry_cuMemsetD8_v7000_ptds(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD8_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD16_v7000_ptds(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD16_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD32_v7000_ptds(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD32_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD2D8_v7000_ptds(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D8_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD2D16_v7000_ptds(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D16_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD2D32_v7000_ptds(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D32_v2_ptds");
-}
-CUresult tally_entry_cuMemsetD8Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD8Async_ptsz");
-}
-CUresult tally_entry_cuMemsetD16Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD16Async_ptsz");
-}
-CUresult tally_entry_cuMemsetD32Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD32Async_ptsz");
-}
-CUresult tally_entry_cuMemsetD2D8Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D8Async_ptsz");
-}
-CUresult tally_entry_cuMemsetD2D16Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D16Async_ptsz");
-}
-CUresult tally_entry_cuMemsetD2D32Async_v7000_ptsz(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D32Async_ptsz");
 }
 CUresult tally_entry_cuArrayCreate_v3020(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAllocateArray) {
   static tally::client::OnceFlag logged;
@@ -533,26 +285,6 @@ CUresult tally_entry_cuMemRetainAllocationHandle_v11000(CUmemGenericAllocationHa
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemRetainAllocationHandle");
 }
-CUresult tally_entry_cuMemFreeAsync_v11020_ptsz(CUdeviceptr_v2 dptr, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemFreeAsync_ptsz");
-}
-CUresult tally_entry_cuMemAllocAsync_v11020_ptsz(CUdeviceptr_v2 *dptr, size_t bytesize, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocAsync_ptsz");
-}
-CUresult tally_entry_cuMemPoolTrimTo_v11020(CUmemoryPool pool, size_t minBytesToKeep) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolTrimTo");
-}
-CUresult tally_entry_cuMemPoolSetAttribute_v11020(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolSetAttribute");
-}
-CUresult tally_entry_cuMemPoolGetAttribute_v11020(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolGetAttribute");
-}
 CUresult tally_entry_cuMemPoolSetAccess_v11020(CUmemoryPool pool, const CUmemAccessDesc_v1 *map, size_t count) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPoolSetAccess");
@@ -569,22 +301,6 @@ CUresult tally_entry_cuMemPoolDestroy_v11020(CUmemoryPool pool) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPoolDestroy");
 }
-CUresult tally_entry_cuMemGetDefaultMemPool_v13000(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetDefaultMemPool");
-}
-CUresult tally_entry_cuMemGetMemPool_v13000(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetMemPool");
-}
-CUresult tally_entry_cuMemSetMemPool_v13000(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemSetMemPool");
-}
-CUresult tally_entry_cuMemAllocFromPoolAsync_v11020_ptsz(CUdeviceptr_v2 *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocFromPoolAsync_ptsz");
-}
 CUresult tally_entry_cuMemPoolExportToShareableHandle_v11020(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPoolExportToShareableHandle");
@@ -600,10 +316,6 @@ CUresult tally_entry_cuMemPoolExportPointer_v11020(CUmemPoolPtrExportData_v1 *sh
 CUresult tally_entry_cuMemPoolImportPointer_v11020(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPoolImportPointer");
-}
-CUresult tally_entry_cuPointerGetAttribute_v4000(void *data, CUpointer_attribute attribute, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuPointerGetAttribute");
 }
 CUresult tally_entry_cuMemPrefetchAsync_v8000_ptsz(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -669,46 +381,6 @@ CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_at
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuPointerSetAttribute");
 }
-CUresult tally_entry_cuPointerGetAttributes_v7000(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuPointerGetAttributes");
-}
-CUresult tally_entry_cuStreamCreate_v2000(CUstream *phStream, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamCreate");
-}
-CUresult tally_entry_cuStreamCreateWithPriority_v5050(CUstream *phStream, unsigned int flags, int priority) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamCreateWithPriority");
-}
-CUresult tally_entry_cuStreamGetId_v12000(CUstream hStream, unsigned long long *streamId) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetId");
-}
-CUresult tally_entry_cuStreamGetId_v12000_ptsz(CUstream hStream, unsigned long long *streamId) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetId_ptsz");
-}
-CUresult tally_entry_cuStreamGetPriority_v7000_ptsz(CUstream hStream, int *priority) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetPriority_ptsz");
-}
-CUresult tally_entry_cuStreamGetFlags_v7000_ptsz(CUstream hStream, unsigned int *flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetFlags_ptsz");
-}
-CUresult tally_entry_cuStreamGetCtx_v9020_ptsz(CUstream hStream, CUcontext *pctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCtx_ptsz");
-}
-CUresult tally_entry_cuStreamWaitEvent_v7000_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitEvent_ptsz");
-}
-CUresult tally_entry_cuStreamAddCallback_v7000_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamAddCallback_ptsz");
-}
 CUresult tally_entry_cuStreamBeginCapture_v10010_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBeginCapture_v2_ptsz");
@@ -717,29 +389,9 @@ CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030_ptsz(CUstream hStream, C
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph_ptsz");
 }
-CUresult tally_entry_cuThreadExchangeStreamCaptureMode_v10010(CUstreamCaptureMode *mode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuThreadExchangeStreamCaptureMode");
-}
 CUresult tally_entry_cuStreamEndCapture_v10000_ptsz(CUstream hStream, CUgraph *phGraph) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamEndCapture_ptsz");
-}
-CUresult tally_entry_cuStreamIsCapturing_v10000_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamIsCapturing_ptsz");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v10010_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo_ptsz");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v11030_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo_v2_ptsz");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v12030_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo_v3_ptsz");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
@@ -753,18 +405,6 @@ CUresult tally_entry_cuStreamAttachMemAsync_v7000_ptsz(CUstream hStream, CUdevic
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamAttachMemAsync_ptsz");
 }
-CUresult tally_entry_cuStreamQuery_v7000_ptsz(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamQuery_ptsz");
-}
-CUresult tally_entry_cuStreamSynchronize_v7000_ptsz(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamSynchronize_ptsz");
-}
-CUresult tally_entry_cuStreamDestroy_v4000(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamDestroy_v2");
-}
 CUresult tally_entry_cuStreamCopyAttributes_v11000_ptsz(CUstream dst, CUstream src) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamCopyAttributes_ptsz");
@@ -776,38 +416,6 @@ CUresult tally_entry_cuStreamGetAttribute_v11000_ptsz(CUstream hStream, CUstream
 CUresult tally_entry_cuStreamSetAttribute_v11000_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue_v1 *value) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamSetAttribute_ptsz");
-}
-CUresult tally_entry_cuEventCreate_v2000(CUevent *phEvent, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventCreate");
-}
-CUresult tally_entry_cuEventRecord_v7000_ptsz(CUevent hEvent, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventRecord_ptsz");
-}
-CUresult tally_entry_cuEventRecordWithFlags_v11010_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventRecordWithFlags_ptsz");
-}
-CUresult tally_entry_cuEventQuery_v2000(CUevent hEvent) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventQuery");
-}
-CUresult tally_entry_cuEventSynchronize_v2000(CUevent hEvent) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventSynchronize");
-}
-CUresult tally_entry_cuEventDestroy_v4000(CUevent hEvent) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventDestroy_v2");
-}
-CUresult tally_entry_cuEventElapsedTime_v2000(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventElapsedTime");
-}
-CUresult tally_entry_cuEventElapsedTime_v12080(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventElapsedTime_v2");
 }
 CUresult tally_entry_cuImportExternalMemory_v10000(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 *memHandleDesc) {
   static tally::client::OnceFlag logged;
@@ -881,46 +489,6 @@ CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned in
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz");
 }
-CUresult tally_entry_cuFuncGetAttribute_v2020(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncGetAttribute");
-}
-CUresult tally_entry_cuFuncSetAttribute_v9000(CUfunction hfunc, CUfunction_attribute attrib, int value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncSetAttribute");
-}
-CUresult tally_entry_cuFuncSetCacheConfig_v3000(CUfunction hfunc, CUfunc_cache config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncSetCacheConfig");
-}
-CUresult tally_entry_cuFuncSetSharedMemConfig_v4020(CUfunction hfunc, CUsharedconfig config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncSetSharedMemConfig");
-}
-CUresult tally_entry_cuFuncGetName_v12030(const char **name, CUfunction hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncGetName");
-}
-CUresult tally_entry_cuFuncGetParamInfo_v12040(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncGetParamInfo");
-}
-CUresult tally_entry_cuFuncIsLoaded_v12040(CUfunctionLoadingState *state, CUfunction hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncIsLoaded");
-}
-CUresult tally_entry_cuFuncLoad_v12040(CUfunction hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncLoad");
-}
-CUresult tally_entry_cuLaunchKernel_v7000_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchKernel_ptsz");
-}
-CUresult tally_entry_cuLaunchKernelEx_v11060_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchKernelEx_ptsz");
-}
 CUresult tally_entry_cuLaunchCooperativeKernel_v9000_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernel_ptsz");
@@ -928,10 +496,6 @@ CUresult tally_entry_cuLaunchCooperativeKernel_v9000_ptsz(CUfunction f, unsigned
 CUresult tally_entry_cuLaunchCooperativeKernelMultiDevice_v9000(CUDA_LAUNCH_PARAMS_v1 *launchParamsList, unsigned int numDevices, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernelMultiDevice");
-}
-CUresult tally_entry_cuLaunchHostFunc_v10000_ptsz(CUstream hStream, CUhostFn fn, void *userData) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchHostFunc_ptsz");
 }
 CUresult tally_entry_cuFuncSetBlockShape_v2000(CUfunction hfunc, int x, int y, int z) {
   static tally::client::OnceFlag logged;
@@ -1565,22 +1129,6 @@ CUresult tally_entry_cuGraphicsUnmapResources_v7000_ptsz(unsigned int count, CUg
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources_ptsz");
 }
-CUresult tally_entry_cuFuncGetModule_v11000(CUmodule *hmod, CUfunction hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncGetModule");
-}
-CUresult tally_entry_cuMemcpyHtoD_v3020(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoD_v2");
-}
-CUresult tally_entry_cuMemcpyDtoH_v3020(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoH_v2");
-}
-CUresult tally_entry_cuMemcpyDtoD_v3020(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoD_v2");
-}
 CUresult tally_entry_cuMemcpyDtoA_v3020(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2");
@@ -1609,78 +1157,6 @@ CUresult tally_entry_cuMemcpyAtoHAsync_v3020(void *dstHost, CUarray srcArray, si
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2");
 }
-CUresult tally_entry_cuMemcpy2D_v3020(const CUDA_MEMCPY2D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2D_v2");
-}
-CUresult tally_entry_cuMemcpy2DUnaligned_v3020(const CUDA_MEMCPY2D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DUnaligned_v2");
-}
-CUresult tally_entry_cuMemcpy3D_v3020(const CUDA_MEMCPY3D_v2 *pCopy) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3D_v2");
-}
-CUresult tally_entry_cuMemcpyHtoDAsync_v3020(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoDAsync_v2");
-}
-CUresult tally_entry_cuMemcpyDtoHAsync_v3020(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoHAsync_v2");
-}
-CUresult tally_entry_cuMemcpyDtoDAsync_v3020(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoDAsync_v2");
-}
-CUresult tally_entry_cuMemcpy2DAsync_v3020(const CUDA_MEMCPY2D_v2 *pCopy, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DAsync_v2");
-}
-CUresult tally_entry_cuMemcpy3DAsync_v3020(const CUDA_MEMCPY3D_v2 *pCopy, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DAsync_v2");
-}
-CUresult tally_entry_cuMemsetD8_v3020(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD8_v2");
-}
-CUresult tally_entry_cuMemsetD16_v3020(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD16_v2");
-}
-CUresult tally_entry_cuMemsetD32_v3020(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD32_v2");
-}
-CUresult tally_entry_cuMemsetD2D8_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D8_v2");
-}
-CUresult tally_entry_cuMemsetD2D16_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D16_v2");
-}
-CUresult tally_entry_cuMemsetD2D32_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D32_v2");
-}
-CUresult tally_entry_cuMemcpy_v4000(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy");
-}
-CUresult tally_entry_cuMemcpyAsync_v4000(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAsync");
-}
-CUresult tally_entry_cuMemcpyPeer_v4000(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice, CUcontext srcContext, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyPeer");
-}
-CUresult tally_entry_cuMemcpyPeerAsync_v4000(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyPeerAsync");
-}
 CUresult tally_entry_cuMemcpy3DPeer_v4000(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer");
@@ -1705,89 +1181,9 @@ CUresult tally_entry_cuMemcpy3DBatchAsync_v13000(size_t numParams, CUDA_MEMCPY3D
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2");
 }
-CUresult tally_entry_cuMemsetD8Async_v3020(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD8Async");
-}
-CUresult tally_entry_cuMemsetD16Async_v3020(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD16Async");
-}
-CUresult tally_entry_cuMemsetD32Async_v3020(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD32Async");
-}
-CUresult tally_entry_cuMemsetD2D8Async_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D8Async");
-}
-CUresult tally_entry_cuMemsetD2D16Async_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D16Async");
-}
-CUresult tally_entry_cuMemsetD2D32Async_v3020(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D32Async");
-}
-CUresult tally_entry_cuStreamGetPriority_v5050(CUstream hStream, int *priority) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetPriority");
-}
-CUresult tally_entry_cuStreamGetFlags_v5050(CUstream hStream, unsigned int *flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetFlags");
-}
-CUresult tally_entry_cuStreamGetCtx_v9020(CUstream hStream, CUcontext *pctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCtx");
-}
-CUresult tally_entry_cuStreamGetDevice_v12080(CUstream hStream, CUdevice *device) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetDevice");
-}
-CUresult tally_entry_cuStreamGetDevice_v12080_ptsz(CUstream hStream, CUdevice *device) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetDevice_ptsz");
-}
-CUresult tally_entry_cuStreamWaitEvent_v3020(CUstream hStream, CUevent hEvent, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitEvent");
-}
-CUresult tally_entry_cuStreamAddCallback_v5000(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamAddCallback");
-}
 CUresult tally_entry_cuStreamAttachMemAsync_v6000(CUstream hStream, CUdeviceptr_v2 dptr, size_t length, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamAttachMemAsync");
-}
-CUresult tally_entry_cuStreamQuery_v2000(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamQuery");
-}
-CUresult tally_entry_cuStreamSynchronize_v2000(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamSynchronize");
-}
-CUresult tally_entry_cuEventRecord_v2000(CUevent hEvent, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventRecord");
-}
-CUresult tally_entry_cuEventRecordWithFlags_v11010(CUevent hEvent, CUstream hStream, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventRecordWithFlags");
-}
-CUresult tally_entry_cuLaunchKernel_v4000(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchKernel");
-}
-CUresult tally_entry_cuLaunchKernelEx_v11060(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchKernelEx");
-}
-CUresult tally_entry_cuLaunchHostFunc_v10000(CUstream hStream, CUhostFn fn, void *userData) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchHostFunc");
 }
 CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -1881,22 +1277,6 @@ CUresult tally_entry_cuStreamEndCapture_v10000(CUstream hStream, CUgraph *phGrap
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamEndCapture");
 }
-CUresult tally_entry_cuStreamIsCapturing_v10000(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamIsCapturing");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v10010(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v11030(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo_v2");
-}
-CUresult tally_entry_cuStreamGetCaptureInfo_v12030(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCaptureInfo_v3");
-}
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies");
@@ -1933,18 +1313,6 @@ CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, u
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync");
 }
-CUresult tally_entry_cuMemFreeAsync_v11020(CUdeviceptr_v2 dptr, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemFreeAsync");
-}
-CUresult tally_entry_cuMemAllocAsync_v11020(CUdeviceptr_v2 *dptr, size_t bytesize, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocAsync");
-}
-CUresult tally_entry_cuMemAllocFromPoolAsync_v11020(CUdeviceptr_v2 *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocFromPoolAsync");
-}
 CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites");
@@ -1973,26 +1341,6 @@ CUresult tally_entry_cuMemGetHandleForAddressRange_v11070(void *handle, CUdevice
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange");
 }
-CUresult tally_entry_cuLibraryLoadData_v12000(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryLoadData");
-}
-CUresult tally_entry_cuLibraryLoadFromFile_v12000(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryLoadFromFile");
-}
-CUresult tally_entry_cuLibraryUnload_v12000(CUlibrary library) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryUnload");
-}
-CUresult tally_entry_cuLibraryGetKernel_v12000(CUkernel *pKernel, CUlibrary library, const char *name) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetKernel");
-}
-CUresult tally_entry_cuLibraryGetModule_v12000(CUmodule *pMod, CUlibrary library) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetModule");
-}
 CUresult tally_entry_cuLibraryGetKernelCount_v12040(unsigned int *count, CUlibrary lib) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLibraryGetKernelCount");
@@ -2001,41 +1349,9 @@ CUresult tally_entry_cuLibraryEnumerateKernels_v12040(CUkernel *kernels, unsigne
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLibraryEnumerateKernels");
 }
-CUresult tally_entry_cuKernelGetFunction_v12000(CUfunction *pFunc, CUkernel kernel) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelGetFunction");
-}
-CUresult tally_entry_cuKernelGetLibrary_v12050(CUlibrary *pLib, CUkernel kernel) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelGetLibrary");
-}
-CUresult tally_entry_cuLibraryGetGlobal_v12000(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetGlobal");
-}
 CUresult tally_entry_cuLibraryGetManaged_v12000(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLibraryGetManaged");
-}
-CUresult tally_entry_cuKernelGetAttribute_v12000(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelGetAttribute");
-}
-CUresult tally_entry_cuKernelSetAttribute_v12000(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelSetAttribute");
-}
-CUresult tally_entry_cuKernelSetCacheConfig_v12000(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelSetCacheConfig");
-}
-CUresult tally_entry_cuKernelGetName_v12030(const char **name, CUkernel hfunc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelGetName");
-}
-CUresult tally_entry_cuKernelGetParamInfo_v12040(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuKernelGetParamInfo");
 }
 CUresult tally_entry_cuLibraryGetUnifiedFunction_v12000(void **fptr, CUlibrary library, const char *symbol) {
   static tally::client::OnceFlag logged;
@@ -2124,14 +1440,6 @@ CUresult tally_entry_cuCtxWaitEvent_v12050(CUcontext hCtx, CUevent hEvent) {
 CUresult tally_entry_cuGreenCtxStreamCreate_v12050(CUstream* phStream, CUgreenCtx greenCtx, unsigned int flags, int priority) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGreenCtxStreamCreate");
-}
-CUresult tally_entry_cuStreamGetCtx_v12050(CUstream hStream, CUcontext *pctx, CUgreenCtx *pGreenCtx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCtx_v2");
-}
-CUresult tally_entry_cuStreamGetCtx_v12050_ptsz(CUstream hStream, CUcontext *pctx, CUgreenCtx *pGreenCtx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetCtx_v2_ptsz");
 }
 CUresult tally_entry_cuMemBatchDecompressAsync_v12060(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream) {
   static tally::client::OnceFlag logged;

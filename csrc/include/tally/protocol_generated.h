@@ -30,6 +30,19 @@ enum class HandshakeStatus : uint32_t {
   SERVER_ERROR = 3,
 };
 
+// Where MemcpyHtoD's bytes are.
+enum class CopySource : uint32_t {
+  INLINE = 0,
+  ARENA = 1,
+  PINNED = 2,
+};
+
+// Where MemcpyDtoH's bytes go.
+enum class CopyDest : uint32_t {
+  ARENA = 0,
+  PINNED = 1,
+};
+
 enum class MessageKind : uint32_t {
   Hello = 1,
   HelloReply = 2,

@@ -1,6 +1,5 @@
-// A CUDA runtime program that gets as far as tally phase 1 allows: device queries
-// answered from the server's snapshot, then cudaMalloc (whose cuMemAlloc_v2 is not
-// forwarded yet).
+// A CUDA runtime program's start: device queries answered from the server's
+// snapshot, then a cudaMalloc that reaches the server.
 #include <cstdio>
 #include <cuda_runtime.h>
 

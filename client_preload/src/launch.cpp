@@ -1,0 +1,155 @@
+// Kernel launches: fire-and-forget. The parameter block is laid out here, from
+// the layout the server sent when the function was resolved, straight into the
+// request ring (one record: LaunchKernelMsg + parameter bytes). Launch errors the
+// server finds (bad grid, device faults) come back at the next synchronizing call.
+#include <cstring>
+
+#include "connection.h"
+#include "driver_objects.h"
+#include "entry_point.h"
+#include "log.h"
+#include "stream_ids.h"
+#include "unsupported.h"
+
+namespace tally::client {
+namespace {
+
+struct LaunchRecord {
+  protocol::LaunchKernelMsg msg;
+  const FunctionObject* fn;
+  void** kernel_params;   // CUDA's form: one pointer per parameter
+  const void* buffer;     // `extra` form: the parameter block itself
+  uint32_t param_bytes;
+};
+
+void fill_launch(uint8_t* slot, const void* context) {
+  const auto* r = static_cast<const LaunchRecord*>(context);
+  std::memcpy(slot, &r->msg, sizeof r->msg);
+  uint8_t* params = slot + sizeof r->msg;
+  if (r->buffer != nullptr) {
+    std::memcpy(params, r->buffer, r->param_bytes);
+    return;
+  }
+  std::memset(params, 0, r->param_bytes);  // padding between parameters
+  const auto& slots = r->fn->params;
+  for (size_t i = 0; i < slots.size(); ++i) std::memcpy(params + slots[i].offset, r->kernel_params[i], slots[i].size);
+}
+
+// `extra`: CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END.
+CUresult read_extra(void** extra, const void** buffer, size_t* size) {
+  const void* ptr = nullptr;
+  const size_t* bytes = nullptr;
+  for (size_t i = 0;; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_END) break;
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      ptr = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      bytes = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (ptr == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *buffer = ptr;
+  *size = *bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread) {
+  Connection& c = Connection::instance();
+  if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
+  const FunctionObject* fn = as_function(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  LaunchRecord r{};
+  if (CUresult rc = stream_id(stream, per_thread, &r.msg.stream); rc != CUDA_SUCCESS) return rc;
+  r.msg.function = fn->id;
+  r.msg.grid[0] = gx, r.msg.grid[1] = gy, r.msg.grid[2] = gz;
+  r.msg.block[0] = bx, r.msg.block[1] = by, r.msg.block[2] = bz;
+  r.msg.shared_bytes = shared;
+  r.fn = fn;
+  if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (extra != nullptr) {
+    size_t size = 0;
+    if (CUresult rc = read_extra(extra, &r.buffer, &size); rc != CUDA_SUCCESS) return rc;
+    if (size != fn->param_total) return CUDA_ERROR_INVALID_VALUE;
+  } else if (kernel_params == nullptr && !fn->params.empty()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  r.kernel_params = kernel_params;
+  r.param_bytes = fn->param_total;
+  return c.send_async_fill(static_cast<uint32_t>(protocol::MessageKind::LaunchKernel),
+                           static_cast<uint32_t>(sizeof r.msg) + r.param_bytes, &fill_launch, &r);
+}
+
+// cuLaunchKernelEx's attributes: hints are accepted (the server's scheduler
+// decides priority and placement anyway); what tally cannot honour fails.
+CUresult check_launch_attributes(const CUlaunchConfig* config) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    switch (a.id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      // Full serialization behind the previous kernel is what tally does anyway.
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        break;
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        if (a.value.cooperative != 0) return CUDA_ERROR_NOT_SUPPORTED;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        if (a.value.clusterDim.x > 1 || a.value.clusterDim.y > 1 || a.value.clusterDim.z > 1)
+          return CUDA_ERROR_NOT_SUPPORTED;
+        break;
+      default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_params, void** extra, bool per_thread) {
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = check_launch_attributes(config); rc != CUDA_SUCCESS) {
+    static OnceFlag logged;
+    if (logged.first())
+      log_error("cuLaunchKernelEx with cooperative, cluster or other launch attributes tally cannot honour "
+                "returns CUDA_ERROR_NOT_SUPPORTED (reported once)");
+    return rc;
+  }
+  return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                config->blockDimZ, config->sharedMemBytes, config->hStream, kernel_params, extra, per_thread);
+}
+
+}  // namespace
+}  // namespace tally::client
+
+using tally::client::launch;
+using tally::client::launch_ex;
+
+TALLY_ENTRY(cuLaunchKernel_v4000)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                  unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                  unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                kernelParams, extra, false);
+}
+TALLY_ENTRY(cuLaunchKernel_v7000_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                       unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                       unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                       void** kernelParams, void** extra) {
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                kernelParams, extra, true);
+}
+TALLY_ENTRY(cuLaunchKernelEx_v11060)(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  return launch_ex(config, f, kernelParams, extra, false);
+}
+TALLY_ENTRY(cuLaunchKernelEx_v11060_ptsz)(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                          void** extra) {
+  return launch_ex(config, f, kernelParams, extra, true);
+}

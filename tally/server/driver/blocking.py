@@ -1,0 +1,66 @@
+"""Requests that must wait for the device, answered off the session thread.
+
+The session thread must keep draining the request ring while a client thread
+waits in cuStreamSynchronize: the work it waits for may be held behind a host
+function whose HostFuncDone arrives on that same ring. So a handler that has to
+wait hands the rest of its work to a small per-session pool and returns; the
+pool thread sends the answer (or the Error record) when the wait is over.
+"""
+from __future__ import annotations
+
+import logging
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+
+log = logging.getLogger("tally.server")
+
+# Threads are started on demand; the bound only matters for a client with many
+# threads waiting at once (each waits on its own reply anyway).
+MAX_WAITERS = 32
+
+
+class BlockingCalls:
+    def __init__(self, session):
+        self._session = session
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def run(self, tag: int, work: Callable[[], None]) -> None:
+        """Run `work` on a pool thread. It answers through session.reply itself;
+        a DeviceError it raises becomes the Error record for `tag` (or the
+        session's deferred error when tag is 0)."""
+        if self._closed:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(MAX_WAITERS,
+                                            thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
+        self._pool.submit(self._answer, tag, work)
+
+    def close(self) -> None:
+        """Stop taking work. Threads still waiting finish on their own once the
+        executor drops the client's streams; their answers go nowhere."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _answer(self, tag: int, work: Callable[[], None]) -> None:
+        session = self._session
+        try:
+            try:
+                work()
+            except DeviceError as e:
+                if tag:
+                    session.reply_error(tag, e)
+                else:
+                    session.defer_error(e)
+            except Exception as e:  # a server bug must not leave the client waiting forever
+                log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
+                if tag:
+                    session.reply_error(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+        except Exception:
+            # The session closed under us (the client is gone): nobody to answer.
+            if not session.closed:
+                log.exception("client %d: could not answer a blocking request", session.client_id)

@@ -1,0 +1,36 @@
+"""Host function requests (see host_functions.py for how they hold a stream)."""
+from __future__ import annotations
+
+import logging
+
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.scheduler.ops import HostCallback
+from tally.server.dispatch import handler
+from tally.server.driver.state import driver_state
+
+log = logging.getLogger("tally.server")
+
+
+@handler("LaunchHostFunc")
+def launch_host_func(session, fields, tail, tag):
+    state = driver_state(session)
+    try:
+        run = state.host_functions.callback_for(fields["callback"])
+    except ValueError as e:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+    try:
+        state.streams.submit(fields["stream"], HostCallback(run))
+    except DeviceError:
+        state.host_functions.finished(fields["callback"])
+        raise
+    if tag:
+        session.reply("Done", tag)
+
+
+@handler("HostFuncDone")
+def host_func_done(session, fields, tail, tag):
+    if not driver_state(session).host_functions.finished(fields["callback"]):
+        log.warning("client %d finished host function %d, which was not waiting", session.client_id,
+                    fields["callback"])
+    if tag:
+        session.reply("Done", tag)

@@ -1,0 +1,133 @@
+"""memcpy in every direction, 1-D and 2-D (rows of `width` bytes, `pitch` apart
+on the device side, packed on the host side).
+
+Where the host bytes live decides when a copy is done with them:
+- inline tail or upload arena (pageable memory in the job): the server takes
+  its own copy of the bytes at once and frees the arena chunk, so the job may
+  reuse its buffer when the call returns, as CUDA allows for pageable memory;
+- a pinned region: read or written in place when the stream gets there, so a
+  synchronous copy is answered only after it ran;
+- device to pageable host: the copy lands in a private buffer, then in a
+  download-arena chunk the reply names (the client copies it out and releases it).
+"""
+from __future__ import annotations
+
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.spec import DEST_ARENA, DEST_PINNED, SOURCE_ARENA, SOURCE_INLINE, SOURCE_PINNED
+from tally.scheduler.ops import MemcpyDtoD, MemcpyDtoH, MemcpyHtoD
+from tally.server.dispatch import handler
+from tally.server.driver.state import driver_state
+from tally.server.driver.sync import synchronize_stream
+
+
+def _device_span(width: int, height: int, pitch: int, what: str) -> int:
+    if height > 1 and pitch < width:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{what} pitch {pitch} is smaller than a row ({width} bytes)")
+    return (height - 1) * pitch + width if width and height else 0
+
+
+def _rows(width: int, height: int, pitch: int):
+    """(device offset, host offset, bytes) of each contiguous piece."""
+    if height <= 1 or pitch == width:
+        return [(0, 0, width * height)]
+    return [(r * pitch, r * width, width) for r in range(height)]
+
+
+@handler("MemcpyHtoD")
+def memcpy_htod(session, fields, tail, tag):
+    state = driver_state(session)
+    dst, width, height, pitch, stream = (fields[k] for k in ("dst", "width", "height", "dst_pitch", "stream"))
+    nbytes = width * height
+    source = fields["source"]
+    if source == SOURCE_INLINE:
+        if len(tail) != nbytes:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"copy of {nbytes} bytes carries {len(tail)}")
+        data = tail
+    elif source == SOURCE_ARENA:
+        arena = session.segment.upload
+        offset = fields["arena_offset"]
+        try:
+            data = bytes(arena.view(offset, nbytes)) if nbytes else b""
+        finally:
+            arena.release(offset, nbytes)
+    elif source == SOURCE_PINNED:
+        data = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy source")
+    else:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy source kind {source}")
+    state.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
+    for dev_off, host_off, n in _rows(width, height, pitch):
+        if n:
+            state.streams.submit(stream, MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
+    if not tag:
+        return
+    if source == SOURCE_PINNED:
+        _reply_when_reached(session, state, tag, stream)
+    else:
+        session.reply("Done", tag)
+
+
+@handler("MemcpyDtoH")
+def memcpy_dtoh(session, fields, tail, tag):
+    state = driver_state(session)
+    src, width, height, pitch, stream = (fields[k] for k in ("src", "width", "height", "src_pitch", "stream"))
+    nbytes = width * height
+    dest = fields["dest"]
+    if dest == DEST_PINNED:
+        target = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy destination")
+    elif dest == DEST_ARENA:
+        if not tag:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, "a copy into the download arena must be synchronous")
+        if nbytes > session.segment.download.capacity:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"copy of {nbytes} bytes exceeds the download arena; send it in chunks")
+        target = memoryview(bytearray(nbytes))
+    else:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
+    state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
+    for dev_off, host_off, n in _rows(width, height, pitch):
+        if n:
+            state.streams.submit(stream, MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
+    if not tag:
+        return
+    if dest == DEST_PINNED:
+        _reply_when_reached(session, state, tag, stream)
+        return
+
+    def deliver() -> None:
+        synchronize_stream(state, stream)
+        arena = session.segment.download
+        with state.download_lock:       # chunks reach the client in the order they were reserved
+            offset = arena.reserve(nbytes) if nbytes else 0
+            if nbytes:
+                arena.view(offset, nbytes)[:] = target
+            session.reply("MemcpyDtoHReply", tag, arena_offset=offset, size=nbytes)
+
+    state.blocking.run(tag, deliver)
+
+
+@handler("MemcpyDtoD")
+def memcpy_dtod(session, fields, tail, tag):
+    state = driver_state(session)
+    dst, src, width, height = fields["dst"], fields["src"], fields["width"], fields["height"]
+    dst_pitch, src_pitch = fields["dst_pitch"], fields["src_pitch"]
+    state.check_device_range(dst, _device_span(width, height, dst_pitch, "destination"), "copy destination")
+    state.check_device_range(src, _device_span(width, height, src_pitch, "source"), "copy source")
+    if height <= 1 or (dst_pitch == width and src_pitch == width):
+        pieces = [(0, 0, width * height)]
+    else:
+        pieces = [(r * dst_pitch, r * src_pitch, width) for r in range(height)]
+    for dst_off, src_off, n in pieces:
+        if n:
+            state.streams.submit(fields["stream"], MemcpyDtoD(dst + dst_off, src + src_off, n))
+    if tag:
+        session.reply("Done", tag)
+
+
+def _reply_when_reached(session, state, tag: int, stream: int) -> None:
+    """Answer once the stream ran the copy (a synchronous copy to or from pinned
+    memory touches the job's buffer in place)."""
+    def wait() -> None:
+        synchronize_stream(state, stream)
+        session.reply("Done", tag)
+
+    state.blocking.run(tag, wait)

@@ -1,0 +1,97 @@
+"""Pinned host memory: the client's POSIX shared-memory objects, mapped here too.
+
+cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister in the client put the memory in
+a shared-memory object (mode 0600) named /tally-pin-<client pid>-<n>; the server
+maps it and asynchronous copies read or write it in place, in stream order,
+with no staging copy. The server removes the name as soon as it has mapped the
+object, so nothing is left in /dev/shm whatever way the client ends; the
+mapping goes when the last copy using it is done and the region is forgotten.
+"""
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import re
+import stat
+import threading
+from dataclasses import dataclass
+
+from tally.backends.base import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+
+SHM_DIR = "/dev/shm"
+
+
+@dataclass(eq=False)
+class PinnedRegion:
+    region_id: int
+    name: str
+    size: int
+    view: memoryview     # of the mapping; slices of it are what the backend reads and writes
+
+    def span(self, offset: int, nbytes: int, what: str) -> memoryview:
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"{what}: bytes {offset}..{offset + nbytes} lie outside pinned region "
+                              f"{self.region_id} ({self.size} bytes)")
+        return self.view[offset:offset + nbytes]
+
+
+class PinnedRegions:
+    def __init__(self, client_pid: int):
+        self._name_re = re.compile(rf"/tally-pin-{client_pid}-[0-9]+")
+        self._regions: dict[int, PinnedRegion] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def register(self, name: str, size: int) -> PinnedRegion:
+        if not self._name_re.fullmatch(name):
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"pinned memory object {name!r} is not this client's "
+                              f"(expected {self._name_re.pattern})")
+        if size <= 0:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot pin {size} bytes")
+        path = SHM_DIR + name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot open pinned memory object {name}: {e}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"pinned memory object {name} must be a mode-0600 object of uid {os.getuid()}")
+            if info.st_size < size:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"pinned memory object {name} holds {info.st_size} bytes, not {size}")
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        with self._lock:
+            region = PinnedRegion(next(self._ids), name, size, memoryview(mapping))
+            self._regions[region.region_id] = region
+        return region
+
+    def get(self, region_id: int) -> PinnedRegion:
+        region = self._regions.get(region_id)
+        if region is None:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"pinned region {region_id} is not registered")
+        return region
+
+    def unregister(self, region_id: int) -> None:
+        with self._lock:
+            if self._regions.pop(region_id, None) is None:
+                raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"pinned region {region_id} is not registered")
+
+    def clear(self) -> None:
+        # Copies still queued keep their slices (and so the mapping) alive until
+        # they ran; closing the mmap here would fail while they exist.
+        with self._lock:
+            self._regions.clear()
+
+    def __len__(self) -> int:
+        return len(self._regions)

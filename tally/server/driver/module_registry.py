@@ -1,0 +1,160 @@
+"""A client's loaded modules and resolved functions.
+
+The client sends module images (fatbin, cubin or PTX; cudart's fatbin wrapper is
+unwrapped by the client); the registry takes them apart with ptx_passes, loads
+them on the backend and hands out ids for modules and functions. It also
+answers where a backend Function comes from (`origin`): its module's PTX is
+what kernel transformations (slicing, PTB) start from.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
+from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_IMAGE, DeviceError,
+                                 KernelParam, ModuleSource)
+
+
+@dataclass(eq=False)
+class LoadedModule:
+    module_id: int
+    backend_module: object
+    source: ModuleSource
+    functions: dict[str, "LoadedFunction"] = field(default_factory=dict)
+    globals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    kernel_facts: dict | None = None     # name -> cubin KernelInfo, read once on demand
+
+
+@dataclass(eq=False)
+class LoadedFunction:
+    function_id: int
+    name: str
+    module: LoadedModule
+    backend_function: object
+
+    @property
+    def params(self) -> tuple[KernelParam, ...]:
+        return tuple(self.backend_function.params)
+
+
+def module_source(image: bytes, compute_capability: tuple[int, int]) -> ModuleSource:
+    """Split an image into PTX (the one closest to the device) and cubins."""
+    try:
+        entries = read_fatbin_entries(image)
+    except FatbinError as e:
+        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
+    arch = compute_capability[0] * 10 + compute_capability[1]
+    try:
+        ptx = ptx_of(entries, prefer_arch=arch)
+        cubins = cubins_of(entries)
+    except FatbinError as e:
+        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
+    return ModuleSource(original=image, ptx=ptx, cubins=cubins)
+
+
+class ModuleRegistry:
+    def __init__(self, backend):
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._modules: dict[int, LoadedModule] = {}
+        self._functions: dict[int, LoadedFunction] = {}
+        self._origins: dict[int, LoadedFunction] = {}     # id(backend function) -> ours
+        self._global_starts: list[int] = []               # sorted, for ownership checks
+        self._global_sizes: dict[int, int] = {}
+
+    def load(self, image: bytes) -> LoadedModule:
+        source = module_source(image, self.backend.describe().compute_capability)
+        backend_module = self.backend.module_load(source)
+        with self._lock:
+            module = LoadedModule(next(self._ids), backend_module, source)
+            self._modules[module.module_id] = module
+        return module
+
+    def unload(self, module_id: int) -> None:
+        with self._lock:
+            module = self._module(module_id)
+            del self._modules[module_id]
+            for fn in module.functions.values():
+                self._functions.pop(fn.function_id, None)
+                self._origins.pop(id(fn.backend_function), None)
+            for ptr, _size in module.globals.values():
+                self._drop_global(ptr)
+        self.backend.module_unload(module.backend_module)
+
+    def function(self, module_id: int, name: str) -> LoadedFunction:
+        with self._lock:
+            module = self._module(module_id)
+            fn = module.functions.get(name)
+        if fn is not None:
+            return fn
+        backend_fn = self.backend.module_function(module.backend_module, name)
+        with self._lock:
+            fn = module.functions.get(name)
+            if fn is None:
+                fn = LoadedFunction(next(self._ids), name, module, backend_fn)
+                module.functions[name] = fn
+                self._functions[fn.function_id] = fn
+                self._origins[id(backend_fn)] = fn
+        return fn
+
+    def launchable(self, function_id: int) -> LoadedFunction:
+        try:
+            return self._functions[function_id]
+        except KeyError:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE,
+                              f"function {function_id} was never resolved or its module is unloaded") from None
+
+    def global_variable(self, module_id: int, name: str) -> tuple[int, int]:
+        with self._lock:
+            module = self._module(module_id)
+            found = module.globals.get(name)
+        if found is not None:
+            return found
+        ptr, size = self.backend.module_global(module.backend_module, name)
+        with self._lock:
+            if name not in module.globals:
+                module.globals[name] = (ptr, size)
+                if ptr not in self._global_sizes:
+                    bisect.insort(self._global_starts, ptr)
+                self._global_sizes[ptr] = size
+        return ptr, size
+
+    def global_contains(self, ptr: int, nbytes: int) -> bool:
+        with self._lock:
+            i = bisect.bisect_right(self._global_starts, ptr) - 1
+            if i < 0:
+                return False
+            start = self._global_starts[i]
+            return ptr + nbytes <= start + self._global_sizes[start]
+
+    def origin(self, backend_function) -> LoadedFunction | None:
+        """Our record of a backend Function (its module's source, its name)."""
+        return self._origins.get(id(backend_function))
+
+    def clear(self) -> None:
+        with self._lock:
+            modules = list(self._modules.values())
+            self._modules.clear()
+            self._functions.clear()
+            self._origins.clear()
+            self._global_starts.clear()
+            self._global_sizes.clear()
+        for module in modules:
+            try:
+                self.backend.module_unload(module.backend_module)
+            except DeviceError:
+                pass   # the client is gone; the module goes with the backend's context
+
+    def _module(self, module_id: int) -> LoadedModule:
+        module = self._modules.get(module_id)
+        if module is None:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"module {module_id} was never loaded or is unloaded")
+        return module
+
+    def _drop_global(self, ptr: int) -> None:
+        if self._global_sizes.pop(ptr, None) is not None:
+            self._global_starts.pop(bisect.bisect_left(self._global_starts, ptr))

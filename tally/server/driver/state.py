@@ -1,0 +1,75 @@
+"""What one client has created through the driver API, and the checks every
+handler needs (pointer ownership, ids that name the client's own objects).
+
+One DriverState per session, made on the session's first driver request and
+released by the session's cleanup (before the executor drops the client's
+streams, so nothing it holds waits on a client that is gone).
+"""
+from __future__ import annotations
+
+import threading
+
+from tally.backends.base import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.server.driver.blocking import BlockingCalls
+from tally.server.driver.host_functions import HostFunctions
+from tally.server.driver.host_memory import PinnedRegions
+from tally.server.driver.module_registry import ModuleRegistry
+from tally.server.driver.stream_table import StreamTable
+
+_create_lock = threading.Lock()
+
+
+class DriverState:
+    def __init__(self, session):
+        self.session = session
+        self.executor = session.server.executor
+        self.backend = session.backend
+        self.client_id = session.client_id
+        self.blocking = BlockingCalls(session)
+        self.streams = StreamTable(self.executor, session.client_id)
+        self.modules = ModuleRegistry(session.backend)
+        self.regions = PinnedRegions(session.pid)
+        self.host_functions = HostFunctions(session)
+        self.events: dict[int, object] = {}        # client event id -> ExecutorEvent
+        self.staging = bytearray()                  # StageBytes accumulates module images here
+        self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
+
+    def close(self) -> None:
+        self.host_functions.release_all()
+        self.blocking.close()
+        self.regions.clear()
+        for event in self.events.values():
+            self.executor.event_destroy(event)
+        self.events.clear()
+        self.modules.clear()
+
+    # ---- checks ------------------------------------------------------------------------
+
+    def check_device_range(self, ptr: int, nbytes: int, what: str) -> None:
+        """INVALID_VALUE unless [ptr, ptr+nbytes) is this client's memory: one of
+        its allocations, or a global variable of one of its modules."""
+        if self.session.allocations.find(ptr) is not None:
+            self.session.allocations.check_range(ptr, nbytes, what)
+            return
+        if not self.modules.global_contains(ptr, nbytes):
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")
+
+    def event(self, event_id: int):
+        try:
+            return self.events[event_id]
+        except KeyError:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE,
+                              f"event {event_id} was never created or is destroyed") from None
+
+
+def driver_state(session) -> DriverState:
+    state = session.__dict__.get("driver_state")
+    if state is None:
+        with _create_lock:
+            state = session.__dict__.get("driver_state")
+            if state is None:
+                state = DriverState(session)
+                session.driver_state = state
+                session.add_cleanup(state.close)
+    return state

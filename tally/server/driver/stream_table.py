@@ -1,0 +1,132 @@
+"""A client's streams and CUDA's default-stream rules, on top of the executor.
+
+The executor keeps every (client, stream) independent. CUDA adds one rule for
+the legacy default stream (id 0): work on it waits for all earlier work on the
+client's blocking streams, and work on a blocking stream waits for all earlier
+work on the legacy stream (streams created with CU_STREAM_NON_BLOCKING are
+exempt; per-thread default streams are blocking). The table enforces it with
+executor events, only where work actually crossed, so a program that uses one
+stream pays nothing.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tally.backends.base import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.spec import PER_THREAD_STREAM_BIT
+from tally.scheduler.ops import EventRecord, StreamWaitEvent
+
+LEGACY = 0
+CU_STREAM_NON_BLOCKING = 0x1
+
+
+@dataclass(eq=False)
+class ClientStream:
+    key: int
+    flags: int = 0
+    priority: int = 0
+    waited_legacy_gen: int = 0     # legacy work this stream has been ordered behind
+    fence: object = None           # executor event the legacy stream waits on
+
+    @property
+    def blocking(self) -> bool:
+        return not self.flags & CU_STREAM_NON_BLOCKING
+
+
+# Set while this thread is inside executor.submit on behalf of a client: a
+# backend that runs host callbacks inline (null) calls them right there.
+submitting = threading.local()
+
+
+class StreamTable:
+    def __init__(self, executor, client_id: int):
+        self.executor = executor
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._streams: dict[int, ClientStream] = {}
+        self._dirty: dict[int, ClientStream] = {}   # blocking streams with work the legacy stream has not waited for
+        self._legacy_gen = 0                        # legacy submissions so far
+        self._legacy_fence = None
+        self._legacy_fence_gen = 0
+
+    # ---- table ------------------------------------------------------------------
+
+    def create(self, key: int, flags: int, priority: int) -> None:
+        if key == LEGACY or key & PER_THREAD_STREAM_BIT:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key:#x} is reserved for a default stream")
+        with self._lock:
+            if key in self._streams:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key} already exists")
+            self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen)
+
+    def forget(self, key: int) -> None:
+        """cuStreamDestroy: the id stops naming a stream (its work still runs)."""
+        with self._lock:
+            self._get(key)
+            del self._streams[key]
+            self._dirty.pop(key, None)
+
+    def keys(self) -> list[int]:
+        with self._lock:
+            return [LEGACY, *self._streams]
+
+    def sync_keys(self, key: int) -> list[int]:
+        """The executor streams a synchronization of `key` must wait for: the
+        legacy stream is ordered after every blocking stream, so waiting for it
+        means waiting for them too."""
+        with self._lock:
+            if key == LEGACY:
+                return [LEGACY, *(k for k, s in self._streams.items() if s.blocking)]
+            self._get(key)
+            return [key]
+
+    def _get(self, key: int) -> ClientStream:
+        stream = self._streams.get(key)
+        if stream is None:
+            if key & PER_THREAD_STREAM_BIT:
+                stream = self._streams[key] = ClientStream(key, 0, 0, 0)
+            elif key != LEGACY:
+                raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"stream {key} was never created or is destroyed")
+        return stream
+
+    # ---- submission -------------------------------------------------------------------
+
+    def submit(self, key: int, op) -> None:
+        """Queue `op` on the client's stream `key`, after whatever the default
+        stream rules put before it."""
+        ex, cid = self.executor, self.client_id
+        with self._lock:
+            submitting.active = True
+            try:
+                if key == LEGACY:
+                    for stream in self._dirty.values():
+                        if stream.fence is None:
+                            stream.fence = ex.event_create(cid, timing=False)
+                        ex.submit(cid, stream.key, EventRecord(stream.fence))
+                        ex.submit(cid, LEGACY, StreamWaitEvent(stream.fence))
+                    self._dirty.clear()
+                    self._legacy_gen += 1
+                    _submit(ex, cid, LEGACY, op)
+                    return
+                stream = self._get(key)
+                if stream.blocking:
+                    if stream.waited_legacy_gen != self._legacy_gen:
+                        if self._legacy_fence is None:
+                            self._legacy_fence = ex.event_create(cid, timing=False)
+                        if self._legacy_fence_gen != self._legacy_gen:
+                            ex.submit(cid, LEGACY, EventRecord(self._legacy_fence))
+                            self._legacy_fence_gen = self._legacy_gen
+                        ex.submit(cid, key, StreamWaitEvent(self._legacy_fence))
+                        stream.waited_legacy_gen = self._legacy_gen
+                    self._dirty[key] = stream
+                _submit(ex, cid, key, op)
+            finally:
+                submitting.active = False
+
+
+def _submit(executor, client_id: int, key: int, op) -> None:
+    try:
+        executor.submit(client_id, key, op)
+    except ValueError as e:   # the executor's word for a malformed operation
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, str(e)) from None

@@ -1,0 +1,59 @@
+"""Waiting for a client's streams, and which error a synchronizing call returns.
+
+A synchronizing call (cuCtxSynchronize, cuStreamSynchronize, a synchronous copy
+into pageable memory...) returns the first error it finds: one raised by the
+device on the streams it waited for, else an error of an earlier asynchronous
+request (the session's deferred error). Errors found on other streams at the
+same time are kept for the next synchronizing call, never dropped.
+"""
+from __future__ import annotations
+
+from tally.backends.base import DeviceError
+
+
+def wait_streams(state, keys: list[int]) -> None:
+    first = None
+    for key in keys:
+        try:
+            state.executor.synchronize_stream(state.client_id, key)
+        except DeviceError as e:
+            if first is None:
+                first = e
+            else:
+                state.session.defer_error(e)
+    if first is not None:
+        raise first
+    raise_deferred(state)
+
+
+def synchronize_stream(state, key: int) -> None:
+    wait_streams(state, state.streams.sync_keys(key))
+
+
+def synchronize_all(state) -> None:
+    wait_streams(state, state.streams.keys())
+
+
+def drain_quietly(state, keys: list[int]) -> None:
+    """Wait for the streams without reporting: their errors stay for the job's
+    next synchronizing call (used before freeing memory the work may use)."""
+    for key in keys:
+        try:
+            state.executor.synchronize_stream(state.client_id, key)
+        except DeviceError as e:
+            state.session.defer_error(e)
+
+
+def streams_idle(state, keys: list[int]) -> bool:
+    """True when none of the streams has work left; raises (once) an error one
+    of them holds, like cuStreamQuery."""
+    for key in keys:
+        if not state.executor.query_stream(state.client_id, key):
+            return False
+    return True
+
+
+def raise_deferred(state) -> None:
+    error = state.session.take_deferred_error()
+    if error is not None:
+        raise error
