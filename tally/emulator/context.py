@@ -39,6 +39,7 @@ class LoweringError(Exception):
     """A PTX construct the emulator cannot run; names the instruction and its line."""
 
     def __init__(self, message: str, line: int = 0, text: str = ""):
+        text = " ".join(text.split())
         where = f" (PTX line {line}: `{text}`)" if line else (f" (`{text}`)" if text else "")
         super().__init__(message + where)
         self.line = line
@@ -241,9 +242,10 @@ class FunctionLowering:
             guard, negated = self.reg(ins.guard.register), ins.guard.negated
         program = self.kernel.program
         pc = len(program)
+        text = " ".join(str(ins).split()) if ins else key
         ok = program.add(key, [(o & 0xFFFF_FFFF) for o in ops], imm=_signed64(imm), imm2=_signed64(imm2),
                          target=target, guard=guard, guard_negated=negated, flags=flags, width=width,
-                         size=size, line=ins.line if ins else 0, text=str(ins) if ins else key)
+                         size=size, line=ins.line if ins else 0, text=text)
         if not ok:
             raise self.unsupported(f"the instruction form {key!r}")
         if label is not None:
