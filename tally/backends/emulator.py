@@ -31,6 +31,9 @@ MAX_SHARED_BYTES = 227 * 1024
 
 
 def _memory_call(fn, *args):
+    for a in args:
+        if isinstance(a, int) and not 0 <= a < 1 << 64:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{a} is not a device address or size (0 <= value < 2**64)")
     try:
         return fn(*args)
     except core.MemoryError as e:
