@@ -1,6 +1,10 @@
 #include "copies.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "address_map.h"
@@ -66,7 +70,18 @@ CUresult send_or_wait(const protocol::MemcpyHtoDMsg& m, bool async, const void* 
 
 }  // namespace
 
-bool is_device_address(uint64_t address) { return device_ranges().find(address).has_value(); }
+// Addresses the job names that are neither its device memory nor mapped in this
+// process count as device addresses: the server then refuses them
+// (CUDA_ERROR_INVALID_VALUE) instead of this process faulting on them. Real
+// unified addressing reserves every device range in the job's address space; the
+// server's ranges are not reserved here, so this is how foreign device memory
+// (another job's allocation) is told apart from host memory.
+bool is_device_address(uint64_t address) {
+  if (device_ranges().find(address)) return true;
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  unsigned char resident = 0;
+  return mincore(reinterpret_cast<void*>(address & ~(page - 1)), 1, &resident) != 0 && errno == ENOMEM;
+}
 
 CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
                              bool async) {

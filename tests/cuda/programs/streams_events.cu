@@ -1,0 +1,145 @@
+// Streams and events with asynchronous copies from pinned memory and host functions:
+//   - two non-blocking streams, each: async HtoD from pinned memory, kernel, async
+//     DtoH into pinned memory, then a host function that checks the result in
+//     stream order (it must see the finished copy) and records that it ran;
+//   - a stream made to wait on an event recorded on the other;
+//   - event query before/after, elapsed time, a created-with-priority stream;
+//   - cudaHostRegister'ed (malloc'ed) memory used the same way;
+//   - the legacy default stream ordered after a blocking stream.
+// Prints key=value lines the test checks.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <atomic>
+#include <cuda_runtime.h>
+
+#define CHECK(call)                                                                          \
+  do {                                                                                       \
+    cudaError_t e = (call);                                                                  \
+    if (e != cudaSuccess) {                                                                  \
+      printf("error %s at line %d: %d %s\n", #call, __LINE__, (int)e, cudaGetErrorName(e)); \
+      return 1;                                                                              \
+    }                                                                                        \
+  } while (0)
+
+__global__ void scale_add(const int* in, int* out, int factor, int offset, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * factor + offset;
+}
+
+__global__ void add_from(int* data, const int* other, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] += other[i];
+}
+
+struct Check {
+  const int* host;   // pinned output the host function inspects
+  int n;
+  int factor, offset;
+  std::atomic<int>* ran;
+  int* good;          // elements right when the callback ran
+};
+
+// Runs in stream order after the DtoH copy: it must already see the results.
+void CUDART_CB verify(void* arg) {
+  Check* c = static_cast<Check*>(arg);
+  int good = 0;
+  for (int i = 0; i < c->n; ++i) good += c->host[i] == i * c->factor + c->offset;
+  *c->good = good;
+  c->ran->fetch_add(1);
+}
+
+int main() {
+  const int n = 4096;
+  const size_t bytes = n * sizeof(int);
+  int *in_pinned, *out_a, *out_b;
+  CHECK(cudaMallocHost(&in_pinned, bytes));
+  CHECK(cudaHostAlloc(&out_a, bytes, cudaHostAllocDefault));
+  unsigned flags = 99;
+  CHECK(cudaHostGetFlags(&flags, out_a));
+  printf("host_flags=%u\n", flags);
+  int* out_b_storage = static_cast<int*>(malloc(bytes + 4096));
+  out_b = out_b_storage;
+  CHECK(cudaHostRegister(out_b, bytes, cudaHostRegisterDefault));
+  for (int i = 0; i < n; ++i) in_pinned[i] = i;
+  memset(out_a, 0, bytes);
+  memset(out_b, 0, bytes);
+
+  int least = 0, greatest = 0;
+  CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t sa, sb;
+  CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithPriority(&sb, cudaStreamNonBlocking, greatest));
+  int prio = 1;
+  CHECK(cudaStreamGetPriority(sb, &prio));
+  printf("priority=%d range=%d..%d\n", prio, least, greatest);
+
+  int *d_in, *d_a, *d_b;
+  CHECK(cudaMalloc(&d_in, bytes));
+  CHECK(cudaMalloc(&d_a, bytes));
+  CHECK(cudaMalloc(&d_b, bytes));
+
+  cudaEvent_t start, copied_in, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&copied_in));
+  CHECK(cudaEventCreate(&stop));
+  printf("query_unrecorded=%d\n", (int)cudaEventQuery(copied_in));
+
+  std::atomic<int> ran{0};
+  int good_a = -1, good_b = -1;
+  Check ca{out_a, n, 3, 1, &ran, &good_a};
+  Check cb{out_b, n, 5, 7, &ran, &good_b};
+
+  const int threads = 256, blocks = (n + threads - 1) / threads;
+  CHECK(cudaEventRecord(start, sa));
+  CHECK(cudaMemcpyAsync(d_in, in_pinned, bytes, cudaMemcpyHostToDevice, sa));
+  CHECK(cudaEventRecord(copied_in, sa));
+  scale_add<<<blocks, threads, 0, sa>>>(d_in, d_a, 3, 1, n);
+  CHECK(cudaMemcpyAsync(out_a, d_a, bytes, cudaMemcpyDeviceToHost, sa));
+  CHECK(cudaLaunchHostFunc(sa, verify, &ca));
+  CHECK(cudaEventRecord(stop, sa));
+
+  // Stream b needs d_in: it waits for the copy on stream a.
+  CHECK(cudaStreamWaitEvent(sb, copied_in, 0));
+  scale_add<<<blocks, threads, 0, sb>>>(d_in, d_b, 5, 7, n);
+  CHECK(cudaMemcpyAsync(out_b, d_b, bytes, cudaMemcpyDeviceToHost, sb));
+  CHECK(cudaLaunchHostFunc(sb, verify, &cb));
+
+  CHECK(cudaStreamSynchronize(sb));
+  CHECK(cudaEventSynchronize(stop));
+  printf("query_done=%d\n", (int)cudaEventQuery(stop));
+  float ms = -1;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  printf("elapsed_ok=%d\n", ms >= 0.0f ? 1 : 0);
+  printf("callbacks=%d good_a=%d good_b=%d n=%d\n", ran.load(), good_a, good_b, n);
+  printf("stream_query=%d\n", (int)cudaStreamQuery(sa));
+
+  // Legacy default stream: a blocking stream's kernel, then a synchronous copy on
+  // the legacy stream, which must wait for it.
+  cudaStream_t blocking;
+  CHECK(cudaStreamCreate(&blocking));
+  add_from<<<blocks, threads, 0, blocking>>>(d_a, d_b, n);   // d_a = 3i+1 + 5i+7
+  int* legacy_out = static_cast<int*>(malloc(bytes));
+  CHECK(cudaMemcpy(legacy_out, d_a, bytes, cudaMemcpyDeviceToHost));
+  int legacy_good = 0;
+  for (int i = 0; i < n; ++i) legacy_good += legacy_out[i] == 8 * i + 8;
+  printf("legacy_good=%d\n", legacy_good);
+
+  CHECK(cudaStreamDestroy(sa));
+  CHECK(cudaStreamDestroy(sb));
+  CHECK(cudaStreamDestroy(blocking));
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(copied_in));
+  CHECK(cudaEventDestroy(stop));
+  CHECK(cudaHostUnregister(out_b));
+  CHECK(cudaFreeHost(in_pinned));
+  CHECK(cudaFreeHost(out_a));
+  CHECK(cudaFree(d_in));
+  CHECK(cudaFree(d_a));
+  CHECK(cudaFree(d_b));
+  CHECK(cudaDeviceSynchronize());
+  free(out_b_storage);
+  free(legacy_out);
+  printf("done\n");
+  return 0;
+}

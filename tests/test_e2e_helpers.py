@@ -1,0 +1,179 @@
+"""Shared pieces of the end-to-end tests (tests/test_e2e_*.py): CUDA programs from
+tests/cuda/programs/ built by nvcc at test time (cached by content hash), a real
+tally-server on a private socket, and jobs started with the real tally-run.
+
+No tests live here; the module only holds helpers and fixtures.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tally import paths
+from tally.cli.server_main import query_status
+from server_harness import ServerProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "cuda" / "programs"
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+BUILD_CACHE = paths.cache_dir() / "e2e-programs"
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+
+
+def _cached(sources: list[Path], command_for, suffix: str) -> Path:
+    """Runs command_for(out) unless an output built from the same sources and
+    command exists already."""
+    probe = command_for(Path("OUT"))
+    digest = hashlib.sha256("\0".join(map(str, probe)).encode())
+    for source in sources:
+        digest.update(source.read_bytes())
+    out = BUILD_CACHE / f"{sources[0].stem}-{digest.hexdigest()[:20]}{suffix}"
+    if out.exists():
+        return out
+    BUILD_CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    cmd = command_for(tmp)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"building {out.name} failed:\n{' '.join(map(str, cmd))}\n{result.stderr}")
+    tmp.replace(out)
+    return out
+
+
+def build_cuda(nvcc: str, *names: str, shared_cudart: bool = False) -> Path:
+    """An executable from CUDA sources in tests/cuda/programs/, with static cudart
+    (nvcc's default) or shared cudart."""
+    sources = [PROGRAMS / n for n in names]
+
+    def command(out: Path) -> list:
+        cmd = [nvcc, "-O1", *map(str, sources), "-o", str(out)]
+        if shared_cudart:
+            cmd[1:1] = ["-cudart", "shared"]
+        return cmd
+
+    return _cached(sources, command, "-shared" if shared_cudart else "-static")
+
+
+def build_device_code(nvcc: str, name: str, kind: str) -> Path:
+    """PTX text (kind 'ptx') or a fatbin ('fatbin') of a .cu file."""
+    source = PROGRAMS / name
+    return _cached([source], lambda out: [nvcc, f"-{kind}", str(source), "-o", str(out)], f".{kind}")
+
+
+def build_driver_c(name: str) -> Path:
+    """A C program using the driver API, linked against tally's libcuda.so.1 as a
+    driver-API program links against the real driver."""
+    source = PROGRAMS / name
+    cc = os.environ.get("CC", "cc")
+
+    def command(out: Path) -> list:
+        return [cc, "-O1", "-Wall", "-Werror", "-std=gnu11", f"-I{CUDA_HOME / 'include'}", str(source), "-o",
+                str(out), f"-L{paths.LIB_DIR}", "-lcuda"]
+
+    return _cached([source, paths.CLIENT_LIBRARY], command, "")
+
+
+@dataclass
+class Job:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def value(self, key: str) -> str:
+        """The value of the last `key=...` on a stdout line (the rest of that token)."""
+        for line in reversed(self.stdout.splitlines()):
+            for token in line.split():
+                if token.startswith(key + "="):
+                    return token[len(key) + 1:]
+        raise AssertionError(f"the job printed no {key}=...\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}")
+
+    def ints(self, *keys: str) -> list[int]:
+        return [int(self.value(k), 0) for k in keys]
+
+
+def job_command(socket: Path, program: Path, *args, priority: str | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket)]
+    if priority:
+        cmd += ["--priority", priority]
+    return cmd + ["--", str(program), *map(str, args)]
+
+
+def job_env() -> dict:
+    # The job must find only tally's driver: no developer TALLY_* settings leak in.
+    return {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+
+
+def run_job(socket: Path, program: Path, *args, timeout: float = 120, priority: str | None = None,
+            stdin: str | None = None) -> Job:
+    r = subprocess.run(job_command(socket, program, *args, priority=priority), capture_output=True, text=True,
+                       timeout=timeout, env=job_env(), input=stdin)
+    return Job(r.returncode, r.stdout, r.stderr)
+
+
+def start_job(socket: Path, program: Path, *args, priority: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen(job_command(socket, program, *args, priority=priority), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=job_env())
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> Job:
+    out, err = proc.communicate(timeout=timeout)
+    return Job(proc.returncode, out, err)
+
+
+class Server:
+    """A tally-server process on a private socket."""
+
+    def __init__(self, backend: str):
+        self.dir = Path(tempfile.mkdtemp(prefix="tally-e2e-"))
+        self.socket = self.dir / "server.sock"
+        self.process = ServerProcess(self.socket, backend=backend)
+
+    def status(self) -> dict:
+        return query_status(self.socket)
+
+    def wait_for(self, predicate, timeout: float = 60, what: str = "the server's status") -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if predicate(status):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; last status: {status}\n"
+                                     f"server log:\n{self.process.log()[-4000:]}")
+            time.sleep(0.1)
+
+    def alive(self) -> bool:
+        return self.process.proc.poll() is None
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def emulator_available() -> bool:
+    try:
+        import tally.backends.emulator  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def emulator_server():
+    if not emulator_available():
+        pytest.skip("the emulator backend is not built in this checkout")
+    server = Server("emulator")
+    yield server
+    server.stop()

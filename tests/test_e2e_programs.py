@@ -1,0 +1,69 @@
+"""Unmodified CUDA programs, built by nvcc at test time with static cudart
+(nvcc's default) and with -cudart shared, run under tally-run against a
+tally-server with the emulator backend and print correct results."""
+from __future__ import annotations
+
+import pytest
+
+from test_e2e_helpers import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,  # noqa: F401
+                              build_cuda, build_device_code, build_driver_c, emulator_server, run_job)
+
+CUDARTS = pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
+
+
+@CUDARTS
+def test_vector_add(nvcc, emulator_server, shared):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "vector_add.cu", shared_cudart=shared), 5000)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("n", "wrong", "roundtrip") == [5000, 0, 5000]
+    assert float(job.value("c[n-1]")) == 4999 + 2 * 4999 + 1
+    assert "tally:" not in job.stderr
+
+
+def test_vector_add_through_the_arenas(nvcc, emulator_server):
+    # 1 MiB per vector: copies go through the upload and download arenas, not inline.
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "vector_add.cu"), 1 << 18)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("wrong", "roundtrip") == [0, 1 << 18]
+
+
+@CUDARTS
+def test_several_modules_and_kernels(nvcc, emulator_server, shared):
+    program = build_cuda(nvcc, "modules_main.cu", "modules_lib.cu", shared_cudart=shared)
+    job = run_job(emulator_server.socket, program)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("axpy_float", "axpy_double") == [1000, 1000]
+    assert job.value("reduce") == job.value("expect")
+    assert job.ints("second_module", "launches_seen") == [1000, 2]
+    assert job.value("pitched") == "222"
+
+
+@CUDARTS
+def test_streams_events_pinned_memory_and_host_functions(nvcc, emulator_server, shared):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    # Host functions ran once each, in stream order: after the copy into pinned memory.
+    assert job.ints("callbacks", "good_a", "good_b") == [2, 4096, 4096]
+    assert job.ints("host_flags", "priority", "query_unrecorded", "query_done", "elapsed_ok", "stream_query") == \
+        [0, -5, 0, 0, 1, 0]
+    # The legacy default stream waited for the blocking stream's kernel.
+    assert job.value("legacy_good") == "4096"
+    assert "done" in job.stdout
+
+
+def test_driver_api(nvcc, emulator_server):
+    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
+    fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
+    job = run_job(emulator_server.socket, build_driver_c("driver_api.c"), "basics", ptx, fatbin)
+    assert job.returncode == 0, job.stdout + job.stderr
+    lines = job.stdout.splitlines()
+    for how in ("params", "extra", "ex"):
+        assert f"scale_{how} bias_size=4 good=300 of 300" in lines
+    assert "param_offsets=0,8,32,40 sizes=1,24,8,2" in lines
+    assert job.ints("param_info_past_end", "missing_function", "launch_after_unload", "max_threads") == \
+        [CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_INVALID_HANDLE, 1024]
+    assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"
+    assert job.value("pitched_good") == "100"
+    assert job.value("memset16") == "aaaa,aaaa,1234,1234,1234,aaaa"
+    assert job.ints("unified_equal", "range_ok", "memory_type", "host_pointer_attribute", "meminfo_ok",
+                    "async_alloc_memset") == [1, 1, 2, CUDA_ERROR_INVALID_VALUE, 1, 1]
