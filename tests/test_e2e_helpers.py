@@ -104,10 +104,13 @@ class Job:
         return [int(self.value(k), 0) for k in keys]
 
 
-def job_command(socket: Path, program: Path, *args, priority: str | None = None) -> list[str]:
+def job_command(socket: Path, program: Path, *args, priority: str | None = None,
+                quota: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket)]
     if priority:
         cmd += ["--priority", priority]
+    if quota:
+        cmd += ["--memory-quota", quota]
     return cmd + ["--", str(program), *map(str, args)]
 
 
@@ -117,9 +120,9 @@ def job_env() -> dict:
 
 
 def run_job(socket: Path, program: Path, *args, timeout: float = 120, priority: str | None = None,
-            stdin: str | None = None) -> Job:
-    r = subprocess.run(job_command(socket, program, *args, priority=priority), capture_output=True, text=True,
-                       timeout=timeout, env=job_env(), input=stdin)
+            quota: str | None = None, stdin: str | None = None) -> Job:
+    r = subprocess.run(job_command(socket, program, *args, priority=priority, quota=quota), capture_output=True,
+                       text=True, timeout=timeout, env=job_env(), input=stdin)
     return Job(r.returncode, r.stdout, r.stderr)
 
 

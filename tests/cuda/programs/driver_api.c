@@ -9,6 +9,8 @@
 //   driver_api owner               allocates and fills memory, prints its address, waits
 //                                  for a line on stdin, then checks the bytes are intact
 //   driver_api intruder ADDRESS    names another job's memory in copies, memset and free
+//   driver_api quota               what cuMemGetInfo shows and how far allocation goes
+//                                  (run with tally-run --memory-quota)
 // Prints key=value lines; exits 0 unless the setup itself fails.
 #include <cuda.h>
 #include <stdio.h>
@@ -291,6 +293,17 @@ int main(int argc, char** argv) {
     int intact = 1;
     for (int i = 0; i < N; ++i) intact &= back[i] == 0x3c;
     printf("owner_intact=%d\n", intact);
+  } else if (strcmp(argv[1], "quota") == 0) {
+    size_t free_bytes = 0, total = 0;
+    CHECK(cuMemGetInfo(&free_bytes, &total));
+    printf("quota_total=%zu quota_free=%zu\n", total, free_bytes);
+    CUdeviceptr a, b;
+    printf("alloc_half=%d\n", (int)cuMemAlloc(&a, total / 2));
+    printf("alloc_too_much=%d\n", (int)cuMemAlloc(&b, total / 2 + 4096));
+    CHECK(cuMemGetInfo(&free_bytes, &total));
+    printf("quota_free_after=%zu\n", free_bytes);
+    CHECK(cuMemFree(a));
+    printf("alloc_after_free=%d\n", (int)cuMemAlloc(&b, total / 2 + 4096));
   } else if (strcmp(argv[1], "intruder") == 0 && argc == 3) {
     foreign((CUdeviceptr)strtoull(argv[2], NULL, 0), "intruder");
   } else {
