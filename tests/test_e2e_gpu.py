@@ -1,0 +1,72 @@
+"""The end-to-end programs on a real GPU (`--backend cuda`), and PyTorch under
+tally-run with results equal to running without tally. Run with `pytest -m gpu`
+on a machine with an NVIDIA GPU and driver; they are deselected elsewhere."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tally.backends.select import real_driver_present
+from test_e2e_helpers import (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, PROGRAMS, Server, build_cuda,
+                              build_device_code, build_driver_c, job_env, run_job)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cuda_server():
+    if not real_driver_present():
+        pytest.skip("no NVIDIA driver with a GPU on this machine")
+    server = Server("cuda")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
+def test_programs_on_the_gpu(nvcc, cuda_server, shared):
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "vector_add.cu", shared_cudart=shared), 1 << 20)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("wrong", "roundtrip") == [0, 1 << 20]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "modules_main.cu", "modules_lib.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("axpy_float", "axpy_double", "second_module", "launches_seen") == [1000, 1000, 1000, 2]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("callbacks", "good_a", "good_b", "legacy_good") == [2, 4096, 4096, 4096]
+
+
+def test_driver_api_on_the_gpu(nvcc, cuda_server):
+    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
+    fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
+    job = run_job(cuda_server.socket, build_driver_c("driver_api.c"), "basics", ptx, fatbin)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "param_offsets=0,8,32,40 sizes=1,24,8,2" in job.stdout
+    assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"
+    for prefix in ("random", "overrun"):
+        for op in ("htod", "dtoh", "memset", "free", "async_sync"):
+            assert job.value(f"{prefix}_{op}") == str(CUDA_ERROR_INVALID_VALUE), (prefix, op)
+    assert job.value("own_intact") == "1"
+
+
+def test_illegal_address_on_the_gpu(nvcc, cuda_server):
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "illegal_address.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.value("sync") == str(CUDA_ERROR_ILLEGAL_ADDRESS)
+
+
+def test_pytorch_matches_native(cuda_server):
+    pytest.importorskip("torch")
+    script = PROGRAMS / "torch_workload.py"
+    native = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                            env=job_env())
+    assert native.returncode == 0, native.stderr
+    tallied = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(cuda_server.socket), "--",
+                              sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                             env=job_env())
+    assert tallied.returncode == 0, tallied.stdout + tallied.stderr
+    want = json.loads(native.stdout.strip().splitlines()[-1])
+    got = json.loads(tallied.stdout.strip().splitlines()[-1])
+    assert got == want
