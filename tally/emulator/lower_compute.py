@@ -17,7 +17,8 @@ ROUND = FLAGS["ROUND"]
 
 
 def arith_type(t: str) -> str:
-    return "u" + t[1:] if t.startswith("b") else t
+    """.b32 -> .u32 (bit-size types compute as unsigned); other types unchanged."""
+    return "u" + t[1:] if t in ("b8", "b16", "b32", "b64") else t
 
 
 def rounding_flags(ins: ir.Instruction) -> int:
@@ -259,7 +260,7 @@ TYPE_CODES = core.TYPE_CODES
 
 
 def _type_code(cx: FunctionLowering, t: str) -> int:
-    code = TYPE_CODES.get(arith_type(t) if t.startswith("b") else t)
+    code = TYPE_CODES.get(arith_type(t) if t in ("b8", "b16", "b32", "b64") else t)
     if code is None:
         raise cx.unsupported(f"conversions involving .{t}")
     return code
