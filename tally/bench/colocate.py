@@ -81,7 +81,7 @@ class RunRecord:
     hp_latencies: list[float] = field(default_factory=list)      # seconds; unfinished ones censored
     hp_unfinished: int = 0
     hp_completed_in_window: int = 0
-    be_iterations: list[list[float]] = field(default_factory=list)   # completion times per job
+    be_progress: list[float] = field(default_factory=list)    # iterations done by `duration`, per job
     counters: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
 
@@ -124,6 +124,8 @@ class SimRunner:
             job.start()
         sim.run_until(c.duration)
         record = RunRecord()
+        clients = executor.counters()["clients"]
+        record.be_progress = [j.progress(clients[j.client_id]["kernels_completed"]) for j in bes]
         if hp is not None:
             deadline = int((c.duration + c.drain_s) * 1e9)
             while hp.unfinished():
@@ -136,18 +138,9 @@ class SimRunner:
             record.hp_latencies = hp.latencies + [end - t for t in left]
             record.hp_unfinished = len(left)
             record.hp_completed_in_window = sum(1 for t in hp.completed_at if t <= c.duration)
-        record.be_iterations = [list(j.iterations_done_at) for j in bes]
         record.counters = executor.counters()
         record.wall_seconds = time.perf_counter() - started
         return record
-
-
-def iteration_rate(done_at: list[float], window: float) -> float:
-    """Iterations per second: completed iterations over the time the last one
-    completed (not over the whole window, which would count an unfinished
-    iteration as no progress)."""
-    inside = [t for t in done_at if t <= window]
-    return len(inside) / inside[-1] if inside else 0.0
 
 
 def _latency_stats(record: RunRecord) -> dict:
@@ -174,7 +167,7 @@ def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> Coloca
     alone_hp = runner.run("fifo", True, 0, arrivals)
     alone_be = runner.run("fifo", False, 1, arrivals) if config.be_jobs else None
     hp_alone_rate = alone_hp.hp_completed_in_window / config.duration
-    be_alone_rate = iteration_rate(alone_be.be_iterations[0], config.duration) if alone_be else 0.0
+    be_alone_rate = alone_be.be_progress[0] / config.duration if alone_be else 0.0
 
     report = {
         "config": asdict(config),
@@ -189,8 +182,8 @@ def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> Coloca
     for policy in config.policies:
         record = runner.run(policy, True, config.be_jobs, arrivals)
         hp_norm = (record.hp_completed_in_window / config.duration) / hp_alone_rate if hp_alone_rate else 0.0
-        be_norm = [iteration_rate(done, config.duration) / be_alone_rate if be_alone_rate else 0.0
-                   for done in record.be_iterations]
+        be_norm = [progress / config.duration / be_alone_rate if be_alone_rate else 0.0
+                   for progress in record.be_progress]
         stats = _latency_stats(record)
         alone_p99 = report["alone"]["hp_p99_ms"]
         report["policies"][policy] = {

@@ -18,11 +18,19 @@ import collections
 import struct
 
 from tally.backends.sim import SimBackend, sim_module_source
+from tally.backends.sim_model import SimGPU, resident_blocks_per_sm
 from tally.bench.workloads import InferenceModel, KernelShape, TrainingModel
 from tally.scheduler.executor import StreamExecutor
 from tally.scheduler.ops import HostCallback, Launch, MemcpyDtoH, MemcpyHtoD
 
 _PARAMS = struct.Struct("<QQ")     # every modeled kernel takes (in, out) pointers
+
+
+def alone_time(gpu: SimGPU, shape: KernelShape) -> float:
+    """Seconds the kernel takes on an idle simulated GPU (the wave model)."""
+    per_wave = gpu.sm_count * resident_blocks_per_sm(gpu, shape.cost, shape.threads)
+    waves = -(-shape.blocks // per_wave)
+    return (gpu.launch_overhead_us + waves * shape.cost.block_time_us) / 1e6
 
 
 def install_kernels(sim: SimBackend, shapes: tuple[KernelShape, ...]) -> dict[str, object]:
@@ -110,9 +118,20 @@ class TrainingJob:
         out_ptr = sim.mem_alloc(8)
         self._ops = ([MemcpyHtoD(in_ptr, self._batch)] + _launches(sim, model.kernels, in_ptr, out_ptr)
                      + [MemcpyDtoH(memoryview(bytearray(4)), out_ptr, 4)])
+        self._kernel_time = [alone_time(sim.gpu, shape) for shape in model.kernels]
+        self._kernel_time_prefix = [0.0]
+        for t in self._kernel_time:
+            self._kernel_time_prefix.append(self._kernel_time_prefix[-1] + t)
 
     def start(self) -> None:
         self._iterate()
+
+    def progress(self, kernels_completed: int) -> float:
+        """Iterations done, counting the current one by the share of its
+        kernels' (alone) time already completed, so short runs measure
+        throughput without rounding to whole iterations."""
+        whole, part = divmod(kernels_completed, len(self._kernel_time))
+        return whole + self._kernel_time_prefix[part] / self._kernel_time_prefix[-1]
 
     def _iterate(self) -> None:
         if self.sim.now() >= self.stop_at:

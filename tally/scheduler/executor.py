@@ -14,9 +14,10 @@ each tracked launch it records an event on the work stream and, on a companion
 "notify" stream, waits for that event and runs a host callback. The work
 stream is never blocked by the callback, and the mechanism is the same on
 every backend. Transformed kernels follow ptx_passes.launch_plan; the PTB
-preempt flag is written with a 4-byte host-to-device copy on a high-priority
-control stream: a copy engine, not an SM, does it, so it cannot be stuck
-behind the very workers it has to stop.
+state buffer is written only with small host-to-device copies on one
+high-priority control stream: a copy engine, not an SM, does them, so a
+preempt flag cannot be stuck behind the very workers it has to stop, and the
+writes land in the order they were issued.
 
 Thread-safety: every public method may be called from any thread; the
 executor never holds its lock while blocking on the backend. With the sim's
@@ -30,7 +31,7 @@ import logging
 import threading
 from typing import Hashable
 
-from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES
+from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, SliceLaunch
 from tally.backends.base import CUDA_ERROR_NOT_READY, DeviceBackend, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.executor_state import (ClientState, ExecutorEvent, KernelTask, OpItem,
@@ -271,6 +272,7 @@ class StreamExecutor:
             out["ops_queued"] = sum(len(s.queue) for c in self._clients.values() for s in c.streams.values())
             out["units_in_flight"] = len(self._units)
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
+                                            "kernels_completed": c.kernels_completed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values())}
                               for c in self._clients.values()}
             return out
@@ -509,8 +511,8 @@ class StreamExecutor:
         max_workers = None
         if sm_percent is not None and sm_percent < 100:
             max_workers = max(1, int(self.profiler.sm_count * sm_percent / 100))
-        config, task.measuring = self.profiler.plan(task.key, task.total_blocks, can_slice=sliced is not None,
-                                                    can_ptb=ptb is not None, max_workers=max_workers)
+        task.plan_args = dict(can_slice=sliced is not None, can_ptb=ptb is not None, max_workers=max_workers)
+        config, task.measuring = self.profiler.plan(task.key, task.total_blocks, **task.plan_args)
         task.config = config
         if config.kind == "slice":
             task.mode, task.sliced = "slice", sliced
@@ -520,24 +522,48 @@ class StreamExecutor:
         else:
             task.mode = "whole"
 
+    def _reslice(self, task: KernelTask) -> None:
+        """A slice configuration is measured as soon as it has enough slices,
+        not after the whole kernel: the rest of the kernel moves on to the next
+        candidate (if that is a slicing too) or to the chosen slicing."""
+        if not self.profiler.is_measured(task.key, task.config):
+            return
+        config, measuring = self.profiler.plan(task.key, task.total_blocks, **task.plan_args)
+        if config.kind != "slice":
+            task.measuring = False      # finish this kernel as it is; the next one uses the answer
+            return
+        task.config, task.measuring = config, measuring
+        start, total = task.slices[task.next_slice].block_offset, task.total_blocks
+        task.slices[task.next_slice:] = [SliceLaunch(b, min(config.size, total - b))
+                                         for b in range(start, total, config.size)]
+
     def _launch_ptb(self, task: KernelTask) -> None:
+        """Every write to a PTB state buffer (reset, clear, set) goes through the
+        one control stream, so they land in the order the executor issued them:
+        a preempt flag set right after a resume can never be overwritten by that
+        resume's clear still waiting behind other work on the job's stream. The
+        launch waits for its reset / clear with an event."""
         stream, b = task.stream, self.backend
+        control = self._control()
         if stream.ptb_state is None:
             stream.ptb_state = b.mem_alloc(PTB_STATE_BYTES)
-        if stream.flag_written is not None:
-            # a preempt flag written on the control stream must land before we clear it
-            b.stream_wait_event(stream.backend_stream, stream.flag_written)
-            self._event_pool[False].append(stream.flag_written)
-            stream.flag_written = None
         if not task.ptb_started:
-            b.memcpy_htod_async(stream.ptb_state, memoryview(_ZERO_STATE), stream.backend_stream)
+            b.memcpy_htod_async(stream.ptb_state, memoryview(_ZERO_STATE), control)
             task.ptb_started = True
         else:
-            b.memcpy_htod_async(stream.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_CLEAR),
-                                stream.backend_stream)
+            b.memcpy_htod_async(stream.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_CLEAR), control)
+        state_ready = self._pooled_event(False)
+        b.event_record(state_ready, control)
+        b.stream_wait_event(stream.backend_stream, state_ready)
+        self._event_pool[False].append(state_ready)      # the wait captured it
         self._counters["ptb_launches"] += 1
         params = task.ptb.plan.params(task.op.params, task.op.grid, stream.ptb_state)
         self._launch(task, "ptb", task.ptb.function, (task.workers, 1, 1), params, 0)
+
+    def _control(self):
+        if self._control_stream is None:
+            self._control_stream = self.backend.stream_create(HIGH_STREAM_PRIORITY)
+        return self._control_stream
 
     def _launch(self, task: KernelTask, kind: str, fn, grid, params: bytes, blocks: int) -> None:
         stream, b, bs = task.stream, self.backend, task.stream.backend_stream
@@ -579,16 +605,12 @@ class StreamExecutor:
         stream.inflight += 1
 
     def _preempt(self, unit: Unit) -> None:
-        stream, b = unit.task.stream, self.backend
-        if self._control_stream is None:
-            self._control_stream = b.stream_create(HIGH_STREAM_PRIORITY)
+        stream = unit.task.stream
         unit.request_preempt()
         self._preemptible -= 1
         self._running_views[unit.unit_id] = unit.view()
-        b.memcpy_htod_async(stream.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_SET), self._control_stream)
-        if stream.flag_written is None:
-            stream.flag_written = self._pooled_event(False)
-        b.event_record(stream.flag_written, self._control_stream)
+        self.backend.memcpy_htod_async(stream.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_SET),
+                                       self._control())
         self._counters["preemptions"] += 1
 
     def _unit_done(self, unit: Unit) -> None:
@@ -625,6 +647,8 @@ class StreamExecutor:
                 task.counter = counter
             finished = unit.kind == "whole" or failed or (
                 task.counter >= task.total_blocks if unit.kind == "ptb" else task.next_slice == len(task.slices))
+            if finished:
+                stream.client.kernels_completed += 1
             if unit.kind != "whole":
                 task.unit = None
                 if finished and stream.queue and stream.queue[0] is task:
@@ -632,8 +656,11 @@ class StreamExecutor:
                 elif not finished:
                     task.waiting_since = now
             if task.measuring and seconds is not None and task.config is not None:
-                self.profiler.observe(task.key, task.config, seconds=seconds, blocks=blocks,
+                self.profiler.observe(task.key, task.config, device_seconds=seconds,
+                                      cycle_seconds=now - unit.started_at, blocks=blocks,
                                       clean=not unit.contended)
+                if unit.kind == "slice" and not finished:
+                    self._reslice(task)
             self.policy.on_unit_finished(unit.view(), now)
             if not self._closed:
                 self._pump()

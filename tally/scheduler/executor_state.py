@@ -56,6 +56,7 @@ class KernelTask:
     mode: str | None = None            # None (undecided) | "whole" | "slice" | "ptb"
     config: RunConfig | None = None
     measuring: bool = False
+    plan_args: dict = field(default_factory=dict)   # what the profiler was asked with
     sliced: SlicedVariant | None = None
     slices: list[SliceLaunch] = field(default_factory=list)
     next_slice: int = 0
@@ -121,7 +122,6 @@ class StreamState:
     inflight: int = 0                   # tracked units not yet completed
     errors: collections.deque[DeviceError] = field(default_factory=collections.deque)
     ptb_state: int | None = None        # device address of the PTB state buffer
-    flag_written: Any = None            # backend event: last preempt-flag write on the control stream
     readback: bytearray = field(default_factory=lambda: bytearray(8))
 
     @property
@@ -138,7 +138,8 @@ class ClientState:
     streams: dict[Hashable, StreamState] = field(default_factory=dict)
     events: list[ExecutorEvent] = field(default_factory=list)
     removing: bool = False
-    kernels: int = 0
+    kernels: int = 0                    # started
+    kernels_completed: int = 0
 
     def __post_init__(self) -> None:
         self.view = ClientView(self.client_id, self.priority, self.sm_percent)

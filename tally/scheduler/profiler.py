@@ -10,14 +10,17 @@ Each is measured by running it for real during the job's normal execution (a
 sliced or PTB run computes the same result by construction); measurements taken
 while high-priority work shared the device are not used. The choice is the
 candidate with the highest throughput (blocks per second) whose turnaround is
-within the threshold, else the one with the smallest turnaround. Kernels that
-cannot be transformed run as they are.
+within the threshold, else the fastest of those with (within 10%) the smallest
+turnaround. Kernels that cannot be transformed run as they are.
 
 Exploring must not itself hurt the high-priority job, so a coarse candidate is
 only tried when its predicted turnaround (its blocks at the best throughput
 seen, and never less than a finer slicing measured) is within twice the
 threshold; PTB candidates are always safe to try (a PTB launch can be stopped
-after one task).
+after one task), but once doubling the workers gains under 5% (all resident),
+larger counts are skipped. Exploring must not cost the best-effort job much
+either: a slicing is measured on a few slices and the executor moves the rest
+of the kernel on to the next candidate.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TURNAROUND_THRESHOLD_MS = 0.0316   # Tally's artifact default
 EXPLORE_MARGIN = 2.0
 UNCLEAN_LIMIT = 8          # after this many contended runs, accept contended measurements
+NEAR_TIE = 1.1
+SATURATED = 1.05           # PTB: doubling workers gained less than this -> stop exploring
 
 
 @dataclass(frozen=True, order=True)
@@ -56,8 +61,8 @@ ORIGINAL = RunConfig("original")
 class Measurement:
     units: int = 0
     blocks: int = 0
-    seconds: float = 0.0
-    turnaround: float = 0.0          # worst unit turnaround seen (seconds)
+    seconds: float = 0.0             # launch-to-notification time of the units (for throughput)
+    turnaround: float = 0.0          # worst unit turnaround on the device (seconds)
     unclean: int = 0
 
     @property
@@ -142,12 +147,17 @@ class TransparentProfiler:
         log.info("profiled %s: %s", key, choice.label)
         return choice, False
 
-    def observe(self, key: str, config: RunConfig, *, seconds: float, blocks: int,
-                clean: bool) -> None:
+    def observe(self, key: str, config: RunConfig, *, device_seconds: float, cycle_seconds: float,
+                blocks: int, clean: bool) -> None:
         """One unit (slice, PTB launch or whole kernel) of a measuring run ended:
-        it ran `blocks` blocks (tasks) in `seconds` of device time."""
-        if blocks <= 0 or seconds <= 0:
+        it ran `blocks` blocks (tasks) in `device_seconds` on the device, and took
+        `cycle_seconds` from its launch until the executor could launch the next
+        one (device time plus launch and notification latency). Turnaround comes
+        from the former (what a high-priority kernel waits for), throughput from
+        the latter (what the best-effort job gets: small slices pay the gaps)."""
+        if blocks <= 0 or device_seconds <= 0:
             return
+        seconds = max(cycle_seconds, device_seconds)
         m = self._measured.setdefault(key, {}).setdefault(config, Measurement())
         if self._complete(m):
             return
@@ -156,15 +166,19 @@ class TransparentProfiler:
             if m.unclean < UNCLEAN_LIMIT:
                 return
         if config.kind == "ptb":
-            turnaround = seconds / -(-blocks // config.size)
+            turnaround = device_seconds / -(-blocks // config.size)
         else:
-            turnaround = seconds
+            turnaround = device_seconds
         m.units += 1
         m.blocks += blocks
         m.seconds += seconds
         m.turnaround = max(m.turnaround, turnaround)
         if self._complete(m):
             self._save()
+
+    def is_measured(self, key: str, config: RunConfig) -> bool:
+        m = self._measured.get(key, {}).get(config)
+        return m is not None and self._complete(m)
 
     def choice(self, key: str, *, can_slice: bool = True, can_ptb: bool = True,
                max_workers: int | None = None) -> RunConfig | None:
@@ -183,12 +197,19 @@ class TransparentProfiler:
         done = {c: m for c, m in measured.items() if c in cands and self._complete(m)}
         best_rate = max((m.throughput for m in done.values()), default=0.0)
         floor = 0.0      # a coarser slicing never turns around faster than a finer one
+        ptb_rates: list[float] = []
         for c in cands:
             if c in done:
                 if c.kind == "slice":
                     floor = max(floor, done[c].turnaround)
+                elif c.kind == "ptb":
+                    ptb_rates.append(done[c].throughput)
                 continue
-            if c.kind != "ptb" and best_rate > 0:
+            if c.kind == "ptb":
+                # once doubling the workers stopped paying (all resident), more won't
+                if len(ptb_rates) >= 2 and ptb_rates[-1] < SATURATED * ptb_rates[-2]:
+                    continue
+            elif best_rate > 0:
                 blocks = total_blocks if c.kind == "original" else c.size
                 if max(blocks / best_rate, floor) > EXPLORE_MARGIN * self.threshold:
                     continue
@@ -200,9 +221,13 @@ class TransparentProfiler:
         if not done:
             return ORIGINAL
         within = [(c, m) for c, m in done if m.turnaround <= self.threshold]
-        if within:
-            return max(within, key=lambda cm: (cm[1].throughput, -cm[1].turnaround))[0]
-        return min(done, key=lambda cm: (cm[1].turnaround, -cm[1].throughput))[0]
+        if not within:
+            # nothing meets the threshold: take the smallest turnaround, treating
+            # turnarounds within NEAR_TIE of it as equal (measurement noise must not
+            # pick a configuration with a quarter of the throughput)
+            best = min(m.turnaround for _c, m in done)
+            within = [(c, m) for c, m in done if m.turnaround <= best * NEAR_TIE]
+        return max(within, key=lambda cm: (cm[1].throughput, -cm[1].turnaround))[0]
 
     def _save(self) -> None:
         if self.cache is None:

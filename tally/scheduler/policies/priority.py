@@ -8,6 +8,13 @@ at most one slice / one PTB task when it comes back). When high-priority work
 arrives, running PTB launches are preempted and no further slices start; the
 interrupted kernels resume later from where they stopped.
 
+"Idle" needs a grace period (our addition; `idle_grace_ms`): a job whose CPU
+launches kernels a few microseconds apart, or serves queued requests back to
+back, leaves the GPU idle for moments that are shorter than a best-effort unit's
+turnaround. Starting best-effort work in such a gap costs the high-priority job
+up to a turnaround every time; waiting until it has been idle for the grace
+period costs the best-effort job only that much per real idle stretch.
+
 Best-effort jobs share the idle time fairly: the next unit goes to the job
 with the least device time received so far (ties: the job that joined first).
 A job that joins late starts at the least service of those already present, so
@@ -19,12 +26,18 @@ from typing import Hashable
 from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView,
                                     RunningUnit, Schedule, SchedulerView, Start)
 
+DEFAULT_IDLE_GRACE_MS = 0.05
+
 
 class PriorityPolicy:
     name = "priority"
 
-    def __init__(self) -> None:
+    def __init__(self, idle_grace_ms: float = DEFAULT_IDLE_GRACE_MS):
+        if idle_grace_ms < 0:
+            raise ValueError(f"idle_grace_ms must be >= 0, got {idle_grace_ms}")
+        self.idle_grace = idle_grace_ms / 1000.0
         self.service: dict[Hashable, float] = {}    # best-effort client -> device seconds
+        self.last_hp_finish = float("-inf")
 
     def stream_priority(self, client: ClientView) -> int:
         return HIGH_STREAM_PRIORITY if client.priority == HIGH else NORMAL_STREAM_PRIORITY
@@ -43,6 +56,9 @@ class PriorityPolicy:
         waiting = [k for k in view.waiting if k.priority != HIGH]
         if not waiting:
             return Schedule()
+        idle_enough = self.last_hp_finish + self.idle_grace
+        if view.now < idle_enough:
+            return Schedule(wake_at=idle_enough)
         rank = {c.client_id: i for i, c in enumerate(view.clients)}
         pick = min(waiting, key=lambda k: (self.service[k.client_id], rank[k.client_id],
                                            k.waiting_since, k.kernel_id))
@@ -58,5 +74,7 @@ class PriorityPolicy:
                 self.service[c.client_id] = floor
 
     def on_unit_finished(self, unit: RunningUnit, now: float) -> None:
-        if unit.priority != HIGH and unit.client_id in self.service:
+        if unit.priority == HIGH:
+            self.last_hp_finish = now
+        elif unit.client_id in self.service:
             self.service[unit.client_id] += now - unit.started_at

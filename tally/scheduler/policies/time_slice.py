@@ -48,8 +48,8 @@ class TimeSlicePolicy:
             self._hand_over(others, order, view.now)
         start = [Start(k.kernel_id) for k in view.waiting
                  if k.client_id == self.owner and not k.stream_busy]
-        wake = self.quantum_end if len(busy) > 1 or others else None
-        return Schedule(start=start, wake_at=wake)
+        contended = any(c != self.owner for c in busy)
+        return Schedule(start=start, wake_at=self.quantum_end if contended else None)
 
     def _hand_over(self, candidates: list[Hashable], order: list[Hashable], now: float) -> None:
         """Next candidate after the current owner in join order (wrapping)."""

@@ -1,0 +1,270 @@
+"""The stream executor on the sim backend: stream order behind held kernels,
+events across streams, asynchronous errors, client removal mid-flight, and
+best-effort kernels that are sliced / preempted many times computing exactly
+the right result."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from tally.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
+from tally.backends.sim import SimBackend, sim_module_source
+from tally.backends.sim_model import KernelCost
+from tally.backends.sim_variants import SimVariantProvider
+from tally.scheduler import (EventRecord, HostCallback, Launch, MemcpyDtoD, MemcpyDtoH, MemcpyHtoD,
+                             Memset, StreamExecutor, StreamWaitEvent, make_policy)
+from tally.scheduler.policy import PolicyError, Schedule, Start
+
+
+def add_one(mem, params, grid, block, blocks):
+    (ptr,) = struct.unpack_from("<Q", params)
+    mem.view(ptr + 4 * blocks.start, 4 * len(blocks)).view(np.uint32)[:] += 1
+
+
+def double(mem, params, grid, block, blocks):
+    (ptr,) = struct.unpack_from("<Q", params)
+    mem.view(ptr + 4 * blocks.start, 4 * len(blocks)).view(np.uint32)[:] *= 2
+
+
+def fault(mem, params, grid, block, blocks):
+    raise DeviceError(CUDA_ERROR_ILLEGAL_ADDRESS, "out of bounds")
+
+
+class Rig:
+    def __init__(self, policy="priority", be_transform="auto", **executor_args):
+        self.sim = SimBackend()
+        self.sim.define_kernel("add_one", (8,), KernelCost(10.0, 1), add_one)
+        self.sim.define_kernel("double", (8,), KernelCost(10.0, 1), double)
+        self.sim.define_kernel("fault", (8,), KernelCost(1.0), fault)
+        self.sim.define_kernel("hp_work", (8,), KernelCost(20.0, 1))
+        module = self.sim.module_load(sim_module_source("add_one", "double", "fault", "hp_work"))
+        self.fn = {n: self.sim.module_function(module, n) for n in ("add_one", "double", "fault", "hp_work")}
+        self.ex = StreamExecutor(self.sim, make_policy(policy), SimVariantProvider(), clock=self.sim.clock,
+                                 be_transform=be_transform, **executor_args)
+
+    def launch(self, name, blocks, ptr=0):
+        return Launch(self.fn[name], (blocks, 1, 1), (128, 1, 1), 0, struct.pack("<Q", ptr))
+
+    def buffer(self, n_u32):
+        return self.sim.mem_alloc(4 * n_u32)
+
+    def keep_hp_busy(self, until_s, period_s=1.2e-3, client="hp"):
+        """A high-priority job that submits 1 ms of kernels every period_s
+        (shorter than 1 ms: the GPU never goes idle before until_s)."""
+        def burst():
+            if self.sim.now() < until_s:
+                for _ in range(5):
+                    self.ex.submit(client, 0, self.launch("hp_work", 1080))
+                self.sim.clock.call_at(self.sim.now() + period_s, burst)
+        self.sim.clock.call_at(0.0, burst)
+
+
+def u32(sim, ptr, n):
+    return np.frombuffer(sim.memory.read(ptr, 4 * n), np.uint32).tolist()
+
+
+def test_copy_behind_a_held_kernel_waits_for_it():
+    rig = Rig()
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.02, period_s=0.9e-3)
+    rig.sim.run_until(1e-4)                      # the high-priority job is busy until 0.02 s
+    buf = rig.buffer(2000)
+    out = bytearray(8000)
+    rig.ex.submit("be", 0, rig.launch("add_one", 2000, buf))
+    rig.ex.submit("be", 0, MemcpyDtoH(memoryview(out), buf, 8000))
+    rig.sim.run_until(5e-3)
+    assert rig.ex.counters()["ops_queued"] == 2  # held while high-priority work runs
+    assert bytes(out) == bytes(8000)
+    rig.ex.synchronize_stream("be", 0)
+    assert np.frombuffer(out, np.uint32).tolist() == [1] * 2000
+
+
+@pytest.mark.parametrize("be_transform", ["auto", "slice", "ptb"])
+def test_best_effort_kernels_preempted_many_times_compute_exact_results(be_transform):
+    rig = Rig(be_transform=be_transform)
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.05)
+    buf = rig.buffer(5000)
+    rig.ex.submit("be", 0, MemcpyHtoD(buf, np.arange(5000, dtype=np.uint32).tobytes()))
+    for name in ("add_one", "double", "add_one", "double"):   # order matters: (x + 1) * 2 + 1) * 2
+        rig.ex.submit("be", 0, rig.launch(name, 5000, buf))
+    rig.ex.synchronize_stream("be", 0)
+    x = np.arange(5000, dtype=np.uint32)
+    assert u32(rig.sim, buf, 5000) == (((x + 1) * 2 + 1) * 2).tolist()
+    c = rig.ex.counters()
+    if be_transform == "slice":
+        assert c["kernels_sliced"] == 4 and c["kernels_ptb"] == 0 and c["slice_launches"] > 20
+    elif be_transform == "ptb":
+        assert c["kernels_ptb"] == 4 and c["preemptions"] > 5 and c["ptb_launches"] > 9
+    else:
+        assert c["kernels_sliced"] + c["kernels_ptb"] == 4
+
+
+def test_fifo_sends_everything_at_once_and_keeps_order():
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("a")
+    buf = rig.buffer(100)
+    rig.ex.submit("a", 0, Memset(buf, 3, 4, 100))
+    rig.ex.submit("a", 0, rig.launch("double", 100, buf))
+    rig.ex.submit("a", 0, rig.launch("add_one", 100, buf))
+    assert rig.ex.counters()["ops_queued"] == 0
+    rig.ex.synchronize_client("a")
+    assert u32(rig.sim, buf, 100) == [7] * 100
+
+
+def test_stream_wait_event_between_streams_waits_for_the_held_record():
+    rig = Rig()
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.01, period_s=0.9e-3)
+    rig.sim.run_until(1e-4)
+    buf, copy = rig.buffer(1000), rig.buffer(1000)
+    ready = rig.ex.event_create("be")
+    rig.ex.submit("be", "a", rig.launch("add_one", 1000, buf))     # held: high priority is busy
+    rig.ex.submit("be", "a", EventRecord(ready))
+    rig.ex.submit("be", "b", StreamWaitEvent(ready))
+    rig.ex.submit("be", "b", MemcpyDtoD(copy, buf, 4000))
+    assert not rig.ex.event_query(ready)
+    rig.ex.synchronize_stream("be", "b")
+    assert u32(rig.sim, copy, 1000) == [1] * 1000
+    assert rig.ex.event_query(ready)
+
+
+def test_wait_uses_the_record_submitted_before_it_not_a_later_one():
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("a")
+    buf = rig.buffer(1)
+    ev = rig.ex.event_create("a")
+    rig.ex.submit("a", "x", EventRecord(ev))                       # completes at once
+    rig.ex.submit("a", "y", StreamWaitEvent(ev))
+    rig.ex.submit("a", "x", rig.launch("add_one", 1, buf))
+    rig.ex.submit("a", "x", EventRecord(ev))                       # later record, after the kernel
+    seen = []
+    rig.ex.submit("a", "y", HostCallback(lambda: seen.append(rig.sim.memory.read_u32(buf))))
+    rig.ex.synchronize_client("a")
+    assert seen == [0]                                              # y did not wait for the kernel
+
+
+def test_event_synchronize_and_elapsed_time():
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("a")
+    start, end = rig.ex.event_create("a"), rig.ex.event_create("a")
+    rig.ex.submit("a", 0, EventRecord(start))
+    rig.ex.submit("a", 0, rig.launch("hp_work", 216))               # 2 waves of 20 us
+    rig.ex.submit("a", 0, EventRecord(end))
+    rig.ex.event_synchronize(end)
+    assert rig.ex.event_elapsed_ms(start, end) == pytest.approx(0.002 + 0.040)
+
+
+def test_kernel_error_is_reported_once_at_the_next_synchronization():
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("a")
+    rig.ex.submit("a", 0, rig.launch("fault", 1))
+    rig.ex.submit("a", 1, rig.launch("add_one", 1, rig.buffer(1)))
+    with pytest.raises(DeviceError) as e:
+        rig.ex.synchronize_client("a")
+    assert e.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+    rig.ex.synchronize_client("a")
+    rig.ex.synchronize_stream("a", 0)
+    assert rig.ex.query_stream("a", 0)
+
+
+def test_error_in_a_sliced_kernel_stops_its_remaining_slices():
+    rig = Rig(be_transform="slice")
+    rig.ex.add_client("be")
+    buf = rig.buffer(1)
+    rig.ex.submit("be", 0, rig.launch("fault", 5000))
+    rig.ex.submit("be", 0, rig.launch("add_one", 1, buf))           # the stream carries on
+    with pytest.raises(DeviceError):
+        rig.ex.synchronize_stream("be", 0)
+    assert rig.ex.counters()["slice_launches"] == 1
+    assert u32(rig.sim, buf, 1) == [1]
+
+
+def test_query_stream_reports_held_work_as_busy():
+    rig = Rig()
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.01, period_s=0.9e-3)
+    rig.sim.run_until(1e-4)
+    rig.ex.submit("be", 0, rig.launch("add_one", 10, rig.buffer(10)))
+    assert not rig.ex.query_stream("be", 0)
+    rig.ex.synchronize_stream("be", 0)
+    assert rig.ex.query_stream("be", 0)
+    assert rig.sim.now() > 0.009               # it ran only once the high-priority job went idle
+
+
+def test_remove_client_mid_flight_frees_everything_and_others_carry_on():
+    rig = Rig(be_transform="ptb")
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be1")
+    rig.ex.add_client("be2")
+    free_before = rig.sim.mem_info()[0]
+    buf1, buf2 = rig.buffer(50_000), rig.buffer(3000)
+    for _ in range(5):
+        rig.ex.submit("be1", 0, rig.launch("add_one", 50_000, buf1))
+        rig.ex.submit("be2", 0, rig.launch("add_one", 3000, buf2))
+    rig.ex.submit("be1", 0, HostCallback(lambda: pytest.fail("dropped work must not run")))
+    rig.sim.run_until(3e-3)
+    assert rig.ex.counters()["units_in_flight"] == 1
+    rig.ex.remove_client("be1")
+    counters = rig.ex.counters()
+    assert "be1" not in counters["clients"]
+    rig.sim.mem_free(buf1)
+    rig.ex.synchronize_client("be2")
+    assert u32(rig.sim, buf2, 3000) == [5] * 3000
+    with pytest.raises(ValueError, match="unknown client"):
+        rig.ex.submit("be1", 0, rig.launch("add_one", 1))
+    # the removed client's PTB state and streams are gone; only buf2 is still allocated
+    assert rig.sim.mem_info()[0] == free_before - 4 * 3000 - 8     # be2's PTB state remains
+
+
+def test_malformed_operations_and_unknown_clients_are_rejected_clearly():
+    rig = Rig()
+    with pytest.raises(ValueError, match="add_client"):
+        rig.ex.submit("nobody", 0, rig.launch("add_one", 1))
+    rig.ex.add_client("a")
+    with pytest.raises(ValueError, match="already registered"):
+        rig.ex.add_client("a")
+    with pytest.raises(ValueError, match="priority"):
+        rig.ex.add_client("b", "urgent")
+    with pytest.raises(ValueError, match="grid"):
+        rig.ex.submit("a", 0, Launch(rig.fn["add_one"], (0, 1, 1), (1, 1, 1), 0, bytes(8)))
+    with pytest.raises(ValueError, match="element size"):
+        rig.ex.submit("a", 0, Memset(0, 1, 3, 1))
+    with pytest.raises(ValueError, match="not a stream operation"):
+        rig.ex.submit("a", 0, "launch please")
+    other = rig.ex.event_create("a")
+    rig.ex.add_client("b")
+    with pytest.raises(ValueError, match="belongs to client"):
+        rig.ex.submit("b", 0, EventRecord(other))
+    assert rig.ex.counters()["ops_submitted"] == 0
+
+
+def test_a_policy_that_breaks_its_contract_is_reported():
+    class StartsTwice:
+        name = "broken"
+
+        def stream_priority(self, client):
+            return 0
+
+        def starts_at_once(self, client):
+            return False
+
+        def schedule(self, view):
+            return Schedule(start=[Start(k.kernel_id) for k in view.waiting] * 2)
+
+        def on_unit_finished(self, unit, now):
+            pass
+
+    sim = SimBackend()
+    sim.define_kernel("k", (8,), KernelCost(1.0))
+    fn = sim.module_function(sim.module_load(sim_module_source("k")), "k")
+    ex = StreamExecutor(sim, StartsTwice(), clock=sim.clock)
+    ex.add_client("a")
+    with pytest.raises(PolicyError, match="started kernel"):
+        ex.submit("a", 0, Launch(fn, (1, 1, 1), (1, 1, 1), 0, bytes(8)))
