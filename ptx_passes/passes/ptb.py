@@ -34,13 +34,13 @@ barrier below).
         ...                                 ...
         @%all ret;                          @%all bra $next_task;
 
-One barrier per task is enough because the slot alternates: the leader writes
-slot i%2 for task i only after the barrier of task i-1, which every thread
-passes after reading slot (i-2)%2... i.e. the slot being overwritten was read
-two barriers ago. The barrier is non-.aligned (threads arrive from different
-returns) and numbered 15, so in the raw form a thread waiting for its next task
-never pairs with siblings waiting at the body's barrier 0 (that is the
-deadlock unified synchronization removes).
+One barrier per task is enough because the slot alternates between two words:
+the leader writes word i%2 for task i before barrier i, and writes that word again
+only for task i+2, after passing barrier i+1, which every thread reaches only
+after reading word i%2 for task i. The barrier is non-.aligned (threads arrive
+from different returns) and numbered 15, so in the raw form a thread waiting for
+its next task never pairs with siblings waiting at the body's barrier 0 (that is
+the deadlock unified synchronization removes).
 
 Preemption: the host sets the flag; each worker's leader sees it before taking
 its next task, so every task taken completes and none is started after. The

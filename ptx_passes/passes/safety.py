@@ -36,6 +36,11 @@ ptb, ptb-raw
 ptb-raw (PTB without unified synchronization)
   * a barrier numbered 15 or by register (PTB's own task barrier is number 15).
 
+Allowed on purpose: %smid/%nsmid/%warpid, %clock*, %globaltimer (they already
+differ from run to run, and each block still runs on one SM), %dynamic_smem_size
+(unchanged), `trap`, warp-level operations, mbarriers and TMA copies into the
+block's own shared memory.
+
 Instructions other than calls, barriers, ret/exit and the ones named above do
 not interact with the rewrites (they never see the block index or the launch),
 so they pass through unchanged; the parser already rejects unknown opcodes.

@@ -7,9 +7,9 @@ blocks, passing the first block's linear index and the original grid
 
     before                                 after (<k>__tally_slice)
     .entry k(.param .u64 k_param_0)        .entry k__tally_slice(.param .u64 k_param_0,
-    {                                          .param .align 8 .u32 k__tally_slice_param_block_offset,
-                                               .param .u32 ..._grid_x, .param .u32 ..._grid_y,
-                                               .param .u32 ..._grid_z)
+    {                                          .param .align 8 .u32 k__tally_slice_param_tally_block_offset,
+                                               .param .u32 ..._tally_grid_x, .param .u32 ..._tally_grid_y,
+                                               .param .u32 ..._tally_grid_z)
                                            {
                                                ld.param.u32 %off, [..._block_offset];
                                                ld.param.u32 %gx, [..._grid_x];   (and y, z)
