@@ -5,7 +5,7 @@ import pytest
 
 from tally.scheduler.policies import POLICIES, make_policy
 from tally.scheduler.policy import (BEST_EFFORT, HIGH, HIGH_STREAM_PRIORITY, ClientView, RunningUnit,
-                                    SchedulerView, Start, WaitingKernel)
+                                    SchedulerView, WaitingKernel)
 
 HP = ClientView("hp", HIGH, None)
 BE1 = ClientView("be1", BEST_EFFORT, None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import struct
 
-import pytest
 
 from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim_model import KernelCost

@@ -39,7 +39,7 @@ def plot_colocate(report: dict, latencies_ms: dict[str, np.ndarray], path: Path 
         vals = np.array([report["policies"][p]["be_normalized_throughput"][j] for p in policies])
         bars.bar(x, vals, bottom=bottom, label=f"best-effort {j + 1}", alpha=0.8)
         bottom += vals
-    for xi, total in zip(x, bottom):
+    for xi, total in zip(x, bottom, strict=True):
         bars.text(xi, total + 0.02, f"{total:.2f}", ha="center", fontsize=8)
     bars.set_xticks(x, policies, rotation=15)
     bars.set_ylabel("normalized throughput (stacked = system throughput)")
