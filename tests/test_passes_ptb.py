@@ -26,6 +26,8 @@ def _transform(ptx: str):
     out = {}
     for kernel in original.entries():
         report = result.kernels[kernel.name]
+        if report.refusals:
+            continue
         out[kernel.name] = (kernel, {f: result.module.function(report.variants[f]) for f in FORMS}, report)
     return out
 

@@ -43,7 +43,7 @@ def _cases() -> list[Case]:
     cases += [Case(f"triton.{p.stem}", p) for p in TRITON_PTX]
     cases += [Case(f"handwritten.{p.stem}", p, expect_all_variants=False) for p in HANDWRITTEN_PTX]
     cases += [Case(f"passes.{key}", PASS_SOURCES / source, arch, flags,
-                   expect_all_variants=key in ("sync_reductions", "warp_sync"))
+                   expect_all_variants=key == "sync_reductions")
               for key, (source, arch, flags) in PASS_KERNELS.items()]
     return cases
 

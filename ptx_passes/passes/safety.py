@@ -28,6 +28,11 @@ unified-sync (only kernels with barriers), ptb
     declares more than registers (scopes.py), and `exit` inside a device function;
   * targets below sm_70 or PTX ISA below 6.0 (the non-.aligned barrier that
     divergent threads may reach from different places needs both);
+unified-sync (only kernels with barriers), ptb, ptb-raw
+  * a member-mask warp operation (shfl/vote/match/redux/elect .sync, bar.warp.sync)
+    that a thread of its warp may skip by returning first: the returned thread
+    stays alive in these forms and the warp operation would wait for it
+    (warp_sync.py says exactly when);
 ptb, ptb-raw
   * %total_smem_size / %aggr_smem_size (PTB adds 8 bytes of shared memory), a
     32-bit address size (the state pointers are 64-bit), `exit` in a device
@@ -55,6 +60,7 @@ from .barriers import cta_barrier
 from .scopes import contains_barrier, flatten_problem
 from .callgraph import reachable_functions
 from .special_regs import BLOCK_INDEX_REGS, special_regs_in
+from .warp_sync import unsafe_mask_syncs
 
 VERSION = 1
 
@@ -88,6 +94,7 @@ class KernelFacts:
     target_problems: list[str] = field(default_factory=list)
     address_problems: list[str] = field(default_factory=list)
     ptb_barrier_clash: list[str] = field(default_factory=list)
+    warp_sync_hazards: list[str] = field(default_factory=list)
     has_barriers: bool = False
 
 
@@ -111,6 +118,14 @@ def kernel_facts(module: Module, kernel: Function, functions: dict[str, Function
                                              f"cannot be flattened: {problem}")
     for fn in reach.functions:
         _scan(fn.body, f"device function {fn.name}", False, facts)
+    hazards = unsafe_mask_syncs(kernel)
+    if hazards:
+        more = f" (and {len(hazards) - 1} more)" if len(hazards) > 1 else ""
+        _add(facts.warp_sync_hazards,
+             f"`{_show(hazards[0])}`{more} may run after a thread of its warp returned (a return "
+             "path skips it, or it repeats in a loop): that thread would stay alive waiting at a "
+             "block barrier, and the warp operation, which waits for every non-exited thread of "
+             "its member mask, would wait for it forever")
     return facts
 
 
@@ -127,7 +142,7 @@ def refusal_reasons(facts: KernelFacts, pass_name: str) -> list[str]:
     if unifies:
         reasons += facts.barrier_problems
     if unifies or is_ptb:
-        reasons += facts.exit_in_functions + facts.target_problems
+        reasons += facts.exit_in_functions + facts.target_problems + facts.warp_sync_hazards
     if is_ptb:
         reasons += facts.smem_size_reads + facts.address_problems
     if pass_name == "ptb-raw":
