@@ -67,3 +67,10 @@ def test_driver_api(nvcc, emulator_server):
     assert job.value("memset16") == "aaaa,aaaa,1234,1234,1234,aaaa"
     assert job.ints("unified_equal", "range_ok", "memory_type", "host_pointer_attribute", "meminfo_ok",
                     "async_alloc_memset") == [1, 1, 2, CUDA_ERROR_INVALID_VALUE, 1, 1]
+
+
+def test_threads_share_the_connection(nvcc, emulator_server):
+    # 4 host threads, 5 MiB copies in both directions (several arena chunks each).
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "threads.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("thread0", "thread1", "thread2", "thread3") == [6, 6, 6, 6]

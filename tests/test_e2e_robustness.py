@@ -124,3 +124,12 @@ def test_memory_quota(server):
     assert job.ints("alloc_half", "alloc_too_much") == [0, CUDA_ERROR_OUT_OF_MEMORY]
     assert job.value("quota_free_after") == str(total - total // 2)
     assert job.value("alloc_after_free") == "0"
+
+
+def test_job_dies_inside_its_host_function(nvcc, server):
+    # The server holds the stream for the callback's answer, which never comes.
+    job = run_job(server.socket, build_cuda(nvcc, "host_func_dies.cu"))
+    assert job.returncode == -signal.SIGKILL
+    assert "in_callback" in job.stdout and "unreachable" not in job.stdout
+    server.wait_for(idle, what="the stream held for the dead job's callback to be released")
+    assert server.alive()

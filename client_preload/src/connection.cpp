@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -15,6 +16,24 @@ namespace tally::client {
 namespace {
 
 constexpr int kHandshakeTimeoutMs = 10000;
+
+// How long a thread waiting for a reply spins before it sleeps on the futex. A
+// reply that comes while the thread sleeps costs a futex wake-up (tens of us on a
+// VM), so the spin covers a server that itself had to wake up first.
+// TALLY_CLIENT_SPIN_US overrides it (0: sleep at once, for oversubscribed hosts).
+int64_t client_spin_ns() {
+  constexpr int64_t kDefaultSpinNs = 100'000;
+  const char* env = std::getenv("TALLY_CLIENT_SPIN_US");
+  if (env == nullptr || *env == '\0') return kDefaultSpinNs;
+  char* end = nullptr;
+  const double us = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(us >= 0) || us > 1e6) {
+    log_error("TALLY_CLIENT_SPIN_US=%s is not a number of microseconds (0..1000000); using %lld", env,
+              static_cast<long long>(kDefaultSpinNs / 1000));
+    return kDefaultSpinNs;
+  }
+  return static_cast<int64_t>(us * 1000);
+}
 
 std::string fixed_string(const uint8_t* bytes, size_t n) {
   return std::string(reinterpret_cast<const char*>(bytes), strnlen(reinterpret_cast<const char*>(bytes), n));
@@ -67,7 +86,9 @@ CUresult Connection::connect_locked() {
   if (hs.socket_fd < 0) return fail(hs.error);
   std::string segment_name = fixed_string(hs.reply.segment_name, sizeof hs.reply.segment_name);
   try {
-    segment_ = transport::Segment::open(segment_name);
+    transport::WaitPolicy policy;
+    policy.spin_ns = client_spin_ns();
+    segment_ = transport::Segment::open(segment_name, policy);
   } catch (const std::exception& e) {
     ::close(hs.socket_fd);
     return fail("cannot attach the shared memory tally-server at " + config_.socket_path + " set up for this job (" +
