@@ -268,3 +268,43 @@ def test_a_policy_that_breaks_its_contract_is_reported():
     ex.add_client("a")
     with pytest.raises(PolicyError, match="started kernel"):
         ex.submit("a", 0, Launch(fn, (1, 1, 1), (1, 1, 1), 0, bytes(8)))
+
+
+def test_real_time_sim_with_client_threads():
+    """`tally-server --backend sim`: the sim follows the wall clock, callbacks
+    arrive on its thread, clients submit and synchronize from their own."""
+    import threading
+
+    sim = SimBackend(realtime=True)
+    try:
+        sim.define_kernel("add_one", (8,), KernelCost(20.0, 1), add_one)
+        sim.define_kernel("hp_work", (8,), KernelCost(50.0, 1))
+        module = sim.module_load(sim_module_source("add_one", "hp_work"))
+        add, hp = (sim.module_function(module, n) for n in ("add_one", "hp_work"))
+        ex = StreamExecutor(sim, make_policy("priority"), SimVariantProvider(), clock=sim.clock)
+        ex.add_client("hp", "high")
+        ex.add_client("be")
+        buf = sim.mem_alloc(4 * 20_000)
+        errors = []
+
+        def high_priority():
+            try:
+                for _ in range(20):
+                    for _ in range(3):
+                        ex.submit("hp", 0, Launch(hp, (216, 1, 1), (128, 1, 1), 0, bytes(8)))
+                    ex.synchronize_stream("hp", 0)
+            except Exception as e:      # surfaced below
+                errors.append(e)
+
+        thread = threading.Thread(target=high_priority)
+        thread.start()
+        for _ in range(3):
+            ex.submit("be", 0, Launch(add, (20_000, 1, 1), (128, 1, 1), 0, struct.pack("<Q", buf)))
+        ex.synchronize_client("be")
+        thread.join(timeout=30)
+        assert not thread.is_alive() and errors == []
+        assert u32(sim, buf, 20_000) == [3] * 20_000
+        assert ex.counters()["units_in_flight"] == 0
+        ex.close()
+    finally:
+        sim.close()

@@ -3,6 +3,7 @@ kernel definitions tests and benchmarks register."""
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -48,12 +49,12 @@ class SimFunction:
     kind: str = "original"            # "original" | "sliced" | "ptb"
     original: "SimFunction | None" = None
 
-    @property
+    @functools.cached_property
     def original_param_bytes(self) -> int:
         base = self.original or self
         return max((p.offset + p.size for p in base.params), default=0)
 
-    @property
+    @functools.cached_property
     def launch_param_bytes(self) -> int:
         extra = {"original": None, "sliced": SLICE_EXTRA, "ptb": PTB_EXTRA}[self.kind]
         if extra is None:

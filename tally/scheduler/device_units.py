@@ -56,6 +56,7 @@ class DeviceUnits:
         self._control_stream = None
         self._event_pool: dict[bool, list] = {True: [], False: []}
         self._hp_inflight = 0
+        self._be_units: dict[int, Unit] = {}    # in flight; marked contended when high-priority work starts
 
     def start(self, task: KernelTask, transform: bool) -> None:
         """Launch the kernel at the head of its queue (whole), or its next piece
@@ -187,11 +188,11 @@ class DeviceUnits:
             task.unit = unit
         if priority == HIGH:
             self._hp_inflight += 1
-            for other in self.units.values():
-                if other.priority != HIGH:
-                    other.contended = True
+            for other in self._be_units.values():
+                other.contended = True
         else:
             unit.contended = self._hp_inflight > 0
+            self._be_units[unit.unit_id] = unit
         self.units[unit.unit_id] = unit
         self.running_views[unit.unit_id] = unit.view()
         if kind == "ptb":
@@ -218,6 +219,8 @@ class DeviceUnits:
         stream.inflight -= 1
         if unit.priority == HIGH:
             self._hp_inflight -= 1
+        else:
+            del self._be_units[unit.unit_id]
         seconds = None
         if unit.start_event is not None:
             try:

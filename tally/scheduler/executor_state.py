@@ -80,7 +80,7 @@ class KernelTask:
         return self.next_slice > 0 or self.ptb_started
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Unit:
     """One launch the executor is tracking: whole kernel, slice, or PTB launch."""
 

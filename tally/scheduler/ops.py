@@ -75,8 +75,13 @@ OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, Str
 
 
 def _dim3(name: str, value) -> None:
-    if (not isinstance(value, tuple) or len(value) != 3
-            or not all(isinstance(v, int) and v >= 1 for v in value)):
+    try:
+        x, y, z = value
+        ok = (type(value) is tuple and isinstance(x, int) and isinstance(y, int) and isinstance(z, int)
+              and x >= 1 and y >= 1 and z >= 1)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
         raise ValueError(f"{name} must be a tuple of three positive ints, got {value!r}")
 
 
