@@ -203,6 +203,45 @@ extern "C" __global__ void warps_take_turns(int* out)
     }
 }
 
+__device__ __noinline__ int op_double(int v) { return 2 * v; }
+__device__ __noinline__ int op_square(int v) { return v * v; }
+__device__ __noinline__ int op_negate(int v) { return -v; }
+typedef int (*unary_op)(int);
+__device__ unary_op op_table[3] = {op_double, op_square, op_negate};
+
+struct Shape { __device__ virtual int area(int s) const { return s * s; } };
+struct Tri : Shape { __device__ int area(int s) const override { return s * s / 2; } };
+
+// out[2i] = op_table[i % 3](x[i]); out[2i+1] = area through a virtual call (Tri for odd i).
+extern "C" __global__ void function_pointers(const int* x, int* out)
+{
+    int i = threadIdx.x;
+    unary_op f = op_table[i % 3];
+    out[2 * i] = f(x[i]);
+    Shape s;
+    Tri t;
+    const Shape* p = (x[i] & 1) ? static_cast<const Shape*>(&t) : &s;
+    out[2 * i + 1] = p->area(x[i]);
+}
+
+// A dense switch (nvcc may emit a jump table: brx.idx).
+extern "C" __global__ void dense_switch(const int* x, int* out)
+{
+    int v = x[threadIdx.x];
+    int r;
+    switch (v & 7) {
+        case 0: r = v * 3; break;
+        case 1: r = v + 11; break;
+        case 2: r = v ^ 5; break;
+        case 3: r = v - 7; break;
+        case 4: r = v * v; break;
+        case 5: r = v >> 1; break;
+        case 6: r = ~v; break;
+        default: r = 42;
+    }
+    out[threadIdx.x] = r;
+}
+
 // printf with several conversions.
 extern "C" __global__ void printf_formats(const double* v)
 {
@@ -470,3 +509,68 @@ def test_warps_take_turns_on_a_shared_flag(device):
 def test_printf_conversions(device):
     _, printed = run(device, "printf_formats", (1, 1, 1), (32, 1, 1), [np.array([3.14159, 12345.678])], [])
     assert printed == "-5|7|ff|-1234567890123|z| 3.14|str|1.234568e+04|%\n"
+
+
+def test_function_pointers_and_virtual_calls(device):
+    x = np.random.default_rng(9).integers(-100, 100, 64).astype(np.int32)
+    (out,), _ = run(device, "function_pointers", (1, 1, 1), (64, 1, 1), [x], [np.zeros(128, np.int32)])
+    ops = [lambda v: 2 * v, lambda v: v * v, lambda v: -v]
+    want = []
+    for i, v in enumerate(int(a) for a in x):
+        area = v * v if v % 2 == 0 else int(np.trunc(v * v / 2))
+        want += [ops[i % 3](v), area]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_dense_switch(device):
+    x = np.arange(-40, 24, dtype=np.int32)
+    (out,), _ = run(device, "dense_switch", (1, 1, 1), (64, 1, 1), [x], [np.zeros(64, np.int32)])
+    cases = [lambda v: v * 3, lambda v: v + 11, lambda v: v ^ 5, lambda v: v - 7, lambda v: v * v,
+             lambda v: v >> 1, lambda v: ~v, lambda v: 42]
+    np.testing.assert_array_equal(out, [cases[v & 7](v) for v in (int(a) for a in x)])
+
+
+JUMP_TABLE_PTX = """
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry jump_table(.param .u64 out)
+{
+	.reg .b32 	%r<4>;
+	.reg .b64 	%rd<4>;
+	ld.param.u64 	%rd1, [out];
+	mov.u32 	%r1, %tid.x;
+	rem.u32 	%r2, %r1, 3;
+	targets: .branchtargets $L_zero, $L_one, $L_two;
+	brx.idx 	%r2, targets;
+$L_zero:
+	mov.u32 	%r3, 100;
+	bra.uni 	$L_store;
+$L_one:
+	mov.u32 	%r3, 200;
+	bra.uni 	$L_store;
+$L_two:
+	mov.u32 	%r3, 300;
+$L_store:
+	add.s32 	%r3, %r3, %r1;
+	mul.wide.u32 	%rd2, %r1, 4;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.u32 	[%rd3], %r3;
+	ret;
+}
+"""
+
+
+def test_indexed_branch_jump_table(ptxas, tmp_path):
+    path = tmp_path / "jump_table.ptx"
+    path.write_text(JUMP_TABLE_PTX)
+    import subprocess
+    assert subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "j.cubin")]).returncode == 0
+    backend = EmulatorBackend(printf_to_stdout=False)
+    try:
+        module = backend.module_load(ModuleSource(original=JUMP_TABLE_PTX.encode(), ptx=JUMP_TABLE_PTX))
+        (out,), _ = run((backend, module), "jump_table", (1, 1, 1), (64, 1, 1), [], [np.zeros(64, np.int32)])
+        np.testing.assert_array_equal(out, [100 * (t % 3 + 1) + t for t in range(64)])
+    finally:
+        backend.close()

@@ -66,6 +66,7 @@ class FunctionLowering:
         self.registers = 0
         self.labels: dict[str, int] = {}
         self.label_fixups: list[tuple[int, str]] = []
+        self.jump_table_fixups: list[tuple[int, tuple[str, ...]]] = []
         self.ins: ir.Instruction | None = None
         self._carry_slot: int | None = None
         outer: dict[str, Binding] = {}
@@ -188,6 +189,8 @@ class FunctionLowering:
             return slot
         if b.kind == "reg":
             return b.value
+        if b.kind == "function":
+            return self.kernel.function_pointer(name)
         raise self.unsupported(f"taking the address of {name}")
 
     def predicate(self, op: ir.Operand) -> tuple[int, bool]:

@@ -73,26 +73,43 @@ def call_target(ins: ir.Instruction) -> str | None:
     return None
 
 
+def function_indices(module: ir.Module) -> dict[str, int]:
+    """Index of each function of the module: function pointers are CODE_WINDOW + index,
+    so a pointer stored in memory means the same function in every kernel."""
+    out: dict[str, int] = {}
+    for f in module.functions():
+        out.setdefault(f.name, len(out))
+    return out
+
+
+def initializer_symbols(module: ir.Module) -> set[str]:
+    names: set[str] = set()
+    for g in module.globals():
+        if g.init is not None:
+            names.update(i.name for i in _flatten(g.init) if isinstance(i, ir.SymbolAddress))
+    return names
+
+
 def reachable_functions(module: ir.Module, entry: ir.Function) -> list[ir.Function]:
-    """The entry and every function it may call, in discovery order."""
+    """The entry and every function it may call directly, whose address it takes
+    (`mov.u64 %fn, f`) or whose address a module variable holds (function pointer
+    tables), in discovery order."""
+    names = {f.name for f in module.functions()}
     seen = {entry.name}
     order = [entry]
     queue = deque([entry])
+    for name in sorted(initializer_symbols(module) & names):
+        if name not in seen:
+            seen.add(name)
+            order.append(module.function(name))
+            queue.append(order[-1])
     while queue:
         fn = queue.popleft()
-        if fn.body is None:
-            continue
-        for ins in fn.body.instructions():
-            if ins.opcode != "call":
-                continue
-            name = call_target(ins)
-            if name is None or name in seen:
+        for name in sorted(symbols_used(fn) & names, key=str):
+            if name in seen:
                 continue
             seen.add(name)
-            try:
-                callee = module.function(name)
-            except KeyError:
-                continue  # reported when the call is lowered
+            callee = module.function(name)
             order.append(callee)
             queue.append(callee)
     return order

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ptx_passes import ir
 from tally._core import emulator as core
 from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
-from tally.emulator.layout import var_size
+from tally.emulator.layout import FrameLayout, var_size
 
 MASK = core.MEMBER_MASK_OPERAND
 BUILTINS = ("vprintf",)
@@ -22,6 +22,26 @@ def lower_bra(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if not isinstance(target, ir.LabelRef):
         raise cx.unsupported("a branch to a computed target")
     cx.emit("bra", [], label=target.name)
+
+
+@lowers("brx")
+def lower_brx(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    if not ins.has("idx") or len(ins.operands) != 2 or not isinstance(ins.operands[1], ir.LabelRef):
+        raise cx.unsupported(ins.full_opcode)
+    index, table = ins.operands
+    decl = _find_statement(cx.fn, ir.BranchTargets, table.name)
+    if decl is None:
+        raise cx.unsupported(f"brx.idx with the unknown target list {table.name}")
+    table_id = cx.kernel.program.add_jump_table([0] * len(decl.labels))
+    cx.jump_table_fixups.append((table_id, decl.labels))
+    cx.emit("brx.idx", [cx.src(index, "u32")], imm=table_id)
+
+
+def _find_statement(fn: ir.Function, kind: type, name: str):
+    for _block, _i, s in ir.iter_statements(fn.body):
+        if isinstance(s, kind) and s.name == name:
+            return s
+    return None
 
 
 @lowers("ret")
@@ -48,8 +68,10 @@ def lower_call(cx: FunctionLowering, ins: ir.Instruction) -> None:
     rets = ops.pop(0).items if ops and isinstance(ops[0], ir.ParenList) else ()
     target = ops.pop(0) if ops else None
     args = ops.pop(0).items if ops and isinstance(ops[0], ir.ParenList) else ()
+    if isinstance(target, ir.Register):
+        return _indirect_call(cx, target, rets, args, ops)
     if not isinstance(target, ir.Symbol) or ops:
-        raise cx.unsupported("indirect calls (through a function pointer)")
+        raise cx.unsupported(f"the call form {ins}")
     try:
         callee = cx.kernel.module.function(target.name)
     except KeyError:
@@ -70,6 +92,36 @@ def lower_call(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if rets:
         back = [(frame.offsets[id(p)], dst, min(size, var_size(p)))
                 for (dst, size), p in zip(ret_offsets, callee.return_params)]
+        cx.emit("retcopy", [], imm=program.add_copy_list(back))
+
+
+def _indirect_call(cx: FunctionLowering, pointer: ir.Register, rets, args, rest) -> None:
+    """`call (r), %fn, (a), prototype;`: the prototype (or a .calltargets function) gives
+    the parameter layout, which every function shares (parameters first, then results)."""
+    if len(rest) != 1 or not isinstance(rest[0], (ir.LabelRef, ir.Symbol)):
+        raise cx.unsupported("an indirect call without a prototype or call-target list")
+    name = rest[0].name
+    proto = _find_statement(cx.fn, ir.CallPrototype, name)
+    if proto is not None:
+        params, results = list(proto.params), list(proto.return_params or ())
+    else:
+        targets = _find_statement(cx.fn, ir.CallTargets, name)
+        if targets is None or not targets.functions:
+            raise cx.unsupported(f"an indirect call through the unknown prototype {name}")
+        callee = cx.kernel.module.function(targets.functions[0])
+        params, results = list(callee.params), list(callee.return_params or ())
+    if len(params) != len(args) or len(results) != len(rets):
+        raise cx.unsupported(f"an indirect call whose arguments do not match its prototype {name}")
+    layout = FrameLayout()
+    param_offsets = [layout.place(p) for p in params]
+    result_offsets = [layout.place(p) for p in results]
+    arg_vars = [_frame_variable(cx, a) for a in args]
+    ret_vars = [_frame_variable(cx, r) for r in rets]
+    copies = [(src, dst, min(size, var_size(p))) for (src, size), dst, p in zip(arg_vars, param_offsets, params)]
+    program = cx.kernel.program
+    cx.emit("call", [cx.reg(pointer)], imm=program.add_copy_list(copies))
+    if rets:
+        back = [(src, dst, min(size, var_size(p))) for src, (dst, size), p in zip(result_offsets, ret_vars, results)]
         cx.emit("retcopy", [], imm=program.add_copy_list(back))
 
 

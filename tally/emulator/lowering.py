@@ -32,7 +32,7 @@ from tally._core import emulator as core
 from tally.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
 from tally.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
 from tally.emulator.layout import (DYNAMIC_SHARED_ALIGN, FrameLayout, LayoutError, align_up,
-                                   function_frame, reachable_functions, shared_layout)
+                                   function_frame, function_indices, reachable_functions, shared_layout)
 
 DEFAULT_MAX_CALL_DEPTH = 64
 
@@ -62,6 +62,7 @@ class KernelLowering:
         self.frames: dict[str, FrameLayout] = {fn.name: function_frame(fn) for fn in self.functions}
         self.function_pcs: dict[str, int] = {}
         self.call_fixups: list[tuple[int, str]] = []
+        self.function_index = function_indices(module)
         self._module_scope: dict[str, Binding] = {}
         for g in module.globals():
             if g.space in ("global", "const") and g.name in global_addresses:
@@ -89,6 +90,10 @@ class KernelLowering:
             self._constants[value] = slot
         return slot
 
+    def function_pointer(self, name: str) -> int:
+        """Slot holding the function's pointer: CODE_WINDOW + its index in the module."""
+        return self.constant(core.CODE_WINDOW + self.function_index[name])
+
     def special_slot(self, name: str) -> int:
         slot = self._specials.get(name)
         if slot is None:
@@ -110,6 +115,7 @@ class KernelLowering:
             frame_bytes = max(frame_bytes, lowering.frame.size)
         for pc, name in self.call_fixups:
             self.program.patch_target(pc, self.function_pcs[name])
+        self.program.set_function_table([self.function_pcs.get(name, -1) for name in self.function_index])
         p = self.program
         p.frame_registers = frame_registers
         p.warp_slots = len(self._specials)
@@ -132,6 +138,11 @@ def lower_function_body(lowering: FunctionLowering) -> None:
         if target is None:
             raise LoweringError(f"branch to the undefined label {label} in {fn.name}")
         lowering.kernel.program.patch_target(pc, target)
+    for table, labels in lowering.jump_table_fixups:
+        missing = [label for label in labels if label not in lowering.labels]
+        if missing:
+            raise LoweringError(f"brx.idx targets undefined labels {', '.join(missing)} in {fn.name}")
+        lowering.kernel.program.set_jump_table(table, [lowering.labels[label] for label in labels])
 
 
 def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:

@@ -12,7 +12,8 @@ from ptx_passes.params import param_bytes, param_layout
 from tally.backends.base import (CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_IMAGE,
                                  CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NO_BINARY_FOR_GPU, DeviceError,
                                  KernelParam, ModuleSource)
-from tally.emulator.layout import LayoutError, encode_initializer, var_align, var_size
+from tally._core import emulator as core
+from tally.emulator.layout import LayoutError, encode_initializer, function_indices, var_align, var_size
 from tally.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
 
@@ -88,10 +89,15 @@ class EmulatorModule:
             size = var_size(v)
             self.globals[v.name] = (self._memory.allocate(max(size, 1), max(var_align(v), 256)), size)
 
+        functions = function_indices(self.ir)
+
         def address_of(name: str) -> int:
-            if name not in self.globals:
-                raise LayoutError(f"an initializer refers to {name}, which is not a .global/.const variable")
-            return self.globals[name][0]
+            if name in self.globals:
+                return self.globals[name][0]
+            if name in functions:
+                return core.CODE_WINDOW + functions[name]
+            raise LayoutError(f"an initializer refers to {name}, which is neither a .global/.const variable "
+                              "nor a function of this module")
 
         for v in variables:
             data = encode_initializer(v, address_of)

@@ -118,6 +118,16 @@ void bind_program(py::module_& m) {
              p.copies.push_back(std::move(list));
              return p.copies.size() - 1;
            }, py::arg("copies"), "(from, to, size) frame-offset triples; returns the list's id")
+      .def("add_jump_table", [](Program& p, const std::vector<int32_t>& targets) {
+             p.jump_tables.push_back(targets);
+             return p.jump_tables.size() - 1;
+           }, py::arg("targets"), "brx.idx targets (pcs); returns the table's id")
+      .def("set_jump_table", [](Program& p, size_t id, const std::vector<int32_t>& targets) {
+             if (id >= p.jump_tables.size()) throw py::index_error("no jump table with that id");
+             p.jump_tables[id] = targets;
+           }, py::arg("id"), py::arg("targets"))
+      .def("set_function_table", [](Program& p, const std::vector<int32_t>& pcs) { p.function_table = pcs; },
+           py::arg("pcs"), "pc of each module function by index (-1: not in this program)")
       .def("patch_target", [](Program& p, size_t pc, int32_t target) {
              if (pc >= p.code.size()) throw py::index_error("no instruction at that pc");
              p.code[pc].target = target;
@@ -242,6 +252,7 @@ void bind_constants(py::module_& m) {
   m.attr("SHARED_WINDOW") = kSharedWindow;
   m.attr("LOCAL_WINDOW") = kLocalWindow;
   m.attr("PARAM_WINDOW") = kParamWindow;
+  m.attr("CODE_WINDOW") = kCodeWindow;
   m.attr("WINDOW_SIZE") = kWindowSize;
 }
 

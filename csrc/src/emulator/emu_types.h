@@ -41,6 +41,9 @@ constexpr uint64_t kSharedWindow = 0x7e0000000000ull;
 constexpr uint64_t kLocalWindow = 0x7e0100000000ull;
 constexpr uint64_t kParamWindow = 0x7e0200000000ull;
 constexpr uint64_t kWindowSize = 1ull << 32;
+// Function pointers (`mov.u64 %fn, func`) are kCodeWindow + the function's index in
+// its module, the same in every kernel of the module (Program::function_table).
+constexpr uint64_t kCodeWindow = 0x7e0300000000ull;
 
 // ---------------------------------------------------------------- CUresult codes
 enum ErrorCode : int {
@@ -69,7 +72,8 @@ struct Fault {
 enum class Control : uint8_t {
   kNone,
   kBranch,
-  kCall,
+  kBranchIndexed,  // brx.idx: op[0] = index, imm = jump table id
+  kCall,           // op[0] = function pointer register for indirect calls, else target
   kReturn,
   kExit,
   kBarrier,

@@ -163,7 +163,7 @@ const HandlerRegistrar registrar{
     CONTROL("redux", h_redux, kWarpSync), CONTROL("elect", h_elect, kWarpSync),
     CONTROL("bar.warp.sync", nullptr, kWarpSync), EMU_ENTRY("activemask", h_activemask),
     EMU_ENTRY("retcopy", h_retcopy),
-    CONTROL("bra", nullptr, kBranch), CONTROL("call", nullptr, kCall), CONTROL("ret", nullptr, kReturn),
+    CONTROL("bra", nullptr, kBranch), CONTROL("brx.idx", nullptr, kBranchIndexed), CONTROL("call", nullptr, kCall), CONTROL("ret", nullptr, kReturn),
     CONTROL("exit", nullptr, kExit), CONTROL("bar", nullptr, kBarrier), CONTROL("trap", nullptr, kTrap),
 };
 

@@ -45,6 +45,8 @@ struct Program {
   std::vector<uint64_t> const_bank;     // constants, each expanded to 32 lanes
   std::vector<std::pair<uint32_t, Special>> specials;  // warp-bank slot -> special register
   std::vector<std::vector<FrameCopy>> copies;          // referenced by call / retcopy imm
+  std::vector<std::vector<int32_t>> jump_tables;       // brx.idx targets, referenced by imm
+  std::vector<int32_t> function_table;                 // function pointer index -> pc (-1: absent)
   uint32_t frame_registers = 0;   // register slots per call frame (max over functions)
   uint32_t warp_slots = 0;        // size of the per-warp bank
   uint32_t local_frame_bytes = 0; // local memory per call frame (max over functions)

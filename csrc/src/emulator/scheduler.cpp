@@ -365,8 +365,11 @@ class Runner {
               regroup = true;
             }
             break;
+          case Control::kBranchIndexed:
+            regroup = branch_indexed(e, w, in, exec);
+            break;
           case Control::kCall:
-            regroup = call(w, in, exec);
+            regroup = call(e, w, in, exec);
             break;
           case Control::kReturn:
             regroup = w.gdepth == 0 ? exit_lanes(w, exec) : return_lanes(w, exec);
@@ -398,7 +401,46 @@ class Runner {
     return steps;
   }
 
-  bool call(Warp& w, const Instr& in, LaneMask exec) {
+  // Moves each lane of `exec` to its own target (the rest of the group to pc + 1);
+  // true when the group had to be split.
+  bool jump_lanes(Warp& w, LaneMask exec, const int32_t* targets, uint32_t target_depth) {
+    int32_t first = targets[first_lane(exec)];
+    bool same = true;
+    for_lanes(exec, [&](int l) { same &= targets[l] == first; });
+    if (same && exec == w.group) {
+      w.gpc = first;
+      w.gdepth = target_depth;
+      return false;
+    }
+    for_lanes(w.group, [&](int l) {
+      bool jumps = (exec >> l) & 1;
+      w.pc[l] = jumps ? targets[l] : w.gpc + 1;
+      w.depth[l] = static_cast<uint16_t>(jumps ? target_depth : w.gdepth);
+    });
+    w.group = 0;
+    return true;
+  }
+
+  bool branch_indexed(Exec& e, Warp& w, const Instr& in, LaneMask exec) {
+    if (!exec) {
+      ++w.gpc;
+      return false;
+    }
+    const auto& table = prog_.jump_tables[static_cast<size_t>(in.imm)];
+    const uint64_t* index = e.lanes(in.op[0]);
+    int32_t targets[kWarpSize];
+    for_lanes(exec, [&](int l) {
+      uint32_t i = static_cast<uint32_t>(index[l]);
+      if (i >= table.size()) {
+        fault(kLaunchFailed, "brx.idx index " + std::to_string(i) + " is past its " + std::to_string(table.size()) +
+                                 "-entry target list", l);
+      }
+      targets[l] = table[i];
+    });
+    return jump_lanes(w, exec, targets, w.gdepth);
+  }
+
+  bool call(Exec& e, Warp& w, const Instr& in, LaneMask exec) {
     if (!exec) {
       ++w.gpc;
       return false;
@@ -406,6 +448,18 @@ class Runner {
     if (w.gdepth + 1 >= prog_.max_call_depth) {
       fault(kLaunchFailed, "call stack overflow (more than " + std::to_string(prog_.max_call_depth) +
                                " nested calls)", first_lane(exec));
+    }
+    int32_t targets[kWarpSize];
+    if (in.op[0] == kNoSlot) {
+      for_lanes(exec, [&](int l) { targets[l] = in.target; });
+    } else {  // through a function pointer
+      const uint64_t* fn = e.lanes(in.op[0]);
+      for_lanes(exec, [&](int l) {
+        uint64_t index = fn[l] - kCodeWindow;
+        int32_t pc = index < prog_.function_table.size() ? prog_.function_table[index] : -1;
+        if (pc < 0) fault(kLaunchFailed, "call through an invalid function pointer " + hex(fn[l]), l);
+        targets[l] = pc;
+      });
     }
     ensure_depth(w, w.gdepth + 2);
     uint32_t F = prog_.local_frame_bytes;
@@ -417,18 +471,7 @@ class Runner {
       }
       w.return_pc[w.gdepth * kWarpSize + l] = w.gpc + 1;
     });
-    if (exec == w.group) {
-      ++w.gdepth;
-      w.gpc = in.target;
-      return false;
-    }
-    for_lanes(w.group, [&](int l) {
-      bool in_call = (exec >> l) & 1;
-      w.pc[l] = in_call ? in.target : w.gpc + 1;
-      w.depth[l] = static_cast<uint16_t>(in_call ? w.gdepth + 1 : w.gdepth);
-    });
-    w.group = 0;
-    return true;
+    return jump_lanes(w, exec, targets, w.gdepth + 1);
   }
 
   bool return_lanes(Warp& w, LaneMask exec) {
@@ -436,22 +479,7 @@ class Runner {
       ++w.gpc;
       return false;
     }
-    const int32_t* rpc = w.return_pc.data() + (w.gdepth - 1) * kWarpSize;
-    int32_t first = rpc[first_lane(exec)];
-    bool same = true;
-    for_lanes(exec, [&](int l) { same &= rpc[l] == first; });
-    if (exec == w.group && same) {
-      --w.gdepth;
-      w.gpc = first;
-      return false;
-    }
-    for_lanes(w.group, [&](int l) {
-      bool returning = (exec >> l) & 1;
-      w.pc[l] = returning ? rpc[l] : w.gpc + 1;
-      w.depth[l] = static_cast<uint16_t>(returning ? w.gdepth - 1 : w.gdepth);
-    });
-    w.group = 0;
-    return true;
+    return jump_lanes(w, exec, w.return_pc.data() + (w.gdepth - 1) * kWarpSize, w.gdepth - 1);
   }
 
   bool exit_lanes(Warp& w, LaneMask exec) {
