@@ -1,0 +1,257 @@
+"""The server side of the driver API (tally/server/driver), spoken to over the
+wire protocol from Python against a real tally-server with the emulator
+backend: error paths a C program reaches only with effort, pinned regions, and
+the stream rules (host functions holding a stream, the legacy default stream
+waiting for blocking streams)."""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+
+import pytest
+
+from tally import protocol
+from tally.protocol.spec import PER_THREAD_STREAM_BIT, SOURCE_INLINE, SOURCE_PINNED, DEST_ARENA, DEST_PINNED
+from server_harness import PyClient
+from test_e2e_helpers import Server, emulator_available
+
+INVALID_VALUE, INVALID_IMAGE, INVALID_HANDLE, NOT_READY = 1, 200, 400, 600
+LEGACY = 0
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not emulator_available():
+        pytest.skip("the emulator backend is not built in this checkout")
+    s = Server("emulator")
+    yield s
+    s.stop()
+
+
+class Client(PyClient):
+    """PyClient that keeps records the server sends on its own (tag 0) aside."""
+
+    def __init__(self, socket_path):
+        super().__init__(socket_path)
+        self.unsolicited: list[tuple[str, dict]] = []
+
+    def call(self, name, tail=b"", timeout=10, **fields):
+        self._tag += 1
+        c = protocol.codec(name)
+        self.segment.request_ring.push(c.kind, self._tag, c.pack(tail, **fields))
+        while True:
+            got = self.segment.completion_ring.pop(timeout)
+            assert got is not None, f"no reply to {name} within {timeout} s"
+            kind, tag, payload = got
+            reply = protocol.BY_KIND[kind]
+            values, rest = reply.unpack(payload)
+            if tag == 0:
+                self.unsolicited.append((reply.message.name, values))
+                continue
+            assert tag == self._tag
+            return reply.message.name, values, bytes(rest)
+
+    def status_of(self, name, **fields) -> int:
+        """0 for Done, else the Error's status."""
+        kind, values, _ = self.call(name, **fields)
+        return 0 if kind == "Done" else values["status"]
+
+    def next_unsolicited(self, timeout=10):
+        deadline = time.monotonic() + timeout
+        while not self.unsolicited:
+            got = self.segment.completion_ring.pop(max(deadline - time.monotonic(), 0))
+            assert got is not None, "the server posted nothing"
+            kind, tag, payload = got
+            assert tag == 0, "a reply nobody asked for"
+            reply = protocol.BY_KIND[kind]
+            self.unsolicited.append((reply.message.name, reply.unpack(payload)[0]))
+        return self.unsolicited.pop(0)
+
+    def alloc(self, nbytes) -> int:
+        kind, values, _ = self.call("MemAlloc", bytes=nbytes)
+        assert kind == "MemAllocReply"
+        return values["dptr"]
+
+    def upload(self, dst, data: bytes, stream=LEGACY):
+        assert self.call("MemcpyHtoD", data, dst=dst, width=len(data), height=1, dst_pitch=len(data),
+                         stream=stream, source=SOURCE_INLINE)[0] == "Done"
+
+    def download(self, src, nbytes, stream=LEGACY) -> bytes:
+        kind, values, _ = self.call("MemcpyDtoH", src=src, width=nbytes, height=1, src_pitch=nbytes, stream=stream,
+                                    dest=DEST_ARENA)
+        assert kind == "MemcpyDtoHReply", values
+        data = self.segment.download.read(values["arena_offset"], values["size"])
+        self.segment.download.release(values["arena_offset"], values["size"])
+        return data
+
+
+@pytest.fixture
+def client(server):
+    c = Client(server.socket)
+    yield c
+    c.close()
+
+
+def test_asynchronous_failure_is_reported_once_at_the_next_sync(client):
+    client.send("LaunchKernel", b"", function=12345, stream=LEGACY, grid=(1, 1, 1), block=(1, 1, 1))
+    kind, values, text = client.call("CtxSynchronize")
+    assert (kind, values["status"]) == ("Error", INVALID_HANDLE)
+    assert b"function 12345" in text
+    assert client.status_of("CtxSynchronize") == 0
+
+
+def test_bad_module_images_and_handles(client):
+    kind, values, text = client.call("ModuleLoad", b"not a module", size=12)
+    assert (kind, values["status"]) == ("Error", INVALID_IMAGE), text
+    kind, values, _ = client.call("ModuleLoad", b"short", size=99)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE)
+    kind, values, _ = client.call("GetFunction", b"kernel", module=777)
+    assert (kind, values["status"]) == ("Error", INVALID_HANDLE)
+    assert client.status_of("ModuleUnload", module=777) == INVALID_HANDLE
+
+
+def test_function_layout_and_attributes_from_ptx(client):
+    ptx = (b".version 8.0\n.target sm_80\n.address_size 64\n"
+           b".visible .entry k(.param .u8 a, .param .align 8 .b8 s[24], .param .u64 p)\n{ ret; }\n\0")
+    kind, values, _ = client.call("ModuleLoad", ptx, size=len(ptx))
+    assert kind == "ModuleLoadReply"
+    kind, fn, layout = client.call("GetFunction", b"k", module=values["module"])
+    assert kind == "FunctionReply"
+    assert (fn["param_count"], fn["param_total"]) == (3, 40)
+    assert list(struct.iter_unpack("<II", layout)) == [(0, 1), (8, 24), (32, 8)]
+    assert fn["attributes"][0] == 1024                     # MAX_THREADS_PER_BLOCK
+    kind, again, _ = client.call("GetFunction", b"k", module=values["module"])
+    assert again["function"] == fn["function"]            # resolved once per module and name
+    kind, err, _ = client.call("GetFunction", b"missing", module=values["module"])
+    assert kind == "Error"
+
+
+def test_stream_and_event_ids(client):
+    client.send("StreamCreate", stream=5, flags=0, priority=0)
+    client.send("StreamCreate", stream=5, flags=0, priority=0)           # twice: deferred error
+    kind, values, text = client.call("CtxSynchronize")
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"already exists" in text
+    assert client.status_of("StreamCreate", stream=PER_THREAD_STREAM_BIT | 3, flags=0, priority=0) == INVALID_VALUE
+    assert client.status_of("StreamSynchronize", stream=99) == INVALID_HANDLE
+    assert client.status_of("StreamSynchronize", stream=PER_THREAD_STREAM_BIT | 9) == 0   # made on first use
+    assert client.status_of("EventQuery", event=42) == INVALID_HANDLE
+    assert client.status_of("EventCreate", event=42, flags=0) == 0
+    assert client.status_of("EventQuery", event=42) == 0                   # never recorded: complete
+    kind, values, _ = client.call("EventElapsedTime", start=42, end=42)
+    assert (kind, values["status"]) == ("Error", INVALID_HANDLE)          # never recorded
+    assert client.status_of("EventDestroy", event=42) == 0
+    assert client.status_of("EventDestroy", event=42) == INVALID_HANDLE
+
+
+def test_memset_checks(client):
+    p = client.alloc(64)
+    assert client.status_of("Memset", dst=p, value=0x1FF, element_size=1, width=4, height=1, pitch=4,
+                            stream=LEGACY) == INVALID_VALUE
+    assert client.status_of("Memset", dst=p, value=1, element_size=3, width=4, height=1, pitch=12,
+                            stream=LEGACY) == INVALID_VALUE
+    assert client.status_of("Memset", dst=p, value=1, element_size=4, width=4, height=2, pitch=8,
+                            stream=LEGACY) == INVALID_VALUE      # pitch smaller than a row
+    # 2-D: rows of 3 x u16 every 8 bytes, the rest untouched.
+    client.upload(p, bytes(range(64)))
+    assert client.status_of("Memset", dst=p, value=0xBEEF, element_size=2, width=3, height=2, pitch=8,
+                            stream=LEGACY) == 0
+    got = client.download(p, 16)
+    assert got == bytes.fromhex("efbeefbeefbe0607" "efbeefbeefbe0e0f")
+
+
+def test_download_larger_than_the_arena_is_refused(client):
+    p = client.alloc(1 << 20)
+    capacity = client.segment.download.capacity
+    kind, values, _ = client.call("MemcpyDtoH", src=p, width=capacity + 1, height=1, src_pitch=capacity + 1,
+                                  stream=LEGACY, dest=DEST_ARENA)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE)
+
+
+def _shared_object(name: str, size: int, mode: int = 0o600) -> mmap.mmap:
+    fd = os.open("/dev/shm" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode)
+    os.fchmod(fd, mode)
+    os.ftruncate(fd, size)
+    mapping = mmap.mmap(fd, size)
+    os.close(fd)
+    return mapping
+
+
+def test_pinned_regions(client):
+    pid = os.getpid()
+    other = f"/tally-pin-{pid + 1}-1"
+    kind, values, text = client.call("HostRegister", other.encode(), size=4096, flags=0)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"not this client's" in text
+    loose = f"/tally-pin-{pid}-900"
+    _shared_object(loose, 4096, mode=0o644)
+    try:
+        kind, values, text = client.call("HostRegister", loose.encode(), size=4096, flags=0)
+        assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"mode-0600" in text
+    finally:
+        os.unlink("/dev/shm" + loose)
+
+    name = f"/tally-pin-{pid}-901"
+    pinned = _shared_object(name, 8192)
+    kind, values, _ = client.call("HostRegister", name.encode(), size=8192, flags=0)
+    assert kind == "HostRegisterReply"
+    region = values["region"]
+    assert not os.path.exists("/dev/shm" + name)           # the server removed the name once mapped
+    p = client.alloc(4096)
+    pinned[100:356] = bytes(range(256))
+    assert client.status_of("MemcpyHtoD", dst=p, width=256, height=1, dst_pitch=256, stream=LEGACY,
+                            source=SOURCE_PINNED, region=region, region_offset=100) == 0
+    assert client.download(p, 256) == bytes(range(256))
+    # Device -> pinned, synchronous: answered once the bytes are in our mapping.
+    assert client.status_of("MemcpyDtoH", src=p + 16, width=32, height=1, src_pitch=32, stream=LEGACY,
+                            dest=DEST_PINNED, region=region, region_offset=4096) == 0
+    assert pinned[4096:4128] == bytes(range(16, 48))
+    assert client.status_of("MemcpyDtoH", src=p, width=64, height=1, src_pitch=64, stream=LEGACY,
+                            dest=DEST_PINNED, region=region, region_offset=8192 - 32) == INVALID_VALUE
+    assert client.status_of("HostUnregister", region=region) == 0
+    assert client.status_of("HostUnregister", region=region) == INVALID_HANDLE
+
+
+def test_host_function_holds_its_stream(client):
+    p = client.alloc(64)
+    client.send("StreamCreate", stream=7, flags=0, priority=0)
+    client.send("LaunchHostFunc", stream=7, callback=1)
+    client.send("Memset", dst=p, value=0x11, element_size=1, width=64, height=1, pitch=64, stream=7)
+    name, values = client.next_unsolicited()
+    assert (name, values["callback"]) == ("HostFuncReady", 1)
+    time.sleep(0.2)
+    assert client.status_of("StreamQuery", stream=7) == NOT_READY        # held until we answer
+    client.send("HostFuncDone", callback=1)
+    assert client.status_of("StreamSynchronize", stream=7) == 0
+    assert client.download(p, 64) == b"\x11" * 64
+
+
+def test_legacy_stream_waits_for_blocking_streams_only(client):
+    p = client.alloc(64)
+    client.send("StreamCreate", stream=8, flags=0, priority=0)            # blocking
+    client.send("StreamCreate", stream=9, flags=1, priority=0)            # CU_STREAM_NON_BLOCKING
+    client.send("LaunchHostFunc", stream=8, callback=2)                   # holds stream 8
+    client.send("Memset", dst=p, value=0x55, element_size=1, width=32, height=1, pitch=32, stream=8)
+    assert client.next_unsolicited()[1]["callback"] == 2
+    # Submitted later on the legacy stream: must run after stream 8's memset.
+    client.send("Memset", dst=p, value=0x22, element_size=1, width=32, height=1, pitch=32, stream=LEGACY)
+    client.send("Memset", dst=p + 32, value=0x33, element_size=1, width=32, height=1, pitch=32, stream=9)
+    assert client.status_of("StreamSynchronize", stream=9) == 0            # not held
+    time.sleep(0.2)
+    assert client.status_of("StreamQuery", stream=LEGACY) == NOT_READY   # behind stream 8
+    client.send("HostFuncDone", callback=2)
+    assert client.status_of("StreamSynchronize", stream=LEGACY) == 0
+    assert client.download(p, 64) == b"\x22" * 32 + b"\x33" * 32
+
+
+def test_blocking_stream_waits_for_the_legacy_stream(client):
+    p = client.alloc(64)
+    client.send("StreamCreate", stream=10, flags=0, priority=0)
+    client.send("LaunchHostFunc", stream=LEGACY, callback=3)              # holds the legacy stream
+    assert client.next_unsolicited()[1]["callback"] == 3
+    client.send("Memset", dst=p, value=0x44, element_size=1, width=64, height=1, pitch=64, stream=10)
+    time.sleep(0.2)
+    assert client.status_of("StreamQuery", stream=10) == NOT_READY
+    client.send("HostFuncDone", callback=3)
+    assert client.status_of("StreamSynchronize", stream=10) == 0
+    assert client.download(p, 64) == b"\x44" * 64
