@@ -63,6 +63,9 @@ def test_driver_api(nvcc, emulator_server):
     assert job.ints("param_info_past_end", "missing_function", "launch_after_unload", "max_threads") == \
         [CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_INVALID_HANDLE, 1024]
     assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"
+    # The emulator's limits: 2048 threads and 32 blocks per multiprocessor, 8 of them;
+    # a PTX-only module reports no register count, so threads are the binding limit.
+    assert job.ints("occupancy_128", "best_block", "min_grid") == [16, 1024, 16]
     assert job.value("pitched_good") == "100"
     assert job.value("memset16") == "aaaa,aaaa,1234,1234,1234,aaaa"
     assert job.ints("unified_equal", "range_ok", "memory_type", "host_pointer_attribute", "meminfo_ok",

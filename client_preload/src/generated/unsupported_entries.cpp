@@ -889,26 +889,6 @@ CUresult tally_entry_cuDeviceSetGraphMemAttribute_v11040(CUdevice device, CUgrap
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceSetGraphMemAttribute");
 }
-CUresult tally_entry_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-}
-CUresult tally_entry_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
-}
-CUresult tally_entry_cuOccupancyMaxPotentialBlockSize_v6050(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxPotentialBlockSize");
-}
-CUresult tally_entry_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxPotentialBlockSizeWithFlags");
-}
-CUresult tally_entry_cuOccupancyAvailableDynamicSMemPerBlock_v10020(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyAvailableDynamicSMemPerBlock");
-}
 CUresult tally_entry_cuOccupancyMaxPotentialClusterSize_v11070(int *clusterSize, CUfunction func, const CUlaunchConfig *config) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuOccupancyMaxPotentialClusterSize");

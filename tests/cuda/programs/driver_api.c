@@ -137,6 +137,10 @@ static void modules(const char* ptx_path, const char* fatbin_path) {
   int max_threads = 0;
   CHECK(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, mixed));
   printf("max_threads=%d\n", max_threads);
+  int blocks = -1, min_grid = -1, best_block = -1;
+  CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mixed, 128, 0));
+  CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, mixed, NULL, 0, 0));
+  printf("occupancy_128=%d best_block=%d min_grid=%d\n", blocks, best_block, min_grid);
   CUfunction missing;
   printf("missing_function=%d\n", (int)cuModuleGetFunction(&missing, from_ptx, "no_such_kernel"));
   CHECK(cuMemFree(out));

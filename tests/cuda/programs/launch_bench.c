@@ -3,7 +3,8 @@
 // - async launch: BATCH cuLaunchKernel calls (a 3-parameter kernel) timed as a
 //   batch, per round; the batch fits the request ring, so the time is the
 //   client's own cost (the server drains concurrently). cuCtxSynchronize after
-//   each round.
+//   each round; from the first launch to the end of that synchronization is the
+//   time the server took to take the batch (drain time per launch).
 // - baseline: the same parameter packing into a local buffer through a plain
 //   (non-inlined) function call.
 // - sync round trip: SYNCS cuCtxSynchronize calls on an idle device, each timed.
@@ -90,12 +91,14 @@ int main(int argc, char** argv) {
 
   double* launch = malloc(sizeof(double) * rounds);
   double* plain = malloc(sizeof(double) * rounds);
+  double* drain = malloc(sizeof(double) * rounds);
   int sync_errors = 0;
   for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
     int64_t t0 = now_ns();
     for (int i = 0; i < batch; ++i) CHECK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
     int64_t t1 = now_ns();
     if (cuCtxSynchronize() != CUDA_SUCCESS) ++sync_errors;
+    int64_t drained = now_ns();
     char block[64];
     volatile int sink = 0;
     int64_t t2 = now_ns();
@@ -104,10 +107,12 @@ int main(int argc, char** argv) {
     if (r > 0) {
       launch[r - 1] = (double)(t1 - t0) / batch;
       plain[r - 1] = (double)(t3 - t2) / batch;
+      drain[r - 1] = (double)(drained - t0) / batch;
     }
   }
   printf("launch_ns=%.1f rounds=%d batch=%d sync_errors=%d\n", median(launch, rounds), rounds, batch, sync_errors);
   printf("plain_call_ns=%.1f\n", median(plain, rounds));
+  printf("drain_ns=%.1f\n", median(drain, rounds));
 
   double* sync = malloc(sizeof(double) * syncs);
   double* ping = malloc(sizeof(double) * syncs);
