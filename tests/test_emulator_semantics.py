@@ -19,6 +19,7 @@ from tally.backends.emulator import EmulatorBackend
 SOURCE = r"""#include <cstdio>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 
 // out[3*b + 0..2] = __syncthreads_count/and/or of (threadIdx.x % 3 == 0) for block b (thread 0 writes).
 extern "C" __global__ void block_votes(const int* x, int* out)
@@ -240,6 +241,23 @@ extern "C" __global__ void dense_switch(const int* x, int* out)
         default: r = 42;
     }
     out[threadIdx.x] = r;
+}
+
+// Stages x (64 int4) in shared memory with cp.async (then out[t] = sum of stage[63 - t]),
+// and integer dot products: dots[3t..3t+2] = __dp4a (signed), __dp4a (unsigned), __dp2a_hi.
+extern "C" __global__ void async_copy_and_dots(const int4* x, const int* a, const int* b, int* out, int* dots)
+{
+    __shared__ int4 stage[64];
+    unsigned t = threadIdx.x;
+    __pipeline_memcpy_async(&stage[t], &x[t], sizeof(int4));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    int4 v = stage[63 - t];
+    out[t] = v.x + v.y + v.z + v.w;
+    dots[3 * t] = __dp4a(a[t], b[t], 5);
+    dots[3 * t + 1] = (int)__dp4a((unsigned)a[t], (unsigned)b[t], 5u);
+    dots[3 * t + 2] = __dp2a_hi(a[t], b[t], -3);
 }
 
 // printf with several conversions.
@@ -574,3 +592,28 @@ def test_indexed_branch_jump_table(ptxas, tmp_path):
         np.testing.assert_array_equal(out, [100 * (t % 3 + 1) + t for t in range(64)])
     finally:
         backend.close()
+
+
+def test_async_copies_and_integer_dot_products(device):
+    rng = np.random.default_rng(10)
+    x = rng.integers(-1000, 1000, (64, 4)).astype(np.int32)
+    a = rng.integers(-2**31, 2**31, 64, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, 64, dtype=np.int64).astype(np.int32)
+    (out, dots), _ = run(device, "async_copy_and_dots", (1, 1, 1), (64, 1, 1), [x, a, b],
+                         [np.zeros(64, np.int32), np.zeros(3 * 64, np.int32)])
+    np.testing.assert_array_equal(out, x[::-1].sum(axis=1))
+
+    def parts(v, bits, signed):
+        raw = [(int(v) & M32) >> (bits * k) & ((1 << bits) - 1) for k in range(32 // bits)]
+        return [r - (1 << bits) if signed and r >> (bits - 1) else r for r in raw]
+
+    def wrap(v):
+        return ((v + 2**31) & M32) - 2**31
+
+    for t in range(64):
+        sa, sb = parts(a[t], 8, True), parts(b[t], 8, True)
+        ua, ub = parts(a[t], 8, False), parts(b[t], 8, False)
+        halves = parts(a[t], 16, True)
+        want = [wrap(5 + sum(p * q for p, q in zip(sa, sb))), wrap(5 + sum(p * q for p, q in zip(ua, ub))),
+                wrap(-3 + halves[0] * sb[2] + halves[1] * sb[3])]
+        assert list(dots[3 * t:3 * t + 3]) == want, t

@@ -96,9 +96,13 @@ class FunctionLowering:
             raise self.unsupported(f"the undeclared name {name!r}")
         return found
 
-    def declare_register(self, name: str) -> None:
-        self.scopes[-1][name] = Binding("reg", self.registers)
+    def declare_register(self, name: str, type_name: str) -> None:
+        self.scopes[-1][name] = Binding("reg", self.registers, type_name)
         self.registers += 1
+
+    def register_type(self, op: ir.Register) -> str | None:
+        b = self.lookup(op.name)
+        return b.decl if b.kind == "reg" else None
 
     def declare_variable(self, decl: ir.VarDecl) -> None:
         space = decl.space

@@ -179,6 +179,17 @@ def lower_shf(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("shf.b32", _sources(cx, ins, "b32", 3), flags=flags)
 
 
+@lowers("dp4a", "dp2a")
+def lower_dot(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    types = ins.types
+    if len(types) != 2 or len(ins.operands) != 4:
+        raise cx.unsupported(ins.full_opcode)
+    flags = (FLAGS["DOT_SIGNED_A"] if types[0] == "s32" else 0) | (FLAGS["DOT_SIGNED_B"] if types[1] == "s32" else 0)
+    if ins.opcode == "dp2a" and ins.has("hi"):
+        flags |= FLAGS["DOT2_HIGH"]
+    cx.emit(ins.opcode, _sources(cx, ins, "u32", 3), flags=flags)
+
+
 @lowers("testp")
 def lower_testp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)

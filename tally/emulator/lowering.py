@@ -159,7 +159,7 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
                 if s.vector:
                     raise LoweringError(f"vector registers (.v{s.vector} {s.name}) are not supported by the emulator")
                 for name in s.names():
-                    lowering.declare_register(name)
+                    lowering.declare_register(name, s.type)
             elif isinstance(s, ir.VarDecl):
                 try:
                     lowering.declare_variable(s)

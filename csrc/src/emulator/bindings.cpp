@@ -224,6 +224,9 @@ void bind_constants(py::module_& m) {
   flags["VOTE_SHIFT"] = flag::kVoteShift;
   flags["VOTE"] = named({{"all", flag::kVoteAll}, {"any", flag::kVoteAny}, {"uni", flag::kVoteUni}, {"ballot", flag::kVoteBallot}});
   flags["MATCH_ALL"] = flag::kMatchAll;
+  flags["DOT_SIGNED_A"] = flag::kDotSignedA;
+  flags["DOT_SIGNED_B"] = flag::kDotSignedB;
+  flags["DOT2_HIGH"] = flag::kDot2High;
   flags["REDUX_SHIFT"] = flag::kReduxShift;
   flags["REDUX"] = named({{"add", flag::kReduxAdd}, {"min", flag::kReduxMin}, {"max", flag::kReduxMax}, {"and", flag::kReduxAnd}, {"or", flag::kReduxOr}, {"xor", flag::kReduxXor}});
   flags["REDUX_SIGNED"] = flag::kReduxSigned;

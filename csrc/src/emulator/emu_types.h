@@ -136,6 +136,8 @@ enum BarKind : uint32_t { kBarSync, kBarArrive, kBarRedPopc, kBarRedAnd, kBarRed
 // testp class (bits 16-18)
 constexpr uint32_t kTestShift = 16;
 enum TestClass : uint32_t { kTestFinite, kTestInfinite, kTestNumber, kTestNotANumber, kTestNormal, kTestSubnormal };
+// dp4a/dp2a: a signed, b signed, dp2a takes b's high bytes
+constexpr uint32_t kDotSignedA = 1u << 16, kDotSignedB = 1u << 17, kDot2High = 1u << 18;
 // clock source (bits 16-17)
 constexpr uint32_t kClockShift = 16;
 enum ClockKind : uint32_t { kClock32, kClock64, kGlobalTimer };

@@ -30,7 +30,7 @@ void half_op(Exec& e, const Instr& in, LaneMask m, F f) {
   const uint64_t* src[3] = {nullptr, nullptr, nullptr};
   for (int s = 0; s < kSources; ++s) src[s] = e.lanes(in.op[1 + s]);
   Round r = round_of(in.flags);
-  bool ftz = in.flags & flag::kFtz, sat = in.flags & flag::kSat;
+  bool ftz = in.flags & flag::kFtz, sat = in.flags & flag::kSat, relu = in.flags & flag::kRelu;
   for_lanes(m, [&](int l) {
     uint32_t out = 0;
     for (int k = 0; k < kElems; ++k) {
@@ -42,6 +42,7 @@ void half_op(Exec& e, const Instr& in, LaneMask m, F f) {
       }
       double v = f(x[0], x[1], x[2]);
       if (sat) v = saturate01(v);
+      if (relu && !std::isnan(v) && v < 0) v = 0;
       uint32_t bits = Fmt::encode(v, r);
       if (ftz && Fmt::subnormal(bits)) bits = Fmt::signed_zero(bits);
       out |= bits << (16 * k);

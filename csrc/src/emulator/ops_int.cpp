@@ -145,6 +145,28 @@ EMU_HANDLER(h_carry) {
   });
 }
 
+// dp4a d, a, b, c: c + the dot product of a's and b's four bytes; dp2a: a's two
+// halves with two bytes of b (low or high pair). Signedness per operand.
+template <int kPairs> EMU_HANDLER(h_dot) {
+  uint64_t* d = e.lanes(in.op[0]);
+  const uint64_t* a = e.lanes(in.op[1]);
+  const uint64_t* b = e.lanes(in.op[2]);
+  const uint64_t* c = e.lanes(in.op[3]);
+  bool sa = in.flags & flag::kDotSignedA, sb = in.flags & flag::kDotSignedB;
+  unsigned b_first = (kPairs == 2 && (in.flags & flag::kDot2High)) ? 2 : 0;
+  for_lanes(m, [&](int l) {
+    uint32_t x = static_cast<uint32_t>(a[l]), y = static_cast<uint32_t>(b[l]);
+    int64_t acc = 0;
+    for (int k = 0; k < kPairs; ++k) {
+      unsigned a_bits = kPairs == 4 ? 8 : 16;
+      uint64_t av = (x >> (a_bits * k)) & ((1u << a_bits) - 1);
+      uint64_t bv = (y >> (8 * (b_first + k))) & 0xff;
+      acc += static_cast<int64_t>(extend(av, a_bits / 8, sa)) * static_cast<int64_t>(extend(bv, 1, sb));
+    }
+    d[l] = static_cast<uint32_t>(static_cast<uint32_t>(c[l]) + static_cast<uint32_t>(acc));
+  });
+}
+
 #define CARRY_ENTRIES(key, add_in, sub, carry_out)                                        \
   EMU_ENTRY(key ".u32", (h_carry<uint32_t, add_in, sub, carry_out>)),                      \
       EMU_ENTRY(key ".s32", (h_carry<int32_t, add_in, sub, carry_out>)),                   \
@@ -170,6 +192,7 @@ const HandlerRegistrar registrar{
     CARRY_ENTRIES("add.cc", false, false, true), CARRY_ENTRIES("addc", true, false, false),
     CARRY_ENTRIES("addc.cc", true, false, true), CARRY_ENTRIES("sub.cc", false, true, true),
     CARRY_ENTRIES("subc", true, true, false), CARRY_ENTRIES("subc.cc", true, true, true),
+    EMU_ENTRY("dp4a", h_dot<4>), EMU_ENTRY("dp2a", h_dot<2>),
 };
 
 }  // namespace

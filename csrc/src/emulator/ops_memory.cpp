@@ -192,6 +192,25 @@ template <int S> EMU_HANDLER(h_atom) {
   });
 }
 
+// cp.async [dst], [src], cp-size{, src-size | ignore-src}: op[4]/imm the shared
+// destination, op[5]/imm2 the global source, size = cp-size; op[0] the bytes to
+// read (kNoSlot: all), op[1] a predicate that skips the read. The copy is done at
+// once (so commit/wait groups have nothing to wait for); bytes not read are zeroed.
+EMU_HANDLER(h_cp_async) {
+  const uint64_t* dst = e.lanes(in.op[4]);
+  const uint64_t* src = e.lanes(in.op[5]);
+  const uint64_t* src_size = in.op[0] == kNoSlot ? nullptr : e.lanes(in.op[0]);
+  const uint64_t* ignore = in.op[1] == kNoSlot ? nullptr : e.lanes(in.op[1]);
+  const uint32_t size = in.size;
+  for_lanes(m, [&](int l) {
+    uint8_t* d = e.shared(dst[l] + static_cast<uint64_t>(in.imm), size, l);
+    uint32_t n = src_size ? std::min<uint32_t>(static_cast<uint32_t>(src_size[l]), size) : size;
+    if (ignore && ignore[l]) n = 0;
+    if (n) std::memcpy(d, e.global(src[l] + static_cast<uint64_t>(in.imm2), n, l), n);
+    if (n < size) std::memset(d + n, 0, size - n);
+  });
+}
+
 // ---------------------------------------------------------------- addresses
 
 // cvta.<space> d, a (space address -> generic) and cvta.to.<space> (generic -> space).
@@ -253,7 +272,7 @@ const HandlerRegistrar registrar{
     EMU_ENTRY("isspacep.global", h_isspacep<kGlobal>), EMU_ENTRY("isspacep.shared", h_isspacep<kShared>),
     EMU_ENTRY("isspacep.local", h_isspacep<kLocal>), EMU_ENTRY("isspacep.param", h_isspacep<kParam>),
     EMU_ENTRY("localaddr", h_localaddr<false>), EMU_ENTRY("localaddr.generic", h_localaddr<true>),
-    EMU_ENTRY("fence", h_fence), EMU_ENTRY("nop", h_nop), EMU_ENTRY("clock", h_clock),
+    EMU_ENTRY("cp.async", h_cp_async), EMU_ENTRY("fence", h_fence), EMU_ENTRY("nop", h_nop), EMU_ENTRY("clock", h_clock),
 };
 
 }  // namespace
