@@ -126,6 +126,11 @@ def test_function_layout_and_attributes_from_ptx(client):
     assert again["function"] == fn["function"]            # resolved once per module and name
     kind, err, _ = client.call("GetFunction", b"missing", module=values["module"])
     assert kind == "Error"
+    # A launch must carry exactly the parameter block the layout describes.
+    client.send("LaunchKernel", bytes(39), function=fn["function"], stream=LEGACY, grid=(1, 1, 1),
+                block=(1, 1, 1))
+    kind, err, text = client.call("CtxSynchronize")
+    assert (kind, err["status"]) == ("Error", INVALID_VALUE) and b"carries 39 parameter bytes" in text
 
 
 def test_stream_and_event_ids(client):

@@ -66,6 +66,9 @@ def test_driver_api(nvcc, emulator_server):
     # The emulator's limits: 2048 threads and 32 blocks per multiprocessor, 8 of them;
     # a PTX-only module reports no register count, so threads are the binding limit.
     assert job.ints("occupancy_128", "best_block", "min_grid") == [16, 1024, 16]
+    # Refused when made, as the driver does, not at the next synchronization.
+    assert job.ints("launch_too_many_threads", "launch_too_much_shared", "launch_zero_grid") == \
+        [CUDA_ERROR_INVALID_VALUE] * 3
     assert job.value("pitched_good") == "100"
     assert job.value("memset16") == "aaaa,aaaa,1234,1234,1234,aaaa"
     assert job.ints("unified_equal", "range_ok", "memory_type", "host_pointer_attribute", "meminfo_ok",

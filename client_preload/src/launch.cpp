@@ -2,6 +2,8 @@
 // the layout the server sent when the function was resolved, straight into the
 // request ring (one record: LaunchKernelMsg + parameter bytes). Launch errors the
 // server finds (bad grid, device faults) come back at the next synchronizing call.
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "connection.h"
@@ -55,13 +57,34 @@ CUresult read_extra(void** extra, const void** buffer, size_t* size) {
   return CUDA_SUCCESS;
 }
 
+// What the driver refuses at launch time (rather than at the next synchronization):
+// dimensions beyond the device's limits, more threads than the function allows,
+// more dynamic shared memory than it opted in to.
+CUresult check_configuration(const FunctionObject* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shared) {
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  const int32_t* limit = Connection::instance().device().attributes;
+  auto over = [](unsigned value, int32_t max) { return max > 0 && value > static_cast<unsigned>(max); };
+  if (over(bx, limit[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X]) || over(by, limit[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y]) ||
+      over(bz, limit[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z]) || over(gx, limit[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X]) ||
+      over(gy, limit[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y]) || over(gz, limit[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z]))
+    return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t threads = uint64_t{bx} * by * bz;
+  if (over(static_cast<unsigned>(std::min<uint64_t>(threads, UINT32_MAX)),
+           fn->attributes[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK].load(std::memory_order_relaxed)))
+    return CUDA_ERROR_INVALID_VALUE;
+  const int32_t max_dynamic = fn->attributes[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES].load(std::memory_order_relaxed);
+  if (max_dynamic > 0 && shared > static_cast<unsigned>(max_dynamic)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread) {
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
   const FunctionObject* fn = as_function(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = check_configuration(fn, gx, gy, gz, bx, by, bz, shared); rc != CUDA_SUCCESS) return rc;
   LaunchRecord r{};
   if (CUresult rc = stream_id(stream, per_thread, &r.msg.stream); rc != CUDA_SUCCESS) return rc;
   r.msg.function = fn->id;

@@ -20,6 +20,19 @@ from tally.server.driver.state import driver_state
 from tally.server.driver.sync import synchronize_stream
 
 
+def take_upload(session, offset: int, nbytes: int) -> bytes:
+    """A copy of an upload-arena chunk, which is released at once (chunks are
+    released in the order the client named them, and it names them in order)."""
+    arena = session.segment.upload
+    if offset + nbytes > arena.capacity:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes} lies outside the arena "
+                                                    f"({arena.capacity} bytes)")
+    try:
+        return bytes(arena.view(offset, nbytes)) if nbytes else b""
+    finally:
+        arena.release(offset, nbytes)
+
+
 def _device_span(width: int, height: int, pitch: int, what: str) -> int:
     if height > 1 and pitch < width:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{what} pitch {pitch} is smaller than a row ({width} bytes)")
@@ -44,12 +57,7 @@ def memcpy_htod(session, fields, tail, tag):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"copy of {nbytes} bytes carries {len(tail)}")
         data = tail
     elif source == SOURCE_ARENA:
-        arena = session.segment.upload
-        offset = fields["arena_offset"]
-        try:
-            data = bytes(arena.view(offset, nbytes)) if nbytes else b""
-        finally:
-            arena.release(offset, nbytes)
+        data = take_upload(session, fields["arena_offset"], nbytes)
     elif source == SOURCE_PINNED:
         data = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy source")
     else:

@@ -15,6 +15,9 @@ def launch_kernel(session, fields, tail, tag):
     grid, block = tuple(fields["grid"]), tuple(fields["block"])
     if 0 in grid or 0 in block:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} with grid {grid} block {block}")
+    if len(tail) != fn.param_bytes:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} carries {len(tail)} parameter bytes; "
+                                                    f"its parameters take {fn.param_bytes}")
     state.streams.submit(fields["stream"], Launch(fn.backend_function, grid, block, fields["shared_bytes"],
                                                   bytes(tail)))
     if tag:

@@ -39,6 +39,11 @@ class LoadedFunction:
     def params(self) -> tuple[KernelParam, ...]:
         return tuple(self.backend_function.params)
 
+    @property
+    def param_bytes(self) -> int:
+        """Size of the parameter block a launch must carry."""
+        return max((p.offset + p.size for p in self.backend_function.params), default=0)
+
 
 def module_source(image: bytes, compute_capability: tuple[int, int]) -> ModuleSource:
     """Split an image into PTX (the one closest to the device) and cubins."""

@@ -11,6 +11,7 @@ import struct
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import FUNC_ATTRIBUTE_SLOTS
 from tally.server.dispatch import handler
+from tally.server.driver.copies import take_upload
 from tally.server.driver.function_attributes import function_attributes
 from tally.server.driver.state import driver_state
 
@@ -22,14 +23,11 @@ MAX_IMAGE_BYTES = 1 << 30
 @handler("StageBytes")
 def stage_bytes(session, fields, tail, tag):
     state = driver_state(session)
-    offset, nbytes = fields["arena_offset"], fields["size"]
-    arena = session.segment.upload
-    try:
-        if len(state.staging) + nbytes > MAX_IMAGE_BYTES:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"staged bytes exceed {MAX_IMAGE_BYTES} bytes")
-        state.staging += arena.view(offset, nbytes)
-    finally:
-        arena.release(offset, nbytes)
+    chunk = take_upload(session, fields["arena_offset"], fields["size"])
+    if len(state.staging) + len(chunk) > MAX_IMAGE_BYTES:
+        state.staging = bytearray()
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"staged bytes exceed {MAX_IMAGE_BYTES} bytes")
+    state.staging += chunk
     if tag:
         session.reply("Done", tag)
 

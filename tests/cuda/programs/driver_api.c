@@ -141,6 +141,10 @@ static void modules(const char* ptx_path, const char* fatbin_path) {
   CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mixed, 128, 0));
   CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, mixed, NULL, 0, 0));
   printf("occupancy_128=%d best_block=%d min_grid=%d\n", blocks, best_block, min_grid);
+  printf("launch_too_many_threads=%d\n", (int)cuLaunchKernel(mixed, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL));
+  printf("launch_too_much_shared=%d\n",
+         (int)cuLaunchKernel(mixed, 1, 1, 1, 32, 1, 1, 1 << 20, NULL, params, NULL));
+  printf("launch_zero_grid=%d\n", (int)cuLaunchKernel(mixed, 0, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
   CUfunction missing;
   printf("missing_function=%d\n", (int)cuModuleGetFunction(&missing, from_ptx, "no_such_kernel"));
   CHECK(cuMemFree(out));
