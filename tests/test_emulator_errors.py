@@ -365,3 +365,29 @@ def test_unknown_names(backend, faults):
     with pytest.raises(DeviceError) as failure:
         backend.module_global(faults, "no_such_variable")
     assert failure.value.code == CUDA_ERROR_NOT_FOUND
+
+
+def test_unsound_program_is_refused_not_run():
+    """The interpreter validates what it trusts (slots inside their banks, targets,
+    copy lists) before running a program: a lowering bug cannot read out of bounds."""
+    from tally._core import emulator as core
+    program = core.Program("broken")
+    frame_slot_past_the_end = 5
+    assert program.add("add.s32", [0, 1, frame_slot_past_the_end], text="add.s32 %r0, %r1, %r5;")
+    assert program.add("ret", [], text="ret;")
+    program.frame_registers = 2
+    memory = core.DeviceMemory(1 << 20)
+    result = core.run_launch(program, memory, b"", (1, 1, 1), (32, 1, 1))
+    assert result.code == CUDA_ERROR_LAUNCH_FAILED
+    assert "unsound" in result.message and "add.s32 %r0, %r1, %r5;" in result.message
+    program.frame_registers = 6
+    assert core.run_launch(program, memory, b"", (1, 1, 1), (32, 1, 1)).code == 0
+    assert not program.add("no.such.key", [], text="")
+
+
+def test_wrong_operand_count_is_an_unsupported_instruction(backend, stream):
+    text = FAULTS_PTX.replace("add.s32 \t%r1, %r1, 1;", "shl.b32 \t%r1, %r1;")
+    assert text != FAULTS_PTX
+    module = backend.module_load(ModuleSource(original=text.encode(), ptx=text))
+    error = _launch_fails(backend, module, stream, "spin_forever", block=(32, 1, 1))
+    assert error.code == CUDA_ERROR_ILLEGAL_INSTRUCTION and "shl.b32" in error.message

@@ -154,7 +154,11 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
                 lowerer = LOWERERS.get(s.opcode)
                 if lowerer is None:
                     raise lowering.unsupported(f"the instruction {s.full_opcode}")
-                lowerer(lowering, s)
+                try:
+                    lowerer(lowering, s)
+                except (ValueError, TypeError, IndexError, AttributeError) as e:
+                    # operand counts/kinds a valid PTX instruction of this form cannot have
+                    raise lowering.unsupported(f"{s.full_opcode} with these operands ({type(e).__name__}: {e})") from None
             elif isinstance(s, ir.RegDecl):
                 if s.vector:
                     raise LoweringError(f"vector registers (.v{s.vector} {s.name}) are not supported by the emulator")

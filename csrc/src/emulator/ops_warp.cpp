@@ -149,6 +149,7 @@ EMU_HANDLER(h_activemask) {
 EMU_HANDLER(h_retcopy) {
   Warp& w = *e.warp;
   uint32_t F = e.launch->prog.local_frame_bytes;
+  if (static_cast<size_t>(in.imm) >= e.launch->prog.copies.size()) fault(kLaunchFailed, "retcopy without a copy list", -1);
   const auto& copies = e.launch->prog.copies[static_cast<size_t>(in.imm)];
   for_lanes(m, [&](int l) {
     uint8_t* base = w.local.data() + l * w.local_stride;

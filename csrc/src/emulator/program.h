@@ -60,6 +60,11 @@ struct Program {
   // if no handler is registered under `key`.
   bool add(const std::string& key, const Instr& fields, const std::string& source_text);
   uint32_t add_constant(uint64_t value);
+
+  // Checks what the interpreter trusts (operand slots inside their banks, branch and
+  // call targets, copy lists inside a frame, vector widths): "" if sound, else what
+  // is wrong. run_launch refuses a program that fails it rather than read out of bounds.
+  std::string validate() const;
 };
 
 }  // namespace tally::emu

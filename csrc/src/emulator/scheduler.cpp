@@ -678,6 +678,12 @@ class Runner {
 LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std::string& params,
                         const LaunchConfig& config) {
   LaunchResult result;
+  std::string problem = program.validate();
+  if (!problem.empty()) {
+    result.code = kLaunchFailed;
+    result.message = "the lowered program of " + program.name + " is unsound (an emulator bug): " + problem;
+    return result;
+  }
   DeviceMemory::Use use(memory);
   Launch launch(program, memory, params, config);
   try {
