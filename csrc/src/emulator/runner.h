@@ -1,0 +1,110 @@
+// The launch runner shared by scheduler.cpp (launch, blocks, limits, messages),
+// warp_exec.cpp (lane groups, branches, calls) and barriers.cpp (block barriers and
+// warp-synchronous instructions); see scheduler.cpp for the execution model.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emulator/exec.h"
+
+namespace tally::emu::detail {
+
+constexpr uint32_t kDepthKeyBase = 0xffff;
+constexpr uint64_t kWarpSlice = 1 << 14;  // steps a warp runs before the next warp's turn
+
+inline uint64_t key_of(uint32_t depth, int32_t pc) {
+  return (static_cast<uint64_t>(kDepthKeyBase - depth) << 32) | static_cast<uint32_t>(pc);
+}
+
+inline int popcount(LaneMask m) { return __builtin_popcount(m); }
+inline int first_lane(LaneMask m) { return __builtin_ctz(m); }
+
+// A launch failure with its context already in the message.
+struct LaunchAbort {
+  int code;
+  std::string message;
+};
+
+// "0-31, 64, 96-127" (at most 8 ranges).
+std::string thread_ranges(const std::vector<uint32_t>& ids);
+
+class Runner {
+ public:
+  explicit Runner(Launch& L) : L_(L), prog_(L.prog) {}
+
+  void run();
+
+ private:
+  Launch& L_;
+  const Program& prog_;
+  std::chrono::steady_clock::time_point start_;
+
+  // ------------------------------------------------------------ setup
+
+  void allocate_warp(Warp& w, uint32_t index);
+  void start_block(uint64_t linear);
+  uint64_t special_value(Special s, const Warp& w, int lane) const;
+
+  // ------------------------------------------------------------ blocks
+
+  void run_block(uint64_t linear);
+  void check_limits();
+  std::string block_name() const;
+  std::string where(int32_t pc) const;
+  std::string where_running() const;
+  std::string thread_name(const Warp& w, int lane) const;
+
+  // Nothing ran in a whole round: wake warp-sync waiters whose partners exited
+  // and complete barriers whose missing threads exited; false if nothing moved.
+  bool unstick();
+  [[noreturn]] void deadlock();
+
+  // ------------------------------------------------------------ warps
+
+  void set_frame(Exec& e, Warp& w);
+  void flush_group(Warp& w);
+
+  // Picks the lanes to run next (the reconvergence rule in scheduler.cpp).
+  bool select_group(Warp& w);
+
+  // Lanes of `exec` go to `taken`, the rest of the group to `not_taken`.
+  void split(Warp& w, LaneMask exec, int32_t taken, int32_t not_taken);
+  void ensure_depth(Warp& w, uint32_t frames);
+
+  // Runs up to max_steps instructions of warp w; returns how many ran.
+  uint64_t run_warp(Warp& w, uint64_t max_steps);
+
+  // Moves each lane of `exec` to its own target (the rest of the group to pc + 1);
+  // true when the group had to be split.
+  bool jump_lanes(Warp& w, LaneMask exec, const int32_t* targets, uint32_t target_depth);
+  bool branch_indexed(Exec& e, Warp& w, const Instr& in, LaneMask exec);
+  bool call(Exec& e, Warp& w, const Instr& in, LaneMask exec);
+  bool return_lanes(Warp& w, LaneMask exec);
+  bool exit_lanes(Warp& w, LaneMask exec);
+
+  // ------------------------------------------------------------ barriers
+
+  bool barrier(Exec& e, Warp& w, const Instr& in, LaneMask exec);
+
+  // Releases barrier `id` if every thread it waits for has arrived.
+  bool check_barrier(uint32_t id);
+
+  // A count-less barrier whose waiters sit at different instructions: on a GPU
+  // the block would mix different synchronization points (or hang).
+  void check_same_instruction(uint32_t id);
+  void write_register(Warp& w, int lane, uint32_t slot, uint64_t value);
+  uint64_t read_register(const Warp& w, int lane, uint32_t slot) const;
+
+  // ------------------------------------------------------------ warp-synchronous instructions
+
+  LaneMask member_mask(const Instr& in, uint64_t value) const;
+  bool warp_sync(Exec& e, Warp& w, const Instr& in, LaneMask exec);
+
+  // Waiters whose missing partners have exited may go on.
+  bool wake_warpsync(Warp& w);
+};
+
+}  // namespace tally::emu::detail
