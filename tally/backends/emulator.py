@@ -10,6 +10,11 @@ its stream and the device keeps working.
 
 Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
+
+Options: total_memory (bytes of address space to hand out, backed only where
+touched), sm_count (what %nsmid and the device attributes say), launch_timeout_s
+and max_warp_instructions (per-launch limits; 0 = none), printf_to_stdout.
+`stats` counts launches and executed thread/warp instructions.
 """
 from __future__ import annotations
 
@@ -108,8 +113,10 @@ class EmulatorBackend:
         return stream
 
     def _forget(self, stream: EmulatorStream) -> None:
+        """A destroyed stream's worker finished: drop it (and its unread printf output)."""
         with self._lock:
             self._streams.discard(stream)
+            self._printf.pop(stream, None)
 
     def stream_destroy(self, stream: EmulatorStream) -> None:
         stream.stop()

@@ -1,8 +1,48 @@
 """The PTX emulator behind the `emulator` device backend (tally/backends/emulator.py).
 
-Python lowers each kernel of the PTX IR to a compact program (lowering.py,
-with one lowerer per instruction family in lower_*.py) that the C++
-interpreter in csrc/src/emulator/ runs with the GIL released: per-warp
-execution of 32 lanes over a pre-decoded instruction array. module.py loads
-modules (globals, lazy lowering), streams.py runs streams and events.
+How it is built
+- module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
+  its .global/.const variables, and lowers each kernel at its first launch.
+- lowering.py (+ context.py and one lowerer per family: lower_compute.py,
+  lower_memory.py, lower_control.py) turns a kernel and the functions it calls into
+  a `tally._core.emulator.Program`: an array of pre-decoded instructions (handler,
+  operand slots, immediate, flags), run by the C++ interpreter in
+  csrc/src/emulator/ with the GIL released.
+- streams.py gives each stream a worker thread, so streams run concurrently.
+
+Execution model (csrc/src/emulator/scheduler.cpp has the details)
+- Blocks run one after another; a block's warps take turns (a slice of 16 Ki
+  instructions each); a warp runs the group of its lanes with the deepest call
+  frame and the lowest pc, all 32 lanes in one loop per instruction. nvcc lays
+  structured code out with join points after the code that leads to them, so
+  this reconverges lanes at the immediate post-dominator; warp-synchronous
+  instructions (shfl/vote/match/redux/elect.sync, bar.warp.sync) additionally
+  wait for every live lane of their membermask.
+- Barriers count threads; exited threads do not count. Live threads that can
+  never all meet (waiting at different barrier instructions, or at barriers
+  nobody else will reach) fail the launch instead of hanging.
+- Memory is sequentially consistent between the host and all streams; global
+  and generic accesses are relaxed atomic moves, atomics are real atomics.
+
+Address spaces
+- Device allocations: 0x7f00_0000_0000 up (256-byte aligned, a 256-byte unmapped
+  guard after each); every global access is checked against live allocations.
+- Generic windows: shared 0x7e00_0000_0000, local 0x7e01_0000_0000, kernel
+  parameters 0x7e02_0000_0000 (4 GiB each); function pointers are
+  0x7e03_0000_0000 + the function's index in its module.
+
+Errors (DeviceError codes, all for the failing launch only)
+- module PTX that does not parse: CUDA_ERROR_INVALID_PTX at module_load, with
+  the parser's line and column; a cubin-only module: CUDA_ERROR_NO_BINARY_FOR_GPU;
+- an instruction the emulator cannot run: CUDA_ERROR_ILLEGAL_INSTRUCTION at the
+  kernel's launch, naming the instruction and its PTX line (the module's other
+  kernels still run);
+- out-of-range or freed addresses: CUDA_ERROR_ILLEGAL_ADDRESS; misaligned ones:
+  CUDA_ERROR_MISALIGNED_ADDRESS (address, thread, block and PTX line named);
+- divergent barriers, trap, call stack overflow, brx.idx past its table:
+  CUDA_ERROR_LAUNCH_FAILED; time or instruction limit: CUDA_ERROR_LAUNCH_TIMEOUT.
+
+Not supported (each reported as above): textures and surfaces, tensor-core
+instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,
+vector registers, packed f16x2 atomics, video instructions, dynamic parallelism.
 """
