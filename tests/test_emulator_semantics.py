@@ -7,6 +7,7 @@ The CUDA source below is compiled by nvcc (cached like the corpus); each
 kernel's outputs are checked against Python/numpy."""
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -274,10 +275,13 @@ M64 = 0xFFFFFFFFFFFFFFFF
 
 @pytest.fixture(scope="module")
 def device():
+    # A stable path, so the compile cache (keyed by path and text) hits on the next run.
     path = cache_dir() / "emulator_semantics.cu"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != SOURCE:
-        path.write_text(SOURCE)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(SOURCE)
+        os.replace(tmp, path)   # atomic: concurrent test processes never read half a file
     ptx = compile_ptx(path, arch="sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
