@@ -261,6 +261,35 @@ extern "C" __global__ void async_copy_and_dots(const int4* x, const int* a, cons
     dots[3 * t + 2] = __dp2a_hi(a[t], b[t], -3);
 }
 
+__device__ __noinline__ int sum_through(const int* p, int n)
+{
+    int s = 0;
+    for (int k = 0; k < n; ++k) s += p[k];
+    return s;
+}
+
+// Generic pointers to shared, local and global memory through a non-inlined function, and
+// the space tests: out[4t..4t+3] = sums of shared, local, global data; flags[t] = isShared |
+// isLocal << 1 | isGlobal << 2 of the three pointers (shared, local, global in bits 0-2, 3-5, 6-8).
+extern "C" __global__ void generic_pointers(const int* g, int* out, int* flags)
+{
+    __shared__ int sh[64];
+    int loc[8];
+    unsigned t = threadIdx.x;
+    sh[t] = (int)t * 3;
+    for (int k = 0; k < 8; ++k) loc[k] = (int)t + k;
+    __syncthreads();
+    const int* ptrs[3] = {sh + (t % 32), loc + (t % 4), g + t};
+    out[4 * t + 0] = sum_through(ptrs[0], 32);
+    out[4 * t + 1] = sum_through(ptrs[1], 4);
+    out[4 * t + 2] = sum_through(ptrs[2], 4);
+    out[4 * t + 3] = (int)__cvta_generic_to_shared(ptrs[0]) - (int)__cvta_generic_to_shared(sh);
+    int f = 0;
+    for (int k = 0; k < 3; ++k)
+        f |= (__isShared(ptrs[k]) | __isLocal(ptrs[k]) << 1 | __isGlobal(ptrs[k]) << 2) << (3 * k);
+    flags[t] = f;
+}
+
 // printf with several conversions.
 extern "C" __global__ void printf_formats(const double* v)
 {
@@ -621,3 +650,16 @@ def test_async_copies_and_integer_dot_products(device):
         want = [wrap(5 + sum(p * q for p, q in zip(sa, sb))), wrap(5 + sum(p * q for p, q in zip(ua, ub))),
                 wrap(-3 + halves[0] * sb[2] + halves[1] * sb[3])]
         assert list(dots[3 * t:3 * t + 3]) == want, t
+
+
+def test_generic_pointers_to_every_space(device):
+    g = np.arange(200, dtype=np.int32) * 7
+    (out, flags), _ = run(device, "generic_pointers", (1, 1, 1), (64, 1, 1), [g],
+                          [np.zeros(4 * 64, np.int32), np.zeros(64, np.int32)])
+    sh = np.arange(64) * 3
+    for t in range(64):
+        s0, loc0 = t % 32, t % 4
+        want = [int(sh[s0:s0 + 32].sum()), sum(t + k for k in range(loc0, loc0 + 4)), int(g[t:t + 4].sum()), 4 * s0]
+        assert list(out[4 * t:4 * t + 4]) == want, t
+    # shared pointer: isShared; local: isLocal; global: isGlobal
+    np.testing.assert_array_equal(flags, np.full(64, 0b100_010_001))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ptx_corpus import TRITON_DIR
-from tally.backends.base import CUDA_ERROR_ILLEGAL_INSTRUCTION, DeviceError, ModuleSource
+from tally.backends.base import CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_VALUE, DeviceError, ModuleSource
 from tally.backends.emulator import EmulatorBackend
 
 ARCHS = ["sm_80", "sm_90"]
@@ -73,6 +73,14 @@ def test_triton_softmax(backend, arch):
     e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     # ex2.approx and the reduction order differ from numpy's: a few ulp.
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_required_block_shape_is_enforced(backend):
+    fn = backend.module_function(_load(backend, "vector_add.sm_80"), "vector_add")   # .reqntid 128
+    s = backend.stream_create()
+    with pytest.raises(DeviceError) as failure:
+        backend.launch(fn, (1, 1, 1), (256, 1, 1), 0, s, bytes(fn.param_bytes))
+    assert failure.value.code == CUDA_ERROR_INVALID_VALUE and ".reqntid" in failure.value.message
 
 
 @pytest.mark.parametrize("arch,instruction", [("sm_80", "ldmatrix"), ("sm_90", "wgmma")])

@@ -136,6 +136,13 @@ class EmulatorBackend:
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
         if block[0] * block[1] * block[2] > 1024:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than 1024 threads")
+        threads = block[0] * block[1] * block[2]
+        if fn.max_threads is not None and threads > fn.max_threads:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} allows at most {fn.max_threads} threads "
+                                                        f"per block (.maxntid), the launch has {threads}")
+        if fn.required_block is not None and block != fn.required_block:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} must be launched with block "
+                                                        f"{fn.required_block} (.reqntid), not {block}")
         if not 0 <= shared_bytes <= MAX_SHARED_BYTES:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")

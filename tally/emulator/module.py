@@ -26,6 +26,8 @@ class EmulatorFunction:
     params: tuple[KernelParam, ...]
     param_bytes: int
     module: "EmulatorModule" = field(repr=False)
+    max_threads: int | None = None                        # .maxntid (product)
+    required_block: tuple[int, int, int] | None = None    # .reqntid
     _lowered: LoweredKernel | None = field(default=None, repr=False)
     _error: DeviceError | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -64,7 +66,8 @@ class EmulatorModule:
             self._allocate_globals()
             for fn in self.ir.entries():
                 layout = tuple(KernelParam(s.offset, s.size, s.align) for s in param_layout(fn))
-                self.functions[fn.name] = EmulatorFunction(fn.name, layout, param_bytes(fn), self)
+                self.functions[fn.name] = EmulatorFunction(fn.name, layout, param_bytes(fn), self,
+                                                           *_block_limits(fn))
         except (LayoutError, ValueError) as e:
             self.unload()
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX cannot be loaded: {e}") from None
@@ -108,3 +111,15 @@ class EmulatorModule:
         for ptr, _size in self.globals.values():
             self._memory.free(ptr)
         self.globals.clear()
+
+
+def _block_limits(fn: ir.Function) -> tuple[int | None, tuple[int, int, int] | None]:
+    """(.maxntid thread count, .reqntid block shape) of a kernel; a launch outside them fails."""
+    def dims(name):
+        d = fn.directive(name)
+        if d is None:
+            return None
+        values = [int(a) for a in d.args] + [1, 1]
+        return tuple(values[:3])
+    maxntid, reqntid = dims("maxntid"), dims("reqntid")
+    return (maxntid[0] * maxntid[1] * maxntid[2] if maxntid else None), reqntid
