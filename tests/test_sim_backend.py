@@ -266,3 +266,34 @@ def test_realtime_mode_follows_the_wall_clock():
         assert backend.now() >= 0.030
     finally:
         backend.close()
+
+
+def test_realtime_waiters_wake_when_a_host_callback_finishes_last():
+    # the callback's completion is not a loop event: it must still wake waiters
+    backend = SimBackend(realtime=True)
+    try:
+        s = backend.stream_create()
+        ran = []
+        backend.host_callback(s, lambda: (time.sleep(0.05), ran.append(1)))
+        t0 = time.monotonic()
+        backend.stream_synchronize(s)
+        assert ran == [1] and time.monotonic() - t0 < 2.0
+    finally:
+        backend.close()
+
+
+def test_realtime_blocking_host_callbacks_do_not_hold_up_other_streams():
+    import threading
+
+    backend = SimBackend(realtime=True)
+    try:
+        a, b = backend.stream_create(), backend.stream_create()
+        release = threading.Event()
+        backend.host_callback(a, release.wait)         # a job's host function, not answered yet
+        backend.host_callback(b, lambda: None)
+        backend.stream_synchronize(b)                  # must not wait for stream a's callback
+        assert not backend.stream_query(a)
+        release.set()
+        backend.stream_synchronize(a)
+    finally:
+        backend.close()

@@ -36,7 +36,7 @@ from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_V
 from tally.backends.sim_device import SimDevice
 from tally.backends.sim_loop import SimClock, SimLoop
 from tally.backends.sim_memory import SimMemory
-from tally.backends.sim_model import A100_SXM4_40GB, KernelCost, KernelCostTable, SimGPU
+from tally.backends.sim_model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, KernelCostTable, SimGPU
 from tally.backends.sim_objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
                                         SimKernelDef, SimModule, SimStream, packed_params,
                                         sim_module_source)
@@ -72,6 +72,16 @@ class SimBackend:
         self._streams: list[SimStream] = []
         self.arrivals = 0
         self.kernels_run = 0
+
+    @classmethod
+    def realtime(cls, gpu: SimGPU | str = A100_SXM4_40GB, **options) -> "SimBackend":
+        """The sim for `tally-server --backend sim`: virtual time follows the wall
+        clock. `gpu` is a SimGPU or a preset name (sim_model.GPU_PRESETS)."""
+        if isinstance(gpu, str):
+            if gpu not in GPU_PRESETS:
+                raise ValueError(f"unknown simulated GPU {gpu!r}; choose one of {', '.join(GPU_PRESETS)}")
+            gpu = GPU_PRESETS[gpu]
+        return cls(gpu, realtime=True, **options)
 
     # kernel definitions ----------------------------------------------------------
     def define_kernel(self, name: str, param_sizes: tuple[int, ...] | None = None,
@@ -292,6 +302,7 @@ class SimBackend:
             stream.ops.append(op)
             if not stream.busy:
                 self._advance(stream)
+                self.loop.changed.notify_all()     # ops may have completed on the spot
 
     def _advance(self, stream: SimStream) -> None:
         while stream.ops and not stream.busy:

@@ -7,8 +7,11 @@ Two ways to drive it:
   broken by scheduling order).
 - real time (`tally-server --backend sim`): a driver thread processes each
   event once the wall clock reaches its time; foreign callbacks (host functions,
-  the scheduler's notifications, timers) run on a separate callback thread so a
-  slow callback never stalls the device model.
+  the scheduler's notifications, timers) run on a pool of callback threads, so
+  a slow or blocking one (a job's host function waits for the job to run it)
+  stalls neither the device model nor other streams' callbacks. A stream's own
+  callbacks stay in order: the next one cannot start before the previous
+  returned.
 """
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ import heapq
 import itertools
 import math
 import logging
-import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 log = logging.getLogger(__name__)
+CALLBACK_THREADS = 256      # threads are started only as callbacks block (ThreadPoolExecutor reuses idle ones)
 
 
 class SimDeadlock(RuntimeError):
@@ -49,14 +53,10 @@ class SimLoop:
         self.changed = threading.Condition(self.lock)   # notified after every event
         self._closed = False
         self._driver: threading.Thread | None = None
-        self._callbacks: queue.SimpleQueue | None = None
-        self._callback_thread: threading.Thread | None = None
+        self._callbacks: ThreadPoolExecutor | None = None
         if realtime:
             self._wall_origin = time.monotonic_ns()
-            self._callbacks = queue.SimpleQueue()
-            self._callback_thread = threading.Thread(target=self._run_callbacks,
-                                                     name="sim-callbacks", daemon=True)
-            self._callback_thread.start()
+            self._callbacks = ThreadPoolExecutor(max_workers=CALLBACK_THREADS, thread_name_prefix="sim-callback")
             self._driver = threading.Thread(target=self._drive, name="sim-clock", daemon=True)
             self._driver.start()
 
@@ -78,7 +78,7 @@ class SimLoop:
         if self._callbacks is None:
             fn()
         else:
-            self._callbacks.put(fn)
+            self._callbacks.submit(self._run_callback, fn)
 
     # discrete driving -----------------------------------------------------------
     def step(self) -> bool:
@@ -161,26 +161,21 @@ class SimLoop:
                 timeout = None if nxt is None else (nxt - wall) / 1e9
                 self.changed.wait(timeout=timeout)
 
-    def _run_callbacks(self) -> None:
-        assert self._callbacks is not None
-        while True:
-            fn = self._callbacks.get()
-            if fn is None:
-                return
-            try:
-                fn()
-            except Exception:  # a job's callback must not take the device down
-                log.exception("sim callback raised")
+    @staticmethod
+    def _run_callback(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # a job's callback must not take the device down
+            log.exception("sim callback raised")
 
     def close(self) -> None:
         with self.lock:
             self._closed = True
             self.changed.notify_all()
         if self._callbacks is not None:
-            self._callbacks.put(None)
-        for thread in (self._driver, self._callback_thread):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=5)
+            self._callbacks.shutdown(wait=False, cancel_futures=True)
+        if self._driver is not None and self._driver is not threading.current_thread():
+            self._driver.join(timeout=5)
 
 
 class SimClock:

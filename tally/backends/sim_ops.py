@@ -180,6 +180,7 @@ class CallbackOp(Op):
                 with loop.lock:
                     loop.catch_up()
                     backend.op_done(stream)
+                    loop.changed.notify_all()      # not a loop event: wake waiters ourselves
 
         loop.schedule(loop.now_ns + int(backend.gpu.callback_latency_us * 1000),
                       lambda: loop.call_foreign(run_then_resume))
