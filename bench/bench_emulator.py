@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from ptx_corpus import CORPUS_DIR, compile_ptx  # noqa: E402
+from ptx_corpus import CORPUS_DIR, compile_ptx
 
-from tally.backends.base import ModuleSource  # noqa: E402
-from tally.backends.emulator import EmulatorBackend  # noqa: E402
+from tally.backends.base import ModuleSource
+from tally.backends.emulator import EmulatorBackend
 
 TARGET_THREAD_INSTRUCTIONS_PER_S = 5e6
 

@@ -11,16 +11,21 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from ptx_corpus import CORPUS_DIR, compile_ptx
+
 from ptx_passes import parse_module, print_module
-from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, PTBKernel, total_blocks
+from ptx_passes.launch_plan import (
+    PTB_FLAG_OFFSET,
+    PTB_STATE_BYTES,
+    PTBKernel,
+    total_blocks,
+)
 from ptx_passes.pipeline import VARIANT_SUFFIXES, transform_module
 
 VARIANT_PASSES = ("slicing", "unified-sync", "ptb", "ptb-raw")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def transformed_ptx(source: str, arch: str = "sm_90") -> tuple[str, dict]:
     """(module text with every variant, {kernel: KernelReport})."""
     ptx = compile_ptx(CORPUS_DIR / source, arch=arch)

@@ -3,9 +3,9 @@ DeviceBackend API and matches its numpy reference (tests/emulator_corpus.py)."""
 from __future__ import annotations
 
 import pytest
-
 from emulator_corpus import CASES, check_case, run_case
 from ptx_corpus import CORPUS_DIR, compile_ptx
+
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
 

@@ -8,13 +8,22 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from ptx_corpus import CORPUS_DIR, compile_ptx
-from tally.backends.base import (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ILLEGAL_INSTRUCTION,
-                                 CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_PTX, CUDA_ERROR_INVALID_VALUE,
-                                 CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_LAUNCH_TIMEOUT,
-                                 CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_NO_BINARY_FOR_GPU,
-                                 CUDA_ERROR_NOT_FOUND, DeviceError, ModuleSource)
+
+from tally.backends.base import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_LAUNCH_TIMEOUT,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_NOT_FOUND,
+    DeviceError,
+    ModuleSource,
+)
 from tally.backends.emulator import EmulatorBackend
 
 # Hand-written kernels, each with one fault (ptxas accepts them: see the first test).
@@ -192,7 +201,7 @@ def test_fault_kernels_are_valid_ptx(ptxas, tmp_path):
     path = tmp_path / "faults.ptx"
     path.write_text(FAULTS_PTX)
     result = subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "faults.cubin")],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from emulator_corpus import CASES, CASES_BY_ID, Case, check_case, run_case
 from emulator_variants import PTBRunner, launch_sliced, launch_variant, transformed_ptx
+
 from tally.backends.base import CUDA_ERROR_LAUNCH_FAILED, DeviceError, ModuleSource
 from tally.backends.emulator import EmulatorBackend
 
@@ -52,8 +52,8 @@ def _run(backend, case: Case, make_launcher):
 def _assert_same(case: Case, got: dict, want: dict) -> None:
     if case.check is not None:
         return  # scheduling-dependent outputs: the case's own check ran on both
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case.id}: {name} differs from the original")
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=f"{case.id}: {name} differs from the original")
 
 
 VARIANTS = {

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
 
 import numpy as np
 import pytest
-
 from ptx_corpus import cache_dir, compile_ptx
+
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
 
@@ -534,7 +535,7 @@ def test_integer_intrinsics(device):
         low = (X << (i % 64)) & M64
         want = [((s32(x) * s32(y)) >> 32) & M32, (x * y) >> 32, (X * ((X + 12345) & M64)) >> 64,
                 (abs(s32(x) - s32(y)) + 7) & M32, perm, shl, shr, int(f"{X:064b}"[::-1], 2),
-                (64 - (X >> (i % 64)).bit_length()) + 100 * bin(X).count("1"), (low & -low).bit_length()]
+                (64 - (X >> (i % 64)).bit_length()) + 100 * X.bit_count(), (low & -low).bit_length()]
         assert [int(v) for v in out[i]] == want, i
 
 
@@ -616,8 +617,9 @@ $L_store:
 def test_indexed_branch_jump_table(ptxas, tmp_path):
     path = tmp_path / "jump_table.ptx"
     path.write_text(JUMP_TABLE_PTX)
-    import subprocess
-    assert subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "j.cubin")]).returncode == 0
+    result = subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "j.cubin")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
     backend = EmulatorBackend(printf_to_stdout=False)
     try:
         module = backend.module_load(ModuleSource(original=JUMP_TABLE_PTX.encode(), ptx=JUMP_TABLE_PTX))

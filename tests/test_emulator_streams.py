@@ -10,10 +10,16 @@ import time
 
 import numpy as np
 import pytest
-
 from ptx_corpus import CORPUS_DIR, compile_ptx
-from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_NOT_READY,
-                                 CUDA_ERROR_UNKNOWN, DeviceError, ModuleSource)
+
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_UNKNOWN,
+    DeviceError,
+    ModuleSource,
+)
 from tally.backends.emulator import EmulatorBackend
 
 KERNELS_PTX = """

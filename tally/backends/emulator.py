@@ -21,11 +21,19 @@ from __future__ import annotations
 import sys
 import threading
 import uuid as uuidlib
-from typing import Callable
+from collections.abc import Callable
 
 from tally._core import emulator as core
-from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
-                                 CUDA_ERROR_NOT_READY, DeviceDescription, DeviceError, Dim3, ModuleSource)
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    DeviceDescription,
+    DeviceError,
+    Dim3,
+    ModuleSource,
+)
 from tally.backends.device_attributes import synthetic_attributes
 from tally.emulator.module import EmulatorFunction, EmulatorModule
 from tally.emulator.streams import EmulatorEvent, EmulatorStream

@@ -8,8 +8,9 @@ context and the IR instruction.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ptx_passes import ir
 from tally._core import emulator as core
@@ -58,7 +59,7 @@ class Binding:
 
 
 class FunctionLowering:
-    def __init__(self, kernel: "KernelLowering", fn: ir.Function, frame: FrameLayout):
+    def __init__(self, kernel: KernelLowering, fn: ir.Function, frame: FrameLayout):
         self.kernel = kernel
         self.fn = fn
         self.frame = frame

@@ -218,7 +218,7 @@ def _flatten(init: ir.Initializer) -> list[ir.Initializer]:
     return [init]
 
 
-def encode_scalar(value: int | float, type_name: str, text: str = "") -> bytes:
+def encode_scalar(value: float, type_name: str, text: str = "") -> bytes:
     """Little-endian bytes of one value of a PTX type (floats from their 0f/0d bits when written so)."""
     size = element_size(type_name)
     if type_name in ("f32", "f64", "f16", "bf16"):
@@ -229,17 +229,18 @@ def encode_scalar(value: int | float, type_name: str, text: str = "") -> bytes:
     return (int(value) & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
 
 
-def float_bits(value: int | float, text: str, type_name: str) -> int:
+def float_bits(value: float, text: str, type_name: str) -> int:
     """The bit pattern of an immediate as a float of `type_name`."""
     t = text.lower()
-    if t.startswith(("0f", "-0f")) and len(t.lstrip("-")) == 10:
-        bits32 = int(t.lstrip("-")[2:], 16)
-        as_float = struct.unpack("<f", struct.pack("<I", bits32))[0]
+    negative = t.startswith("-")
+    digits = t.lstrip("-+")
+    if digits.startswith("0f") and len(digits) == 10:
+        bits32 = int(digits[2:], 16) ^ (0x8000_0000 if negative else 0)
         if type_name == "f32":
             return bits32
-        value = as_float
-    elif t.startswith(("0d", "-0d")) and len(t.lstrip("-")) == 18:
-        bits64 = int(t.lstrip("-")[2:], 16)
+        value = struct.unpack("<f", struct.pack("<I", bits32))[0]
+    elif digits.startswith("0d") and len(digits) == 18:
+        bits64 = int(digits[2:], 16) ^ (0x8000_0000_0000_0000 if negative else 0)
         if type_name == "f64":
             return bits64
         value = struct.unpack("<d", struct.pack("<Q", bits64))[0]

@@ -10,7 +10,13 @@ from __future__ import annotations
 from ptx_passes import ir
 from ptx_passes.ir import TYPE_SIZES
 from tally._core import emulator as core
-from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers, normalize_space
+from tally.emulator.context import (
+    FLAGS,
+    NO_SLOT,
+    FunctionLowering,
+    lowers,
+    normalize_space,
+)
 
 SIGNED_TYPES = frozenset({"s8", "s16", "s32", "s64"})
 

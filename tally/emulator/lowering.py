@@ -31,8 +31,16 @@ from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
 from tally.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
 from tally.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
-from tally.emulator.layout import (DYNAMIC_SHARED_ALIGN, FrameLayout, LayoutError, align_up,
-                                   function_frame, function_indices, reachable_functions, shared_layout)
+from tally.emulator.layout import (
+    DYNAMIC_SHARED_ALIGN,
+    FrameLayout,
+    LayoutError,
+    align_up,
+    function_frame,
+    function_indices,
+    reachable_functions,
+    shared_layout,
+)
 
 DEFAULT_MAX_CALL_DEPTH = 64
 
@@ -192,4 +200,4 @@ def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int])
         raise LoweringError(f"{e} (kernel {name})") from None
 
 
-__all__ = ["LoweredKernel", "LoweringError", "lower_kernel", "DYNAMIC_SHARED_ALIGN"]
+__all__ = ["DYNAMIC_SHARED_ALIGN", "LoweredKernel", "LoweringError", "lower_kernel"]

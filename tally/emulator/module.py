@@ -9,11 +9,23 @@ from dataclasses import dataclass, field
 
 from ptx_passes import PtxParseError, ir, parse_module
 from ptx_passes.params import param_bytes, param_layout
-from tally.backends.base import (CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_IMAGE,
-                                 CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NO_BINARY_FOR_GPU, DeviceError,
-                                 KernelParam, ModuleSource)
 from tally._core import emulator as core
-from tally.emulator.layout import LayoutError, encode_initializer, function_indices, var_align, var_size
+from tally.backends.base import (
+    CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    DeviceError,
+    KernelParam,
+    ModuleSource,
+)
+from tally.emulator.layout import (
+    LayoutError,
+    encode_initializer,
+    function_indices,
+    var_align,
+    var_size,
+)
 from tally.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
 
@@ -25,7 +37,7 @@ class EmulatorFunction:
     name: str
     params: tuple[KernelParam, ...]
     param_bytes: int
-    module: "EmulatorModule" = field(repr=False)
+    module: EmulatorModule = field(repr=False)
     max_threads: int | None = None                        # .maxntid (product)
     required_block: tuple[int, int, int] | None = None    # .reqntid
     _lowered: LoweredKernel | None = field(default=None, repr=False)

@@ -12,7 +12,7 @@ import itertools
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
 
@@ -21,7 +21,7 @@ _names = itertools.count()
 
 
 class EmulatorStream:
-    def __init__(self, priority: int = 0, on_exit: Callable[["EmulatorStream"], None] | None = None):
+    def __init__(self, priority: int = 0, on_exit: Callable[[EmulatorStream], None] | None = None):
         self.priority = priority
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._cond = threading.Condition()
@@ -48,7 +48,7 @@ class EmulatorStream:
                 op()
             except DeviceError as e:
                 self._keep(e)
-            except Exception as e:  # a host callback or a bug: report it on the stream, keep serving
+            except Exception as e:  # noqa: BLE001 - a host callback or a bug: report it on the stream, keep serving
                 self._keep(DeviceError(CUDA_ERROR_UNKNOWN, f"stream operation failed: {type(e).__name__}: {e}"))
             finally:
                 with self._cond:
