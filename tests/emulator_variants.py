@@ -66,7 +66,10 @@ class PTBRunner:
     launch (no task may start), then cleared and the kernel relaunched;
     "during": another stream sets the flag once the task counter reaches
     `at_task` while the kernel runs; relaunches resume until the counter says
-    every task is done (launch_plan's host protocol)."""
+    every task is done (launch_plan's host protocol). "resume": a deterministic
+    preemption point: the first `at_task` blocks run as one sliced launch (what a
+    PTB launch stopped after `at_task` tasks has done), then the PTB kernel
+    resumes from a task counter preset to `at_task`."""
 
     def __init__(self, reports: dict, workers: int, preempt: str = "none", at_task: int = 1,
                  variant: str = "ptb"):
@@ -86,6 +89,13 @@ class PTBRunner:
         side = backend.stream_create()
         try:
             backend.memset_async(state, 0, 4, 2, stream)
+            if self.preempt == "resume":
+                done = min(self.at_task, total_blocks(grid))
+                sliced = self.reports[name].sliced
+                if done:
+                    backend.launch(backend.module_function(module, sliced.name), (done, 1, 1), block, shared, stream,
+                                   sliced.params(params, grid, 0))
+                backend.memcpy_htod_async(state, memoryview(struct.pack("<I", done)), stream)
             if self.preempt == "before":
                 self._set_flag(backend, state, 1, stream)
             total = total_blocks(grid)

@@ -1,7 +1,8 @@
 """Pass equivalence on the emulator: for every corpus kernel, the original, the
 sliced variant (1, 2 and 3 slices and one slice per block), the unified-sync
-variant and the PTB variant (several worker counts, preempted before it
-starts and while it runs, then resumed) produce the same outputs, which match
+variant and the PTB variant (several worker counts; preempted before it
+starts, while it runs, and resumed from a task counter preset after the first
+tasks ran) produce the same outputs, which match
 the numpy reference. The untransformed PTB form of a kernel whose threads
 return before a barrier deadlocks (reported as an error, not a hang), and
 unified synchronization makes it run."""
@@ -66,6 +67,8 @@ VARIANTS = {
     "ptb-3-workers": lambda r: PTBRunner(r, workers=3),
     "ptb-preempted-before-start": lambda r: PTBRunner(r, workers=2, preempt="before"),
     "ptb-preempted-while-running": lambda r: PTBRunner(r, workers=1, preempt="during", at_task=1),
+    "ptb-resumed-after-1-task": lambda r: PTBRunner(r, workers=2, preempt="resume", at_task=1),
+    "ptb-resumed-after-2-tasks": lambda r: PTBRunner(r, workers=1, preempt="resume", at_task=2),
 }
 
 
