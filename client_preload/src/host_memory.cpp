@@ -11,8 +11,10 @@
 //   (file mappings, other shared memory) is registered for its flags only and is
 //   copied through the arenas like pageable memory. A thread that writes the pages
 //   while they move may lose that write: register before sharing a buffer.
-// Like the driver's pinned memory, these pages are not inherited by fork()ed
-// children (MADV_DONTFORK).
+// These pages are not inherited by fork()ed children (MADV_DONTFORK): sharing them
+// would let a child write the parent's memory. A registered buffer that shares a
+// page with other heap data takes that data along, so a forked child that touches
+// it (without exec) faults; register page-aligned buffers where children fork.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
