@@ -85,17 +85,18 @@ def test_ptb_preempted_mid_run_resumes_where_it_stopped(backend):
     and relaunched: the first launch ends early (0 < counter < total) and the
     resumed launches finish the rest, with the same result."""
     base = CASES_BY_ID["reduce_sum"]
-    n = 256 * 256
+    blocks = 4096          # about 0.1 s of emulation: the stop request lands long before the end
+    n = 256 * blocks
     x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
-    parts = x.reshape(256, 256).copy()
+    parts = x.reshape(blocks, 256).copy()
     stride = 128
     while stride:
         parts[:, :stride] = parts[:, :stride] + parts[:, stride:2 * stride]
         stride //= 2
     launch = base.launches[0]
     case = Case("reduce_sum_big", base.source,
-                [type(launch)(launch.kernel, (256, 1, 1), launch.block, (launch.args[0], launch.args[1], np.int32(n)))],
-                {"x": x, "out": np.zeros(256, np.float32)}, {"out": parts[:, 0].copy()})
+                [type(launch)(launch.kernel, (blocks, 1, 1), launch.block, (launch.args[0], launch.args[1], np.int32(n)))],
+                {"x": x, "out": np.zeros(blocks, np.float32)}, {"out": parts[:, 0].copy()})
     runners = []
 
     def make(reports):
@@ -104,8 +105,8 @@ def test_ptb_preempted_mid_run_resumes_where_it_stopped(backend):
 
     _run(backend, case, make)
     counters = runners[0].log.counters
-    assert 4 <= counters[0] < 256, f"the first launch was not stopped mid-run: task counters {counters}"
-    assert counters[-1] >= 256
+    assert 4 <= counters[0] < blocks, f"the first launch was not stopped mid-run: task counters {counters}"
+    assert counters[-1] >= blocks
 
 
 def test_untransformed_ptb_deadlocks_and_unified_sync_fixes_it(backend):

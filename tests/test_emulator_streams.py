@@ -173,7 +173,7 @@ def test_events_record_query_synchronize_and_time(backend):
     backend.host_callback(s, _gate_callback(gate))
     backend.host_callback(s, lambda: time.sleep(0.05))
     backend.event_record(end, s)
-    time.sleep(0.02)
+    backend.event_synchronize(start)
     assert backend.event_query(start) and not backend.event_query(end)
     assert not backend.stream_query(s)
     with pytest.raises(DeviceError) as failure:
