@@ -260,3 +260,21 @@ def test_blocking_stream_waits_for_the_legacy_stream(client):
     client.send("HostFuncDone", callback=3)
     assert client.status_of("StreamSynchronize", stream=10) == 0
     assert client.download(p, 64) == b"\x44" * 64
+
+
+def test_large_module_arrives_staged_through_the_upload_arena(client):
+    # ~100 KiB of PTX: more than the client sends inline, so it goes in chunks.
+    entries = "".join(f".visible .entry k{i}(.param .u64 p{i})\n{{ ret; }}\n" for i in range(2500))
+    ptx = f".version 8.0\n.target sm_80\n.address_size 64\n{entries}\0".encode()
+    arena = client.segment.upload
+    half = len(ptx) // 2
+    for piece in (ptx[:half], ptx[half:]):
+        offset = arena.reserve(len(piece))
+        arena.write(offset, piece)
+        client.send("StageBytes", arena_offset=offset, size=len(piece))
+    kind, values, _ = client.call("ModuleLoad", size=len(ptx), staged=1)
+    assert kind == "ModuleLoadReply", values
+    kind, fn, layout = client.call("GetFunction", b"k2499", module=values["module"])
+    assert kind == "FunctionReply" and fn["param_count"] == 1
+    kind, values, _ = client.call("ModuleLoad", size=10, staged=1)       # nothing staged any more
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE)

@@ -53,13 +53,13 @@ def _cached(sources: list[Path], command_for, suffix: str) -> Path:
     return out
 
 
-def build_cuda(nvcc: str, *names: str, shared_cudart: bool = False) -> Path:
+def build_cuda(nvcc: str, *names: str, shared_cudart: bool = False, flags: tuple[str, ...] = ()) -> Path:
     """An executable from CUDA sources in tests/cuda/programs/, with static cudart
-    (nvcc's default) or shared cudart."""
+    (nvcc's default) or shared cudart, and extra nvcc flags."""
     sources = [PROGRAMS / n for n in names]
 
     def command(out: Path) -> list:
-        cmd = [nvcc, "-O1", *map(str, sources), "-o", str(out)]
+        cmd = [nvcc, "-O1", *flags, *map(str, sources), "-o", str(out)]
         if shared_cudart:
             cmd[1:1] = ["-cudart", "shared"]
         return cmd

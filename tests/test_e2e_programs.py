@@ -20,6 +20,14 @@ def test_vector_add(nvcc, emulator_server, shared):
     assert "tally:" not in job.stderr
 
 
+def test_vector_add_with_per_thread_default_streams(nvcc, emulator_server):
+    # cudart calls the _ptsz/_ptds entry points; NULL is the thread's own stream.
+    program = build_cuda(nvcc, "vector_add.cu", flags=("--default-stream", "per-thread"))
+    job = run_job(emulator_server.socket, program, 3000)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("n", "wrong", "roundtrip") == [3000, 0, 3000]
+
+
 def test_vector_add_through_the_arenas(nvcc, emulator_server):
     # 1 MiB per vector: copies go through the upload and download arenas, not inline.
     job = run_job(emulator_server.socket, build_cuda(nvcc, "vector_add.cu"), 1 << 18)
