@@ -88,3 +88,15 @@ def test_threads_share_the_connection(nvcc, emulator_server):
     job = run_job(emulator_server.socket, build_cuda(nvcc, "threads.cu"))
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("thread0", "thread1", "thread2", "thread3") == [6, 6, 6, 6]
+
+
+def test_module_larger_than_a_request(emulator_server, tmp_path):
+    # ~100 KiB of PTX: the client stages it through the upload arena in chunks.
+    entries = "".join(f".visible .entry k{i}(.param .u64 p{i})\n{{ ret; }}\n" for i in range(2500))
+    path = tmp_path / "big.ptx"
+    path.write_text(f".version 8.0\n.target sm_80\n.address_size 64\n{entries}")
+    job = run_job(emulator_server.socket, build_driver_c("driver_api.c"), "load", path, "k2499")
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("load_rc", "resolve_rc") == [0, 0]
+    missing = run_job(emulator_server.socket, build_driver_c("driver_api.c"), "load", tmp_path / "none.ptx", "k")
+    assert missing.value("load_rc") == "301"      # CUDA_ERROR_FILE_NOT_FOUND

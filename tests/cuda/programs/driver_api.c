@@ -9,6 +9,7 @@
 //   driver_api owner               allocates and fills memory, prints its address, waits
 //                                  for a line on stdin, then checks the bytes are intact
 //   driver_api intruder ADDRESS    names another job's memory in copies, memset and free
+//   driver_api load FILE KERNEL    loads a module file (cuModuleLoad) and resolves a kernel
 //   driver_api quota               what cuMemGetInfo shows and how far allocation goes
 //                                  (run with tally-run --memory-quota)
 // Prints key=value lines; exits 0 unless the setup itself fails.
@@ -301,6 +302,12 @@ int main(int argc, char** argv) {
     int intact = 1;
     for (int i = 0; i < N; ++i) intact &= back[i] == 0x3c;
     printf("owner_intact=%d\n", intact);
+  } else if (strcmp(argv[1], "load") == 0 && argc == 4) {
+    CUmodule mod;
+    CUfunction fn;
+    CUresult rc = cuModuleLoad(&mod, argv[2]);
+    printf("load_rc=%d\n", (int)rc);
+    if (rc == CUDA_SUCCESS) printf("resolve_rc=%d\n", (int)cuModuleGetFunction(&fn, mod, argv[3]));
   } else if (strcmp(argv[1], "quota") == 0) {
     size_t free_bytes = 0, total = 0;
     CHECK(cuMemGetInfo(&free_bytes, &total));
