@@ -3,7 +3,10 @@ tally-server with the emulator backend: the server and the other jobs carry on,
 and nothing a job does touches another job's memory."""
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -76,8 +79,14 @@ def test_job_killed_mid_kernel(nvcc, server):
     assert busy.returncode == -signal.SIGKILL
     assert_vector_add_ok(finish(bystander), 7000)
     # The server noticed, waited for what was already on the device, and freed
-    # everything the killed job owned.
+    # everything the killed job owned; `tally-server status` says so.
     server.wait_for(idle, timeout=120, what="the killed job's memory to be freed")
+    cli = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "status", "--socket", str(server.socket),
+                          "--json"], capture_output=True, text=True, timeout=30)
+    assert cli.returncode == 0, cli.stderr
+    reported = json.loads(cli.stdout)
+    assert reported["clients"] == []
+    assert reported["server"]["memory_free"] == reported["server"]["memory_total"]
     assert server.alive()
     assert_vector_add_ok(run_job(server.socket, build_cuda(nvcc, "vector_add.cu"), 100), 100)
 
