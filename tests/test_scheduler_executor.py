@@ -308,3 +308,23 @@ def test_real_time_sim_with_client_threads():
         ex.close()
     finally:
         sim.close()
+
+
+def test_sm_percent_caps_ptb_workers_and_none_runs_kernels_whole():
+    rig = Rig(be_transform="ptb")
+    rig.ex.add_client("be", sm_percent=25)
+    buf = rig.buffer(5000)
+    for _ in range(6):
+        rig.ex.submit("be", 0, rig.launch("add_one", 5000, buf))
+    rig.ex.synchronize_client("be")
+    assert u32(rig.sim, buf, 5000) == [6] * 5000
+    measured = rig.ex.profiler.measurements("add_one|5000x1x1|128x1x1|0")
+    assert measured and all(c.kind != "ptb" or c.size <= 27 for c in measured)   # 25% of 108 SMs
+
+    whole = Rig(be_transform="none")
+    whole.ex.add_client("be")
+    for _ in range(3):
+        whole.ex.submit("be", 0, whole.launch("add_one", 5000, whole.buffer(5000)))
+    whole.ex.synchronize_client("be")
+    c = whole.ex.counters()
+    assert (c["kernels_whole"], c["kernels_sliced"], c["kernels_ptb"], c["untransformable"]) == (3, 0, 0, 0)

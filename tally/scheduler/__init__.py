@@ -1,7 +1,7 @@
 """Scheduling: the stream executor every client operation goes through, the
 policies that decide when kernels run, and the transparent profiler."""
 from tally.scheduler.clock import Clock, WallClock
-from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor, make_executor
+from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor
 from tally.scheduler.executor_state import ExecutorEvent
 from tally.scheduler.ops import (EventRecord, HostCallback, Launch, MemcpyDtoD, MemcpyDtoH, MemcpyHtoD,
                                  Memset, Op, StreamWaitEvent)
@@ -16,5 +16,5 @@ __all__ = [
     "ExecutorEvent", "HIGH", "HostCallback", "Launch", "MemcpyDtoD", "MemcpyDtoH", "MemcpyHtoD",
     "Memset", "Op", "POLICIES", "PTBVariant", "ProfileCache", "RunConfig", "SlicedVariant",
     "StreamExecutor", "StreamWaitEvent", "TransparentProfiler", "VariantProvider", "WallClock",
-    "default_cache_directory", "make_executor", "make_policy",
+    "default_cache_directory", "make_policy",
 ]

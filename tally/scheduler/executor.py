@@ -33,7 +33,7 @@ from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, Scheduler
 from tally.scheduler.profiler import TransparentProfiler
 from tally.scheduler.variants import VariantProvider
 
-__all__ = ["BE_TRANSFORMS", "StreamExecutor", "make_executor"]
+__all__ = ["BE_TRANSFORMS", "StreamExecutor"]
 
 
 class StreamExecutor:
@@ -445,12 +445,3 @@ class StreamExecutor:
             if not self._closed:
                 self._pump()
             self._cond.notify_all()
-
-
-def make_executor(backend: DeviceBackend, policy_name: str, **kwargs) -> StreamExecutor:
-    """Convenience for the server: a policy by name plus the executor."""
-    from tally.scheduler.policies import make_policy
-    policy_options = kwargs.pop("policy_options", {})
-    return StreamExecutor(backend, make_policy(policy_name, **policy_options), **kwargs)
-
-
