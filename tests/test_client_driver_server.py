@@ -11,11 +11,17 @@ import struct
 import time
 
 import pytest
-
-from tally import protocol
-from tally.protocol.spec import PER_THREAD_STREAM_BIT, SOURCE_INLINE, SOURCE_PINNED, DEST_ARENA, DEST_PINNED
 from server_harness import PyClient
 from test_e2e_helpers import Server, emulator_available
+
+from tally import protocol
+from tally.protocol.spec import (
+    DEST_ARENA,
+    DEST_PINNED,
+    PER_THREAD_STREAM_BIT,
+    SOURCE_INLINE,
+    SOURCE_PINNED,
+)
 
 INVALID_VALUE, INVALID_IMAGE, INVALID_HANDLE, NOT_READY = 1, 200, 400, 600
 LEGACY = 0
@@ -274,7 +280,7 @@ def test_large_module_arrives_staged_through_the_upload_arena(client):
         client.send("StageBytes", arena_offset=offset, size=len(piece))
     kind, values, _ = client.call("ModuleLoad", size=len(ptx), staged=1)
     assert kind == "ModuleLoadReply", values
-    kind, fn, layout = client.call("GetFunction", b"k2499", module=values["module"])
+    kind, fn, _ = client.call("GetFunction", b"k2499", module=values["module"])
     assert kind == "FunctionReply" and fn["param_count"] == 1
     kind, values, _ = client.call("ModuleLoad", size=10, staged=1)       # nothing staged any more
     assert (kind, values["status"]) == ("Error", INVALID_VALUE)

@@ -8,10 +8,19 @@ import subprocess
 import sys
 
 import pytest
+from test_e2e_helpers import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_VALUE,
+    PROGRAMS,
+    Server,
+    build_cuda,
+    build_device_code,
+    build_driver_c,
+    job_env,
+    run_job,
+)
 
 from tally.backends.select import real_driver_present
-from test_e2e_helpers import (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, PROGRAMS, Server, build_cuda,
-                              build_device_code, build_driver_c, job_env, run_job)
 
 pytestmark = pytest.mark.gpu
 
@@ -61,11 +70,11 @@ def test_pytorch_matches_native(cuda_server):
     pytest.importorskip("torch")
     script = PROGRAMS / "torch_workload.py"
     native = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                            env=job_env())
+                            env=job_env(), check=False)
     assert native.returncode == 0, native.stderr
     tallied = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(cuda_server.socket), "--",
                               sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                             env=job_env())
+                             env=job_env(), check=False)
     assert tallied.returncode == 0, tallied.stdout + tallied.stderr
     want = json.loads(native.stdout.strip().splitlines()[-1])
     got = json.loads(tallied.stdout.strip().splitlines()[-1])

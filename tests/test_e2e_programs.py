@@ -4,9 +4,16 @@ tally-server with the emulator backend and print correct results."""
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_helpers import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,  # noqa: F401
-                              build_cuda, build_device_code, build_driver_c, emulator_server, run_job)
+from test_e2e_helpers import (  # noqa: F401
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    build_cuda,
+    build_device_code,
+    build_driver_c,
+    emulator_server,
+    run_job,
+)
 
 CUDARTS = pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
 

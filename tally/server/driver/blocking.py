@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
 
@@ -56,7 +56,7 @@ class BlockingCalls:
                     session.reply_error(tag, e)
                 else:
                     session.defer_error(e)
-            except Exception as e:  # a server bug must not leave the client waiting forever
+            except Exception as e:  # noqa: BLE001 - a server bug must not leave the client waiting forever
                 log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
                 if tag:
                     session.reply_error(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))

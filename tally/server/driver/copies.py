@@ -13,11 +13,17 @@ Where the host bytes live decides when a copy is done with them:
 from __future__ import annotations
 
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.protocol.spec import DEST_ARENA, DEST_PINNED, SOURCE_ARENA, SOURCE_INLINE, SOURCE_PINNED
+from tally.protocol.spec import (
+    DEST_ARENA,
+    DEST_PINNED,
+    SOURCE_ARENA,
+    SOURCE_INLINE,
+    SOURCE_PINNED,
+)
 from tally.scheduler.ops import MemcpyDtoD, MemcpyDtoH, MemcpyHtoD
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import synchronize_stream
+from tally.server.driver.sync import wait_streams
 
 
 def take_upload(session, offset: int, nbytes: int) -> bytes:
@@ -102,7 +108,9 @@ def memcpy_dtoh(session, fields, tail, tag):
         return
 
     def deliver() -> None:
-        synchronize_stream(state, stream)
+        # The copy's own stream is enough: on the legacy stream it already waited
+        # for the blocking streams' earlier work.
+        wait_streams(state, [stream])
         arena = session.segment.download
         with state.download_lock:       # chunks reach the client in the order they were reserved
             offset = arena.reserve(nbytes) if nbytes else 0
@@ -135,7 +143,7 @@ def _reply_when_reached(session, state, tag: int, stream: int) -> None:
     """Answer once the stream ran the copy (a synchronous copy to or from pinned
     memory touches the job's buffer in place)."""
     def wait() -> None:
-        synchronize_stream(state, stream)
+        wait_streams(state, [stream])
         session.reply("Done", tag)
 
     state.blocking.run(tag, wait)

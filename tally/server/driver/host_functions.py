@@ -50,7 +50,7 @@ class HostFunctions:
                 return
             try:
                 session.push_completion(HOST_FUNC_READY.kind, 0, HOST_FUNC_READY.pack(callback=callback_id))
-            except Exception:
+            except Exception:  # noqa: BLE001
                 return   # the client is gone
             if getattr(submitting, "active", False):
                 if not self._warned_inline:

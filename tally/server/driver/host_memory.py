@@ -17,7 +17,11 @@ import stat
 import threading
 from dataclasses import dataclass
 
-from tally.backends.base import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    DeviceError,
+)
 
 SHM_DIR = "/dev/shm"
 

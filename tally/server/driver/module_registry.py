@@ -14,8 +14,13 @@ import threading
 from dataclasses import dataclass, field
 
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
-from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_IMAGE, DeviceError,
-                                 KernelParam, ModuleSource)
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_IMAGE,
+    DeviceError,
+    KernelParam,
+    ModuleSource,
+)
 
 
 @dataclass(eq=False)
@@ -23,7 +28,7 @@ class LoadedModule:
     module_id: int
     backend_module: object
     source: ModuleSource
-    functions: dict[str, "LoadedFunction"] = field(default_factory=dict)
+    functions: dict[str, LoadedFunction] = field(default_factory=dict)
     globals: dict[str, tuple[int, int]] = field(default_factory=dict)
     kernel_facts: dict | None = None     # name -> cubin KernelInfo, read once on demand
 

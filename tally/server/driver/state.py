@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import threading
 
-from tally.backends.base import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    DeviceError,
+)
 from tally.server.driver.blocking import BlockingCalls
 from tally.server.driver.host_functions import HostFunctions
 from tally.server.driver.host_memory import PinnedRegions

@@ -10,7 +10,12 @@ from __future__ import annotations
 from tally.backends.base import CUDA_ERROR_NOT_READY, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly, raise_deferred, streams_idle, wait_streams
+from tally.server.driver.sync import (
+    drain_quietly,
+    raise_deferred,
+    streams_idle,
+    wait_streams,
+)
 
 
 def answer_when_idle(session, state, tag: int, keys: list[int]) -> None:

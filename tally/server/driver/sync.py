@@ -26,14 +26,6 @@ def wait_streams(state, keys: list[int]) -> None:
     raise_deferred(state)
 
 
-def synchronize_stream(state, key: int) -> None:
-    wait_streams(state, state.streams.sync_keys(key))
-
-
-def synchronize_all(state) -> None:
-    wait_streams(state, state.streams.keys())
-
-
 def drain_quietly(state, keys: list[int]) -> None:
     """Wait for the streams without reporting: their errors stay for the job's
     next synchronizing call (used before freeing memory the work may use)."""
