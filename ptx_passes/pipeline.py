@@ -8,9 +8,9 @@
 Every variant is a new `.entry` next to its original (the original stays, so
 the host can always fall back to it). A step is a short function of one
 `VariantBuild`; a step that finds the kernel unsafe raises PassRefused, the
-variant is dropped and the reasons recorded. Each variant's extra parameters
-must sit where ptx_passes.launch_plan puts them (a step); after all variants,
-the module checks run: the new entries, printed, must parse back to themselves.
+variant is dropped and the reasons recorded. The last steps are validity
+checks: the variant's extra parameters sit where ptx_passes.launch_plan puts
+them, and the variant, printed, parses back to itself.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Callable
 from .ir import Function, Module
 from .launch_plan import PTB_EXTRA, SLICE_EXTRA, PTBKernel, SlicedKernel, extra_params_offset
 from .params import param_bytes, param_layout
+from .errors import PtxParseError
 from .parser import parse_module
 from .passes import PassRefused, ptb, safety, slicing, unified_sync
 from .passes.kernel_code import functions_by_name
@@ -118,28 +119,38 @@ def check_extra_params(build: VariantBuild) -> None:
     start = extra_params_offset(build.launch.original_param_bytes)
     end = slots[-1].offset + slots[-1].size
     if slots[0].offset != start or end - start != extra.size:
-        raise AssertionError(f"{build.kernel.name}: extra parameters at {slots[0].offset}..{end}, "
-                             f"launch plan packs {start}..{start + extra.size}")
+        raise PassRefused(f"internal error: {build.kernel.name} has its extra parameters at "
+                          f"{slots[0].offset}..{end}, the launch plan packs them at "
+                          f"{start}..{start + extra.size}; please report this with the input PTX")
+
+
+
+
+def check_prints_back(build: VariantBuild) -> None:
+    """Validity: the variant prints as PTX that parses back to the same function. A
+    failure is a bug in the toolkit; the kernel then runs untransformed, and the
+    reason says so."""
+    alone = Module(build.module.version, build.module.targets, build.module.address_size, [build.kernel])
+    try:
+        again = parse_module(print_module(alone), build.kernel.name).items
+    except PtxParseError as exc:
+        raise PassRefused(f"internal error: the {build.pass_name} variant does not parse back "
+                          f"({exc.one_line()}); please report this with the input PTX") from None
+    if again != alone.items:
+        raise PassRefused(f"internal error: the {build.pass_name} variant does not print back to "
+                          "itself; please report this with the input PTX")
 
 
 VARIANT_STEPS: dict[str, list[Callable[[VariantBuild], None]]] = {
-    "slicing": [refuse_unsafe, clone_as_variant, slice_block_index, check_extra_params],
-    "unified-sync": [refuse_unsafe, clone_as_variant, unify_synchronization],
+    "slicing": [refuse_unsafe, clone_as_variant, slice_block_index, check_extra_params,
+                check_prints_back],
+    "unified-sync": [refuse_unsafe, clone_as_variant, unify_synchronization, check_prints_back],
     "ptb": [refuse_unsafe, clone_as_variant, unify_synchronization, persistent_thread_blocks,
-            check_extra_params],
-    "ptb-raw": [refuse_unsafe, clone_as_variant, persistent_thread_blocks, check_extra_params],
+            check_extra_params, check_prints_back],
+    "ptb-raw": [refuse_unsafe, clone_as_variant, persistent_thread_blocks, check_extra_params,
+                check_prints_back],
 }
-
-
-def check_reparses(module: Module, variants: list[Function]) -> None:
-    """Validity: the new entries print as PTX that parses back to the same functions.
-    (The other items came from the parser unchanged; re-reading them proves nothing.)"""
-    alone = Module(module.version, module.targets, module.address_size, list(variants))
-    if parse_module(print_module(alone), "<transformed kernels>").items != alone.items:
-        raise AssertionError("the transformed kernels do not parse back to themselves")
-
-
-MODULE_CHECKS: list[Callable[[Module, list[Function]], None]] = [check_reparses]
+VALIDITY_CHECKS = (check_extra_params, check_prints_back)
 
 
 # ---------------------------------------------------------------------------- results
@@ -171,14 +182,15 @@ def transform_module(module: Module, pass_names: list[str] | tuple[str, ...],
                      checks: bool = True) -> TransformResult:
     """A new module holding every original item plus, after each kernel, its variant for
     each pass in `pass_names` (any of PASS_NAMES; "ptb" includes unified sync). The input
-    module is not modified. `checks=False` skips MODULE_CHECKS (benchmarks of the passes)."""
+    module is not modified. `checks=False` skips the VALIDITY_CHECKS steps (to time the
+    passes alone)."""
     unknown = [p for p in pass_names if p not in VARIANT_STEPS]
     if unknown:
         raise ValueError(f"unknown pass {', '.join(map(repr, unknown))}; "
                          f"choose from {', '.join(PASS_NAMES)}")
     functions = functions_by_name(module)
     kernels: dict[str, KernelReport] = {}
-    items, variants = [], []
+    items = []
     for item in module.items:
         items.append(item)
         if not (isinstance(item, Function) and item.is_entry and item.body is not None):
@@ -187,19 +199,15 @@ def transform_module(module: Module, pass_names: list[str] | tuple[str, ...],
         facts = safety.kernel_facts(module, item, functions)
         for pass_name in dict.fromkeys(pass_names):
             build = VariantBuild(pass_name, module, functions, item, facts)
+            steps = [s for s in VARIANT_STEPS[pass_name] if checks or s not in VALIDITY_CHECKS]
             try:
-                for step in VARIANT_STEPS[pass_name]:
+                for step in steps:
                     step(build)
             except PassRefused as refused:
                 report.refusals[pass_name] = refused.reasons
                 continue
             items.append(build.kernel)
-            variants.append(build.kernel)
             report.variants[pass_name] = build.kernel.name
             if build.launch is not None:
                 report.launches[pass_name] = build.launch
-    result = Module(module.version, module.targets, module.address_size, items)
-    if checks:
-        for check in MODULE_CHECKS:
-            check(result, variants)
-    return TransformResult(result, kernels)
+    return TransformResult(Module(module.version, module.targets, module.address_size, items), kernels)

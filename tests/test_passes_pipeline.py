@@ -14,7 +14,8 @@ from ptx_passes import PtxParseError, parse_module, print_module
 from ptx_passes.ir import Function, LabelRef, instr
 from ptx_passes.launch_plan import PTBKernel, SlicedKernel
 from ptx_passes.params import param_bytes
-from ptx_passes.pipeline import PASS_NAMES, check_reparses, transform_module
+from ptx_passes.passes import PassRefused
+from ptx_passes.pipeline import PASS_NAMES, VariantBuild, check_prints_back, transform_module
 from ptx_passes.variants import KernelVariants, build_variants
 
 
@@ -63,14 +64,15 @@ def test_transforming_a_transformed_module_adds_nothing(early_return_ptx):
         "early_exit_neighbors__tally_slice is itself a variant made by these passes",)
 
 
-def test_validity_check_catches_a_module_that_does_not_print_back(early_return_ptx):
+def test_validity_check_refuses_a_variant_that_does_not_print_back(early_return_ptx):
     module = parse_module(early_return_ptx)
     kernel = module.entries()[0]
-    check_reparses(module, [kernel])
+    build = VariantBuild("unified-sync", module, {}, kernel, None, kernel.clone())
+    check_prints_back(build)
     # A branch to a label that does not exist prints as a branch to a symbol.
-    kernel.body.statements.insert(-1, instr("bra", LabelRef("$nowhere")))
-    with pytest.raises(AssertionError, match="do not parse back"):
-        check_reparses(module, [kernel])
+    build.kernel.body.statements.insert(-1, instr("bra", LabelRef("$nowhere")))
+    with pytest.raises(PassRefused, match="internal error: the unified-sync variant does not print back"):
+        check_prints_back(build)
 
 
 def test_kernel_without_a_parameter_layout_is_refused_not_crashed():

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from passes_support import ALL_PASSES, run_ptxas
 from ptx_corpus import CORPUS_FILES, compile_ptx
 
-from ptx_passes import parse_module, print_module
+from ptx_passes import PtxParseError, parse_module, print_module
 from ptx_passes.ir import RegDecl, imm, instr, reg, special
 from ptx_passes.passes.kernel_code import code_start
 from ptx_passes.pipeline import transform_module
@@ -184,3 +184,31 @@ def test_corpus_kernels_with_an_inserted_statement_transform_to_valid_ptx(source
     with tempfile.TemporaryDirectory() as tmp:
         assume(_assemble(text, tmp, "mutated").ok)   # only inputs ptxas accepts count
     _check(text)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(source=st.sampled_from(CORPUS_FILES), data=st.data())
+def test_passes_never_crash_on_mutated_parseable_ptx(source, data):
+    """Lines deleted, duplicated or swapped: whatever still parses is transformed or
+    refused with reasons, never an exception (no ptxas here, so many examples)."""
+    lines = compile_ptx(source, "sm_80").splitlines()
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        j = data.draw(st.integers(0, len(lines) - 1))
+        kind = data.draw(st.sampled_from(["delete", "duplicate", "swap"]))
+        if kind == "delete":
+            del lines[i]
+        elif kind == "duplicate":
+            lines.insert(j, lines[i])
+        else:
+            lines[i], lines[j] = lines[j], lines[i]
+    try:
+        module = parse_module("\n".join(lines))
+    except PtxParseError:
+        assume(False)
+    result = transform_module(module, ALL_PASSES)
+    for report in result.kernels.values():
+        for pass_name in ALL_PASSES:
+            assert (pass_name in report.variants) != bool(report.refusals.get(pass_name))
+        assert not any("internal error" in r for reasons in report.refusals.values() for r in reasons)

@@ -38,8 +38,11 @@ class CtaBarrier:
         if self.action not in ("sync", "red"):
             return (f"`{text}`: barrier .{self.action} (a producer/consumer barrier) has no "
                     "equivalent at a single all-threads synchronization point")
-        if self.action == "red" and self.reduction not in ("popc", "and", "or"):
-            return f"`{text}`: unknown barrier reduction"
+        if self.action == "red" and (self.reduction not in ("popc", "and", "or")
+                                     or self.result is None or self.vote is None):
+            return f"`{text}`: not a barrier reduction the passes know"
+        if self.barrier_id is None:
+            return f"`{text}`: a barrier without a barrier number"
         if not isinstance(self.barrier_id, Immediate):
             return f"`{text}`: the barrier number is a register, so which threads meet is not known"
         if self.thread_count is not None:

@@ -60,7 +60,7 @@ from .barriers import cta_barrier
 from .scopes import contains_barrier, flatten_problem
 from .callgraph import reachable_functions
 from .special_regs import BLOCK_INDEX_REGS, special_regs_in
-from .warp_sync import unsafe_mask_syncs
+from .warp_sync import UnknownLabel, unsafe_mask_syncs
 
 VERSION = 1
 
@@ -118,7 +118,11 @@ def kernel_facts(module: Module, kernel: Function, functions: dict[str, Function
                                              f"cannot be flattened: {problem}")
     for fn in reach.functions:
         _scan(fn.body, f"device function {fn.name}", False, facts)
-    hazards = unsafe_mask_syncs(kernel)
+    try:
+        hazards = unsafe_mask_syncs(kernel)
+    except UnknownLabel as exc:
+        hazards = []
+        _add(facts.every_pass, f"the kernel branches to {exc}, which is not a label in scope")
     if hazards:
         more = f" (and {len(hazards) - 1} more)" if len(hazards) > 1 else ""
         _add(facts.warp_sync_hazards,

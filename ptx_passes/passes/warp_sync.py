@@ -29,6 +29,10 @@ from collections import deque
 from ..ir import (Block, BranchTargets, Function, Instruction, Label, LabelRef, Register,
                   Symbol)
 
+class UnknownLabel(ValueError):
+    """A branch names a label its scope does not define (ptxas would reject the kernel)."""
+
+
 # Opcode -> index of the member-mask operand.
 MASK_OPERAND = {"shfl": -1, "vote": -1, "match": -1, "redux": -1, "elect": -1, "bar": 0}
 _END = -1
@@ -70,7 +74,7 @@ class _Flow:
             if name in labels:
                 at = labels[name]
                 return at if at < len(self.code) else _END     # a label closing the body
-        raise KeyError(f"branch to unknown label {name}")
+        raise UnknownLabel(name)
 
     def _successors(self, i: int, ins: Instruction, scopes, tables) -> list[int]:
         nxt = i + 1 if i + 1 < len(self._pending) else _END
@@ -78,7 +82,9 @@ class _Flow:
         if ins.opcode in ("ret", "exit", "trap"):
             return fall + [_END]
         if ins.opcode == "bra":
-            target = ins.operands[0]
+            target = ins.operands[0] if ins.operands else None
+            if not isinstance(target, (LabelRef, Symbol)):
+                raise UnknownLabel(str(target))
             return fall + [self._resolve(target.name, scopes)]
         if ins.opcode == "brx":
             table = ins.operands[-1]
