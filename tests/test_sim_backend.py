@@ -297,3 +297,17 @@ def test_realtime_blocking_host_callbacks_do_not_hold_up_other_streams():
         backend.stream_synchronize(a)
     finally:
         backend.close()
+
+
+def test_kernel_costs_come_from_names():
+    from tally.backends.sim_model import DEFAULT_KERNEL_COST, KernelCostTable
+
+    table = KernelCostTable()
+    assert not table.lookup("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32").transformable
+    assert table.lookup("_ZN2at6native29vectorized_elementwise_kernelILi4E").block_time_us == 3.0
+    assert table.lookup("my_kernel") == DEFAULT_KERNEL_COST
+    mine = KernelCost(block_time_us=99.0)
+    table.add("*gemm*", mine)                   # user entries win over the built-in patterns
+    table.add("exact_name", KernelCost(block_time_us=1.0))
+    assert table.lookup("ampere_sgemm_128x64_nn") == mine
+    assert table.lookup("exact_name").block_time_us == 1.0

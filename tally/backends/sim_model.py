@@ -88,18 +88,38 @@ def resident_blocks_per_sm(gpu: SimGPU, cost: KernelCost, threads_per_block: int
     return max(1, min(gpu.max_blocks_per_sm, cost.max_blocks_per_sm, by_threads))
 
 
+# Costs by (mangled) name for kernels of real jobs run under `tally-server
+# --backend sim`, first match wins. Assumed orders of magnitude, not
+# measurements: GEMM and attention tiles are big (few blocks per SM, tens of
+# microseconds), element-wise and normalization blocks are small and short;
+# cuBLAS/cuDNN kernels ship as cubins only (not transformable).
+LIBRARY_KERNEL_PATTERNS: tuple[tuple[str, KernelCost], ...] = (
+    ("*flash*", KernelCost(40.0, 2)),
+    ("*attention*", KernelCost(40.0, 2)),
+    ("*cutlass*", KernelCost(24.0, 2)),
+    ("*gemm*", KernelCost(24.0, 2, transformable=False)),      # cuBLAS: sm80_xmma_gemm_*, ampere_sgemm_*
+    ("*conv*", KernelCost(20.0, 2, transformable=False)),      # cuDNN
+    ("*softmax*", KernelCost(6.0, 8)),
+    ("*norm*", KernelCost(6.0, 8)),
+    ("*reduce*", KernelCost(8.0, 8)),
+    ("*elementwise*", KernelCost(3.0, 8)),
+)
+
+
 @dataclass
 class KernelCostTable:
     """Kernel name -> cost: exact names first, then shell-style patterns in the
-    order they were added, then the default."""
+    order they were added (starting with LIBRARY_KERNEL_PATTERNS), then the
+    default."""
 
     exact: dict[str, KernelCost] = field(default_factory=dict)
-    patterns: list[tuple[str, KernelCost]] = field(default_factory=list)
+    patterns: list[tuple[str, KernelCost]] = field(default_factory=lambda: list(LIBRARY_KERNEL_PATTERNS))
     default: KernelCost = DEFAULT_KERNEL_COST
 
     def add(self, name_or_pattern: str, cost: KernelCost) -> None:
+        """Patterns added later take precedence over the built-in ones."""
         if any(ch in name_or_pattern for ch in "*?["):
-            self.patterns.append((name_or_pattern, cost))
+            self.patterns.insert(0, (name_or_pattern, cost))
         else:
             self.exact[name_or_pattern] = cost
 
