@@ -24,6 +24,7 @@ def test_vector_add(nvcc, emulator_server, shared):
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("n", "wrong", "roundtrip") == [5000, 0, 5000]
     assert float(job.value("c[n-1]")) == 4999 + 2 * 4999 + 1
+    assert job.value("peer") == "0" and "done" in job.stdout      # cudaDeviceReset succeeded
     assert "tally:" not in job.stderr
 
 

@@ -131,3 +131,31 @@ TALLY_ENTRY(cuCtxGetId_v12000)(CUcontext ctx, unsigned long long* ctxId) {
 }
 
 TALLY_ENTRY(cuCtxResetPersistingL2Cache_v11000)(void) { return current_context_usable(); }
+
+// cudaDeviceReset lands here. The job's work is finished first, as the driver
+// does; the job keeps its allocations and handles (the server frees everything
+// when the job ends), and cudart registers its modules again on next use.
+TALLY_ENTRY(cuDevicePrimaryCtxReset_v11000)(CUdevice_v1 dev) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  return Connection::instance().request_done(protocol::CtxSynchronizeMsg{});
+}
+TALLY_ENTRY(cuDevicePrimaryCtxReset_v7000)(CUdevice_v1 dev) { return tally_entry_cuDevicePrimaryCtxReset_v11000(dev); }
+
+// One device serves the job: it has no peers.
+TALLY_ENTRY(cuDeviceCanAccessPeer_v4000)(int* canAccessPeer, CUdevice_v1 dev, CUdevice_v1 peerDev) {
+  if (canAccessPeer == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (dev != 0 || peerDev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *canAccessPeer = 0;
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuDeviceGetP2PAttribute_v8000)(int* value, CUdevice_P2PAttribute attrib, CUdevice_v1 srcDevice,
+                                           CUdevice_v1 dstDevice) {
+  (void)attrib;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  // The driver refuses a device paired with itself, and there is no other one.
+  (void)srcDevice, (void)dstDevice;
+  return CUDA_ERROR_INVALID_DEVICE;
+}

@@ -25,10 +25,6 @@ CUresult tally_entry_cuDeviceGetProperties_v2000(CUdevprop_v1 *prop, CUdevice_v1
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetProperties");
 }
-CUresult tally_entry_cuDevicePrimaryCtxReset_v11000(CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDevicePrimaryCtxReset_v2");
-}
 CUresult tally_entry_cuDeviceGetExecAffinitySupport_v11040(int *pi, CUexecAffinityType type, CUdevice dev) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetExecAffinitySupport");
@@ -1061,10 +1057,6 @@ CUresult tally_entry_cuTensorMapEncodeIm2colWide_v12080(CUtensorMap *tensorMap, 
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2colWide");
 }
-CUresult tally_entry_cuDeviceCanAccessPeer_v4000(int *canAccessPeer, CUdevice_v1 dev, CUdevice_v1 peerDev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceCanAccessPeer");
-}
 CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxEnablePeerAccess");
@@ -1072,10 +1064,6 @@ CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned
 CUresult tally_entry_cuCtxDisablePeerAccess_v4000(CUcontext peerContext) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxDisablePeerAccess");
-}
-CUresult tally_entry_cuDeviceGetP2PAttribute_v8000(int *value, CUdevice_P2PAttribute attrib, CUdevice_v1 srcDevice, CUdevice_v1 dstDevice) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetP2PAttribute");
 }
 CUresult tally_entry_cuDeviceGetP2PAtomicCapabilities_v13000(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice) {
   static tally::client::OnceFlag logged;
@@ -1656,10 +1644,6 @@ CUresult tally_entry_cuStreamDestroy_v2000(CUstream hStream) {
 CUresult tally_entry_cuEventDestroy_v2000(CUevent hEvent) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuEventDestroy");
-}
-CUresult tally_entry_cuDevicePrimaryCtxReset_v7000(CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDevicePrimaryCtxReset");
 }
 CUresult tally_entry_cuStreamBeginCapture_v10000(CUstream hStream) {
   static tally::client::OnceFlag logged;

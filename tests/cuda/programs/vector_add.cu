@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(da));
   CHECK(cudaFree(db));
   CHECK(cudaFree(dc));
+  int peer = -1;
+  CHECK(cudaDeviceCanAccessPeer(&peer, 0, 0));
+  printf("peer=%d\n", peer);
+  CHECK(cudaDeviceReset());
   printf("done\n");
   return wrong != 0 ? 2 : 0;
 }
