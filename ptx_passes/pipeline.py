@@ -19,8 +19,8 @@ from typing import Callable
 
 from .ir import Function, Module
 from .launch_plan import PTB_EXTRA, SLICE_EXTRA, PTBKernel, SlicedKernel, extra_params_offset
-from .params import param_bytes, param_layout
 from .errors import PtxParseError
+from .params import param_bytes, param_layout
 from .parser import parse_module
 from .passes import PassRefused, ptb, safety, slicing, unified_sync
 from .passes.kernel_code import functions_by_name

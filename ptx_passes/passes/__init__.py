@@ -10,6 +10,11 @@ bump it whenever the pass's output changes.
     slicing.py       <kernel>__tally_slice: runs a contiguous range of blocks
     unified_sync.py  every barrier and return through one barrier.red point
     ptb.py           persistent worker blocks with a task counter and preempt flag
+
+and the helpers they share: barriers.py (decoding CTA barriers), callgraph.py
+(functions a kernel reaches), special_regs.py (rebuilding %ctaid/%nctaid),
+scopes.py (flattening nested scopes), warp_sync.py (warp operations that a
+returning thread could block), kernel_code.py (parameters, names, insertion).
 """
 from .errors import PassRefused
 
