@@ -181,8 +181,7 @@ class _Rewriter:
         returning, all_returning = self.returning, self.all_returning
         # A body that can fall off its end returns there.
         code = [instr("bra", label_ref(self.return_label))] if falls_through else []
-        code += [Label(self.return_label),
-                instr("mov.pred", returning, imm(1))]
+        code += [Label(self.return_label), instr("mov.pred", returning, imm(1))]
         if self.has_reductions:
             code.append(instr("mov.pred", self.vote, imm(0)))
         code += [Label(self.sync_label),
