@@ -59,7 +59,7 @@ def test_streams_events_pinned_memory_and_host_functions(nvcc, emulator_server, 
     job = run_job(emulator_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
     assert job.returncode == 0, job.stdout + job.stderr
     # Host functions ran once each, in stream order: after the copy into pinned memory.
-    assert job.ints("callbacks", "good_a", "good_b") == [2, 4096, 4096]
+    assert job.ints("callbacks", "good_a", "good_b", "stream_callbacks") == [2, 4096, 4096, 10]
     assert job.ints("host_flags", "priority", "query_unrecorded", "query_done", "elapsed_ok", "stream_query") == \
         [0, -5, 0, 0, 1, 0]
     # The legacy default stream waited for the blocking stream's kernel.

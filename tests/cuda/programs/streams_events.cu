@@ -49,6 +49,11 @@ void CUDART_CB verify(void* arg) {
   c->ran->fetch_add(1);
 }
 
+// cudaStreamAddCallback's form: runs after everything before it on the stream.
+void CUDART_CB stream_callback(cudaStream_t, cudaError_t status, void* arg) {
+  static_cast<std::atomic<int>*>(arg)->fetch_add(status == cudaSuccess ? 10 : 1000);
+}
+
 int main() {
   const int n = 4096;
   const size_t bytes = n * sizeof(int);
@@ -104,6 +109,8 @@ int main() {
   scale_add<<<blocks, threads, 0, sb>>>(d_in, d_b, 5, 7, n);
   CHECK(cudaMemcpyAsync(out_b, d_b, bytes, cudaMemcpyDeviceToHost, sb));
   CHECK(cudaLaunchHostFunc(sb, verify, &cb));
+  std::atomic<int> stream_callbacks{0};
+  CHECK(cudaStreamAddCallback(sb, stream_callback, &stream_callbacks, 0));
 
   CHECK(cudaStreamSynchronize(sb));
   CHECK(cudaEventSynchronize(stop));
@@ -112,6 +119,7 @@ int main() {
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   printf("elapsed_ok=%d\n", ms >= 0.0f ? 1 : 0);
   printf("callbacks=%d good_a=%d good_b=%d n=%d\n", ran.load(), good_a, good_b, n);
+  printf("stream_callbacks=%d\n", stream_callbacks.load());
   printf("stream_query=%d\n", (int)cudaStreamQuery(sa));
 
   // Legacy default stream: a blocking stream's kernel, then a synchronous copy on
