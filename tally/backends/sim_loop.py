@@ -197,6 +197,11 @@ class SimClock:
             at_ns += 1
         return self.loop.schedule(at_ns, lambda: self.loop.call_foreign(fn))
 
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        # the sim's callbacks already run where backend calls are allowed
+        # (inline in discrete mode, a pool thread in real time)
+        fn()
+
     def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool],
                  timeout: float | None = None) -> bool:
         if self.loop.realtime:

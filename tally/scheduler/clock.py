@@ -28,6 +28,11 @@ class Clock(Protocol):
     def call_at(self, when: float, fn: Callable[[], None]) -> Cancellable:
         """Run fn (on some other thread, never inside this call) at time `when`."""
 
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run fn as soon as possible on a thread that may call the backend.
+        Backend callbacks hand their work over this way: CUDA forbids driver
+        calls inside a host function, and the executor makes them."""
+
     def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool],
                  timeout: float | None = None) -> bool:
         """Called with cond's lock held: return once predicate() is true (True)
@@ -46,7 +51,8 @@ class _Timer:
 
 
 class WallClock:
-    """time.monotonic, with one daemon thread serving every timer."""
+    """time.monotonic, with one daemon thread serving every timer and every
+    call_soon (completion handling runs there, never on a driver thread)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, _Timer, Callable[[], None]]] = []
@@ -66,6 +72,9 @@ class WallClock:
                 self._thread.start()
             self._cond.notify()
         return timer
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.call_at(float("-inf"), fn)       # ahead of every timer, in submission order
 
     def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool],
                  timeout: float | None = None) -> bool:

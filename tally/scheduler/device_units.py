@@ -4,7 +4,9 @@ launches, preempting PTB launches, and learning that each one completed.
 Completion comes from the backend itself: after each tracked launch an event
 is recorded on the work stream and, on a companion "notify" stream, a host
 callback waits for it. The work stream is never blocked by the callback, and
-the mechanism is the same on every backend.
+the mechanism is the same on every backend. The callback only hands the unit
+to the clock's worker (Clock.call_soon): handling a completion launches more
+work, and CUDA forbids driver calls inside a host function.
 
 Transformed kernels follow ptx_passes.launch_plan. The PTB state buffer is
 written only with small host-to-device copies on one high-priority control
@@ -183,7 +185,7 @@ class DeviceUnits:
         unit.end_event = self._pooled_event(measuring)
         b.event_record(unit.end_event, bs)
         b.stream_wait_event(stream.notify_stream, unit.end_event)
-        b.host_callback(stream.notify_stream, lambda: self._on_done(unit))
+        b.host_callback(stream.notify_stream, lambda: self.clock.call_soon(lambda: self._on_done(unit)))
         if kind != "whole":
             task.unit = unit
         if priority == HIGH:
