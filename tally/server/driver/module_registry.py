@@ -40,14 +40,14 @@ class LoadedFunction:
     module: LoadedModule
     backend_function: object
 
+    param_bytes: int = 0    # size of the parameter block a launch must carry
+
+    def __post_init__(self):
+        self.param_bytes = max((p.offset + p.size for p in self.backend_function.params), default=0)
+
     @property
     def params(self) -> tuple[KernelParam, ...]:
         return tuple(self.backend_function.params)
-
-    @property
-    def param_bytes(self) -> int:
-        """Size of the parameter block a launch must carry."""
-        return max((p.offset + p.size for p in self.backend_function.params), default=0)
 
 
 def module_source(image: bytes, compute_capability: tuple[int, int]) -> ModuleSource:
