@@ -100,3 +100,17 @@ def test_arrival_traces_are_deterministic_and_hit_the_requested_rate():
     assert load_azure_counts().size == 1440
     with pytest.raises(ValueError, match="unknown trace"):
         arrivals("uniform", 1.0, 1.0, 0)
+
+
+def test_bundled_trace_is_what_its_generator_writes():
+    import importlib.util
+    from importlib import resources
+
+    script = resources.files("tally") / "data" / "traces" / "make_azure_sample.py"
+    spec = importlib.util.spec_from_file_location("make_azure_sample", str(script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    regenerated = module.generate()
+    assert np.array_equal(regenerated, load_azure_counts()), (
+        "the committed trace differs from make_azure_sample.py's output (numpy may have changed a "
+        "generator): run `python tally/data/traces/make_azure_sample.py` and commit the CSV")
