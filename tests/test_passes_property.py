@@ -11,6 +11,7 @@ and PTB may refuse a kernel whose warp operations could follow a return; nothing
 else may be refused)."""
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -136,20 +137,19 @@ def _assemble(text: str, directory: str, name: str):
 
 
 def _check(original_text: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="tally-pass-property-") as tmp:
-        before = _assemble(original_text, tmp, "input")
-        assert before.ok, f"the generated input itself is invalid: {before.failure()}\n{original_text}"
-        result = transform_module(parse_module(original_text), ALL_PASSES)
-        for report in result.kernels.values():
-            # The only refusal these inputs may earn: a warp operation after a possible return.
-            for pass_name, reasons in report.refusals.items():
-                assert pass_name != "slicing" and all(_WARP_HAZARD in r for r in reasons), reasons
-        after = _assemble(print_module(result.module), tmp, "transformed")
-        if not after.ok:
-            keep = Path(tempfile.mkdtemp(prefix="tally-pass-failure-"))
-            (keep / "input.ptx").write_text(original_text)
-            (keep / "transformed.ptx").write_text(print_module(result.module))
-            raise AssertionError(f"inputs kept in {keep}\n{after.failure()}")
+    """Input and output go to a fresh directory that is removed only when ptxas accepts
+    both, so a failure's message names files that still exist."""
+    tmp = tempfile.mkdtemp(prefix="tally-pass-property-")
+    before = _assemble(original_text, tmp, "input")
+    assert before.ok, f"the generated input itself is invalid: {before.failure()}\n{original_text}"
+    result = transform_module(parse_module(original_text), ALL_PASSES)
+    for report in result.kernels.values():
+        # The only refusal these inputs may earn: a warp operation after a possible return.
+        for pass_name, reasons in report.refusals.items():
+            assert pass_name != "slicing" and all(_WARP_HAZARD in r for r in reasons), reasons
+    after = _assemble(print_module(result.module), tmp, "transformed")
+    assert after.ok, f"input: {tmp}/input.ptx\n{after.failure()}"
+    shutil.rmtree(tmp)
 
 
 @_SETTINGS
