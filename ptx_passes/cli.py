@@ -22,7 +22,7 @@ from .params import param_layout
 from .parser import parse_module
 from .printer import print_module
 
-PASS_NAMES = ("slicing", "unified-sync", "ptb")
+PASS_NAMES = ("slicing", "unified-sync", "ptb", "ptb-raw")
 _ELF_MAGIC = b"\x7fELF"
 _FATBIN_MAGIC = b"\x50\xed\x55\xba"
 

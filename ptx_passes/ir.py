@@ -45,7 +45,8 @@ What the parser decides for you
 Destinations and sources (`Instruction.defs()` / `.uses()`)
 -----------------------------------------------------------
 The first operand is the destination, unless
-  1. the opcode (or opcode.first-modifier) is in `NO_DESTINATION_OPCODES`:
+  1. the opcode (or opcode.first-modifier) is in `NO_DESTINATION_OPCODES`
+     (except barrier reductions, `bar.red`/`barrier.red`, which write theirs):
      bra, brx, call, ret, exit, trap, brkpt, bar, barrier, membar, fence,
      red, st, prefetch, prefetchu, nanosleep, pmevent, griddepcontrol,
      setmaxnreg, cp, stmatrix, sust, sured, applypriority, discard,
@@ -360,6 +361,8 @@ class Instruction:
         return None
 
     def _has_destination(self) -> bool:
+        if self.opcode in ("bar", "barrier") and "red" in self.modifiers and self.operands:
+            return True  # bar.red.popc.u32 %r, 0, %p; writes its reduction result
         if not self.operands or self.opcode in NO_DESTINATION_OPCODES:
             return False
         if self.modifiers and f"{self.opcode}.{self.modifiers[0]}" in NO_DESTINATION_OPCODES:

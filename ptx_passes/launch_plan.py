@@ -35,8 +35,18 @@ PTB_STATE_BYTES = 8                       # u32 task counter, u32 preempt flag
 PTB_FLAG_OFFSET = 4                       # byte offset of the flag inside the state buffer
 
 
+# The passes keep block indices, offsets and the task counter in u32 registers.
+MAX_TRANSFORMABLE_BLOCKS = 2**32 - 1
+
+
 def total_blocks(grid: Dim3) -> int:
     return grid[0] * grid[1] * grid[2]
+
+
+def transformable_grid(grid: Dim3) -> bool:
+    """False when a grid is too large for the variants' 32-bit block bookkeeping;
+    such a launch must run as the original kernel."""
+    return 0 < total_blocks(grid) <= MAX_TRANSFORMABLE_BLOCKS
 
 
 def extra_params_offset(original_param_bytes: int) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable
 
-from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, SliceLaunch
+from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, SliceLaunch, transformable_grid
 from tally.backends.base import DeviceBackend, DeviceError
 from tally.scheduler.clock import Clock
 from tally.scheduler.executor_state import KernelTask, Unit
@@ -90,7 +90,7 @@ class DeviceUnits:
     def _plan(self, task: KernelTask) -> None:
         fn = task.op.function
         sliced = ptb = None
-        if self.variants is not None:
+        if self.variants is not None and transformable_grid(task.op.grid):
             if self.be_transform in ("auto", "slice"):
                 sliced = self.variants.sliced(fn)
             if self.be_transform in ("auto", "ptb"):
