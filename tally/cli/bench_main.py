@@ -1,5 +1,6 @@
 """`tally-bench`: benchmarks users run against tally.
 
+    tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
 """
 from __future__ import annotations
@@ -21,6 +22,11 @@ BACKENDS = ("sim", "cuda", "emulator")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tally-bench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="compile two CUDA programs and run them under tally-run against a "
+                                    "tally-server (GPU if present, else the CPU emulator)")
+    d.add_argument("--backend", choices=("auto", "cuda", "emulator", "null", "sim"), default="auto")
+    d.add_argument("--requests", type=int, default=200, help="inference requests (default: %(default)s)")
+    d.add_argument("--steps", type=int, default=300, help="training steps (default: %(default)s)")
     c = sub.add_parser("colocate", help="high-priority inference next to best-effort training, "
                                         "under each policy and alone")
     c.add_argument("--backend", choices=BACKENDS, default="sim")
@@ -85,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "colocate":
         return colocate(args)
+    if args.command == "demo":
+        from tally.bench.demo import run_demo
+        return run_demo(args.backend, args.requests, args.steps)
     return 2
 
 
