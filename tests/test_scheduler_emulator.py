@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
 
-from tally.backends.base import ModuleSource
 from tally.scheduler import Launch, MemcpyDtoH, MemcpyHtoD, StreamExecutor, make_policy
 from tally.scheduler.profiler import TransparentProfiler
 
 emulator = pytest.importorskip("tally.backends.emulator", reason="the emulator backend is not built")
+from tally.server.driver.module_registry import ModuleRegistry  # noqa: E402
 from tally.server.kernel_variants import PtxVariantProvider  # noqa: E402
 
 N, BLOCK = 65536, 128                # saxpy: one element per thread, 512 blocks
@@ -30,16 +30,17 @@ def device():
 
 
 def _function(backend, variants, source, name):
+    """Load a kernel the way the server does for a best-effort job: through the
+    module registry, which loads the original and its variants as one module."""
     ptx = compile_ptx(CORPUS_DIR / source, arch="sm_90")
-    module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
-    fn = backend.module_function(module, name)
-    variants.register(fn, ptx)
-    return fn
+    registry = ModuleRegistry(backend, variants)
+    module = registry.load(ptx.encode())
+    return registry.function(module.module_id, name).backend_function
 
 
 @pytest.mark.parametrize("be_transform", ["slice", "ptb"])
 def test_preempted_best_effort_kernels_compute_exact_results(device, be_transform):
-    variants = PtxVariantProvider(device)
+    variants = PtxVariantProvider()
     saxpy = _function(device, variants, "saxpy.cu", "saxpy")
     vector_add = _function(device, variants, "vector_add.cu", "vector_add")
     assert variants.sliced(saxpy) is not None and variants.ptb(saxpy) is not None

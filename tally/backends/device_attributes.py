@@ -3,7 +3,8 @@
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
 emulated devices do not provide (managed memory, clusters, cooperative launch,
-memory pools, IPC) read 0 so a job takes its fallback path instead of failing
+IPC) read 0 (stream-ordered allocation is provided: tally's client implements
+the default memory pool) so a job takes its fallback path instead of failing
 later. Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 0, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 0,
-        "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024, "MEMORY_POOLS_SUPPORTED": 0, "CLUSTER_LAUNCH": 0,
+        "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
         "MPS_ENABLED": 0,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}

@@ -39,6 +39,9 @@ def serve_parser() -> argparse.ArgumentParser:
                         "slice, ptb, or none (whole kernels)")
     p.add_argument("--turnaround-threshold-ms", type=float, default=0.0316,
                    help="longest best-effort turnaround (slice time / PTB task time) the profiler accepts")
+    p.add_argument("--spin-us", type=float, default=None,
+                   help="how long a client's server thread spins for its next request before sleeping "
+                        "(default: 1000 on a GPU, 20 on the CPU backends)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
 
@@ -70,7 +73,8 @@ def serve_main(argv: list[str]) -> int:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
-                          be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms)
+                          be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
+                          spin_us=args.spin_us)
     server = TallyServer(config, backend)
     try:
         server.bind()

@@ -52,6 +52,16 @@ class ServerConfig:
     policy: str = "priority"
     be_transform: str = "auto"
     turnaround_threshold_ms: float = 0.0316
+    # How long a session thread spins on its request ring before sleeping on the
+    # futex; a request after a longer gap pays a wake-up (~25 us on a VM). None:
+    # 1000 us on a real GPU (a synchronous call then costs ~3 us), 20 us on the
+    # CPU-bound backends, whose kernels need the cores a spinning thread would take.
+    spin_us: float | None = None
+
+    def session_spin_us(self, backend_kind: str) -> float:
+        if self.spin_us is not None:
+            return self.spin_us
+        return 1000.0 if backend_kind == "cuda" else 20.0
 
     def __post_init__(self):
         if self.segment_sizes is None:
@@ -140,8 +150,6 @@ class TallyServer:
                 pass
         try:
             self.executor.close()
-            if hasattr(self.variants, "close"):
-                self.variants.close()
             self.backend.close()
         except Exception:
             log.exception("closing the executor/backend failed")
@@ -191,7 +199,8 @@ class TallyServer:
         client_id = next(self._client_ids)
         name = f"/tally-{os.getpid()}-{client_id}"
         sizes = self.config.segment_sizes
-        segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download)
+        segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
+                                       spin_us=self.config.session_spin_us(self.backend.kind))
         program = protocol.cstr(hello["program"]) or f"pid {hello['pid']}"
         session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
         try:
@@ -248,14 +257,6 @@ class TallyServer:
         except (KeyError, ValueError):
             pass
 
-    def kernel_resolved(self, session: Session, function, ptx: str | None) -> None:
-        """Module handlers call this for every kernel a client resolves, with the PTX
-        of its module (None for cubin-only modules): best-effort kernels get their
-        sliced/PTB variants built now, while the client waits for its module anyway."""
-        register = getattr(self.variants, "register", None)
-        if register is not None and session.priority == protocol.Priority.BEST_EFFORT:
-            register(function, ptx)
-
     def forget_session(self, session: Session) -> None:
         """Called by Session.close()."""
         self._unregister(session.connection)
@@ -296,7 +297,7 @@ def make_variant_provider(backend):
         from tally.backends.sim_variants import SimVariantProvider
         return SimVariantProvider(), backend.clock
     from tally.server.kernel_variants import PtxVariantProvider
-    return PtxVariantProvider(backend), None
+    return PtxVariantProvider(), None
 
 
 def make_executor(config: ServerConfig, backend, description, variants, clock):

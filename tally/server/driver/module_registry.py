@@ -3,8 +3,12 @@
 The client sends module images (fatbin, cubin or PTX; cudart's fatbin wrapper is
 unwrapped by the client); the registry takes them apart with ptx_passes, loads
 them on the backend and hands out ids for modules and functions. It also
-answers where a backend Function comes from (`origin`): its module's PTX is
-what kernel transformations (slicing, PTB) start from.
+answers where a backend Function comes from (`origin`).
+
+For a best-effort job (a registry made with a variant provider) a module with
+PTX is loaded as the provider's prepared text: the original kernels plus their
+sliced and PTB versions in one module (tally/server/kernel_variants.py), and
+each resolved kernel's variants are registered with the provider.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
+from ptx_passes.variants import VariantsResult
+from tally.scheduler.variants import PTBVariant, SlicedVariant
 from tally.backends.base import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_IMAGE,
@@ -31,6 +37,7 @@ class LoadedModule:
     functions: dict[str, LoadedFunction] = field(default_factory=dict)
     globals: dict[str, tuple[int, int]] = field(default_factory=dict)
     kernel_facts: dict | None = None     # name -> cubin KernelInfo, read once on demand
+    variants: VariantsResult | None = None   # set when the module was loaded with its variants
 
 
 @dataclass(eq=False)
@@ -66,8 +73,11 @@ def module_source(image: bytes, compute_capability: tuple[int, int]) -> ModuleSo
 
 
 class ModuleRegistry:
-    def __init__(self, backend):
+    def __init__(self, backend, variant_provider=None):
         self.backend = backend
+        # PtxVariantProvider (tally/server/kernel_variants.py) for best-effort jobs, else None;
+        # providers that model variants themselves (the sim's) have no `prepare`.
+        self.variant_provider = variant_provider if hasattr(variant_provider, "prepare") else None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._modules: dict[int, LoadedModule] = {}
@@ -78,9 +88,17 @@ class ModuleRegistry:
 
     def load(self, image: bytes) -> LoadedModule:
         source = module_source(image, self.backend.describe().compute_capability)
-        backend_module = self.backend.module_load(source)
+        variants = None
+        if self.variant_provider is not None and source.ptx is not None:
+            variants = self.variant_provider.prepare(source.ptx)
+        if variants is not None:
+            # Loaded from the transformed text only (no original image, no cubins), so the
+            # cuda backend JIT-compiles originals and variants into one module.
+            backend_module = self.backend.module_load(ModuleSource(original=b"", ptx=variants.ptx))
+        else:
+            backend_module = self.backend.module_load(source)
         with self._lock:
-            module = LoadedModule(next(self._ids), backend_module, source)
+            module = LoadedModule(next(self._ids), backend_module, source, variants=variants)
             self._modules[module.module_id] = module
         return module
 
@@ -91,6 +109,8 @@ class ModuleRegistry:
             for fn in module.functions.values():
                 self._functions.pop(fn.function_id, None)
                 self._origins.pop(id(fn.backend_function), None)
+                if self.variant_provider is not None:
+                    self.variant_provider.forget(fn.backend_function)
             for ptr, _size in module.globals.values():
                 self._drop_global(ptr)
         self.backend.module_unload(module.backend_module)
@@ -109,7 +129,24 @@ class ModuleRegistry:
                 module.functions[name] = fn
                 self._functions[fn.function_id] = fn
                 self._origins[id(backend_fn)] = fn
+                register = True
+            else:
+                register = False
+        if register and module.variants is not None:
+            self._register_variants(module, fn)
         return fn
+
+    def _register_variants(self, module: LoadedModule, fn: LoadedFunction) -> None:
+        plans = module.variants.kernels.get(fn.name)
+        if plans is None:
+            return
+        sliced = ptb = None
+        if plans.sliced is not None:
+            sliced = SlicedVariant(plans.sliced, self.backend.module_function(module.backend_module,
+                                                                               plans.sliced.name))
+        if plans.ptb is not None:
+            ptb = PTBVariant(plans.ptb, self.backend.module_function(module.backend_module, plans.ptb.name))
+        self.variant_provider.register(fn.backend_function, sliced, ptb)
 
     def launchable(self, function_id: int) -> LoadedFunction:
         try:
@@ -148,6 +185,10 @@ class ModuleRegistry:
     def clear(self) -> None:
         with self._lock:
             modules = list(self._modules.values())
+            if self.variant_provider is not None:
+                for module in modules:
+                    for fn in module.functions.values():
+                        self.variant_provider.forget(fn.backend_function)
             self._modules.clear()
             self._functions.clear()
             self._origins.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from tally.protocol import Priority
 from tally.backends.base import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
@@ -31,7 +32,9 @@ class DriverState:
         self.client_id = session.client_id
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id)
-        self.modules = ModuleRegistry(session.backend)
+        # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
+        transform = session.priority == Priority.BEST_EFFORT
+        self.modules = ModuleRegistry(session.backend, session.server.variants if transform else None)
         self.regions = PinnedRegions(session.pid)
         self.host_functions = HostFunctions(session)
         self.events: dict[int, object] = {}        # client event id -> ExecutorEvent
