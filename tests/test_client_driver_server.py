@@ -12,7 +12,7 @@ import time
 
 import pytest
 from server_harness import PyClient
-from test_e2e_helpers import Server, emulator_available
+from test_e2e_helpers import emulator_server_process
 
 from tally import protocol
 from tally.protocol.spec import (
@@ -29,9 +29,7 @@ LEGACY = 0
 
 @pytest.fixture(scope="module")
 def server():
-    if not emulator_available():
-        pytest.skip("the emulator backend is not built in this checkout")
-    s = Server("emulator")
+    s = emulator_server_process()
     yield s
     s.stop()
 

@@ -165,18 +165,18 @@ class Server:
         self.process.stop()
 
 
-def emulator_available() -> bool:
+def emulator_server_process() -> Server:
+    """A server on the CPU emulator. The emulator is part of every build, so a
+    missing one is a failure, never a skip."""
     try:
         import tally.backends.emulator  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    except ImportError as e:
+        pytest.fail(f"the emulator backend does not import ({e}); rebuild with tools/dev_build.sh")
+    return Server("emulator")
 
 
 @pytest.fixture(scope="module")
 def emulator_server():
-    if not emulator_available():
-        pytest.skip("the emulator backend is not built in this checkout")
-    server = Server("emulator")
+    server = emulator_server_process()
     yield server
     server.stop()

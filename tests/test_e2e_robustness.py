@@ -13,10 +13,9 @@ import pytest
 from test_e2e_helpers import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
-    Server,
     build_cuda,
     build_driver_c,
-    emulator_available,
+    emulator_server_process,
     finish,
     run_job,
     start_job,
@@ -28,9 +27,7 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 @pytest.fixture
 def server():
     """A fresh server per test: these tests read its status and memory totals."""
-    if not emulator_available():
-        pytest.skip("the emulator backend is not built in this checkout")
-    s = Server("emulator")
+    s = emulator_server_process()
     yield s
     s.stop()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import string
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -14,7 +14,7 @@ from ptx_corpus import CORPUS_DIR, compile_ptx
 from tally.scheduler import Launch, MemcpyDtoH, MemcpyHtoD, StreamExecutor, make_policy
 from tally.scheduler.profiler import TransparentProfiler
 
-emulator = pytest.importorskip("tally.backends.emulator", reason="the emulator backend is not built")
+import tally.backends.emulator as emulator  # noqa: E402
 from tally.server.driver.module_registry import ModuleRegistry  # noqa: E402
 from tally.server.kernel_variants import PtxVariantProvider  # noqa: E402
 

@@ -323,7 +323,7 @@ def gen_entry_table(entries: list[Entry]) -> str:
                      f"reinterpret_cast<void*>(&tally_traced_{e.pfn})}},")
     lines += [
         "};",
-        f"static_assert(sizeof(kEntryPoints) / sizeof(kEntryPoints[0]) == kEntryCount);",
+        "static_assert(sizeof(kEntryPoints) / sizeof(kEntryPoints[0]) == kEntryCount);",
         "",
         "}  // namespace tally::client",
         "",
