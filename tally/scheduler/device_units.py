@@ -1,12 +1,23 @@
 """Kernel work on the device: launching whole kernels, slices and PTB
 launches, preempting PTB launches, and learning that each one completed.
 
-Completion comes from the backend itself: after each tracked launch an event
-is recorded on the work stream and, on a companion "notify" stream, a host
+Completion comes from the backend itself: after a launch an event is
+recorded on the work stream and, on a companion "notify" stream, a host
 callback waits for it. The work stream is never blocked by the callback, and
 the mechanism is the same on every backend. The callback only hands the unit
 to the clock's worker (Clock.call_soon): handling a completion launches more
 work, and CUDA forbids driver calls inside a host function.
+
+Watching every kernel that way costs a callback and a thread hand-off per
+launch, which made the executor the bottleneck of jobs that launch many short
+kernels. So every launch records its end event, but a whole kernel that needs
+no timing, launched while another unit of its stream is being watched, gets no
+callback of its own: it "rides" on the stream's watched unit. Stream order
+makes that exact: when a watched unit completes, every rider launched before
+it has completed too; if riders launched after it are still out, the newest
+of them is watched then, through the end event it recorded at its launch (so
+its completion is known when it completes, not after work queued behind it).
+Slices, PTB launches and measured kernels are always watched themselves.
 
 Transformed kernels follow ptx_passes.launch_plan. The PTB state buffer is
 written only with small host-to-device copies on one high-priority control
@@ -184,8 +195,10 @@ class DeviceUnits:
             b.memcpy_dtoh_async(memoryview(stream.readback), stream.ptb_state, bs)
         unit.end_event = self._pooled_event(measuring)
         b.event_record(unit.end_event, bs)
-        b.stream_wait_event(stream.notify_stream, unit.end_event)
-        b.host_callback(stream.notify_stream, lambda: self.clock.call_soon(lambda: self._on_done(unit)))
+        if kind == "whole" and not measuring and stream.watched is not None:
+            stream.riders.append(unit)
+        else:
+            self._watch(unit)
         if kind != "whole":
             task.unit = unit
         if priority == HIGH:
@@ -200,6 +213,33 @@ class DeviceUnits:
         if kind == "ptb":
             self.preemptible += 1
         stream.inflight += 1
+
+    def _watch(self, unit: Unit) -> None:
+        """Give `unit` its own completion callback (see the module docstring)."""
+        b, stream = self.backend, unit.task.stream
+        b.stream_wait_event(stream.notify_stream, unit.end_event)
+        b.host_callback(stream.notify_stream, lambda: self.clock.call_soon(lambda: self._on_done(unit)))
+        stream.watched = unit
+
+    def riders_done_with(self, unit: Unit) -> list[Unit]:
+        """The riders of `unit`'s stream that completed no later than `unit` (launched
+        before it), oldest first; the caller completes them before `unit`."""
+        riders = unit.task.stream.riders
+        done = []
+        while riders and riders[0].unit_id < unit.unit_id:
+            done.append(riders.popleft())
+        return done
+
+    def watch_riders(self, unit: Unit) -> None:
+        """After `unit` completed: if it was its stream's watched unit and riders
+        launched after it are still out, watch the newest of them (the others
+        complete with it)."""
+        stream = unit.task.stream
+        if stream.watched is not unit:
+            return
+        stream.watched = None
+        if stream.riders:
+            self._watch(stream.riders.pop())
 
     def preempt(self, unit: Unit) -> None:
         stream = unit.task.stream

@@ -440,8 +440,10 @@ class StreamExecutor:
         """Backend callback (any thread): a tracked launch completed on the device."""
         with self._lock:
             now = self.clock.now()
-            self.device.complete(unit, now)
-            self.policy.on_unit_finished(unit.view(), now)
+            for done in (*self.device.riders_done_with(unit), unit):
+                self.device.complete(done, now)
+                self.policy.on_unit_finished(done.view(), now)
+            self.device.watch_riders(unit)
             if not self._closed:
                 self._pump()
             self._cond.notify_all()

@@ -119,7 +119,11 @@ class StreamState:
     backend_stream: Any
     notify_stream: Any                  # completion callbacks, off the work stream
     queue: collections.deque = field(default_factory=collections.deque)
-    inflight: int = 0                   # tracked units not yet completed
+    inflight: int = 0                   # units launched and not yet completed
+    # Completion batching (device_units.py): whole kernels launched while another
+    # unit's completion is being watched ride on the next watched completion.
+    watched: "Unit | None" = None       # the newest unit with its own completion callback
+    riders: collections.deque = field(default_factory=collections.deque)   # units without one
     errors: collections.deque[DeviceError] = field(default_factory=collections.deque)
     ptb_state: int | None = None        # device address of the PTB state buffer
     readback: bytearray = field(default_factory=lambda: bytearray(8))
