@@ -2,6 +2,7 @@
 
     tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
+    tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
+from tally.bench.process_jobs import BEST_EFFORT, DEFAULT_JOBS, HIGH, PROGRAMS, WORKLOADS
 from tally.bench.traces import TRACE_KINDS
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
 from tally.scheduler.executor import BE_TRANSFORMS
@@ -44,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--be-transform", choices=BE_TRANSFORMS, default="auto")
     c.add_argument("--turnaround-threshold-ms", type=float, default=DEFAULT_TURNAROUND_THRESHOLD_MS)
     c.add_argument("--time-slice-ms", type=float, default=10.0)
+    real = c.add_argument_group("real processes (--backend cuda|emulator)")
+    real.add_argument("--workload", choices=WORKLOADS, default="cuda",
+                      help="cuda: CUDA C++ jobs (run on the emulator too); torch: PyTorch jobs (GPU)")
+    real.add_argument("--hp-job", help="high-priority job: " + _job_names(HIGH))
+    real.add_argument("--be-job", help="best-effort job: " + _job_names(BEST_EFFORT))
+    real.add_argument("--hp-args", help="extra arguments for the high-priority job, e.g. \"--width 1024\"")
+    real.add_argument("--be-args", help="extra arguments for each best-effort job, e.g. \"--samples 65536\"")
+    real.add_argument("--keep-workdir", action="store_true",
+                      help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
     return parser
@@ -61,11 +72,55 @@ def _summary(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _job_names(role: str) -> str:
+    return "; ".join(f"{w}: " + ", ".join(n for n, p in PROGRAMS.items() if p.role == role and p.workload == w)
+                     + f" (default {DEFAULT_JOBS[w][0 if role == HIGH else 1]})" for w in WORKLOADS)
+
+
+def colocate_processes(args: argparse.Namespace) -> int:
+    """--backend cuda|emulator: real tally-server and tally-run processes."""
+    from tally.bench.process_colocate import run_process_colocate
+    from tally.bench.process_group import JobFailed
+    from tally.bench.process_jobs import JobBuildError
+    from tally.bench.process_runner import config_from_args
+    try:
+        config = config_from_args(args)
+        config.validate()
+    except ValueError as e:
+        print(f"tally-bench colocate: {e}", file=sys.stderr)
+        return 2
+    try:
+        result = run_process_colocate(config, keep_workdir=args.keep_workdir)
+    except (JobFailed, JobBuildError) as e:
+        print(f"tally-bench colocate: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tally-bench colocate: interrupted; every server and job it started was stopped", file=sys.stderr)
+        return 130
+    print(_summary(result.report))
+    for run in result.report["runs"]:
+        counters = run["counters"]
+        print(f"  server counters [{run['policy']}{'' if run['hp'] else ', no high-priority job'}, "
+              f"{run['be_jobs']} best-effort]: " + ", ".join(
+                  f"{k} {counters.get(k, 0)}" for k in ("kernels", "kernels_sliced", "kernels_ptb", "preemptions",
+                                                        "untransformable")))
+    if "workdir" in result.report:
+        print(f"logs and reports kept in {result.report['workdir']}")
+    _write_outputs(args, result)
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, result) -> None:
+    if args.json:
+        args.json.write_text(json.dumps(result.report, indent=1, sort_keys=True) + "\n")
+    if args.png:
+        from tally.bench.plots import plot_colocate
+        plot_colocate(result.report, result.latencies_ms, args.png)
+
+
 def colocate(args: argparse.Namespace) -> int:
     if args.backend != "sim":
-        print(f"tally-bench colocate: --backend {args.backend} is not available yet: it needs the "
-              "tally-server/tally-run path and the job scripts; use --backend sim", file=sys.stderr)
-        return 2
+        return colocate_processes(args)
     try:
         config = ColocateConfig(
             policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

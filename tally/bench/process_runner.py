@@ -1,0 +1,268 @@
+"""`tally-bench colocate --backend cuda|emulator`: the co-location benchmark
+with real processes (tally/bench/colocate.py computes the statistics).
+
+Every run gets a fresh `tally-server --backend B --policy P` on a private
+socket, so nothing a policy learned or leaked carries into the next run. In a
+run the best-effort jobs start first, under `tally-run --priority
+best-effort`, and the run waits until each has done one iteration (its
+kernels are loaded and, under `priority`, transformed); then the
+high-priority job starts under `tally-run --priority high`, warms up, starts
+its trace clock t0 and replays the arrival times; throughput is measured over
+[t0, t0 + duration] for every job. Then the best-effort jobs are told to stop
+(a stop file: they finish their iteration, check their results and exit) and
+the server is stopped. Runs without a high-priority job measure the window
+from when every best-effort job is ready.
+
+The server's scheduler counters (kernels sliced / PTB / preemptions) are read
+with its status query just before the jobs are stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tally.bench.colocate import ColocateConfig, RunRecord
+from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
+from tally.bench.process_jobs import BEST_EFFORT, DEFAULT_JOBS, HIGH, WORKLOADS, find_program
+from tally.bench.process_results import (ReportError, high_priority_result, iterations_in_window,
+                                         read_report)
+from tally.cli.server_main import query_status
+
+PROCESS_BACKENDS = ("emulator", "cuda")
+CALIBRATION_REQUESTS = 20
+
+
+@dataclass(frozen=True)
+class ProcessColocateConfig(ColocateConfig):
+    """ColocateConfig for real processes: hp_model/be_model name job programs
+    (tally/bench/process_jobs.py), not sim models."""
+
+    backend: str = "emulator"
+    workload: str = "cuda"
+    hp_model: str = DEFAULT_JOBS["cuda"][0]
+    be_model: str = DEFAULT_JOBS["cuda"][1]
+    hp_args: tuple[str, ...] = ()        # extra arguments of the job programs (sizes)
+    be_args: tuple[str, ...] = ()
+    drain_s: float = 10.0
+    startup_timeout_s: float = 300.0     # a job's start-up: module loads (and transforms) on the emulator
+
+    def validate(self) -> None:
+        if self.backend not in PROCESS_BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: real processes run on {', '.join(PROCESS_BACKENDS)}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"--workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
+        find_program(self.hp_model, HIGH, self.workload)
+        find_program(self.be_model, BEST_EFFORT, self.workload)
+        if self.drain_s < 0:
+            raise ValueError(f"drain must be >= 0 s, got {self.drain_s}")
+        # the shared checks, without the sim's model and GPU names
+        dataclasses.replace(ColocateConfig(), policies=self.policies, trace=self.trace, load=self.load,
+                            be_jobs=self.be_jobs, duration=self.duration, seed=self.seed,
+                            be_transform=self.be_transform).validate()
+
+    @classmethod
+    def for_workload(cls, workload: str, hp_job: str | None = None, be_job: str | None = None,
+                     **fields) -> ProcessColocateConfig:
+        hp_default, be_default = DEFAULT_JOBS.get(workload, (None, None))
+        return cls(workload=workload, hp_model=hp_job or hp_default, be_model=be_job or be_default, **fields)
+
+
+@dataclass
+class RunLog:
+    """What one run did, beyond the RunRecord (for the report's "runs" list)."""
+
+    policy: str
+    hp: bool
+    be_jobs: int
+    counters: dict
+    checks: list[str]
+    be_iterations_per_s: list[float]
+    wall_seconds: float
+
+
+class ProcessRunner:
+    """The colocate Runner for real backends. Use as a context manager: its
+    working directory (sockets, arrival files, logs) goes at the end."""
+
+    def __init__(self, config: ProcessColocateConfig, workdir: Path | None = None, keep_workdir: bool = False):
+        config.validate()
+        self.config = config
+        self.hp_program = find_program(config.hp_model, HIGH, config.workload)
+        self.be_program = find_program(config.be_model, BEST_EFFORT, config.workload)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tally-colocate-"))
+        self.keep_workdir = keep_workdir
+        self.log: list[RunLog] = []
+        self.calibration_service_ms: list[float] = []
+        self._commands: dict[str, list[str]] = {}
+        self._runs = 0
+
+    def __enter__(self) -> ProcessRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ---- Runner --------------------------------------------------------------------
+
+    def service_time(self) -> float:
+        """Mean service time of a request on an otherwise idle server, from
+        CALIBRATION_REQUESTS requests that all arrive at once (served back to back)."""
+        zeros = np.zeros(CALIBRATION_REQUESTS)
+        with self._run_group("calibrate", "fifo") as (group, server, directory):
+            hp = self._run_high_priority(group, server, directory, zeros, duration=0.0)
+        service = high_priority_result(hp, zeros, 0.0).service
+        self.calibration_service_ms = [float(s) * 1000 for s in service]
+        return float(np.mean(service))
+
+    def run(self, policy: str, with_hp: bool, be_count: int, arrivals: np.ndarray) -> RunRecord:
+        c = self.config
+        started = time.perf_counter()
+        name = f"{policy}-{'hp' if with_hp else 'nohp'}-{be_count}be"
+        record = RunRecord()
+        checks: list[str] = []
+        with self._run_group(name, policy) as (group, server, directory):
+            stop_file = directory / "stop"
+            bes = [self._start_best_effort(group, server, directory, i, stop_file) for i in range(be_count)]
+            for i, be in enumerate(bes):
+                ready = directory / f"be{i}.ready"
+                wait_for(ready.exists, c.startup_timeout_s, be, "its first iteration", also=(server.process, *bes))
+            if with_hp:
+                report = self._run_high_priority(group, server, directory, arrivals, c.duration, watch=bes)
+                hp = high_priority_result(report, arrivals, c.duration)
+                record.hp_latencies = hp.latencies.tolist()
+                record.hp_unfinished = hp.unfinished
+                record.hp_completed_in_window = hp.completed_in_window
+                checks.append(f"high-priority: {hp.check}")
+                window = (hp.t0, hp.t0 + c.duration)
+            else:
+                window = (time.monotonic(), time.monotonic() + c.duration)
+                while time.monotonic() < window[1]:
+                    for be in bes:
+                        if not be.running():
+                            raise be.failure(f"exited with status {be.proc.returncode} during the run")
+                    time.sleep(min(0.05, max(0.0, window[1] - time.monotonic())))
+            record.counters = self._counters(server)
+            stop_file.touch()
+            for i, be in enumerate(bes):
+                report = self._finish(be, directory / f"be{i}.json", ("started", "step_end"), timeout=120.0)
+                record.be_progress.append(iterations_in_window(report["started"], report["step_end"], window))
+                checks.append(f"best-effort {i + 1}: {report.get('check', '')}")
+        record.wall_seconds = time.perf_counter() - started
+        self.log.append(RunLog(policy, with_hp, be_count, record.counters, checks,
+                               [p / c.duration for p in record.be_progress], record.wall_seconds))
+        return record
+
+    # ---- pieces --------------------------------------------------------------------
+
+    def _command(self, program) -> list[str]:
+        if program.name not in self._commands:
+            self._commands[program.name] = program.command()    # compiles a cuda job once
+        return self._commands[program.name]
+
+    def _run_group(self, name: str, policy: str):
+        self._runs += 1
+        directory = self.workdir / f"run{self._runs:02d}-{name}"
+        return _ServerRun(self.config, policy, directory)
+
+    def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
+        return [sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
+                "--priority", priority, "--"]
+
+    def _start_best_effort(self, group: ProcessGroup, server: RunningServer, directory: Path, i: int,
+                           stop_file: Path) -> Managed:
+        argv = (self._tally_run(server, "best-effort") + self._command(self.be_program)
+                + ["--out", str(directory / f"be{i}.json"), "--stop", str(stop_file),
+                   "--ready", str(directory / f"be{i}.ready"), *self.config.be_args])
+        return group.start(f"best-effort job {i + 1} ({self.be_program.name})", argv, f"be{i}.log")
+
+    def _run_high_priority(self, group: ProcessGroup, server: RunningServer, directory: Path, arrivals: np.ndarray,
+                           duration: float, watch: list[Managed] = ()) -> dict:
+        c = self.config
+        arrival_file = directory / "arrivals.txt"
+        np.savetxt(arrival_file, arrivals, fmt="%.9f")
+        argv = (self._tally_run(server, "high") + self._command(self.hp_program)
+                + ["--arrivals", str(arrival_file), "--duration", repr(duration), "--drain", repr(c.drain_s),
+                   "--out", str(directory / "hp.json"), *c.hp_args])
+        hp = group.start(f"high-priority job ({self.hp_program.name})", argv, "hp.log")
+        limit = c.startup_timeout_s + duration + c.drain_s + 30.0
+        # a best-effort job or the server dying while the trace plays is a failure of the run
+        wait_for(lambda: not hp.running(), limit, hp, "the end of its trace", also=(server.process, *watch))
+        return self._finish(hp, directory / "hp.json", ("t0", "start_s", "end_s", "stopped_s"), timeout=0)
+
+    @staticmethod
+    def _finish(job: Managed, report_path: Path, keys: tuple[str, ...], timeout: float) -> dict:
+        status = job.wait(timeout)
+        if status != 0:
+            raise job.failure(f"exited with status {status}")
+        try:
+            return read_report(report_path, keys)
+        except ReportError as e:
+            raise job.failure(str(e)) from None
+
+    @staticmethod
+    def _counters(server: RunningServer) -> dict:
+        try:
+            scheduler = query_status(server.socket_path, timeout=10.0)["server"].get("scheduler", {})
+        except (OSError, ConnectionError) as e:
+            raise server.process.failure(f"did not answer its status query ({e})") from None
+        return {k: v for k, v in scheduler.items() if k != "clients"}
+
+    def describe_runs(self) -> list[dict]:
+        return [dataclasses.asdict(r) for r in self.log]
+
+
+@dataclass
+class RunningServer:
+    process: Managed
+    socket_path: Path
+
+
+class _ServerRun:
+    """Context manager for one run: a process group holding a fresh tally-server."""
+
+    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path):
+        self.config, self.policy, self.directory = config, policy, directory
+        self.group = ProcessGroup(directory)
+
+    def __enter__(self):
+        c = self.config
+        self.group.__enter__()
+        try:
+            socket_path = self.directory / "server.sock"
+            argv = [sys.executable, "-m", "tally.cli.server_main", "--backend", c.backend, "--policy", self.policy,
+                    "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
+                    "--socket", str(socket_path)]
+            process = self.group.start(f"tally-server (--backend {c.backend} --policy {self.policy})", argv,
+                                       "server.log")
+            wait_for(socket_path.exists, 60.0, process, "listening on its socket")
+        except BaseException:
+            self.group.__exit__(None, None, None)
+            raise
+        return self.group, RunningServer(process, socket_path), self.directory
+
+    def __exit__(self, *exc) -> None:
+        self.group.__exit__(*exc)
+
+
+def config_from_args(args) -> ProcessColocateConfig:
+    """The config for `tally-bench colocate --backend cuda|emulator` (ValueError on bad options)."""
+    return ProcessColocateConfig.for_workload(
+        args.workload, args.hp_job, args.be_job, backend=args.backend,
+        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()), trace=args.trace,
+        load=args.load, be_jobs=args.be_jobs, duration=args.duration, seed=args.seed,
+        be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
+        time_slice_ms=args.time_slice_ms, hp_args=tuple(shlex.split(args.hp_args or "")),
+        be_args=tuple(shlex.split(args.be_args or "")))
+
+
+__all__ = ["JobFailed", "PROCESS_BACKENDS", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]
