@@ -2,7 +2,8 @@
 harness (tally.bench.colocate.run_colocate) driven by the ProcessRunner, with
 what the processes did added to the report under "runs" (per run: policy,
 server scheduler counters, the jobs' own result checks, best-effort
-iterations/s) and "hp_calibration_service_ms"."""
+iterations/s, process ids), "hp_calibration_service_ms" and "workdir" (the
+runs' logs and reports; removed at the end unless kept)."""
 from __future__ import annotations
 
 import platform
@@ -19,6 +20,7 @@ def run_process_colocate(config: ProcessColocateConfig, workdir: Path | None = N
         result.report["hp_calibration_service_ms"] = runner.calibration_service_ms
         result.report["runs"] = runner.describe_runs()
         result.report["host"] = {"machine": platform.machine(), "python": platform.python_version()}
-        if keep_workdir:
-            result.report["workdir"] = str(runner.workdir)
+        result.report["workdir"] = str(runner.workdir)
+        result.report["workdir_kept"] = keep_workdir
+        result.report["socket_dir"] = str(runner.socket_dir)
     return result

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tally import paths
 from tally.bench.colocate import ColocateConfig, RunRecord
 from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
 from tally.bench.process_jobs import BEST_EFFORT, DEFAULT_JOBS, HIGH, WORKLOADS, find_program
@@ -79,6 +80,7 @@ class ProcessColocateConfig(ColocateConfig):
 class RunLog:
     """What one run did, beyond the RunRecord (for the report's "runs" list)."""
 
+    purpose: str                         # "calibration" | "alone" | "colocated"
     policy: str
     hp: bool
     be_jobs: int
@@ -86,6 +88,7 @@ class RunLog:
     checks: list[str]
     be_iterations_per_s: list[float]
     wall_seconds: float
+    pids: dict[str, int]                 # every process the run started, by label
 
 
 class ProcessRunner:
@@ -99,6 +102,9 @@ class ProcessRunner:
         self.be_program = find_program(config.be_model, BEST_EFFORT, config.workload)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tally-colocate-"))
+        # unix socket paths are limited to 107 bytes: sockets live in a short directory of their own
+        paths.runtime_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="colocate-", dir=paths.runtime_dir()))
         self.keep_workdir = keep_workdir
         self.log: list[RunLog] = []
         self.calibration_service_ms: list[float] = []
@@ -109,6 +115,7 @@ class ProcessRunner:
         return self
 
     def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -117,12 +124,17 @@ class ProcessRunner:
     def service_time(self) -> float:
         """Mean service time of a request on an otherwise idle server, from
         CALIBRATION_REQUESTS requests that all arrive at once (served back to back)."""
+        started = time.perf_counter()
         zeros = np.zeros(CALIBRATION_REQUESTS)
         with self._run_group("calibrate", "fifo") as (group, server, directory):
-            hp = self._run_high_priority(group, server, directory, zeros, duration=0.0)
-        service = high_priority_result(hp, zeros, 0.0).service
-        self.calibration_service_ms = [float(s) * 1000 for s in service]
-        return float(np.mean(service))
+            report = self._run_high_priority(group, server, directory, zeros, duration=0.0)
+            counters = self._counters(server)
+            pids = {m.label: m.pid for m in group.processes}
+        hp = high_priority_result(report, zeros, 0.0)
+        self.calibration_service_ms = [float(s) * 1000 for s in hp.service]
+        self.log.append(RunLog("calibration", "fifo", True, 0, counters, [f"high-priority: {hp.check}"], [],
+                               time.perf_counter() - started, pids))
+        return float(np.mean(hp.service))
 
     def run(self, policy: str, with_hp: bool, be_count: int, arrivals: np.ndarray) -> RunRecord:
         c = self.config
@@ -145,7 +157,8 @@ class ProcessRunner:
                 checks.append(f"high-priority: {hp.check}")
                 window = (hp.t0, hp.t0 + c.duration)
             else:
-                window = (time.monotonic(), time.monotonic() + c.duration)
+                now = time.monotonic()
+                window = (now, now + c.duration)
                 while time.monotonic() < window[1]:
                     for be in bes:
                         if not be.running():
@@ -157,9 +170,11 @@ class ProcessRunner:
                 report = self._finish(be, directory / f"be{i}.json", ("started", "step_end"), timeout=120.0)
                 record.be_progress.append(iterations_in_window(report["started"], report["step_end"], window))
                 checks.append(f"best-effort {i + 1}: {report.get('check', '')}")
+            pids = {m.label: m.pid for m in group.processes}
         record.wall_seconds = time.perf_counter() - started
-        self.log.append(RunLog(policy, with_hp, be_count, record.counters, checks,
-                               [p / c.duration for p in record.be_progress], record.wall_seconds))
+        purpose = "colocated" if with_hp and be_count else "alone"
+        self.log.append(RunLog(purpose, policy, with_hp, be_count, record.counters, checks,
+                               [p / c.duration for p in record.be_progress], record.wall_seconds, pids))
         return record
 
     # ---- pieces --------------------------------------------------------------------
@@ -172,7 +187,7 @@ class ProcessRunner:
     def _run_group(self, name: str, policy: str):
         self._runs += 1
         directory = self.workdir / f"run{self._runs:02d}-{name}"
-        return _ServerRun(self.config, policy, directory)
+        return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock")
 
     def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
         return [sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
@@ -230,15 +245,15 @@ class RunningServer:
 class _ServerRun:
     """Context manager for one run: a process group holding a fresh tally-server."""
 
-    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path):
-        self.config, self.policy, self.directory = config, policy, directory
+    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path, socket_path: Path):
+        self.config, self.policy, self.directory, self.socket_path = config, policy, directory, socket_path
         self.group = ProcessGroup(directory)
 
     def __enter__(self):
         c = self.config
         self.group.__enter__()
         try:
-            socket_path = self.directory / "server.sock"
+            socket_path = self.socket_path
             argv = [sys.executable, "-m", "tally.cli.server_main", "--backend", c.backend, "--policy", self.policy,
                     "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
                     "--socket", str(socket_path)]

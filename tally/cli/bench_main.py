@@ -100,11 +100,11 @@ def colocate_processes(args: argparse.Namespace) -> int:
     print(_summary(result.report))
     for run in result.report["runs"]:
         counters = run["counters"]
-        print(f"  server counters [{run['policy']}{'' if run['hp'] else ', no high-priority job'}, "
+        print(f"  server counters [{run['purpose']}, {run['policy']}, {'1' if run['hp'] else 'no'} high-priority, "
               f"{run['be_jobs']} best-effort]: " + ", ".join(
                   f"{k} {counters.get(k, 0)}" for k in ("kernels", "kernels_sliced", "kernels_ptb", "preemptions",
                                                         "untransformable")))
-    if "workdir" in result.report:
+    if result.report["workdir_kept"]:
         print(f"logs and reports kept in {result.report['workdir']}")
     _write_outputs(args, result)
     return 0
