@@ -121,10 +121,10 @@ def test_cli_refuses_a_job_of_the_wrong_kind(capsys):
 
 @pytest.fixture(scope="module")
 def colocated(tmp_path_factory):
-    """One `tally-bench colocate --backend emulator` run: two best-effort
+    """One `tally-bench colocate --backend emulator` run: three best-effort
     long-kernel training jobs next to the dense inference job, fifo and priority."""
     out = tmp_path_factory.mktemp("colocate")
-    args = ["colocate", "--backend", "emulator", "--policies", "fifo,priority", "--be-jobs", "2",
+    args = ["colocate", "--backend", "emulator", "--policies", "fifo,priority", "--be-jobs", "3",
             "--duration", "1.5", "--load", "0.6", "--trace", "poisson", "--seed", "3",
             "--json", str(out / "report.json"), "--png", str(out / "report.png")]
     started = time.monotonic()
@@ -139,14 +139,14 @@ def test_the_report_has_the_sim_schema_with_sane_values(colocated):
     for name in ("fifo", "priority"):
         r = report["policies"][name]
         assert 0 < r["hp_p50_ms"] <= r["hp_p99_ms"]
-        assert len(r["be_normalized_throughput"]) == 2
+        assert len(r["be_normalized_throughput"]) == 3
         assert all(0 < x <= 1.5 for x in r["be_normalized_throughput"])
         assert 0 < r["hp_normalized_throughput"] <= 1.5
         assert r["system_throughput"] == pytest.approx(r["hp_normalized_throughput"]
                                                        + sum(r["be_normalized_throughput"]))
     # every job checked its own results, in every run
     checks = [c for run in report["runs"] for c in run["checks"]]
-    assert len(checks) == 1 + 1 + 1 + 2 * 3            # calibration, alone hp, alone be, 2 policies x 3 jobs
+    assert len(checks) == 1 + 1 + 1 + 2 * 4            # calibration, alone hp, alone be, 2 policies x 4 jobs
     assert all("WRONG" not in c for c in checks)
     png = (out / "report.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -162,9 +162,11 @@ def test_priority_runs_best_effort_kernels_transformed_and_preempts_them(colocat
 
 def test_priority_keeps_the_high_priority_tail_far_below_fifo(colocated):
     # Measured on the 2-core VM with other work on it (5 runs of exactly this): fifo's
-    # p99 was 6x to 29x priority's (under fifo the two best-effort kernels take both
-    # cores, the high-priority job's service time doubles and it falls behind its
-    # arrivals); priority's p99 was 1.0x to 1.8x alone. The factor 3 leaves room for noise.
+    # p99 was 18x to 28x priority's (under fifo three best-effort kernels share both
+    # cores with the high-priority kernels, whose service time doubles, so the job
+    # falls behind its arrivals); priority's p99 was 1.6x to 2.5x alone. With two
+    # best-effort jobs the ratio went down to 1.3x once: the kernel threads sometimes
+    # leave the high-priority one a core of its own. The factor 3 leaves room for noise.
     report, _, _ = colocated
     fifo, priority = report["policies"]["fifo"], report["policies"]["priority"]
     assert priority["hp_p99_ms"] * 3 < fifo["hp_p99_ms"], (priority["hp_p99_ms"], fifo["hp_p99_ms"])
@@ -175,7 +177,7 @@ def test_every_process_shared_memory_segment_and_socket_is_gone_afterwards(coloc
     report, _, wall = colocated
     assert wall < 60
     pids = [pid for run in report["runs"] for pid in run["pids"].values()]
-    assert len(pids) == 2 + 2 + 2 + 2 * 4                  # server + jobs of each run
+    assert len(pids) == 2 + 2 + 2 + 2 * 5                  # server + jobs of each run
     assert [pid for pid in pids if _alive(pid)] == []
     servers = [pid for run in report["runs"] for label, pid in run["pids"].items() if label.startswith("tally-server")]
     assert [s for pid in servers for s in _shared_memory_of(pid)] == []
