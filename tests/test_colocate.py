@@ -79,8 +79,6 @@ def test_cli_rejects_bad_options_with_a_clear_message(capsys):
     assert "--load" in capsys.readouterr().err
     assert bench_main(["colocate", "--policies", "fifo,best"]) == 2
     assert "unknown policies" in capsys.readouterr().err
-    assert bench_main(["colocate", "--backend", "cuda"]) == 2
-    assert "not available yet" in capsys.readouterr().err
 
 
 def test_arrival_traces_are_deterministic_and_hit_the_requested_rate():

@@ -21,9 +21,14 @@ import numpy as np
 import pytest
 
 from tally import paths
+from tally.backends.select import real_driver_present
 from tally.bench.jobs import job_protocol
 from tally.bench.process_group import JobFailed
-from tally.bench.process_results import ReportError, high_priority_result, iterations_in_window
+from tally.bench.process_results import (
+    ReportError,
+    high_priority_result,
+    iterations_in_window,
+)
 from tally.bench.process_runner import ProcessColocateConfig, ProcessRunner
 from tally.cli.bench_main import main as bench_main
 
@@ -35,6 +40,20 @@ def _alive(pid: int) -> bool:
         return False
     # a zombie is gone for our purposes only once reaped; the runner reaps its children
     return True
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain `text` (a run's server names its
+    socket on its command line, its jobs their files in the run's directory)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
 
 
 def _shared_memory_of(pid: int) -> list[str]:
@@ -117,6 +136,12 @@ def test_cli_refuses_a_job_of_the_wrong_kind(capsys):
     assert "no high-priority job 'bert-train' in the 'cuda' workload" in err and "dense-inference" in err
 
 
+@pytest.mark.skipif(real_driver_present(), reason="a GPU is present: --backend cuda would run the benchmark")
+def test_cli_without_a_gpu_says_so_before_starting_anything(capsys):
+    assert bench_main(["colocate", "--backend", "cuda"]) == 2
+    assert "--backend cuda needs an NVIDIA driver and GPU" in capsys.readouterr().err
+
+
 # ---- real processes on the emulator ----------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -194,10 +219,12 @@ def test_a_failing_best_effort_job_is_named_with_its_output_and_everything_is_st
     with ProcessRunner(config, workdir=tmp_path) as runner:
         with pytest.raises(JobFailed) as failure:
             runner.run("priority", True, 1, np.array([0.0, 0.1]))
+        assert list(runner.socket_dir.iterdir()) == []     # the server was stopped and removed its socket
+        assert _processes_mentioning(str(runner.socket_dir)) == _processes_mentioning(str(tmp_path)) == []
     message = str(failure.value)
     assert "best-effort job 1 (long-kernel-training) exited with status 2" in message
     assert "--samples needs a whole number >= 1" in message             # the job's own output
-    assert list(runner.socket_dir.glob("*")) == []
+    assert not runner.socket_dir.exists()
 
 
 def test_a_failing_high_priority_job_is_named_with_its_output(tmp_path):
@@ -205,10 +232,11 @@ def test_a_failing_high_priority_job_is_named_with_its_output(tmp_path):
     with ProcessRunner(config, workdir=tmp_path) as runner:
         with pytest.raises(JobFailed) as failure:
             runner.service_time()
+        assert list(runner.socket_dir.iterdir()) == []
+        assert _processes_mentioning(str(runner.socket_dir)) == _processes_mentioning(str(tmp_path)) == []
     message = str(failure.value)
     assert "high-priority job (dense-inference) exited with status 2" in message
     assert "--width needs a whole number >= 1" in message
-    assert list(runner.socket_dir.glob("*")) == []
 
 
 def test_ctrl_c_stops_every_server_and_job(tmp_path):
@@ -222,12 +250,12 @@ def test_ctrl_c_stops_every_server_and_job(tmp_path):
         time.sleep(0.05)
     time.sleep(1.0)
     servers = [int(line.split()[0]) for line in subprocess.run(
-        ["ps", "-o", "pid=,args=", "--ppid", str(bench.pid)], capture_output=True, text=True).stdout.splitlines()]
+        ["ps", "-o", "pid=,args=", "--ppid", str(bench.pid)], capture_output=True, text=True, check=True).stdout.splitlines()]
     assert servers
     socket_dirs = [d for d in paths.runtime_dir().glob("colocate-*") if list(d.glob("*.sock"))]
     assert socket_dirs
     bench.send_signal(signal.SIGINT)
-    out, err = bench.communicate(timeout=60)
+    _, err = bench.communicate(timeout=60)
     assert bench.returncode == 130, err
     assert "interrupted; every server and job it started was stopped" in err
     assert [pid for pid in servers if _alive(pid)] == []

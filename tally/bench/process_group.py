@@ -23,11 +23,15 @@ class JobFailed(RuntimeError):
     """A process of the benchmark failed; the message names it and quotes its output."""
 
 
+# Looked up once here, so that the child, between fork and exec, only makes the call.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _die_with_parent() -> None:
-    # Runs in the child between fork and exec. SIGTERM, not SIGKILL: a
+    # Runs in the child between fork and exec (the benchmark starts no threads of
+    # its own, so nothing is held across the fork). SIGTERM, not SIGKILL: a
     # tally-server given SIGTERM still removes its socket and shared memory.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class Managed:
@@ -37,7 +41,7 @@ class Managed:
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                                         env=env, start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
 
     @property
     def pid(self) -> int:

@@ -32,9 +32,19 @@ import numpy as np
 from tally import paths
 from tally.bench.colocate import ColocateConfig, RunRecord
 from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
-from tally.bench.process_jobs import BEST_EFFORT, DEFAULT_JOBS, HIGH, WORKLOADS, find_program
-from tally.bench.process_results import (ReportError, high_priority_result, iterations_in_window,
-                                         read_report)
+from tally.bench.process_jobs import (
+    BEST_EFFORT,
+    DEFAULT_JOBS,
+    HIGH,
+    WORKLOADS,
+    find_program,
+)
+from tally.bench.process_results import (
+    ReportError,
+    high_priority_result,
+    iterations_in_window,
+    read_report,
+)
 from tally.cli.server_main import query_status
 
 PROCESS_BACKENDS = ("emulator", "cuda")
@@ -280,4 +290,4 @@ def config_from_args(args) -> ProcessColocateConfig:
         be_args=tuple(shlex.split(args.be_args or "")))
 
 
-__all__ = ["JobFailed", "PROCESS_BACKENDS", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]
+__all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]

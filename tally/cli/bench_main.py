@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
-from tally.bench.process_jobs import BEST_EFFORT, DEFAULT_JOBS, HIGH, PROGRAMS, WORKLOADS
+from tally.bench.process_jobs import (
+    BEST_EFFORT,
+    DEFAULT_JOBS,
+    HIGH,
+    PROGRAMS,
+    WORKLOADS,
+)
 from tally.bench.traces import TRACE_KINDS
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
 from tally.scheduler.executor import BE_TRANSFORMS
@@ -89,6 +96,10 @@ def colocate_processes(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tally-bench colocate: {e}", file=sys.stderr)
         return 2
+    if args.backend == "cuda" and not _gpu_present():
+        print("tally-bench colocate: --backend cuda needs an NVIDIA driver and GPU, and none was found; "
+              "use --backend emulator to run the cuda workload on the CPU", file=sys.stderr)
+        return 2
     try:
         result = run_process_colocate(config, keep_workdir=args.keep_workdir)
     except (JobFailed, JobBuildError) as e:
@@ -108,6 +119,13 @@ def colocate_processes(args: argparse.Namespace) -> int:
         print(f"logs and reports kept in {result.report['workdir']}")
     _write_outputs(args, result)
     return 0
+
+
+def _gpu_present() -> bool:
+    # asked in a child process: cuInit here would initialize the driver in the
+    # process that forks every server and job
+    probe = "from tally.backends.select import real_driver_present as p; raise SystemExit(0 if p() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
 
 
 def _write_outputs(args: argparse.Namespace, result) -> None:

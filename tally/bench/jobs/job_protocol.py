@@ -18,8 +18,8 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def high_priority_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,8 +17,14 @@ import sys
 import torch
 
 from tally.bench.jobs import job_protocol
-from tally.bench.jobs.torch_setup import (add_model_arguments, batch_size, build_model, choose_device,
-                                          make_input, precise_math)
+from tally.bench.jobs.torch_setup import (
+    add_model_arguments,
+    batch_size,
+    build_model,
+    choose_device,
+    make_input,
+    precise_math,
+)
 
 DISTINCT_INPUTS = 4
 TOLERANCE = {"rtol": 2e-3, "atol": 2e-3}

@@ -21,8 +21,14 @@ import torch
 from torch import nn
 
 from tally.bench.jobs import job_protocol
-from tally.bench.jobs.torch_setup import (add_model_arguments, batch_size, build_model, choose_device,
-                                          make_input, precise_math)
+from tally.bench.jobs.torch_setup import (
+    add_model_arguments,
+    batch_size,
+    build_model,
+    choose_device,
+    make_input,
+    precise_math,
+)
 
 CLASSES = {"bert-base": 2, "resnet50": 1000}
 
