@@ -124,6 +124,7 @@ def test_python_training_loop_stops_at_the_stop_file_and_signals_ready(tmp_path)
     ({"backend": "sim"}, "real processes run on"),
     ({"load": 1.2}, "--load"),
     ({"policies": ("fifo", "lottery")}, "unknown policies"),
+    ({"time_slice_ms": 5.0}, "--time-slice-ms is a --backend sim option"),
 ])
 def test_bad_configurations_are_refused_with_a_clear_message(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -160,6 +161,7 @@ def colocated(tmp_path_factory):
 def test_the_report_has_the_sim_schema_with_sane_values(colocated):
     report, out, _ = colocated
     assert report["alone"]["hp_p99_ms"] > 0 and report["hp_service_ms"] > 0
+    assert report["device"] == "tally emulator" and report["config"]["backend"] == "emulator"
     assert report["alone"]["be_iterations_per_s"] > 0
     for name in ("fifo", "priority"):
         r = report["policies"][name]

@@ -63,6 +63,7 @@ class ProcessColocateConfig(ColocateConfig):
     hp_args: tuple[str, ...] = ()        # extra arguments of the job programs (sizes)
     be_args: tuple[str, ...] = ()
     drain_s: float = 10.0
+    gpu: str = ""                        # the sim's GPU preset: unused (the report names the server's device)
     startup_timeout_s: float = 300.0     # a job's start-up: module loads (and transforms) on the emulator
 
     def validate(self) -> None:
@@ -74,6 +75,9 @@ class ProcessColocateConfig(ColocateConfig):
         find_program(self.be_model, BEST_EFFORT, self.workload)
         if self.drain_s < 0:
             raise ValueError(f"drain must be >= 0 s, got {self.drain_s}")
+        if self.time_slice_ms != ColocateConfig.time_slice_ms:
+            raise ValueError("--time-slice-ms is a --backend sim option; tally-server's time-slice policy "
+                             "uses its own 10 ms quantum")
         # the shared checks, without the sim's model and GPU names
         dataclasses.replace(ColocateConfig(), policies=self.policies, trace=self.trace, load=self.load,
                             be_jobs=self.be_jobs, duration=self.duration, seed=self.seed,
@@ -118,6 +122,7 @@ class ProcessRunner:
         self.keep_workdir = keep_workdir
         self.log: list[RunLog] = []
         self.calibration_service_ms: list[float] = []
+        self.device_name = ""                # as the server describes it
         self._commands: dict[str, list[str]] = {}
         self._runs = 0
 
@@ -234,13 +239,13 @@ class ProcessRunner:
         except ReportError as e:
             raise job.failure(str(e)) from None
 
-    @staticmethod
-    def _counters(server: RunningServer) -> dict:
+    def _counters(self, server: RunningServer) -> dict:
         try:
-            scheduler = query_status(server.socket_path, timeout=10.0)["server"].get("scheduler", {})
+            status = query_status(server.socket_path, timeout=10.0)["server"]
         except (OSError, ConnectionError) as e:
             raise server.process.failure(f"did not answer its status query ({e})") from None
-        return {k: v for k, v in scheduler.items() if k != "clients"}
+        self.device_name = status.get("device_name", "")
+        return {k: v for k, v in status.get("scheduler", {}).items() if k != "clients"}
 
     def describe_runs(self) -> list[dict]:
         return [dataclasses.asdict(r) for r in self.log]
