@@ -14,6 +14,7 @@ FILE`; both write a JSON report (tally/bench/process_results.py reads them).
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def build_cuda_job(source_name: str, nvcc: str | None = None) -> Path:
         raise JobBuildError("nvcc not found: the cuda workload compiles its jobs; install the CUDA toolkit "
                             "or set CUDA_HOME")
     binary.parent.mkdir(parents=True, exist_ok=True)
-    tmp = binary.with_name(binary.name + f".tmp{id(binary)}")
+    tmp = binary.with_name(f"{binary.name}.tmp{os.getpid()}")
     command = [nvcc, "-O2", "-std=c++17", "-o", str(tmp), str(source)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
