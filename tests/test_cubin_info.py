@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ptx_passes.cubin_info import CubinError, kernel_info, kernel_names, kernel_param_total, kernel_params
+from binary_damage import damaged_copy
 
 SOURCES = Path(__file__).parent / "cuda" / "fatbin"
 KP = "_Z2kpc5Mixed6float4s4FivePKib"
@@ -169,16 +170,9 @@ def cubin_samples(compile_cubin) -> list[tuple[bytes, list[int]]]:
 @given(data=st.data())
 def test_damaged_cubins_raise_only_cubin_error(cubin_samples, data):
     blob, hot = data.draw(st.sampled_from(cubin_samples))
-    damaged = bytearray(blob)
-    for _ in range(data.draw(st.integers(1, 4))):
-        where = data.draw(st.one_of(
-            st.integers(0, len(blob) - 1),
-            st.sampled_from(hot).flatmap(lambda h: st.integers(h, min(h + 160, len(blob) - 1))),
-        ))
-        damaged[where] = data.draw(st.integers(0, 255))
-    damaged = damaged[:data.draw(st.integers(0, len(damaged)))] if data.draw(st.booleans()) else damaged
+    damaged = damaged_copy(data, blob, hot, span=160)
     try:
-        info = kernel_info(bytes(damaged))
+        info = kernel_info(damaged)
     except CubinError as exc:
         assert str(exc)
         return

@@ -25,6 +25,7 @@ from ptx_passes.fatbin import (
     read_fatbin_entries,
     wrapped_fatbins,
 )
+from binary_damage import damaged_copy
 
 SOURCE = Path(__file__).parent / "cuda" / "fatbin" / "kernels.cu"
 MULTI_ARCH = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
@@ -295,16 +296,9 @@ def samples(zstd_fatbin, lz4_fatbin, multi_fatbin, object_file) -> list[tuple[by
 @given(data=st.data())
 def test_damaged_input_raises_only_fatbin_error(samples, data):
     blob, hot = data.draw(st.sampled_from(samples))
-    damaged = bytearray(blob)
-    for _ in range(data.draw(st.integers(1, 4))):
-        where = data.draw(st.one_of(
-            st.integers(0, len(blob) - 1),
-            st.sampled_from(hot).flatmap(lambda h: st.integers(h, min(h + 80, len(blob) - 1))),
-        ))
-        damaged[where] = data.draw(st.integers(0, 255))
-    damaged = damaged[:data.draw(st.integers(0, len(damaged)))] if data.draw(st.booleans()) else damaged
+    damaged = damaged_copy(data, blob, hot, span=80)
     try:
-        entries = read_fatbin_entries(bytes(damaged))
+        entries = read_fatbin_entries(damaged)
     except FatbinError as exc:
         assert str(exc)
         return
