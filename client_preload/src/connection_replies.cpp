@@ -3,8 +3,10 @@
 // looks), a record the server sent on its own (tag 0) to the unsolicited handler,
 // and every download-arena chunk a reply names into the release queue, in ring
 // order, so chunks go back to the server in the order it reserved them.
+#include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "connection.h"
 #include "tally/segment.h"
@@ -34,6 +36,15 @@ Connection::ReadStatus Connection::read_record(int64_t timeout_ns, Reply* got, u
   }
 }
 
+// Device printf: the text arrives before the reply to the synchronizing call that
+// flushed it and goes through the job's own stdio stream, in order with what the
+// job printed itself (as the real driver delivers it).
+void Connection::write_kernel_output(const std::vector<uint8_t>& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
 void Connection::route_locked(uint64_t tag, Reply&& got) {
   if (got.kind == static_cast<uint32_t>(protocol::MessageKind::MemcpyDtoHReply) &&
       got.payload.size() >= sizeof(protocol::MemcpyDtoHReplyMsg)) {
@@ -46,6 +57,10 @@ void Connection::route_locked(uint64_t tag, Reply&& got) {
   }
   if (tag != 0) {
     parked_replies_[tag] = std::move(got);
+    return;
+  }
+  if (got.kind == static_cast<uint32_t>(protocol::MessageKind::KernelOutput)) {
+    write_kernel_output(got.payload);
     return;
   }
   UnsolicitedHandler handler = unsolicited_.load();

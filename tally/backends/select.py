@@ -43,7 +43,9 @@ def make_backend(name: str, device: int = 0, **options):
             from tally.backends.emulator import EmulatorBackend
         except ImportError as e:
             raise BackendUnavailable(f"the emulator backend is not available in this build: {e}") from e
-        return EmulatorBackend(**options)
+        # Device printf goes to the job that printed it (at its synchronizing calls), not to
+        # the server's own stdout.
+        return EmulatorBackend(**{"printf_to_stdout": False, **options})
     if name == "sim":
         from tally.backends.sim import SimBackend
         return SimBackend.realtime(**options)

@@ -212,4 +212,7 @@ MESSAGES = (
     Message("Goodbye", 19, "client -> server: orderly disconnect; server frees everything"),
     Message("Error", 20, "server -> client on the completion ring: the request with this tag failed",
             (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 explanation"),
+    Message("KernelOutput", 21, "server -> client on the completion ring (tag 0), before the reply to a "
+            "synchronizing call: what the client's kernels printed (device printf) on the streams it "
+            "waited for; the client writes it to its own stdout", tail="UTF-8 text"),
 ) + DRIVER_MESSAGES

@@ -179,6 +179,16 @@ class StreamExecutor:
                 return False
         return self.backend.stream_query(stream.backend_stream)
 
+    def take_kernel_output(self, client_id: Hashable, stream_key: Hashable) -> str:
+        """What kernels printed on the stream since the last call, for backends that
+        keep device printf output per stream (the emulator); "" otherwise."""
+        take = getattr(self.backend, "take_printf", None)
+        with self._lock:
+            stream = self._client(client_id).streams.get(stream_key)
+        if take is None or stream is None:
+            return ""
+        return take(stream.backend_stream)
+
     def release_stream(self, client_id: Hashable, stream_key: Hashable) -> None:
         """cuStreamDestroy: waits for the stream's work, then frees its backend
         streams and PTB state. Pending errors of the stream are discarded."""

@@ -54,6 +54,7 @@ enum class MessageKind : uint32_t {
   Notify = 18,
   Goodbye = 19,
   Error = 20,
+  KernelOutput = 21,
   Done = 100,
   MemAlloc = 101,
   MemAllocReply = 102,
@@ -233,6 +234,14 @@ static_assert(sizeof(ErrorMsg) == 8, "ErrorMsg layout differs from the Python co
 static_assert(offsetof(ErrorMsg, status) == 0);
 static_assert(offsetof(ErrorMsg, _pad0) == 4);
 constexpr uint32_t kErrorSize = 8;  // bytes on the wire (0: empty)
+
+// server -> client on the completion ring (tag 0), before the reply to a synchronizing call: what the client's kernels printed (device printf) on the streams it waited for; the client writes it to its own stdout; tail: UTF-8 text
+struct KernelOutputMsg {
+  static constexpr MessageKind kKind = MessageKind::KernelOutput;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(KernelOutputMsg) == 1, "KernelOutputMsg layout differs from the Python codec");
+constexpr uint32_t kKernelOutputSize = 0;  // bytes on the wire (0: empty)
 
 // server -> client: the request with this tag succeeded; nothing to return
 struct DoneMsg {

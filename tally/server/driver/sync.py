@@ -8,7 +8,12 @@ same time are kept for the next synchronizing call, never dropped.
 """
 from __future__ import annotations
 
+from tally import protocol
 from tally.backends.base import DeviceError
+
+KERNEL_OUTPUT = protocol.codec("KernelOutput")
+# Keeps each KernelOutput record well under the completion ring's record limit.
+KERNEL_OUTPUT_CHUNK = 16 << 10
 
 
 def wait_streams(state, keys: list[int]) -> None:
@@ -21,9 +26,20 @@ def wait_streams(state, keys: list[int]) -> None:
                 first = e
             else:
                 state.session.defer_error(e)
+    forward_kernel_output(state, keys)
     if first is not None:
         raise first
     raise_deferred(state)
+
+
+def forward_kernel_output(state, keys: list[int]) -> None:
+    """Send the job what its kernels printed on these streams, ahead of the reply
+    to its synchronizing call (CUDA delivers device printf at synchronization)."""
+    text = "".join(state.executor.take_kernel_output(state.client_id, key) for key in keys)
+    data = text.encode()
+    for start in range(0, len(data), KERNEL_OUTPUT_CHUNK):
+        chunk = data[start:start + KERNEL_OUTPUT_CHUNK]
+        state.session.push_completion(KERNEL_OUTPUT.kind, 0, KERNEL_OUTPUT.pack(chunk))
 
 
 def drain_quietly(state, keys: list[int]) -> None:
