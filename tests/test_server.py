@@ -131,3 +131,28 @@ def test_second_server_on_the_same_socket_is_refused(server):
     r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket",
                         str(server.socket_path)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "already listening" in r.stderr
+
+
+def test_a_segment_the_server_cannot_create_is_a_clear_refusal(tmp_path):
+    import threading
+
+    from tally.backends.null import NullBackend
+    from tally.server.server import SegmentSizes, ServerConfig, TallyServer
+
+    # 3-byte rings cannot be made (capacities are powers of two); the same path
+    # answers a full /dev/shm.
+    config = ServerConfig(socket_path=tmp_path / "bad.sock", segment_sizes=SegmentSizes(request=3))
+    server = TallyServer(config, NullBackend())
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        c = PyClient(config.socket_path)
+        assert c.status == protocol.HandshakeStatus.SERVER_ERROR
+        assert "cannot create this job's shared memory" in c.message
+        c.close()
+        ok = PyClient(config.socket_path, version=protocol.PROTOCOL_VERSION + 1)   # still answering
+        assert ok.status == protocol.HandshakeStatus.VERSION_MISMATCH
+    finally:
+        server.stop()
+        thread.join(10)

@@ -38,10 +38,14 @@ HANDSHAKE_TIMEOUT_S = 5.0
 
 @dataclass
 class SegmentSizes:
+    """Bytes of one client's shared segment. The whole segment is committed when it
+    is created (a full /dev/shm fails the handshake with a message instead of a
+    crash later), so the arenas are sized for ~34 MiB per client: copies move in
+    chunks of a quarter arena, which keeps them at memcpy speed."""
     request: int = 1 << 20
     completion: int = 1 << 18
-    upload: int = 64 << 20
-    download: int = 64 << 20
+    upload: int = 16 << 20
+    download: int = 16 << 20
 
 
 @dataclass
@@ -199,8 +203,17 @@ class TallyServer:
         client_id = next(self._client_ids)
         name = f"/tally-{os.getpid()}-{client_id}"
         sizes = self.config.segment_sizes
-        segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                       spin_us=self.config.session_spin_us(self.backend.kind))
+        try:
+            segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
+                                           spin_us=self.config.session_spin_us(self.backend.kind))
+        except (_core.TransportError, OSError) as e:
+            msg = f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?"
+            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                status=protocol.HandshakeStatus.SERVER_ERROR, protocol_version=protocol.PROTOCOL_VERSION,
+                message=msg.encode()[:191]))
+            log.error("rejected pid %d: %s", hello["pid"], msg)
+            conn.close()
+            return
         program = protocol.cstr(hello["program"]) or f"pid {hello['pid']}"
         session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
         try:
