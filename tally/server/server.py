@@ -17,7 +17,7 @@ import socket
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
@@ -52,7 +52,7 @@ class SegmentSizes:
 class ServerConfig:
     socket_path: Path
     device: int = 0
-    segment_sizes: SegmentSizes = None  # type: ignore[assignment]
+    segment_sizes: SegmentSizes = field(default_factory=SegmentSizes)
     policy: str = "priority"
     be_transform: str = "auto"
     turnaround_threshold_ms: float = 0.0316
@@ -66,10 +66,6 @@ class ServerConfig:
         if self.spin_us is not None:
             return self.spin_us
         return 1000.0 if backend_kind == "cuda" else 20.0
-
-    def __post_init__(self):
-        if self.segment_sizes is None:
-            self.segment_sizes = SegmentSizes()
 
 
 class ServerError(Exception):
