@@ -40,6 +40,7 @@ class Client(PyClient):
     def __init__(self, socket_path):
         super().__init__(socket_path)
         self.unsolicited: list[tuple[str, dict]] = []
+        self.printed = ""                   # KernelOutput text, in arrival order
 
     def call(self, name, tail=b"", timeout=10, **fields):
         self._tag += 1
@@ -53,6 +54,8 @@ class Client(PyClient):
             values, rest = reply.unpack(payload)
             if tag == 0:
                 self.unsolicited.append((reply.message.name, values))
+                if reply.message.name == "KernelOutput":
+                    self.printed += bytes(rest).decode()
                 continue
             assert tag == self._tag
             return reply.message.name, values, bytes(rest)
@@ -282,3 +285,55 @@ def test_large_module_arrives_staged_through_the_upload_arena(client):
     assert kind == "FunctionReply" and fn["param_count"] == 1
     kind, values, _ = client.call("ModuleLoad", size=10, staged=1)       # nothing staged any more
     assert (kind, values["status"]) == ("Error", INVALID_VALUE)
+
+
+def _corpus_module(client, source: str) -> int:
+    from ptx_corpus import CORPUS_DIR, compile_ptx
+    ptx = compile_ptx(CORPUS_DIR / source, arch="sm_90").encode() + b"\0"
+    kind, values, _ = client.call("ModuleLoad", ptx, size=len(ptx))
+    assert kind == "ModuleLoadReply", values
+    return values["module"]
+
+
+def _function(client, module: int, name: bytes) -> int:
+    kind, fn, _ = client.call("GetFunction", name, module=module)
+    assert kind == "FunctionReply", fn
+    return fn["function"]
+
+
+def _wait_idle(client, stream=LEGACY, timeout=30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while client.status_of("StreamQuery", stream=stream) == NOT_READY:
+        assert time.monotonic() < deadline, "the stream never went idle"
+        time.sleep(0.01)
+
+
+def test_kernel_output_reaches_a_sync_that_finds_the_streams_idle(client):
+    # The kernel has finished (and printed) before the job synchronizes: the
+    # synchronizing call still delivers its output, ahead of its reply.
+    module = _corpus_module(client, "printf_kernel.cu")
+    fn = _function(client, module, b"print_values")
+    value, out = client.alloc(8), client.alloc(8)
+    client.upload(value, struct.pack("<ii", 41, 42))
+    client.send("LaunchKernel", struct.pack("<QQ", value, out), function=fn, stream=LEGACY,
+                grid=(2, 1, 1), block=(32, 1, 1))
+    _wait_idle(client)
+    assert client.unsolicited == []                       # a query delivers nothing
+    assert client.status_of("CtxSynchronize") == 0
+    assert sorted(client.printed.splitlines()) == ["block 0 value 41", "block 1 value 42"]
+    assert client.download(out, 8) == struct.pack("<ii", 82, 84)
+
+
+def test_kernel_output_of_a_kernel_that_then_faults_comes_with_the_error(client):
+    module = _corpus_module(client, "printf_kernel.cu")
+    fn = _function(client, module, b"print_values")
+    value = client.alloc(4)
+    client.upload(value, struct.pack("<i", 7))
+    # Thread 0 prints, then stores through a pointer no allocation covers.
+    client.send("LaunchKernel", struct.pack("<QQ", value, 0x10), function=fn, stream=LEGACY,
+                grid=(1, 1, 1), block=(32, 1, 1))
+    time.sleep(1.0)                                       # long done: the sync finds the stream idle
+    kind, values, _ = client.call("CtxSynchronize")
+    assert kind == "Error"
+    assert client.printed == "block 0 value 7\n"
+    assert client.status_of("CtxSynchronize") == 0

@@ -12,6 +12,7 @@ from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 from tally.server.driver.sync import (
     drain_quietly,
+    forward_kernel_output,
     raise_deferred,
     streams_idle,
     wait_streams,
@@ -20,7 +21,14 @@ from tally.server.driver.sync import (
 
 def answer_when_idle(session, state, tag: int, keys: list[int]) -> None:
     """Reply Done (or the first error) to `tag` once the streams are idle."""
-    if streams_idle(state, keys):
+    try:
+        idle = streams_idle(state, keys)
+    except DeviceError:
+        forward_kernel_output(state, keys)    # what the failed kernel printed comes with its error
+        raise
+    if idle:
+        # The kernels finished before the job asked: their output still belongs to this call.
+        forward_kernel_output(state, keys)
         raise_deferred(state)
         session.reply("Done", tag)
         return
