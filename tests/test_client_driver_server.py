@@ -337,3 +337,28 @@ def test_kernel_output_of_a_kernel_that_then_faults_comes_with_the_error(client)
     assert kind == "Error"
     assert client.printed == "block 0 value 7\n"
     assert client.status_of("CtxSynchronize") == 0
+
+
+def test_module_unload_waits_for_queued_kernels_of_the_module(client):
+    # cuModuleUnload with launches of the module still queued: they run as
+    # launched, on the module's globals (CUDA finishes them before unloading).
+    module = _corpus_module(client, "device_global.cu")
+    use_globals = _function(client, module, b"use_globals")
+    read_counter = _function(client, module, b"read_counter")
+    n = 1000
+    src, dst, counter = client.alloc(4 * n), client.alloc(4 * n), client.alloc(4)
+    client.upload(src, bytes(4 * n))
+    client.send("LaunchHostFunc", stream=LEGACY, callback=4)             # holds the legacy stream
+    assert client.next_unsolicited()[1]["callback"] == 4
+    client.send("LaunchKernel", struct.pack("<QQi", src, dst, n), function=use_globals,
+                stream=LEGACY, grid=(8, 1, 1), block=(128, 1, 1))
+    client.send("LaunchKernel", struct.pack("<Q", counter), function=read_counter, stream=LEGACY,
+                grid=(1, 1, 1), block=(1, 1, 1))
+    client.send("ModuleUnload", module=module)
+    time.sleep(0.2)
+    client.send("HostFuncDone", callback=4)
+    assert client.status_of("CtxSynchronize") == 0
+    assert struct.unpack("<i", client.download(counter, 4)) == (n,)
+    assert struct.unpack("<8i", client.download(dst, 32)) == (0, 3, 3, 6, 9, 15, 24, 39)
+    kind, values, _ = client.call("GetFunction", b"use_globals", module=module)
+    assert (kind, values["status"]) == ("Error", INVALID_HANDLE)

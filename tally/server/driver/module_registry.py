@@ -85,6 +85,7 @@ class ModuleRegistry:
         self._origins: dict[int, LoadedFunction] = {}     # id(backend function) -> ours
         self._global_starts: list[int] = []               # sorted, for ownership checks
         self._global_sizes: dict[int, int] = {}
+        self._detached: list[LoadedModule] = []           # unloaded by the client, awaiting release
 
     def load(self, image: bytes) -> LoadedModule:
         source = module_source(image, self.backend.describe().compute_capability)
@@ -103,17 +104,36 @@ class ModuleRegistry:
         return module
 
     def unload(self, module_id: int) -> None:
+        self.release(self.detach(module_id))
+
+    def detach(self, module_id: int) -> LoadedModule:
+        """cuModuleUnload, first half: the module's id, functions and globals stop
+        naming anything for the client. Launches already queued keep running on it;
+        `release` unloads it from the backend once they are done."""
         with self._lock:
             module = self._module(module_id)
             del self._modules[module_id]
+            self._detached.append(module)
             for fn in module.functions.values():
                 self._functions.pop(fn.function_id, None)
-                self._origins.pop(id(fn.backend_function), None)
-                if self.variant_provider is not None:
-                    self.variant_provider.forget(fn.backend_function)
             for ptr, _size in module.globals.values():
                 self._drop_global(ptr)
+        return module
+
+    def release(self, module: LoadedModule) -> None:
+        """Unload a detached module from the backend (its queued work has completed)."""
+        with self._lock:
+            if module not in self._detached:
+                return                    # clear() released it already
+            self._detached.remove(module)
+            self._forget_functions(module)
         self.backend.module_unload(module.backend_module)
+
+    def _forget_functions(self, module: LoadedModule) -> None:
+        for fn in module.functions.values():
+            self._origins.pop(id(fn.backend_function), None)
+            if self.variant_provider is not None:
+                self.variant_provider.forget(fn.backend_function)
 
     def function(self, module_id: int, name: str) -> LoadedFunction:
         with self._lock:
@@ -184,12 +204,11 @@ class ModuleRegistry:
 
     def clear(self) -> None:
         with self._lock:
-            modules = list(self._modules.values())
-            if self.variant_provider is not None:
-                for module in modules:
-                    for fn in module.functions.values():
-                        self.variant_provider.forget(fn.backend_function)
+            modules = [*self._modules.values(), *self._detached]
+            for module in modules:
+                self._forget_functions(module)
             self._modules.clear()
+            self._detached.clear()
             self._functions.clear()
             self._origins.clear()
             self._global_starts.clear()

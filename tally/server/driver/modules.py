@@ -14,6 +14,7 @@ from tally.server.dispatch import handler
 from tally.server.driver.copies import take_upload
 from tally.server.driver.function_attributes import function_attributes
 from tally.server.driver.state import driver_state
+from tally.server.driver.sync import drain_quietly
 
 PARAM_SLOT = struct.Struct("<II")
 # A module image is held in memory while it loads; beyond this a client is confused.
@@ -48,9 +49,18 @@ def module_load(session, fields, tail, tag):
 
 @handler("ModuleUnload")
 def module_unload(session, fields, tail, tag):
-    driver_state(session).modules.unload(fields["module"])
-    if tag:
-        session.reply("Done", tag)
+    state = driver_state(session)
+    module = state.modules.detach(fields["module"])
+
+    def unload_when_idle() -> None:
+        # Launches of the module may still be queued (a best-effort job's are held
+        # back by the scheduler): they run on its code and globals first, as on CUDA.
+        drain_quietly(state, state.streams.keys())
+        state.modules.release(module)
+        if tag:
+            session.reply("Done", tag)
+
+    state.blocking.run(tag, unload_when_idle)
 
 
 def _name(tail) -> str:
