@@ -228,6 +228,45 @@ def test_stream_wait_event_orders_work_across_streams(backend):
     backend.stream_destroy(consumer)
 
 
+def test_wait_keeps_the_record_it_captured_when_the_event_is_recorded_again(backend):
+    # cuStreamWaitEvent waits for the record current at the call; recording the
+    # event again elsewhere (the executor reuses its internal events so) must not
+    # release the wait when that later record completes first.
+    held, other, waiter = backend.stream_create(), backend.stream_create(), backend.stream_create()
+    value = backend.mem_alloc(4)
+    backend.memset_async(value, 0, 4, 1, held)
+    backend.stream_synchronize(held)
+    event = backend.event_create(timing=False)
+    gate = threading.Event()
+    backend.host_callback(held, _gate_callback(gate))
+    backend.memset_async(value, 7, 4, 1, held)
+    backend.event_record(event, held)                    # record 1: behind the gate
+    backend.stream_wait_event(waiter, event)             # captures record 1
+    out = np.zeros(1, np.uint32)
+    backend.memcpy_dtoh_async(memoryview(out), value, waiter)
+    backend.event_record(event, other)                   # record 2: completes at once
+    backend.stream_synchronize(other)
+    assert backend.event_query(event)                    # the latest record is complete
+    time.sleep(0.05)
+    assert not backend.stream_query(waiter)              # still held by record 1
+    gate.set()
+    backend.stream_synchronize(waiter)
+    assert out[0] == 7
+    # And the other way round: the latest record is what queries and syncs see.
+    gate2 = threading.Event()
+    backend.event_record(event, other)
+    backend.host_callback(held, _gate_callback(gate2))
+    backend.event_record(event, held)
+    backend.stream_synchronize(other)
+    assert not backend.event_query(event)
+    gate2.set()
+    backend.event_synchronize(event)
+    assert backend.event_query(event)
+    backend.mem_free(value)
+    for s in (held, other, waiter):
+        backend.stream_destroy(s)
+
+
 def test_failing_host_callback_is_reported_on_its_stream(backend):
     s = backend.stream_create()
     ran = []

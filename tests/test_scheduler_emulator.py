@@ -90,3 +90,43 @@ def test_preempted_best_effort_kernels_compute_exact_results(device, be_transfor
         assert counters["kernels_ptb"] == len(ALPHAS)
         assert counters["preemptions"] >= 3 and counters["ptb_launches"] > len(ALPHAS)
     ex.close()
+
+
+def test_ptb_launch_waits_for_its_state_reset_while_its_event_is_reused(device):
+    """A PTB launch waits (cuStreamWaitEvent) for its state-buffer reset on the
+    control stream; the executor puts that event back in its pool at once and
+    may record it again, e.g. as a high-priority kernel's end event. The launch
+    must still wait for the reset: run on the previous kernel's counter it
+    would skip every block. The control stream is held with a host callback to
+    stand for a slow copy engine."""
+    variants = PtxVariantProvider()
+    saxpy = _function(device, variants, "saxpy.cu", "saxpy")
+    vector_add = _function(device, variants, "vector_add.cu", "vector_add")
+    ex = StreamExecutor(device, make_policy("priority", idle_grace_ms=0), variants,
+                        TransparentProfiler(device.describe().sm_count), be_transform="ptb")
+    ex.add_client("hp", "high")
+    ex.add_client("be")
+    x = np.arange(N, dtype=np.float32)
+    x_ptr, y_ptr, hp_ptr = device.mem_alloc(4 * N), device.mem_alloc(4 * N), device.mem_alloc(4 * 1024)
+    ex.submit("be", 0, MemcpyHtoD(x_ptr, x.tobytes()))
+    ex.submit("be", 0, MemcpyHtoD(y_ptr, bytes(4 * N)))
+    ex.submit("be", 0, Launch(saxpy, (N // BLOCK, 1, 1), (BLOCK, 1, 1), 0, struct.pack("<ifQQ", N, 1.0, x_ptr, y_ptr)))
+    ex.synchronize_stream("be", 0)          # its PTB counter now says "all blocks done"
+
+    gate = threading.Event()
+    device.host_callback(ex.device._control(), gate.wait)
+    half = N // 2
+    ex.submit("be", 0, Launch(saxpy, (half // BLOCK, 1, 1), (BLOCK, 1, 1), 0,
+                              struct.pack("<ifQQ", half, 2.0, x_ptr, y_ptr)))
+    ex.submit("hp", 0, Launch(vector_add, (8, 1, 1), (128, 1, 1), 0, struct.pack("<QQQi", hp_ptr, hp_ptr, hp_ptr, 1024)))
+    ex.synchronize_stream("hp", 0)
+    time.sleep(0.2)
+    gate.set()
+    y = bytearray(4 * N)
+    ex.submit("be", 0, MemcpyDtoH(memoryview(y), y_ptr, 4 * N))
+    ex.synchronize_stream("be", 0)
+    expected = x.copy()
+    expected[:half] += 2.0 * x[:half]
+    np.testing.assert_array_equal(np.frombuffer(y, np.float32), expected)
+    assert ex.counters()["kernels_ptb"] == 2
+    ex.close()

@@ -245,10 +245,10 @@ class EmulatorBackend:
     def event_elapsed_ms(self, start: EmulatorEvent, end: EmulatorEvent) -> float:
         if not (start.timing and end.timing):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "elapsed time needs two events created with timing")
-        (r0, c0, t0), (r1, c1, t1) = start.completion(), end.completion()
+        (r0, done0, t0), (r1, done1, t1) = start.completion(), end.completion()
         if r0 == 0 or r1 == 0:
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "elapsed time of an event that was never recorded")
-        if c0 < r0 or c1 < r1:
+        if not (done0 and done1):
             raise DeviceError(CUDA_ERROR_NOT_READY, "the events have not completed yet")
         return (t1 - t0) * 1000.0
 

@@ -91,26 +91,33 @@ class EmulatorStream:
 
 
 class EmulatorEvent:
-    """Records are numbered when enqueued; the event is complete once the stream
-    has reached its latest record (cuEventQuery semantics)."""
+    """Records are numbered when enqueued. A wait keeps the record that was the
+    latest when it was made (cuStreamWaitEvent), even if the event is recorded
+    again elsewhere and that later record completes first; queries and
+    synchronization look at the latest record (cuEventQuery semantics)."""
 
     def __init__(self, timing: bool = True):
         self.timing = timing
         self._cond = threading.Condition()
-        self._recorded = 0     # records enqueued
-        self._completed = 0    # records the device reached
-        self._time = 0.0       # perf_counter() of the latest completed record
+        self._recorded = 0                 # records enqueued
+        self._pending: set[int] = set()    # records enqueued that the device has not reached
+        self._time = 0.0                   # perf_counter() when the latest record was reached
 
     def record(self, stream: EmulatorStream) -> None:
         with self._cond:
             self._recorded += 1
             seq = self._recorded
-        stream.submit(lambda: self._complete(seq))
+            self._pending.add(seq)
+        try:
+            stream.submit(lambda: self._complete(seq))
+        except DeviceError:
+            self._complete(seq)            # never enqueued: nothing may wait for it
+            raise
 
     def _complete(self, seq: int) -> None:
         with self._cond:
-            if seq > self._completed:
-                self._completed = seq
+            self._pending.discard(seq)
+            if seq == self._recorded:
                 self._time = time.perf_counter()
             self._cond.notify_all()
 
@@ -119,14 +126,15 @@ class EmulatorEvent:
             return self._recorded
 
     def wait(self, seq: int) -> None:
+        """Until record `seq` (and every earlier one, which its stream ran first) is reached."""
         with self._cond:
-            self._cond.wait_for(lambda: self._completed >= seq)
+            self._cond.wait_for(lambda: seq not in self._pending)
 
     def query(self) -> bool:
         with self._cond:
-            return self._completed >= self._recorded
+            return self._recorded not in self._pending
 
-    def completion(self) -> tuple[int, int, float]:
-        """(records enqueued, records completed, time of the latest completion)."""
+    def completion(self) -> tuple[int, bool, float]:
+        """(records enqueued, whether the latest was reached, time it was reached)."""
         with self._cond:
-            return self._recorded, self._completed, self._time
+            return self._recorded, self._recorded not in self._pending, self._time
