@@ -156,3 +156,40 @@ def test_a_segment_the_server_cannot_create_is_a_clear_refusal(tmp_path):
     finally:
         server.stop()
         thread.join(10)
+
+
+def test_a_handshake_finishing_after_shutdown_is_refused_and_leaves_nothing(tmp_path):
+    import socket
+    import threading
+
+    from tally.backends.null import NullBackend
+    from tally.protocol.framing import recv_record, send_record
+    from tally.server.server import ServerConfig, TallyServer
+
+    config = ServerConfig(socket_path=tmp_path / "late.sock")
+    server = TallyServer(config, NullBackend())
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    late.settimeout(10)
+    late.connect(str(config.socket_path))
+    time.sleep(0.3)                         # accepted: its handshake thread waits for Hello
+    server.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    hello = protocol.codec("Hello")
+    send_record(late, hello.kind, hello.pack(protocol_version=protocol.PROTOCOL_VERSION, pid=os.getpid(),
+                                             priority=protocol.Priority.HIGH, program="late"))
+    try:
+        kind, _tag, payload = recv_record(late)
+        reply, _ = protocol.codec("HelloReply").unpack(payload)
+        status = protocol.HandshakeStatus(reply["status"])
+        segment = protocol.cstr(reply["segment_name"])
+    except ConnectionError:
+        status, segment = None, ""           # dropped without an answer: also a refusal
+    late.close()
+    assert status != protocol.HandshakeStatus.OK
+    assert server.sessions == {}
+    assert wait_until(lambda: not any(n.startswith(f"tally-{os.getpid()}-") for n in os.listdir("/dev/shm"))), \
+        f"segment {segment} left behind"

@@ -81,6 +81,10 @@ class TallyServer:
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
+        # Held while a handshake admits its session (and by shutdown to stop admitting),
+        # so no session can start after shutdown has closed the others.
+        self._admit_lock = threading.Lock()
+        self._admitting = True
         self._client_ids = itertools.count(1)
         self._selector = selectors.DefaultSelector()
         self._stop = threading.Event()
@@ -134,7 +138,11 @@ class TallyServer:
             pass
 
     def _shutdown_now(self) -> None:
-        for session in list(self.sessions.values()):
+        with self._admit_lock:
+            self._admitting = False
+        with self._sessions_lock:
+            sessions = list(self.sessions.values())
+        for session in sessions:
             session.request_close("server shutting down")
             session.close()
         if self._listener is not None:
@@ -212,24 +220,36 @@ class TallyServer:
             return
         program = protocol.cstr(hello["program"]) or f"pid {hello['pid']}"
         session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
-        try:
-            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
-                status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
-                client_id=client_id, segment_name=name))
-            send_record(conn, DEVICE_INFO.kind, self._device_info())
-        except OSError:
-            segment.unlink()
-            segment.close()
-            raise
-        conn.settimeout(None)
-        with self._sessions_lock:
-            self.sessions[client_id] = session
-        self.executor.add_client(client_id, "high" if priority == protocol.Priority.HIGH else "best-effort")
-        session.add_cleanup(lambda: self.executor.remove_client(client_id))
+        with self._admit_lock:
+            if not self._admitting:
+                msg = "tally-server is shutting down; start the job again once a server runs"
+                try:
+                    send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                        status=protocol.HandshakeStatus.SERVER_ERROR, protocol_version=protocol.PROTOCOL_VERSION,
+                        message=msg.encode()[:191]))
+                finally:
+                    segment.unlink()
+                    segment.close()
+                    conn.close()
+                return
+            try:
+                send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                    status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
+                    client_id=client_id, segment_name=name))
+                send_record(conn, DEVICE_INFO.kind, self._device_info())
+            except OSError:
+                segment.unlink()
+                segment.close()
+                raise
+            conn.settimeout(None)
+            with self._sessions_lock:
+                self.sessions[client_id] = session
+            self.executor.add_client(client_id, "high" if priority == protocol.Priority.HIGH else "best-effort")
+            session.add_cleanup(lambda: self.executor.remove_client(client_id))
+            session.start()
+            self._selector.register(conn, selectors.EVENT_READ, ("client", session))
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
                  program, priority.name.lower(), quota)
-        session.start()
-        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
 
     def _quota_bytes(self, hello: dict) -> int | None:
