@@ -362,3 +362,62 @@ def test_module_unload_waits_for_queued_kernels_of_the_module(client):
     assert struct.unpack("<8i", client.download(dst, 32)) == (0, 3, 3, 6, 9, 15, 24, 39)
     kind, values, _ = client.call("GetFunction", b"use_globals", module=module)
     assert (kind, values["status"]) == ("Error", INVALID_HANDLE)
+
+
+def _request(client, name, **fields) -> int:
+    """Send a synchronous request without waiting for its reply; returns its tag."""
+    client._tag += 1
+    c = protocol.codec(name)
+    client.segment.request_ring.push(c.kind, client._tag, c.pack(b"", **fields))
+    return client._tag
+
+
+def _reply(client, tag, timeout):
+    """The reply to `tag` if it comes within `timeout` seconds, else None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.segment.completion_ring.pop(max(deadline - time.monotonic(), 0))
+        if got is None:
+            return None
+        kind, got_tag, payload = got
+        reply = protocol.BY_KIND[kind]
+        values, rest = reply.unpack(payload)
+        if got_tag == 0:
+            client.unsolicited.append((reply.message.name, values))
+            continue
+        assert got_tag == tag
+        return reply.message.name, values, bytes(rest)
+
+
+def test_work_of_a_destroyed_stream_still_orders_the_legacy_stream(client):
+    p = client.alloc(64)
+    client.upload(p, bytes(64))
+    client.send("StreamCreate", stream=12, flags=0, priority=0)          # blocking
+    client.send("LaunchHostFunc", stream=12, callback=5)                 # holds stream 12
+    assert client.next_unsolicited()[1]["callback"] == 5
+    client.send("Memset", dst=p, value=0x11, element_size=1, width=64, height=1, pitch=64, stream=12)
+    assert client.status_of("StreamDestroy", stream=12) == 0             # returns; its work goes on
+    tag = _request(client, "MemcpyDtoH", src=p, width=64, height=1, src_pitch=64, stream=LEGACY,
+                   dest=DEST_ARENA)
+    assert _reply(client, tag, 0.3) is None           # the legacy stream waits for stream 12's memset
+    client.send("HostFuncDone", callback=5)
+    kind, values, _ = _reply(client, tag, 10)
+    assert kind == "MemcpyDtoHReply", values
+    data = client.segment.download.read(values["arena_offset"], values["size"])
+    client.segment.download.release(values["arena_offset"], values["size"])
+    assert data == b"\x11" * 64
+
+
+def test_context_synchronize_waits_for_a_destroyed_stream(client):
+    p = client.alloc(64)
+    client.upload(p, bytes(64))
+    client.send("StreamCreate", stream=13, flags=1, priority=0)          # non-blocking
+    client.send("LaunchHostFunc", stream=13, callback=6)
+    assert client.next_unsolicited()[1]["callback"] == 6
+    client.send("Memset", dst=p, value=0x22, element_size=1, width=64, height=1, pitch=64, stream=13)
+    assert client.status_of("StreamDestroy", stream=13) == 0
+    tag = _request(client, "CtxSynchronize")
+    assert _reply(client, tag, 0.3) is None                              # stream 13's work is pending
+    client.send("HostFuncDone", callback=6)
+    assert _reply(client, tag, 10)[0] == "Done"
+    assert client.download(p, 64) == b"\x22" * 64

@@ -53,6 +53,7 @@ class StreamTable:
         self._legacy_gen = 0                        # legacy submissions so far
         self._legacy_fence = None
         self._legacy_fence_gen = 0
+        self._releasing: set[int] = set()           # destroyed by the client, work still draining
 
     # ---- table ------------------------------------------------------------------
 
@@ -65,15 +66,31 @@ class StreamTable:
             self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen)
 
     def forget(self, key: int) -> None:
-        """cuStreamDestroy: the id stops naming a stream (its work still runs)."""
+        """cuStreamDestroy: the id stops naming a stream; its work still runs, and
+        still counts as earlier work for the legacy stream and for context-wide
+        waits until `released(key)`."""
+        ex, cid = self.executor, self.client_id
         with self._lock:
             self._get(key)
             del self._streams[key]
-            self._dirty.pop(key, None)
+            self._releasing.add(key)
+            dirty = self._dirty.pop(key, None)
+            if dirty is not None:
+                submitting.active = True
+                try:
+                    self._fence_legacy(dirty)
+                finally:
+                    submitting.active = False
+
+    def released(self, key: int) -> None:
+        """The destroyed stream's work has drained and the executor let it go."""
+        with self._lock:
+            self._releasing.discard(key)
 
     def keys(self) -> list[int]:
+        """Every stream a context-wide wait covers, destroyed ones still draining included."""
         with self._lock:
-            return [LEGACY, *self._streams]
+            return [LEGACY, *self._streams, *self._releasing]
 
     def sync_keys(self, key: int) -> list[int]:
         """The executor streams a synchronization of `key` must wait for: the
@@ -105,10 +122,7 @@ class StreamTable:
             try:
                 if key == LEGACY:
                     for stream in self._dirty.values():
-                        if stream.fence is None:
-                            stream.fence = ex.event_create(cid, timing=False)
-                        ex.submit(cid, stream.key, EventRecord(stream.fence))
-                        ex.submit(cid, LEGACY, StreamWaitEvent(stream.fence))
+                        self._fence_legacy(stream)
                     self._dirty.clear()
                     self._legacy_gen += 1
                     _submit(ex, cid, LEGACY, op)
@@ -127,6 +141,15 @@ class StreamTable:
                 _submit(ex, cid, key, op)
             finally:
                 submitting.active = False
+
+
+    def _fence_legacy(self, stream: ClientStream) -> None:
+        """Order what the legacy stream runs from now on after `stream`'s work so far."""
+        ex, cid = self.executor, self.client_id
+        if stream.fence is None:
+            stream.fence = ex.event_create(cid, timing=False)
+        ex.submit(cid, stream.key, EventRecord(stream.fence))
+        ex.submit(cid, LEGACY, StreamWaitEvent(stream.fence))
 
 
 def _submit(executor, client_id: int, key: int, op) -> None:

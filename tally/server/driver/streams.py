@@ -64,6 +64,7 @@ def stream_destroy(session, fields, tail, tag):
         # errors still belong to the job.
         drain_quietly(state, [key])
         state.executor.release_stream(state.client_id, key)
+        state.streams.released(key)
 
     state.blocking.run(0, release)
     if tag:
