@@ -364,6 +364,24 @@ def test_module_unload_waits_for_queued_kernels_of_the_module(client):
     assert (kind, values["status"]) == ("Error", INVALID_HANDLE)
 
 
+def test_kernel_output_of_a_destroyed_stream_reaches_the_next_sync(client):
+    # cuStreamDestroy returns at once; what the stream's kernels print still
+    # comes out at the job's next synchronization, as with CUDA's context-wide
+    # printf buffer.
+    module = _corpus_module(client, "printf_kernel.cu")
+    fn = _function(client, module, b"print_values")
+    value, out = client.alloc(4), client.alloc(4)
+    client.upload(value, struct.pack("<i", 5))
+    client.send("StreamCreate", stream=11, flags=0, priority=0)
+    client.send("LaunchKernel", struct.pack("<QQ", value, out), function=fn, stream=11,
+                grid=(1, 1, 1), block=(32, 1, 1))
+    assert client.status_of("StreamDestroy", stream=11) == 0
+    time.sleep(0.5)
+    assert client.status_of("CtxSynchronize") == 0
+    assert client.printed == "block 0 value 5\n"
+    assert client.download(out, 4) == struct.pack("<i", 10)
+
+
 def _request(client, name, **fields) -> int:
     """Send a synchronous request without waiting for its reply; returns its tag."""
     client._tag += 1

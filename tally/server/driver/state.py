@@ -40,6 +40,8 @@ class DriverState:
         self.events: dict[int, object] = {}        # client event id -> ExecutorEvent
         self.staging = bytearray()                  # StageBytes accumulates module images here
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
+        self.output_lock = threading.Lock()
+        self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
 
     def close(self) -> None:
         self.host_functions.release_all()

@@ -13,6 +13,7 @@ from tally.server.driver.state import driver_state
 from tally.server.driver.sync import (
     drain_quietly,
     forward_kernel_output,
+    keep_kernel_output,
     raise_deferred,
     streams_idle,
     wait_streams,
@@ -61,8 +62,9 @@ def stream_destroy(session, fields, tail, tag):
 
     def release() -> None:
         # CUDA lets the stream's work finish after cuStreamDestroy returns; its
-        # errors still belong to the job.
+        # errors and its kernels' printf output still belong to the job.
         drain_quietly(state, [key])
+        keep_kernel_output(state, key)
         state.executor.release_stream(state.client_id, key)
         state.streams.released(key)
 

@@ -33,13 +33,25 @@ def wait_streams(state, keys: list[int]) -> None:
 
 
 def forward_kernel_output(state, keys: list[int]) -> None:
-    """Send the job what its kernels printed on these streams, ahead of the reply
-    to its synchronizing call (CUDA delivers device printf at synchronization)."""
-    text = "".join(state.executor.take_kernel_output(state.client_id, key) for key in keys)
+    """Send the job what its kernels printed on these streams (and on streams it
+    destroyed since), ahead of the reply to its synchronizing call (CUDA
+    delivers device printf at synchronization)."""
+    with state.output_lock:
+        kept, state.kept_output = state.kept_output, []
+    text = "".join(kept) + "".join(state.executor.take_kernel_output(state.client_id, key) for key in keys)
     data = text.encode()
     for start in range(0, len(data), KERNEL_OUTPUT_CHUNK):
         chunk = data[start:start + KERNEL_OUTPUT_CHUNK]
         state.session.push_completion(KERNEL_OUTPUT.kind, 0, KERNEL_OUTPUT.pack(chunk))
+
+
+def keep_kernel_output(state, key: int) -> None:
+    """The stream `key` is going away: keep its kernels' output for the job's next
+    synchronizing call."""
+    text = state.executor.take_kernel_output(state.client_id, key)
+    if text:
+        with state.output_lock:
+            state.kept_output.append(text)
 
 
 def drain_quietly(state, keys: list[int]) -> None:
