@@ -328,3 +328,42 @@ def test_sm_percent_caps_ptb_workers_and_none_runs_kernels_whole():
     whole.ex.synchronize_client("be")
     c = whole.ex.counters()
     assert (c["kernels_whole"], c["kernels_sliced"], c["kernels_ptb"], c["untransformable"]) == (3, 0, 0, 0)
+
+
+def test_batched_completions_of_whole_kernels_are_exact():
+    """High-priority whole kernels launched back to back ride on one watched
+    completion (device_units.py). Every one of them must still complete, in
+    order, no earlier than the device ran it, and a best-effort kernel may start
+    only once the last of them has finished."""
+    rig = Rig()
+    ran: list[tuple[str, float]] = []
+
+    def note(tag):
+        def effect(mem, params, grid, block, blocks):
+            ran.append((tag, rig.sim.now()))
+        return effect
+
+    rig.sim.define_kernel("hp_note", (8,), KernelCost(20.0, 1), note("hp"))
+    rig.sim.define_kernel("be_note", (8,), KernelCost(10.0, 1), note("be"))
+    module = rig.sim.module_load(sim_module_source("hp_note", "be_note"))
+    hp_note, be_note = (rig.sim.module_function(module, n) for n in ("hp_note", "be_note"))
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    hp_event = rig.ex.event_create("hp")
+    for i in range(30):
+        rig.ex.submit("hp", 0, Launch(hp_note, (1080, 1, 1), (128, 1, 1), 0, struct.pack("<Q", i)))
+        if i == 14:
+            rig.ex.submit("hp", 0, EventRecord(hp_event))
+    rig.ex.submit("be", 0, Launch(be_note, (100, 1, 1), (128, 1, 1), 0, struct.pack("<Q", 0)))
+    rig.ex.event_synchronize(hp_event)
+    assert [tag for tag, _ in ran] == ["hp"] * 15            # the record waited for exactly 15 kernels
+    rig.ex.synchronize_stream("hp", 0)
+    assert rig.ex.counters()["clients"]["hp"]["kernels_completed"] == 30
+    rig.ex.synchronize_stream("be", 0)
+    hp_times = [t for tag, t in ran if tag == "hp"]
+    be_times = [t for tag, t in ran if tag == "be"]
+    assert len(hp_times) == 30 and hp_times == sorted(hp_times)
+    assert be_times and min(be_times) > max(hp_times)
+    c = rig.ex.counters()
+    assert c["units_in_flight"] == 0 and c["clients"]["be"]["kernels_completed"] == 1
+    assert all(not s.riders and s.inflight == 0 for cl in rig.ex._clients.values() for s in cl.streams.values())
