@@ -334,7 +334,7 @@ def test_kernel_output_of_a_kernel_that_then_faults_comes_with_the_error(client)
                 grid=(1, 1, 1), block=(32, 1, 1))
     time.sleep(1.0)                                       # long done: the sync finds the stream idle
     kind, values, _ = client.call("CtxSynchronize")
-    assert kind == "Error"
+    assert (kind, values["status"]) == ("Error", 700)                 # CUDA_ERROR_ILLEGAL_ADDRESS
     assert client.printed == "block 0 value 7\n"
     assert client.status_of("CtxSynchronize") == 0
 

@@ -182,7 +182,7 @@ def test_a_handshake_finishing_after_shutdown_is_refused_and_leaves_nothing(tmp_
     send_record(late, hello.kind, hello.pack(protocol_version=protocol.PROTOCOL_VERSION, pid=os.getpid(),
                                              priority=protocol.Priority.HIGH, program="late"))
     try:
-        kind, _tag, payload = recv_record(late)
+        _kind, _tag, payload = recv_record(late)
         reply, _ = protocol.codec("HelloReply").unpack(payload)
         status = protocol.HandshakeStatus(reply["status"])
         segment = protocol.cstr(reply["segment_name"])

@@ -69,7 +69,6 @@ class StreamTable:
         """cuStreamDestroy: the id stops naming a stream; its work still runs, and
         still counts as earlier work for the legacy stream and for context-wide
         waits until `released(key)`."""
-        ex, cid = self.executor, self.client_id
         with self._lock:
             self._get(key)
             del self._streams[key]
