@@ -439,3 +439,22 @@ def test_context_synchronize_waits_for_a_destroyed_stream(client):
     client.send("HostFuncDone", callback=6)
     assert _reply(client, tag, 10)[0] == "Done"
     assert client.download(p, 64) == b"\x22" * 64
+
+
+def test_event_synchronize_delivers_kernel_output(client):
+    # cuEventSynchronize is one of CUDA's printf flush points.
+    module = _corpus_module(client, "printf_kernel.cu")
+    fn = _function(client, module, b"print_values")
+    value, out = client.alloc(4), client.alloc(4)
+    client.upload(value, struct.pack("<i", 3))
+    assert client.status_of("EventCreate", event=77, flags=2) == 0
+    for wait_first in (False, True):
+        client.printed = ""
+        client.send("LaunchKernel", struct.pack("<QQ", value, out), function=fn, stream=LEGACY,
+                    grid=(1, 1, 1), block=(32, 1, 1))
+        client.send("EventRecord", event=77, stream=LEGACY)
+        if wait_first:
+            time.sleep(0.5)                     # complete before the call: answered at once
+        assert client.status_of("EventSynchronize", event=77) == 0
+        assert client.printed == "block 0 value 3\n"
+    assert client.status_of("EventDestroy", event=77) == 0

@@ -11,6 +11,7 @@ from tally.backends.base import (
 from tally.scheduler.ops import EventRecord, StreamWaitEvent
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
+from tally.server.driver.sync import forward_kernel_output
 
 CU_EVENT_DISABLE_TIMING = 0x2
 
@@ -68,11 +69,14 @@ def event_synchronize(session, fields, tail, tag):
     state = driver_state(session)
     event = state.event(fields["event"])
     if state.executor.event_query(event):
+        # A printf flush point in CUDA: what the job's finished kernels printed comes first.
+        forward_kernel_output(state, state.streams.keys())
         session.reply("Done", tag)
         return
 
     def wait() -> None:
         state.executor.event_synchronize(event)
+        forward_kernel_output(state, state.streams.keys())
         session.reply("Done", tag)
 
     state.blocking.run(tag, wait)
