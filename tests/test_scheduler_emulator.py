@@ -130,3 +130,31 @@ def test_ptb_launch_waits_for_its_state_reset_while_its_event_is_reused(device):
     np.testing.assert_array_equal(np.frombuffer(y, np.float32), expected)
     assert ex.counters()["kernels_ptb"] == 2
     ex.close()
+
+
+def test_no_memory_for_ptb_state_runs_the_kernel_whole_and_exact():
+    """The executor's PTB state buffer (8 bytes per stream) is device memory too;
+    when none is left the kernel runs untransformed instead of failing a job."""
+    n = 4096
+    small = emulator.EmulatorBackend(printf_to_stdout=False, total_memory=2 * 4 * n)
+    try:
+        variants = PtxVariantProvider()
+        saxpy = _function(small, variants, "saxpy.cu", "saxpy")
+        ex = StreamExecutor(small, make_policy("priority", idle_grace_ms=0), variants,
+                            TransparentProfiler(small.describe().sm_count), be_transform="ptb")
+        ex.add_client("be")
+        x_ptr, y_ptr = small.mem_alloc(4 * n), small.mem_alloc(4 * n)     # all there is
+        x = np.arange(n, dtype=np.float32)
+        ex.submit("be", 0, MemcpyHtoD(x_ptr, x.tobytes()))
+        ex.submit("be", 0, MemcpyHtoD(y_ptr, bytes(4 * n)))
+        ex.submit("be", 0, Launch(saxpy, (n // BLOCK, 1, 1), (BLOCK, 1, 1), 0,
+                                  struct.pack("<ifQQ", n, 2.0, x_ptr, y_ptr)))
+        y = bytearray(4 * n)
+        ex.submit("be", 0, MemcpyDtoH(memoryview(y), y_ptr, 4 * n))
+        ex.synchronize_stream("be", 0)
+        np.testing.assert_array_equal(np.frombuffer(y, np.float32), 2 * x)
+        counters = ex.counters()
+        assert counters["kernels_ptb"] == 0 and counters["kernels_whole"] == 1
+        ex.close()
+    finally:
+        small.close()

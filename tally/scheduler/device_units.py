@@ -150,7 +150,19 @@ class DeviceUnits:
         stream, b = task.stream, self.backend
         control = self._control()
         if stream.ptb_state is None:
-            stream.ptb_state = b.mem_alloc(PTB_STATE_BYTES)
+            try:
+                stream.ptb_state = b.mem_alloc(PTB_STATE_BYTES)
+            except DeviceError:
+                # No device memory for the 8-byte state: this kernel runs whole (still
+                # correct, only not preemptible) and the job is not handed an error
+                # that its own request did not cause.
+                self.counters["kernels_ptb"] -= 1
+                self.counters["kernels_whole"] += 1
+                task.mode, task.config, task.measuring = "whole", None, False
+                stream.queue.popleft()
+                op = task.op
+                self._launch(task, "whole", op.function, op.grid, op.params, task.total_blocks)
+                return
         if not task.ptb_started:
             b.memcpy_htod_async(stream.ptb_state, memoryview(_ZERO_STATE), control)
             task.ptb_started = True
