@@ -42,6 +42,9 @@ class PtxVariantProvider:
             # The job's kernels still run, whole; only their transformed versions are missing.
             log.warning("cannot build sliced/PTB variants of a module: %s", e)
             return None
+        except Exception:  # a bug in a pass must cost the job its variants, not its module
+            log.exception("building sliced/PTB variants failed; the module's kernels run untransformed")
+            return None
         for name, plans in result.kernels.items():
             for pass_name, reasons in plans.reasons.items():
                 log.info("kernel %s has no %s variant: %s", name, pass_name, "; ".join(reasons))

@@ -13,6 +13,7 @@ each resolved kernel's variants are registered with the provider.
 from __future__ import annotations
 
 import bisect
+import logging
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from tally.backends.base import (
     KernelParam,
     ModuleSource,
 )
+
+log = logging.getLogger("tally.server")
 
 
 @dataclass(eq=False)
@@ -92,11 +95,18 @@ class ModuleRegistry:
         variants = None
         if self.variant_provider is not None and source.ptx is not None:
             variants = self.variant_provider.prepare(source.ptx)
+        backend_module = None
         if variants is not None:
             # Loaded from the transformed text only (no original image, no cubins), so the
             # cuda backend JIT-compiles originals and variants into one module.
-            backend_module = self.backend.module_load(ModuleSource(original=b"", ptx=variants.ptx))
-        else:
+            try:
+                backend_module = self.backend.module_load(ModuleSource(original=b"", ptx=variants.ptx))
+            except DeviceError as e:
+                # The job's own image still runs: its kernels just stay untransformed.
+                log.warning("the device refused the module with sliced/PTB variants (%s); "
+                            "loading the job's own image", e)
+                variants = None
+        if backend_module is None:
             backend_module = self.backend.module_load(source)
         with self._lock:
             module = LoadedModule(next(self._ids), backend_module, source, variants=variants)
