@@ -77,6 +77,8 @@ class TallyServer:
         self.config = config
         self.backend = backend
         self.description = backend.describe()
+        self._retire_lock = threading.Lock()
+        self._retired: set[int] = set()
         self.variants, clock = make_variant_provider(backend)
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
         self.sessions: dict[int, Session] = {}
@@ -245,7 +247,7 @@ class TallyServer:
             with self._sessions_lock:
                 self.sessions[client_id] = session
             self.executor.add_client(client_id, "high" if priority == protocol.Priority.HIGH else "best-effort")
-            session.add_cleanup(lambda: self.executor.remove_client(client_id))
+            session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
             self._selector.register(conn, selectors.EVENT_READ, ("client", session))
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
@@ -286,11 +288,23 @@ class TallyServer:
         except (KeyError, ValueError):
             pass
 
+    def retire_client(self, client_id: int) -> None:
+        """Take a departing client out of the executor: its queued work is dropped,
+        its running work finished or preempted (idempotent: a session's driver state
+        does it before freeing modules, the session's own cleanup after)."""
+        with self._retire_lock:
+            if client_id in self._retired:
+                return
+            self._retired.add(client_id)
+        self.executor.remove_client(client_id)
+
     def forget_session(self, session: Session) -> None:
         """Called by Session.close()."""
         self._unregister(session.connection)
         with self._sessions_lock:
             self.sessions.pop(session.client_id, None)
+        with self._retire_lock:
+            self._retired.discard(session.client_id)
 
     # ---- status --------------------------------------------------------------------
 

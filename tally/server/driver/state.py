@@ -44,8 +44,13 @@ class DriverState:
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
 
     def close(self) -> None:
+        # First free everything that may wait on the gone client (held host functions,
+        # pending blocking calls), then let the executor finish or stop the client's
+        # work on the device, and only then free what that work may still touch:
+        # pinned regions, events, modules (their globals).
         self.host_functions.release_all()
         self.blocking.close()
+        self.session.server.retire_client(self.client_id)
         self.regions.clear()
         for event in self.events.values():
             self.executor.event_destroy(event)
