@@ -76,6 +76,7 @@ class CudaBackend:
         self._callbacks: dict[int, tuple[object, Callable[[], None]]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
+        self._description: DeviceDescription | None = None
         self._current()
 
     def _current(self) -> None:
@@ -85,6 +86,12 @@ class CudaBackend:
         self._local.bound = True
 
     def describe(self) -> DeviceDescription:
+        # ~150 driver calls; the answer never changes, and callers ask often.
+        if self._description is None:
+            self._description = self._query_description()
+        return self._description
+
+    def _query_description(self) -> DeviceDescription:
         self._current()
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
         uuid = bytes(_check(cu.cuDeviceGetUuid(self._device)).bytes)
