@@ -9,7 +9,7 @@ import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
 from test_e2e_helpers import emulator_server, run_job  # noqa: F401  (fixture)
 
-pytest.importorskip("cuda.bindings.driver")
+import cuda.bindings.driver  # noqa: E402,F401  (a test dependency: this file must run, not skip)
 
 JOB = r"""
 import array, struct, sys
