@@ -17,10 +17,8 @@ Run: python -m pytest bench/bench_emulator.py --benchmark-only
 """
 from __future__ import annotations
 
-import statistics
 import struct
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,22 +29,9 @@ from ptx_corpus import CORPUS_DIR, compile_ptx
 
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
+from timing import median_seconds  # noqa: E402
 
 TARGET_THREAD_INSTRUCTIONS_PER_S = 5e6
-
-
-def _median_seconds(fn, repeat: int = 7, min_time: float = 0.05) -> float:
-    samples = []
-    for _ in range(repeat):
-        loops, start = 0, time.perf_counter()
-        while True:
-            fn()
-            loops += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed / loops)
-    return statistics.median(samples)
 
 
 class Device:
@@ -137,7 +122,7 @@ def test_kernel_throughput(benchmark, device, figures, name, size):
     instructions = device.thread_instructions(run)
     benchmark.pedantic(run, rounds=7, iterations=1, warmup_rounds=1)
     seconds = benchmark.stats["median"]
-    numpy_seconds = _median_seconds(baseline)
+    numpy_seconds = median_seconds(baseline, repeat=7, min_time=0.05)
     rate = instructions / seconds
     figures.add("kernels (median of 7 launches, launch + synchronize)",
                 f"{name:13s} {what:26s}: {seconds * 1e3:9.3f} ms, {instructions / 1e6:8.2f} M thread-instr, "
@@ -156,6 +141,6 @@ def test_launch_overhead(benchmark, device, figures):
     def callback_round_trip():
         backend.host_callback(stream, lambda: None)
         backend.stream_synchronize(stream)
-    baseline = _median_seconds(callback_round_trip)
+    baseline = median_seconds(callback_round_trip, repeat=7, min_time=0.05)
     figures.add("fixed cost", f"one-thread launch + synchronize: {benchmark.stats['median'] * 1e6:.1f} us; "
                 f"host callback + synchronize (stream baseline): {baseline * 1e6:.1f} us")

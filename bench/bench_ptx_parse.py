@@ -25,6 +25,7 @@ from ptx_corpus import CORPUS_FILES, TRITON_PTX, compile_many, compile_ptx, cuda
 
 from ptx_passes import parse_module, print_module  # noqa: E402
 from ptx_passes.lexer import tokenize  # noqa: E402
+from timing import median_seconds  # noqa: E402
 
 TARGET_KERNEL_MS = 5.0
 
@@ -44,21 +45,6 @@ def parsed(corpus):
 
 def _megabytes(corpus) -> float:
     return sum(len(text.encode()) for _n, text in corpus) / 1e6
-
-
-def _median_seconds(fn, *args, repeat: int = 9, min_time: float = 0.02) -> float:
-    """Median over `repeat` samples, each looping until min_time has passed."""
-    samples = []
-    for _ in range(repeat):
-        loops, start = 0, time.perf_counter()
-        while True:
-            fn(*args)
-            loops += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed / loops)
-    return statistics.median(samples)
 
 
 def test_lex_corpus(benchmark, corpus, figures):
@@ -101,9 +87,9 @@ def test_per_kernel_against_lexer_and_ptxas(benchmark, corpus, parsed, figures, 
     per_kernel_ms, lex_ratio, ptxas_ratio = [], [], []
     for (name, text), module in zip(corpus, parsed):
         kernels = max(1, len(module.entries()))
-        lex = _median_seconds(tokenize, text)
-        parse = _median_seconds(parse_module, text)
-        both = _median_seconds(lambda t: print_module(parse_module(t)), text)
+        lex = median_seconds(tokenize, text)
+        parse = median_seconds(parse_module, text)
+        both = median_seconds(lambda t: print_module(parse_module(t)), text)
         arch = module.targets[0] if module.targets[0].endswith("a") else "sm_80"
         ptxas = _ptxas_seconds(text, arch, tmp_path)
         per_kernel_ms.append(both / kernels * 1e3)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from ptx_corpus import CORPUS_FILES, TRITON_PTX, compile_many, compile_ptx  # no
 
 from ptx_passes import parse_module, print_module  # noqa: E402
 from ptx_passes.variants import build_variants  # noqa: E402
+from timing import median_seconds  # noqa: E402
 
 TARGET_KERNEL_MS = 5.0
 TARGET_CACHE_SPEEDUP = 50.0
@@ -43,21 +43,6 @@ def corpus() -> list[tuple[str, str, int]]:
 
 def _megabytes(corpus) -> float:
     return sum(len(text.encode()) for _n, text, _k in corpus) / 1e6
-
-
-def _median_seconds(fn, repeat: int = 9, min_time: float = 0.02) -> float:
-    """Median over `repeat` samples, each looping until min_time has passed."""
-    samples = []
-    for _ in range(repeat):
-        loops, start = 0, time.perf_counter()
-        while True:
-            fn()
-            loops += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed / loops)
-    return statistics.median(samples)
 
 
 def test_transform_corpus(benchmark, corpus, figures):
@@ -90,11 +75,11 @@ def test_per_kernel_and_cache_speedup(benchmark, corpus, figures, tmp_path):
     total_first = total_cached = 0.0
     for name, text, kernels in corpus:
         kernels = max(1, kernels)
-        first = _median_seconds(lambda: build_variants(text, name, use_cache=False))
-        baseline = _median_seconds(lambda: print_module(parse_module(text, name)))
+        first = median_seconds(lambda: build_variants(text, name, use_cache=False))
+        baseline = median_seconds(lambda: print_module(parse_module(text, name)))
         cache_dir = tmp_path / name
         build_variants(text, name, cache_dir=cache_dir)
-        cached = _median_seconds(lambda: build_variants(text, name, cache_dir=cache_dir))
+        cached = median_seconds(lambda: build_variants(text, name, cache_dir=cache_dir))
         per_kernel_ms.append(first / kernels * 1e3)
         overhead.append(first / baseline)
         speedups.append(first / cached)
