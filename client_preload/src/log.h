@@ -3,8 +3,14 @@
 // process start-up or shutdown).
 #pragma once
 
+#include <cstdarg>
+
 namespace tally::client {
 
 void log_error(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+// One "<prefix><message>\n" line to fd, in one write(2), errno left untouched
+// (shared by log_error and the call trace).
+void write_line(int fd, const char* prefix, const char* format, va_list ap);
 
 }  // namespace tally::client

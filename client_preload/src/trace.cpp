@@ -44,18 +44,10 @@ int read_trace_setting() {
 
 void trace_line(const char* format, ...) {
   if (!trace_calls()) return;
-  char line[1024];
-  int n = std::snprintf(line, sizeof(line), "tally-trace: ");
   va_list ap;
   va_start(ap, format);
-  int m = std::vsnprintf(line + n, sizeof(line) - n - 1, format, ap);
+  write_line(detail::g_trace_fd.load(std::memory_order_relaxed), "tally-trace: ", format, ap);
   va_end(ap);
-  size_t len = m < 0 ? n : std::min<size_t>(n + m, sizeof(line) - 2);
-  line[len++] = '\n';
-  int saved = errno;
-  ssize_t unused = ::write(detail::g_trace_fd.load(std::memory_order_relaxed), line, len);
-  (void)unused;
-  errno = saved;
 }
 
 CUresult trace_result(const char* symbol, CUresult result) {
