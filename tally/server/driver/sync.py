@@ -36,9 +36,13 @@ def forward_kernel_output(state, keys: list[int]) -> None:
     """Send the job what its kernels printed on these streams (and on streams it
     destroyed since), ahead of the reply to its synchronizing call (CUDA
     delivers device printf at synchronization)."""
+    # One lock around both takes: a destroyed stream's release (keep_kernel_output)
+    # may move its output into kept_output at any moment, and must not slip it in
+    # between the two, or the text waits for the job's next synchronization.
     with state.output_lock:
         kept, state.kept_output = state.kept_output, []
-    text = "".join(kept) + "".join(state.executor.take_kernel_output(state.client_id, key) for key in keys)
+        text = "".join(kept) + "".join(state.executor.take_kernel_output(state.client_id, key)
+                                       for key in keys)
     data = text.encode()
     for start in range(0, len(data), KERNEL_OUTPUT_CHUNK):
         chunk = data[start:start + KERNEL_OUTPUT_CHUNK]
@@ -48,9 +52,9 @@ def forward_kernel_output(state, keys: list[int]) -> None:
 def keep_kernel_output(state, key: int) -> None:
     """The stream `key` is going away: keep its kernels' output for the job's next
     synchronizing call."""
-    text = state.executor.take_kernel_output(state.client_id, key)
-    if text:
-        with state.output_lock:
+    with state.output_lock:
+        text = state.executor.take_kernel_output(state.client_id, key)
+        if text:
             state.kept_output.append(text)
 
 
