@@ -62,6 +62,9 @@ def test_streams_events_pinned_memory_and_host_functions(nvcc, emulator_server, 
     assert job.ints("callbacks", "good_a", "good_b", "stream_callbacks") == [2, 4096, 4096, 10]
     assert job.ints("host_flags", "priority", "query_unrecorded", "query_done", "elapsed_ok", "stream_query") == \
         [0, -5, 0, 0, 1, 0]
+    # cudart reads IS_MANAGED as 4 bytes: a 1-byte answer once made every pointer "managed" (3).
+    assert job.value("pointer_types") == "1,2,0"
+    assert job.value("pinned_host_pointer_ok") == "1"
     # The legacy default stream waited for the blocking stream's kernel.
     assert job.value("legacy_good") == "4096"
     assert "done" in job.stdout
@@ -82,6 +85,8 @@ def test_driver_api(nvcc, emulator_server):
     # The emulator's limits: 2048 threads and 32 blocks per multiprocessor, 8 of them;
     # a PTX-only module reports no register count, so threads are the binding limit.
     assert job.ints("occupancy_128", "best_block", "min_grid") == [16, 1024, 16]
+    # 16 one-block clusters per multiprocessor, 8 multiprocessors; no larger cluster fits.
+    assert job.ints("clusters_of_1", "clusters_of_2", "cluster_size") == [128, 0, 1]
     # Refused when made, as the driver does, not at the next synchronization.
     assert job.ints("launch_too_many_threads", "launch_too_much_shared", "launch_zero_grid") == \
         [CUDA_ERROR_INVALID_VALUE] * 3

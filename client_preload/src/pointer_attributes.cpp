@@ -1,12 +1,16 @@
 // cuPointerGetAttribute(s): answered from the client's address maps (device
 // allocations and module globals; pinned host memory). Boolean attributes are
-// written as C `bool`, as the driver's other clients (cuda-python) read them.
+// written as 4-byte unsigned integers: cudart reads IS_MANAGED as 4 bytes
+// (measured, cudart 13.0 and 13.2: with a 1-byte write the stack garbage above it
+// made cudaPointerGetAttributes call every pointer "managed", and PyTorch's
+// is_pinned() false). Readers of a 1-byte bool (cuda-python) see the right low byte.
 #include <cstring>
 
 #include "address_map.h"
 #include "connection.h"
 #include "contexts.h"
 #include "entry_point.h"
+#include "trace.h"
 
 namespace tally::client {
 namespace {
@@ -55,11 +59,11 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
-      put(data, false);
+      put(data, 0u);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_MAPPED:
-      put(data, f.known);
+      put(data, f.known ? 1u : 0u);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       put(data, f.known ? 0 : -1);
@@ -109,6 +113,8 @@ TALLY_ENTRY(cuPointerGetAttributes_v7000)(unsigned int numAttributes, CUpointer_
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   PointerFacts f = facts_of(ptr);
   for (unsigned i = 0; i < numAttributes; ++i) {
+    trace_line("cuPointerGetAttributes %#llx attribute %d (%s)", static_cast<unsigned long long>(ptr),
+               static_cast<int>(attributes[i]), !f.known ? "unknown" : f.device ? "device" : "pinned host");
     if (data[i] == nullptr) continue;
     CUresult rc = write_attribute(data[i], attributes[i], ptr, f);
     if (rc != CUDA_SUCCESS && attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER) return rc;

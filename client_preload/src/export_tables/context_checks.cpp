@@ -4,12 +4,13 @@
 #include <cstdint>
 
 #include "export_tables/export_tables.h"
+#include "export_tables/unknown_slot.h"
 #include "driver_headers.h"
 
 namespace tally::client::export_tables {
 namespace {
 
-constexpr int kSlots = 4;
+constexpr char kName[] = "context checks";
 
 CUresult context_check(CUcontext, uint32_t* result, const void** detail) {
   if (result != nullptr) *result = 0;
@@ -19,15 +20,13 @@ CUresult context_check(CUcontext, uint32_t* result, const void** detail) {
 
 uint32_t global_check() { return 0; }
 
-const void* const kTable[kSlots] = {
-    reinterpret_cast<const void*>(sizeof(void*) * kSlots),
-    nullptr,
-    reinterpret_cast<const void*>(&context_check),
-    reinterpret_cast<const void*>(&global_check),
-};
-
 }  // namespace
 
-Table context_checks() { return kTable; }
+Table context_checks() {
+  static const PaddedTable<kName> table(
+      PaddedTable<kName>::kSizeHeader,
+      {nullptr, reinterpret_cast<const void*>(&context_check), reinterpret_cast<const void*>(&global_check)});
+  return table.slots();
+}
 
 }  // namespace tally::client::export_tables

@@ -13,6 +13,7 @@
 #include "contexts.h"
 #include "entry_point.h"
 #include "export_tables/export_tables.h"
+#include "export_tables/unknown_slot.h"
 #include "trace.h"
 
 namespace tally::client::export_tables {
@@ -73,15 +74,16 @@ CUresult get(void** value, CUcontext ctx, void* key) {
   return CUDA_SUCCESS;
 }
 
-const void* const kTable[4] = {
-    reinterpret_cast<const void*>(&put),
-    reinterpret_cast<const void*>(&remove),
-    reinterpret_cast<const void*>(&get),
-    nullptr,
-};
+constexpr char kName[] = "context-local storage";
 
 }  // namespace
 
-Table context_local_storage() { return kTable; }
+// This table has no size header: slot 0 is put.
+Table context_local_storage() {
+  static const PaddedTable<kName> table(PaddedTable<kName>::kNoHeader,
+                                        {reinterpret_cast<const void*>(&put), reinterpret_cast<const void*>(&remove),
+                                         reinterpret_cast<const void*>(&get)});
+  return table.slots();
+}
 
 }  // namespace tally::client::export_tables

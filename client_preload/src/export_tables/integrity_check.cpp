@@ -22,6 +22,7 @@
 #include "connection.h"
 #include "driver_version.h"
 #include "export_tables/export_tables.h"
+#include "export_tables/unknown_slot.h"
 #include "trace.h"
 
 namespace tally::client::export_tables {
@@ -109,9 +110,7 @@ static_assert(sizeof(DeviceRecord) == 28);
 
 CUresult check(uint32_t version, uint64_t unix_seconds, uint64_t* result);
 
-constexpr int kSlots = 3;
-const void* const kTable[kSlots] = {reinterpret_cast<const void*>(sizeof(void*) * kSlots),
-                                    reinterpret_cast<const void*>(&check), nullptr};
+constexpr char kName[] = "integrity check";
 
 CUresult check(uint32_t version, uint64_t unix_seconds, uint64_t* result) {
   if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -126,8 +125,8 @@ CUresult check(uint32_t version, uint64_t unix_seconds, uint64_t* result) {
                         static_cast<uint32_t>(getpid()),
                         static_cast<uint32_t>(pthread_self()),
                         reinterpret_cast<uint64_t>(runtime_interface()),
-                        reinterpret_cast<uint64_t>(kTable),
-                        reinterpret_cast<uint64_t>(kTable[1]),
+                        reinterpret_cast<uint64_t>(integrity_check()),
+                        reinterpret_cast<uint64_t>(integrity_check()[1]),
                         unix_seconds};
   unsigned char pad[16];
   Md2 inner;
@@ -160,6 +159,9 @@ CUresult check(uint32_t version, uint64_t unix_seconds, uint64_t* result) {
 
 }  // namespace
 
-Table integrity_check() { return kTable; }
+Table integrity_check() {
+  static const PaddedTable<kName> table(PaddedTable<kName>::kSizeHeader, {reinterpret_cast<const void*>(&check)});
+  return table.slots();
+}
 
 }  // namespace tally::client::export_tables

@@ -5,13 +5,14 @@
 // uses cuLibraryLoadData instead); they fail cleanly until module loading exists.
 #include "contexts.h"
 #include "export_tables/export_tables.h"
+#include "export_tables/unknown_slot.h"
 #include "trace.h"
 #include "unsupported.h"
 
 namespace tally::client::export_tables {
 namespace {
 
-constexpr int kSlots = 10;
+constexpr char kName[] = "runtime interface";
 
 CUresult get_primary_context(CUcontext* pctx, CUdevice dev) {
   CUresult rc = primary_context(dev, pctx);
@@ -37,21 +38,21 @@ CUresult module_from_fatbin_header(const void*, CUmodule*, void*, void*, unsigne
 // Called with one integer; no observable effect is known.
 CUresult slot7(size_t) { return CUDA_SUCCESS; }
 
-const void* const kTable[kSlots] = {
-    reinterpret_cast<const void*>(sizeof(void*) * kSlots),
-    reinterpret_cast<const void*>(&module_from_fatbin),
-    reinterpret_cast<const void*>(&get_primary_context),
-    nullptr,
-    nullptr,
-    nullptr,
-    reinterpret_cast<const void*>(&module_from_fatbin_ext),
-    reinterpret_cast<const void*>(&slot7),
-    reinterpret_cast<const void*>(&module_from_fatbin_header),
-    nullptr,
-};
-
 }  // namespace
 
-Table runtime_interface() { return kTable; }
+Table runtime_interface() {
+  static const PaddedTable<kName> table(PaddedTable<kName>::kSizeHeader,
+                                        {
+                                            reinterpret_cast<const void*>(&module_from_fatbin),
+                                            reinterpret_cast<const void*>(&get_primary_context),
+                                            nullptr,
+                                            nullptr,
+                                            nullptr,
+                                            reinterpret_cast<const void*>(&module_from_fatbin_ext),
+                                            reinterpret_cast<const void*>(&slot7),
+                                            reinterpret_cast<const void*>(&module_from_fatbin_header),
+                                        });
+  return table.slots();
+}
 
 }  // namespace tally::client::export_tables

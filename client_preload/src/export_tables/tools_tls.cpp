@@ -2,16 +2,18 @@
 // process without it aborts before main (others' observation); a sized table with
 // no functions is enough.
 #include "export_tables/export_tables.h"
+#include "export_tables/unknown_slot.h"
 
 namespace tally::client::export_tables {
 namespace {
 
-constexpr int kSlots = 4;
-const void* const kTable[kSlots] = {reinterpret_cast<const void*>(sizeof(void*) * kSlots), nullptr, nullptr,
-                                    nullptr};
+constexpr char kName[] = "tools TLS";
 
 }  // namespace
 
-Table tools_tls() { return kTable; }
+Table tools_tls() {
+  static const PaddedTable<kName> table(PaddedTable<kName>::kSizeHeader, {});
+  return table.slots();
+}
 
 }  // namespace tally::client::export_tables

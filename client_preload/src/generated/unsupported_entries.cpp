@@ -885,14 +885,6 @@ CUresult tally_entry_cuDeviceSetGraphMemAttribute_v11040(CUdevice device, CUgrap
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceSetGraphMemAttribute");
 }
-CUresult tally_entry_cuOccupancyMaxPotentialClusterSize_v11070(int *clusterSize, CUfunction func, const CUlaunchConfig *config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxPotentialClusterSize");
-}
-CUresult tally_entry_cuOccupancyMaxActiveClusters_v11070(int *numClusters, CUfunction func, const CUlaunchConfig *config) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuOccupancyMaxActiveClusters");
-}
 CUresult tally_entry_cuTexRefSetArray_v2000(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuTexRefSetArray");

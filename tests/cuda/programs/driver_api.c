@@ -142,6 +142,26 @@ static void modules(const char* ptx_path, const char* fatbin_path) {
   CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mixed, 128, 0));
   CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, mixed, NULL, 0, 0));
   printf("occupancy_128=%d best_block=%d min_grid=%d\n", blocks, best_block, min_grid);
+  // Clusters: one-block clusters fit as often as blocks do; larger ones not at all
+  // (tally launches none). cuBLAS asks this when it creates a handle.
+  CUlaunchAttribute cluster_attr;
+  cluster_attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster_attr.value.clusterDim.x = 1;
+  cluster_attr.value.clusterDim.y = 1;
+  cluster_attr.value.clusterDim.z = 1;
+  CUlaunchConfig cluster_config = {0};
+  cluster_config.gridDimX = 8;
+  cluster_config.gridDimY = cluster_config.gridDimZ = 1;
+  cluster_config.blockDimX = 128;
+  cluster_config.blockDimY = cluster_config.blockDimZ = 1;
+  cluster_config.attrs = &cluster_attr;
+  cluster_config.numAttrs = 1;
+  int clusters_of_1 = -1, clusters_of_2 = -1, cluster_size = -1;
+  CHECK(cuOccupancyMaxActiveClusters(&clusters_of_1, mixed, &cluster_config));
+  cluster_attr.value.clusterDim.x = 2;
+  CHECK(cuOccupancyMaxActiveClusters(&clusters_of_2, mixed, &cluster_config));
+  CHECK(cuOccupancyMaxPotentialClusterSize(&cluster_size, mixed, &cluster_config));
+  printf("clusters_of_1=%d clusters_of_2=%d cluster_size=%d\n", clusters_of_1, clusters_of_2, cluster_size);
   printf("launch_too_many_threads=%d\n", (int)cuLaunchKernel(mixed, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL));
   printf("launch_too_much_shared=%d\n",
          (int)cuLaunchKernel(mixed, 1, 1, 1, 32, 1, 1, 1 << 20, NULL, params, NULL));

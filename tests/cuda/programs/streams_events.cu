@@ -83,6 +83,15 @@ int main() {
   CHECK(cudaMalloc(&d_in, bytes));
   CHECK(cudaMalloc(&d_a, bytes));
   CHECK(cudaMalloc(&d_b, bytes));
+  // What cudart makes of tally's pointer attributes: pinned host, device, and
+  // ordinary host memory (cudaMemoryTypeHost 1, Device 2, Unregistered 0).
+  cudaPointerAttributes pinned_attr, device_attr, plain_attr;
+  int plain = 0;
+  CHECK(cudaPointerGetAttributes(&pinned_attr, out_a));
+  CHECK(cudaPointerGetAttributes(&device_attr, d_a));
+  CHECK(cudaPointerGetAttributes(&plain_attr, &plain));
+  printf("pointer_types=%d,%d,%d pinned_host_pointer_ok=%d\n", (int)pinned_attr.type, (int)device_attr.type,
+         (int)plain_attr.type, pinned_attr.hostPointer == out_a ? 1 : 0);
 
   cudaEvent_t start, copied_in, stop;
   CHECK(cudaEventCreate(&start));
