@@ -1,0 +1,52 @@
+"""PyTorch, unmodified, under tally-run against a tally-server on the CPU emulator.
+
+Needs a CUDA build of PyTorch, which CI does not install (several GB): run with
+`pytest -m torch`, naming its interpreter in TALLY_TORCH_PYTHON when it is not
+the current one (e.g. a venv with `pip install torch`). PyTorch's wheels carry
+SASS only and the emulator runs PTX, so the test covers everything short of
+PyTorch's own kernels: cudart 13.2's initialization through tally's export
+tables, device queries, the caching allocator, pageable, pinned and
+device-to-device copies on two streams, events, a cuBLAS handle, and a kernel
+refused with CUDA's "no kernel image" error after which the job carries on.
+Each of these found a bug in the client the first time it ran."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_e2e_helpers import PROGRAMS, Server, job_env
+
+pytestmark = pytest.mark.torch
+
+
+def torch_python() -> str:
+    python = os.environ.get("TALLY_TORCH_PYTHON", sys.executable)
+    probe = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or '')"], capture_output=True,
+                           text=True, timeout=300, check=False)
+    if probe.returncode != 0 or not probe.stdout.strip():
+        pytest.skip(f"{python} has no CUDA build of PyTorch; set TALLY_TORCH_PYTHON")
+    return python
+
+
+def test_pytorch_runs_under_tally_on_the_emulator():
+    python = torch_python()
+    server = Server("emulator")
+    try:
+        job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
+                              python, str(PROGRAMS / "torch_on_emulator.py")], capture_output=True, text=True,
+                             timeout=600, env=job_env(), check=False)
+        assert job.returncode == 0, job.stdout + job.stderr
+        got = json.loads(job.stdout.strip().splitlines()[-1])
+        assert got == {
+            "available": True, "device_count": 1, "name": "tally emulator", "capability": [9, 0],
+            "mem_info_ok": True, "pageable_roundtrip": True, "pinned": True, "pinned_async_roundtrip": True,
+            "elapsed_ms_ok": True, "allocated": True, "allocated_after_free": 0, "device_to_device": True,
+            "kernel_error": "CUDA error: no kernel image is available for execution on the device",
+            "after_kernel_error": True, "blas_handle": True,
+        }, job.stderr
+        assert server.alive()
+    finally:
+        server.stop()
