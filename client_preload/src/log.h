@@ -1,4 +1,5 @@
-// Messages to the job's stderr, prefixed "tally:". One write(2) per line, so lines
+// Messages to the job's stderr, prefixed "tally:", and to the driver error log
+// the application can read (cuLogs*, error_logs.h). One write(2) per line, so lines
 // from several threads never interleave, and no iostreams (usable at any point of
 // process start-up or shutdown).
 #pragma once

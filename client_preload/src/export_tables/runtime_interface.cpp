@@ -1,6 +1,7 @@
 // Runtime interface (6bd5fb6c-...): cudart's back door to contexts and modules.
-// Slot 2 is required: cudart gets the primary context here and never calls
-// cuDevicePrimaryCtxRetain or cuCtxSetCurrent itself (measured, CUDA 13.0).
+// Slot 2 hands out a device's primary context (cudart 13 also retains and sets it
+// through cuDevicePrimaryCtxRetain and cuCtxSetCurrent, as traced with 13.0 and 13.2).
+// Slot 12 is new in cudart 13.2 (see slot12).
 // Slots 1, 6 and 8 load a module straight from a fat binary (older cudart; CUDA 13
 // uses cuLibraryLoadData instead); they fail cleanly until module loading exists.
 #include "contexts.h"
@@ -38,6 +39,13 @@ CUresult module_from_fatbin_header(const void*, CUmodule*, void*, void*, unsigne
 // Called with one integer; no observable effect is known.
 CUresult slot7(size_t) { return CUDA_SUCCESS; }
 
+// cudart 13.2 calls it while it initializes (inside cudaGetDeviceCount's first
+// call) unless the environment variable CUDA_8b3537d1 is "dc6ffd77", with no
+// arguments we could identify; a nonzero result fails the initialization and so
+// every CUDA call of the job (measured with PyTorch 2.15's cudart). cudart 13.0
+// never calls it. No observable effect is known, so it succeeds.
+CUresult slot12() { return CUDA_SUCCESS; }
+
 }  // namespace
 
 Table runtime_interface() {
@@ -51,6 +59,10 @@ Table runtime_interface() {
                                             reinterpret_cast<const void*>(&module_from_fatbin_ext),
                                             reinterpret_cast<const void*>(&slot7),
                                             reinterpret_cast<const void*>(&module_from_fatbin_header),
+                                            nullptr,
+                                            nullptr,
+                                            nullptr,
+                                            reinterpret_cast<const void*>(&slot12),
                                         });
   return table.slots();
 }

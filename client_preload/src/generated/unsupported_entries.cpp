@@ -1409,26 +1409,6 @@ CUresult tally_entry_cuMemBatchDecompressAsync_v12060_ptsz(CUmemDecompressParams
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemBatchDecompressAsync_ptsz");
 }
-CUresult tally_entry_cuLogsRegisterCallback_v12090(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLogsRegisterCallback");
-}
-CUresult tally_entry_cuLogsUnregisterCallback_v12090(CUlogsCallbackHandle callback) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLogsUnregisterCallback");
-}
-CUresult tally_entry_cuLogsCurrent_v12090(CUlogIterator *iterator, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLogsCurrent");
-}
-CUresult tally_entry_cuLogsDumpToFile_v12090(CUlogIterator *iterator, const char *pathToFile, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLogsDumpToFile");
-}
-CUresult tally_entry_cuLogsDumpToMemory_v12090(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLogsDumpToMemory");
-}
 CUresult tally_entry_cuMemHostRegister_v4000(void *p, size_t bytesize, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemHostRegister");
