@@ -70,6 +70,22 @@ def test_streams_events_pinned_memory_and_host_functions(nvcc, emulator_server, 
     assert "done" in job.stdout
 
 
+@CUDARTS
+def test_graphs_made_by_stream_capture(nvcc, emulator_server, shared):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "graph_capture.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("capturing", "id_nonzero", "side_joined") == [1, 1, 1]
+    # Nothing ran while capturing; each of 3 launches ran everything once, with the
+    # pinned input of its round and the kernel parameter captured by value.
+    assert job.ints("after_capture", "host_calls_before_launch") == [0, 0]
+    assert job.ints("rounds_good", "host_calls") == [3, 3]
+    # cudaErrorStreamCaptureUnsupported (900), cudaErrorStreamCaptureInvalidated (901)
+    assert job.ints("sync_in_capture", "launch_after", "end_invalidated", "graph_null", "legacy_capture") == \
+        [900, 901, 901, 1, 900]
+    assert job.value("after_ok") == "1"
+    assert "not supported" not in job.stderr
+
+
 def test_driver_api(nvcc, emulator_server):
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")

@@ -6,7 +6,8 @@ the current one (e.g. a venv with `pip install torch`). PyTorch's wheels carry
 SASS only and the emulator runs PTX, so the test covers everything short of
 PyTorch's own kernels: cudart 13.2's initialization through tally's export
 tables, device queries, the caching allocator, pageable, pinned and
-device-to-device copies on two streams, events, a cuBLAS handle, and a kernel
+device-to-device copies on two streams, events, a cuBLAS handle, a CUDA graph
+captured and replayed (torch.cuda.graph), and a kernel
 refused with CUDA's "no kernel image" error after which the job carries on.
 Each of these found a bug in the client the first time it ran."""
 from __future__ import annotations
@@ -45,7 +46,7 @@ def test_pytorch_runs_under_tally_on_the_emulator():
             "mem_info_ok": True, "pageable_roundtrip": True, "pinned": True, "pinned_async_roundtrip": True,
             "elapsed_ms_ok": True, "allocated": True, "allocated_after_free": 0, "device_to_device": True,
             "kernel_error": "CUDA error: no kernel image is available for execution on the device",
-            "after_kernel_error": True, "blas_handle": True,
+            "after_kernel_error": True, "blas_handle": True, "graph_replays_good": 3,
         }, job.stderr
         assert server.alive()
     finally:

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "address_map.h"
+#include "capture.h"
 #include "connection.h"
 
 namespace tally::client {
@@ -87,6 +88,10 @@ CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t 
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc; captured(stream, async, &rc, [=] {
+        return Replay([=](uint64_t s) { return copy_host_to_device(dst, src, width, height, s, true); });
+      }))
+    return rc;
   if (height == 1) src.pitch = dst.pitch = width;
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
@@ -144,6 +149,10 @@ CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc; captured(stream, async, &rc, [=] {
+        return Replay([=](uint64_t s) { return copy_device_to_host(dst, src, width, height, s, true); });
+      }))
+    return rc;
   if (height == 1) src.pitch = dst.pitch = width;
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
@@ -194,6 +203,10 @@ CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size
 CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                                bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (CUresult rc; captured(stream, async, &rc, [=] {
+        return Replay([=](uint64_t s) { return copy_device_to_device(dst, src, width, height, s, true); });
+      }))
+    return rc;
   if (height == 1) src.pitch = dst.pitch = width;
   Connection& c = Connection::instance();
   protocol::MemcpyDtoDMsg m{};
@@ -205,6 +218,10 @@ CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, siz
 CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t height, uint64_t stream) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr || src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc; captured(stream, true, &rc, [=] {
+        return Replay([=](uint64_t s) { return copy_host_to_host(dst, src, width, height, s); });
+      }))
+    return rc;
   // Earlier work on the stream may still write either buffer (pinned memory).
   protocol::StreamSynchronizeMsg m{stream};
   if (CUresult rc = Connection::instance().request_done(m); rc != CUDA_SUCCESS) return rc;
@@ -218,6 +235,10 @@ CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t h
 CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
                        uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (CUresult rc; captured(stream, async, &rc, [=] {
+        return Replay([=](uint64_t s) { return memset_device(dst, value, element_size, width, height, s, true); });
+      }))
+    return rc;
   if (height == 1) dst.pitch = width * element_size;
   Connection& c = Connection::instance();
   protocol::MemsetMsg m{};

@@ -24,6 +24,8 @@ enum class ObjectTag : uint32_t {
   kFunction = 0x46554e43,  // "FUNC"
   kStream = 0x53545245,    // "STRE"
   kEvent = 0x45564e54,     // "EVNT"
+  kGraph = 0x47524150,     // "GRAP"
+  kGraphExec = 0x47455845, // "GEXE"
 };
 
 // CU_FUNC_ATTRIBUTE_* values a FunctionReply carries.

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "capture.h"
 #include "connection.h"
 #include "entry_point.h"
 #include "stream_ids.h"
@@ -37,10 +38,22 @@ class HostFunctionRunner {
   }
 
   CUresult launch(CUstream stream, bool per_thread, const PendingCallback& callback) {
+    if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+    uint64_t id = 0;
+    if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+    // A captured host function runs once per replay of its graph.
+    if (CUresult rc; captured(id, true, &rc, [this, callback] {
+          return Replay([this, callback](uint64_t s) { return launch_on(s, callback); });
+        }))
+      return rc;
+    return launch_on(id, callback);
+  }
+
+ private:
+  CUresult launch_on(uint64_t stream, const PendingCallback& callback) {
     Connection& c = Connection::instance();
-    if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
     protocol::LaunchHostFuncMsg m{};
-    if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+    m.stream = stream;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       m.callback = next_id_++;
@@ -61,7 +74,6 @@ class HostFunctionRunner {
     return rc;
   }
 
- private:
   static void on_unsolicited(uint32_t kind, const uint8_t* payload, uint32_t size) {
     if (kind != static_cast<uint32_t>(protocol::MessageKind::HostFuncReady) ||
         size < sizeof(protocol::HostFuncReadyMsg))

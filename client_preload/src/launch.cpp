@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "connection.h"
 #include "driver_objects.h"
 #include "entry_point.h"
+#include "capture.h"
 #include "log.h"
 #include "stream_ids.h"
 #include "unsupported.h"
@@ -78,6 +81,32 @@ CUresult check_configuration(const FunctionObject* fn, unsigned gx, unsigned gy,
   return CUDA_SUCCESS;
 }
 
+// Sends the launch, or records it when its stream is being captured: the
+// parameter block is laid out now (the job's parameter values at capture time,
+// as CUDA keeps them) and sent again, unchanged, on each replay's stream.
+CUresult submit(const LaunchRecord& r, CUfunction f) {
+  CUresult rc;
+  if (captured(r.msg.stream, true, &rc, [&r, f] {
+        auto block = std::make_shared<std::vector<uint8_t>>(sizeof r.msg + r.param_bytes);
+        fill_launch(block->data(), &r);
+        return Replay([block, f](uint64_t stream) {
+          const FunctionObject* fn = as_function(f);
+          if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // its module was unloaded
+          LaunchRecord again{};
+          std::memcpy(&again.msg, block->data(), sizeof again.msg);
+          again.msg.stream = stream;
+          again.fn = fn;
+          again.buffer = block->data() + sizeof again.msg;
+          again.param_bytes = static_cast<uint32_t>(block->size() - sizeof again.msg);
+          return submit(again, f);
+        });
+      }))
+    return rc;
+  return Connection::instance().send_async_fill(static_cast<uint32_t>(protocol::MessageKind::LaunchKernel),
+                                                static_cast<uint32_t>(sizeof r.msg) + r.param_bytes, &fill_launch,
+                                                &r);
+}
+
 CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread) {
   Connection& c = Connection::instance();
@@ -102,8 +131,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   }
   r.kernel_params = kernel_params;
   r.param_bytes = fn->param_total;
-  return c.send_async_fill(static_cast<uint32_t>(protocol::MessageKind::LaunchKernel),
-                           static_cast<uint32_t>(sizeof r.msg) + r.param_bytes, &fill_launch, &r);
+  return submit(r, f);
 }
 
 // cuLaunchKernelEx's attributes: hints are accepted (the server's scheduler

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "address_map.h"
+#include "capture.h"
 #include "connection.h"
 #include "entry_point.h"
 #include "stream_ids.h"
@@ -42,6 +43,8 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
   if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
   protocol::MemFreeAsyncMsg m{dptr, 0};
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  // Memory nodes are not captured: stream-ordered allocation ends a capture.
+  if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
   CUresult rc = Connection::instance().send(m);
   if (rc == CUDA_SUCCESS) device_ranges().remove(dptr);
   return rc;
@@ -50,6 +53,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
 CUresult allocate_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool per_thread) {
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc; refused_while_capturing(id, &rc)) return rc;
   return allocate(dptr, bytes);
 }
 

@@ -4,6 +4,7 @@
 // which applies the legacy default stream's ordering rules.
 #include <atomic>
 
+#include "capture.h"
 #include "connection.h"
 #include "contexts.h"
 #include "driver_objects.h"
@@ -44,6 +45,7 @@ CUresult query(CUstream stream, bool per_thread) {
   protocol::StreamQueryMsg m{};
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
   return Connection::instance().request_done(m);
 }
 
@@ -51,6 +53,7 @@ CUresult synchronize(CUstream stream, bool per_thread) {
   protocol::StreamSynchronizeMsg m{};
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
   return Connection::instance().request_done(m);
 }
 
@@ -61,6 +64,7 @@ CUresult wait_event(CUstream stream, CUevent event, unsigned flags, bool per_thr
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   protocol::StreamWaitEventMsg m{0, e->id};
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc; captured_stream_wait(m.stream, e->id, &rc)) return rc;
   return Connection::instance().send(m);
 }
 
@@ -90,11 +94,17 @@ CUresult stream_id_of(CUstream stream, bool per_thread, unsigned long long* out)
   return CUDA_SUCCESS;
 }
 
-// Graph capture is not forwarded: no stream is ever capturing.
-CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus* status) {
+// Whether the stream is being captured (capture.h), and into what.
+CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus* status, cuuint64_t* id_out = nullptr,
+                        CUgraph* graph_out = nullptr) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc = describe(stream, per_thread, nullptr, nullptr); rc != CUDA_SUCCESS) return rc;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  const CaptureInfo info = capture_info(id);
+  *status = info.status;
+  if (id_out != nullptr) *id_out = info.id;
+  if (graph_out != nullptr) *graph_out = reinterpret_cast<CUgraph>(info.graph);
   return CUDA_SUCCESS;
 }
 
@@ -205,31 +215,27 @@ TALLY_ENTRY(cuStreamIsCapturing_v10000_ptsz)(CUstream hStream, CUstreamCaptureSt
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v10010)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out) {
-  if (id_out != nullptr) *id_out = 0;
-  return capture_status(hStream, false, captureStatus_out);
+  return capture_status(hStream, false, captureStatus_out, id_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v10010_ptsz)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                 cuuint64_t* id_out) {
-  if (id_out != nullptr) *id_out = 0;
-  return capture_status(hStream, true, captureStatus_out);
+  return capture_status(hStream, true, captureStatus_out, id_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v11030)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,
                                            const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
-  if (id_out != nullptr) *id_out = 0;
-  if (graph_out != nullptr) *graph_out = nullptr;
   if (dependencies_out != nullptr) *dependencies_out = nullptr;
   if (numDependencies_out != nullptr) *numDependencies_out = 0;
-  return capture_status(hStream, false, captureStatus_out);
+  // A capture is a sequence, not a node graph: no dependency nodes to report.
+  return capture_status(hStream, false, captureStatus_out, id_out, graph_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v11030_ptsz)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                 cuuint64_t* id_out, CUgraph* graph_out,
                                                 const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
-  if (id_out != nullptr) *id_out = 0;
-  if (graph_out != nullptr) *graph_out = nullptr;
   if (dependencies_out != nullptr) *dependencies_out = nullptr;
   if (numDependencies_out != nullptr) *numDependencies_out = 0;
-  return capture_status(hStream, true, captureStatus_out);
+  // A capture is a sequence, not a node graph: no dependency nodes to report.
+  return capture_status(hStream, true, captureStatus_out, id_out, graph_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v12030)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,
@@ -249,7 +255,7 @@ TALLY_ENTRY(cuStreamGetCaptureInfo_v12030_ptsz)(CUstream hStream, CUstreamCaptur
 }
 TALLY_ENTRY(cuThreadExchangeStreamCaptureMode_v10010)(CUstreamCaptureMode* mode) {
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // Capture is never active, so the mode only has to round-trip per thread.
+  // Kept per thread; tally does not enforce what a mode forbids (capture.h).
   thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   CUstreamCaptureMode previous = t_mode;
   t_mode = *mode;

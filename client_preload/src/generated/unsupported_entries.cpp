@@ -377,17 +377,9 @@ CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_at
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuPointerSetAttribute");
 }
-CUresult tally_entry_cuStreamBeginCapture_v10010_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCapture_v2_ptsz");
-}
 CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph_ptsz");
-}
-CUresult tally_entry_cuStreamEndCapture_v10000_ptsz(CUstream hStream, CUgraph *phGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamEndCapture_ptsz");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
@@ -685,10 +677,6 @@ CUresult tally_entry_cuGraphNodeGetType_v10000(CUgraphNode hNode, CUgraphNodeTyp
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphNodeGetType");
 }
-CUresult tally_entry_cuGraphGetNodes_v10000(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphGetNodes");
-}
 CUresult tally_entry_cuGraphGetRootNodes_v10000(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphGetRootNodes");
@@ -737,14 +725,6 @@ CUresult tally_entry_cuGraphDestroyNode_v10000(CUgraphNode hNode) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphDestroyNode");
 }
-CUresult tally_entry_cuGraphInstantiateWithFlags_v11040(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphInstantiateWithFlags");
-}
-CUresult tally_entry_cuGraphInstantiateWithParams_v12000_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphInstantiateWithParams_ptsz");
-}
 CUresult tally_entry_cuGraphExecGetFlags_v12000(CUgraphExec hGraphExec, cuuint64_t *flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecGetFlags");
@@ -788,22 +768,6 @@ CUresult tally_entry_cuGraphExecExternalSemaphoresSignalNodeSetParams_v11020(CUg
 CUresult tally_entry_cuGraphExecExternalSemaphoresWaitNodeSetParams_v11020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresWaitNodeSetParams");
-}
-CUresult tally_entry_cuGraphUpload_v11010_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphUpload_ptsz");
-}
-CUresult tally_entry_cuGraphLaunch_v10000_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphLaunch_ptsz");
-}
-CUresult tally_entry_cuGraphExecDestroy_v10000(CUgraphExec hGraphExec) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecDestroy");
-}
-CUresult tally_entry_cuGraphDestroy_v10000(CUgraph hGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphDestroy");
 }
 CUresult tally_entry_cuGraphExecUpdate_v10020(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out) {
   static tally::client::OnceFlag logged;
@@ -1225,17 +1189,9 @@ CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaph
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync");
 }
-CUresult tally_entry_cuStreamBeginCapture_v10010(CUstream hStream, CUstreamCaptureMode mode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCapture_v2");
-}
 CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph");
-}
-CUresult tally_entry_cuStreamEndCapture_v10000(CUstream hStream, CUgraph *phGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamEndCapture");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
@@ -1244,18 +1200,6 @@ CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, 
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2");
-}
-CUresult tally_entry_cuGraphInstantiateWithParams_v12000(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphInstantiateWithParams");
-}
-CUresult tally_entry_cuGraphUpload_v11010(CUgraphExec hGraph, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphUpload");
-}
-CUresult tally_entry_cuGraphLaunch_v10000(CUgraphExec hGraph, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphLaunch");
 }
 CUresult tally_entry_cuStreamCopyAttributes_v11000(CUstream dstStream, CUstream srcStream) {
   static tally::client::OnceFlag logged;
@@ -1617,25 +1561,9 @@ CUresult tally_entry_cuEventDestroy_v2000(CUevent hEvent) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuEventDestroy");
 }
-CUresult tally_entry_cuStreamBeginCapture_v10000(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCapture");
-}
-CUresult tally_entry_cuStreamBeginCapture_v10000_ptsz(CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCapture_ptsz");
-}
 CUresult tally_entry_cuIpcOpenMemHandle_v4010(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuIpcOpenMemHandle");
-}
-CUresult tally_entry_cuGraphInstantiate_v10000(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphInstantiate");
-}
-CUresult tally_entry_cuGraphInstantiate_v11000(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphInstantiate_v2");
 }
 CUresult tally_entry_cuCheckpointProcessGetRestoreThreadId_v12080(int pid, int *tid) {
   static tally::client::OnceFlag logged;

@@ -42,6 +42,24 @@ b = torch.empty_like(a)
 b.copy_(a)
 results["device_to_device"] = torch.equal(b.cpu(), host)
 
+# A CUDA graph (torch.cuda.graph) of a device-to-device copy, replayed with new input.
+y = torch.empty_like(a)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    y.copy_(a)  # warm-up outside the capture, as PyTorch asks
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    y.copy_(a)
+replays_good = 0
+for r in range(3):
+    a.copy_(host + r)
+    graph.replay()
+    replays_good += torch.equal(y.cpu(), host + r)
+results["graph_replays_good"] = replays_good
+a.copy_(host)
+
 # A PyTorch kernel: refused with CUDA's error for a missing image, and the job goes on.
 try:
     (a + 1).cpu()

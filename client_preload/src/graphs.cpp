@@ -1,0 +1,164 @@
+// Graphs made by stream capture (capture.h): begin and end capture, capture
+// status, instantiation and launch. Graphs built node by node (cuGraphAdd*Node)
+// and graph updates remain unsupported.
+#include <memory>
+
+#include "capture.h"
+#include "connection.h"
+#include "entry_point.h"
+#include "stream_ids.h"
+
+namespace tally::client {
+namespace {
+
+CUresult begin(CUstream stream, CUstreamCaptureMode mode, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  return begin_capture(id, mode);
+}
+
+CUresult end(CUstream stream, CUgraph* graph, bool per_thread) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  GraphObject* made = nullptr;
+  CUresult rc = end_capture(id, &made);
+  *graph = reinterpret_cast<CUgraph>(made);
+  return rc;
+}
+
+CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphObject* g = as_graph(graph);
+  std::shared_ptr<const ReplayList> ops = g == nullptr ? nullptr : std::atomic_load(&g->ops);
+  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Auto-free and node priorities have nothing to act on in a captured graph
+  // without memory nodes; upload is a no-op (nothing lives on the device).
+  constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+                                        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) return CUDA_ERROR_NOT_SUPPORTED;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  auto* made = new GraphExecObject();
+  made->ops = std::move(ops);
+  *exec = reinterpret_cast<CUgraphExec>(made);
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* e = as_graph_exec(exec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
+  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const Replay& op : *ops) {
+    if (CUresult rc = op(id); rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult upload(CUgraphExec exec, CUstream stream, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (as_graph_exec(exec) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  return stream_id(stream, per_thread, &id);
+}
+
+}  // namespace
+}  // namespace tally::client
+
+using namespace tally::client;
+
+TALLY_ENTRY(cuStreamBeginCapture_v10000)(CUstream hStream) {
+  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10000_ptsz)(CUstream hStream) {
+  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10010)(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin(hStream, mode, false);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10010_ptsz)(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin(hStream, mode, true);
+}
+TALLY_ENTRY(cuStreamEndCapture_v10000)(CUstream hStream, CUgraph* phGraph) { return end(hStream, phGraph, false); }
+TALLY_ENTRY(cuStreamEndCapture_v10000_ptsz)(CUstream hStream, CUgraph* phGraph) {
+  return end(hStream, phGraph, true);
+}
+
+TALLY_ENTRY(cuGraphInstantiateWithFlags_v11040)(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
+  return instantiate(phGraphExec, hGraph, flags);
+}
+TALLY_ENTRY(cuGraphInstantiate_v10000)(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                       char* logBuffer, size_t bufferSize) {
+  if (phErrorNode != nullptr) *phErrorNode = nullptr;
+  if (logBuffer != nullptr && bufferSize > 0) logBuffer[0] = '\0';
+  return instantiate(phGraphExec, hGraph, 0);
+}
+TALLY_ENTRY(cuGraphInstantiate_v11000)(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                       char* logBuffer, size_t bufferSize) {
+  return tally_entry_cuGraphInstantiate_v10000(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+TALLY_ENTRY(cuGraphInstantiateWithParams_v12000)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  params->hErrNode_out = nullptr;
+  CUresult rc = instantiate(phGraphExec, hGraph, params->flags);
+  params->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return rc;
+}
+TALLY_ENTRY(cuGraphInstantiateWithParams_v12000_ptsz)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return tally_entry_cuGraphInstantiateWithParams_v12000(phGraphExec, hGraph, params);
+}
+
+TALLY_ENTRY(cuGraphLaunch_v10000)(CUgraphExec hGraph, CUstream hStream) { return launch(hGraph, hStream, false); }
+TALLY_ENTRY(cuGraphLaunch_v10000_ptsz)(CUgraphExec hGraph, CUstream hStream) {
+  return launch(hGraph, hStream, true);
+}
+TALLY_ENTRY(cuGraphUpload_v11010)(CUgraphExec hGraph, CUstream hStream) { return upload(hGraph, hStream, false); }
+TALLY_ENTRY(cuGraphUpload_v11010_ptsz)(CUgraphExec hGraphExec, CUstream hStream) {
+  return upload(hGraphExec, hStream, true);
+}
+
+// Destroying frees the captured operations; the handle stays invalid afterwards.
+TALLY_ENTRY(cuGraphExecDestroy_v10000)(CUgraphExec hGraphExec) {
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ObjectTag expected = ObjectTag::kGraphExec;
+  if (!e->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
+  std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>());
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {
+  GraphObject* g = as_graph(hGraph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ObjectTag expected = ObjectTag::kGraph;
+  if (!g->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
+  std::atomic_store(&g->ops, std::shared_ptr<const ReplayList>());
+  return CUDA_SUCCESS;
+}
+
+// The operations of a graph, as opaque node handles (addresses of its
+// operations, valid while the graph lives). PyTorch counts them after a capture
+// to warn about empty graphs; no node-level API accepts them.
+TALLY_ENTRY(cuGraphGetNodes_v10000)(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphObject* g = as_graph(hGraph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<const ReplayList> ops = std::atomic_load(&g->ops);
+  const size_t count = ops == nullptr ? 0 : ops->size();
+  if (nodes == nullptr) {
+    *numNodes = count;
+    return CUDA_SUCCESS;
+  }
+  const size_t room = *numNodes;
+  for (size_t i = 0; i < room; ++i)
+    nodes[i] = i < count ? reinterpret_cast<CUgraphNode>(const_cast<Replay*>(&(*ops)[i])) : nullptr;
+  *numNodes = room < count ? room : count;
+  return CUDA_SUCCESS;
+}
