@@ -30,6 +30,10 @@ class Codec:
     message: spec.Message
     struct: struct.Struct
     names: tuple[str, ...]
+    # Where each field's value sits in struct.unpack's tuple: (name, index, end);
+    # end is None for a single value, else the field is raw[index:end]. Computed
+    # once, so decoding (once per request: the server's hot path) is one pass.
+    plan: tuple[tuple[str, int, int | None], ...] = ()
 
     @property
     def kind(self) -> int:
@@ -61,17 +65,7 @@ class Codec:
             raise ProtocolError(
                 f"{self.message.name}: payload of {len(payload)} bytes, need {self.struct.size}")
         raw = self.struct.unpack_from(payload, 0)
-        out, i = {}, 0
-        for f in self.message.fields:
-            if _is_bytes(f):
-                out[f.name] = raw[i]
-                i += 1
-            elif f.count > 1:
-                out[f.name] = raw[i:i + f.count]
-                i += f.count
-            else:
-                out[f.name] = raw[i]
-                i += 1
+        out = {name: raw[i] if end is None else raw[i:end] for name, i, end in self.plan}
         tail = memoryview(payload)[self.struct.size:]
         if self.message.tail is None and len(tail):
             raise ProtocolError(f"{self.message.name}: {len(tail)} unexpected trailing bytes")
@@ -90,13 +84,25 @@ def struct_format(message: spec.Message) -> str:
     return fmt
 
 
+def _plan(message: spec.Message) -> tuple[tuple[str, int, int | None], ...]:
+    plan, i = [], 0
+    for f in message.fields:
+        if f.count > 1 and not _is_bytes(f):
+            plan.append((f.name, i, i + f.count))
+            i += f.count
+        else:
+            plan.append((f.name, i, None))
+            i += 1
+    return tuple(plan)
+
+
 def _build() -> dict[str, Codec]:
     codecs = {}
     for m in spec.MESSAGES:
         s = struct.Struct(struct_format(m))
         if s.size % 8:
             raise AssertionError(f"{m.name}: size {s.size} is not a multiple of 8; add padding")
-        codecs[m.name] = Codec(m, s, tuple(f.name for f in m.fields))
+        codecs[m.name] = Codec(m, s, tuple(f.name for f in m.fields), _plan(m))
     kinds = [m.kind for m in spec.MESSAGES]
     if len(set(kinds)) != len(kinds):
         raise AssertionError("duplicate message kinds in tally.protocol.spec")
