@@ -95,6 +95,7 @@ def test_driver_api(nvcc, emulator_server):
     for how in ("params", "extra", "ex"):
         assert f"scale_{how} bias_size=4 good=300 of 300" in lines
     assert "param_offsets=0,8,32,40 sizes=1,24,8,2" in lines
+    assert job.value("completion_event_with_timing") == str(CUDA_ERROR_INVALID_VALUE)
     assert job.ints("param_info_past_end", "missing_function", "launch_after_unload", "max_threads") == \
         [CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_INVALID_HANDLE, 1024]
     assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"

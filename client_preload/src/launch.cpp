@@ -158,9 +158,42 @@ CUresult check_launch_attributes(const CUlaunchConfig* config) {
         if (a.value.clusterDim.x > 1 || a.value.clusterDim.y > 1 || a.value.clusterDim.z > 1)
           return CUDA_ERROR_NOT_SUPPORTED;
         break;
+      // A substitute for the regular cluster, which the device may always fall back
+      // to; with one-block clusters (the only kind tally launches) that is what runs.
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+      case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+        break;
+      // Events the kernel triggers early (programmatic dependent launch, launch
+      // completion). CUDA allows them to trigger as late as the kernel's end, which
+      // is where tally records them (completion_events below); they must have
+      // timing disabled, as CUDA requires.
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+      case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT: {
+        CUevent ev = a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ? a.value.programmaticEvent.event
+                                                                   : a.value.launchCompletionEvent.event;
+        const EventObject* e = as_event(ev);
+        if (e == nullptr || (e->flags & CU_EVENT_DISABLE_TIMING) == 0 || (e->flags & CU_EVENT_INTERPROCESS) != 0)
+          return CUDA_ERROR_INVALID_VALUE;
+        break;
+      }
       default:
         return CUDA_ERROR_NOT_SUPPORTED;
     }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Records the launch's programmatic and launch-completion events behind it.
+CUresult completion_events(const CUlaunchConfig* config, bool per_thread) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    CUevent ev = nullptr;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = a.value.programmaticEvent.event;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = a.value.launchCompletionEvent.event;
+    if (ev == nullptr) continue;
+    CUresult rc = per_thread ? tally_entry_cuEventRecord_v7000_ptsz(ev, config->hStream)
+                             : tally_entry_cuEventRecord_v2000(ev, config->hStream);
+    if (rc != CUDA_SUCCESS) return rc;
   }
   return CUDA_SUCCESS;
 }
@@ -169,13 +202,15 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_par
   if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = check_launch_attributes(config); rc != CUDA_SUCCESS) {
     static OnceFlag logged;
-    if (logged.first())
+    if (rc == CUDA_ERROR_NOT_SUPPORTED && logged.first())
       log_error("cuLaunchKernelEx with cooperative, cluster or other launch attributes tally cannot honour "
                 "returns CUDA_ERROR_NOT_SUPPORTED (reported once)");
     return rc;
   }
-  return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                config->blockDimZ, config->sharedMemBytes, config->hStream, kernel_params, extra, per_thread);
+  CUresult rc = launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                       config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernel_params,
+                       extra, per_thread);
+  return rc == CUDA_SUCCESS ? completion_events(config, per_thread) : rc;
 }
 
 }  // namespace

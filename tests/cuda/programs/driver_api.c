@@ -82,17 +82,42 @@ static int run_scale(CUmodule mod, const char* how, float bias_value) {
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &block, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
     CHECK(cuLaunchKernel(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, NULL, extra));
   } else {
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
-    attr.value.priority = 0;
+    // Hints, a one-block cluster with a preferred substitute, and the two events a
+    // kernel may trigger early (tally records them behind it).
+    CUevent done, programmatic, timed;
+    CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventCreate(&programmatic, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventCreate(&timed, 0));
+    CUlaunchAttribute attrs[6];
+    memset(attrs, 0, sizeof attrs);
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[1].value.clusterDim.x = attrs[1].value.clusterDim.y = attrs[1].value.clusterDim.z = 1;
+    attrs[2].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION;
+    attrs[2].value.preferredClusterDim.x = 2;
+    attrs[2].value.preferredClusterDim.y = attrs[2].value.preferredClusterDim.z = 1;
+    attrs[3].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[3].value.programmaticStreamSerializationAllowed = 1;
+    attrs[4].id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+    attrs[4].value.launchCompletionEvent.event = done;
+    attrs[5].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    attrs[5].value.programmaticEvent.event = programmatic;
     CUlaunchConfig config;
     memset(&config, 0, sizeof config);
     config.gridDimX = (N + 127) / 128, config.gridDimY = 1, config.gridDimZ = 1;
     config.blockDimX = 128, config.blockDimY = 1, config.blockDimZ = 1;
-    config.attrs = &attr, config.numAttrs = 1;
+    config.attrs = attrs, config.numAttrs = 6;
     void* params[] = {&x, &factor, &n};
     CHECK(cuLaunchKernelEx(&config, scale, params, NULL));
+    CHECK(cuEventSynchronize(done));
+    CHECK(cuEventSynchronize(programmatic));
+    // A timing event cannot be a launch-completion event (CUDA's rule).
+    attrs[4].value.launchCompletionEvent.event = timed;
+    config.numAttrs = 5;
+    printf("completion_event_with_timing=%d\n", (int)cuLaunchKernelEx(&config, scale, params, NULL));
+    CHECK(cuEventDestroy(done));
+    CHECK(cuEventDestroy(programmatic));
+    CHECK(cuEventDestroy(timed));
   }
   CHECK(cuMemcpyDtoH(host, x, sizeof host));
   CHECK(cuMemFree(x));
