@@ -61,6 +61,21 @@ except DeviceError as e:
     assert e.code == 1 and "CUDA_ERROR_INVALID_VALUE" in e.message, e.message
 else:
     raise AssertionError("freeing a pointer that is no allocation succeeded")
+# Virtual memory: two chunks mapped side by side, a copy across the seam, unmapped and freed.
+G = 2 << 20
+base = b.vmm_reserve(4 * G, G)
+chunks = [b.vmm_create(G), b.vmm_create(G)]
+b.vmm_map(base, G, 0, chunks[0])
+b.vmm_map(base + G, G, 0, chunks[1])
+b.vmm_set_access(base, 2 * G, True)
+b.memcpy_htod_async(base + G - 2048, memoryview(data), s)
+b.memcpy_dtoh_async(memoryview(host), base + G - 2048, s)
+b.stream_synchronize(s)
+assert bytes(host) == data
+b.vmm_unmap(base, 2 * G)
+for chunk in chunks:
+    b.vmm_release(chunk)
+b.vmm_free(base, 4 * G)
 for ev in (start, end, untimed):
     b.event_destroy(ev)
 for st in (s, s2):

@@ -51,3 +51,27 @@ def test_pytorch_runs_under_tally_on_the_emulator():
         assert server.alive()
     finally:
         server.stop()
+
+
+def test_pytorch_expandable_segments_under_tally():
+    # expandable_segments maps physical chunks into a reserved range (cuMemAddressReserve,
+    # cuMemCreate, cuMemMap, cuMemSetAccess). TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC=0: with
+    # IPC on, PyTorch 2.15 asks NVML whether the GPU has fabric memory, and without an
+    # NVML library (no GPU driver here) it calls a null function pointer, with or
+    # without tally.
+    python = torch_python()
+    server = Server("emulator")
+    try:
+        env = {**job_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+               "TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC": "0"}
+        job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
+                              python, str(PROGRAMS / "torch_expandable_segments.py")], capture_output=True,
+                             text=True, timeout=600, env=env, check=False)
+        assert job.returncode == 0, job.stdout + job.stderr
+        got = json.loads(job.stdout.strip().splitlines()[-1])
+        assert got["roundtrips"] == [True, True, True] and got["after_reuse"], got
+        assert got["reserved_mib"] >= 52 and got["reserved_after_empty_cache"] == 0, got
+        status = server.wait_for(lambda s: not s["clients"], what="the job to go")
+        assert status["server"]["memory_free"] == status["server"]["memory_total"]
+    finally:
+        server.stop()

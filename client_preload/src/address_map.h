@@ -56,9 +56,10 @@ class RangeMap {
   std::map<uint64_t, Entry> ranges_;
 };
 
-enum class DeviceRangeKind { kAllocation, kGlobal };
+enum class DeviceRangeKind { kAllocation, kGlobal, kReservation };
 
-// Device memory this client allocated or whose module globals it resolved.
+// Device memory this client allocated, whose module globals it resolved, or whose
+// address range it reserved (virtual memory management).
 RangeMap<DeviceRangeKind>& device_ranges();
 
 struct PinnedRegion {

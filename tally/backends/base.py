@@ -125,6 +125,17 @@ class DeviceBackend(Protocol):
     def mem_free(self, ptr: int) -> None: ...
     def mem_info(self) -> tuple[int, int]: ...          # (free, total) bytes
 
+    # virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...): address
+    # ranges, physical memory and the mappings between them; sizes and offsets are
+    # multiples of VMM_GRANULARITY. Backends without it mix in NoVirtualMemory.
+    def vmm_reserve(self, nbytes: int, alignment: int) -> int: ...
+    def vmm_free(self, ptr: int, nbytes: int) -> None: ...
+    def vmm_create(self, nbytes: int) -> object: ...    # a physical-memory handle
+    def vmm_release(self, handle: object) -> None: ...
+    def vmm_map(self, ptr: int, nbytes: int, offset: int, handle: object) -> None: ...
+    def vmm_unmap(self, ptr: int, nbytes: int) -> None: ...
+    def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None: ...
+
     # modules
     def module_load(self, source: ModuleSource) -> Module: ...
     def module_unload(self, module: Module) -> None: ...
@@ -161,3 +172,18 @@ class DeviceBackend(Protocol):
     def synchronize(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+# The allocation granularity of virtual memory management: what CUDA reports for
+# current NVIDIA GPUs (cuMemGetAllocationGranularity, minimum and recommended).
+VMM_GRANULARITY = 2 << 20
+
+
+class NoVirtualMemory:
+    """For backends that do not model virtual memory management."""
+
+    def _no_vmm(self, *_args):
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
+                          f"the {getattr(self, 'kind', '?')} backend does not support virtual memory management")
+
+    vmm_reserve = vmm_free = vmm_create = vmm_release = vmm_map = vmm_unmap = vmm_set_access = _no_vmm

@@ -121,6 +121,48 @@ class CudaBackend:
         free, total = _check(cu.cuMemGetInfo())
         return int(free), int(total)
 
+    # virtual memory management: the driver's own, on the server's context
+    def _location(self):
+        location = cu.CUmemLocation()
+        location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        location.id = int(self._device)
+        return location
+
+    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
+        self._current()
+        return int(_check(cu.cuMemAddressReserve(nbytes, alignment, 0, 0)))
+
+    def vmm_free(self, ptr: int, nbytes: int) -> None:
+        self._current()
+        _check(cu.cuMemAddressFree(ptr, nbytes))
+
+    def vmm_create(self, nbytes: int) -> object:
+        self._current()
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location = self._location()
+        return _check(cu.cuMemCreate(nbytes, prop, 0))
+
+    def vmm_release(self, handle: object) -> None:
+        self._current()
+        _check(cu.cuMemRelease(handle))
+
+    def vmm_map(self, ptr: int, nbytes: int, offset: int, handle: object) -> None:
+        self._current()
+        _check(cu.cuMemMap(ptr, nbytes, offset, handle, 0))
+
+    def vmm_unmap(self, ptr: int, nbytes: int) -> None:
+        self._current()
+        _check(cu.cuMemUnmap(ptr, nbytes))
+
+    def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
+        self._current()
+        access = cu.CUmemAccessDesc()
+        access.location = self._location()
+        access.flags = (cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE if accessible
+                        else cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        _check(cu.cuMemSetAccess(ptr, nbytes, [access], 1))
+
     # modules
     def module_load(self, source: ModuleSource) -> CudaModule:
         self._current()

@@ -91,6 +91,29 @@ class EmulatorBackend:
     def mem_info(self) -> tuple[int, int]:
         return self._memory.capacity - self._memory.used, self._memory.capacity
 
+    # ------------------------------------------------------------------ virtual memory
+
+    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
+        return _memory_call(self._memory.reserve, nbytes, max(alignment, 256))
+
+    def vmm_free(self, ptr: int, nbytes: int) -> None:
+        _memory_call(self._memory.unreserve, ptr)
+
+    def vmm_create(self, nbytes: int) -> int:
+        return _memory_call(self._memory.create_physical, nbytes)
+
+    def vmm_release(self, handle: int) -> None:
+        _memory_call(self._memory.release_physical, handle)
+
+    def vmm_map(self, ptr: int, nbytes: int, offset: int, handle: int) -> None:
+        _memory_call(self._memory.map, ptr, nbytes, offset, handle)
+
+    def vmm_unmap(self, ptr: int, nbytes: int) -> None:
+        _memory_call(self._memory.unmap, ptr, nbytes)
+
+    def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
+        _memory_call(self._memory.set_access, ptr, nbytes, accessible)
+
     # ------------------------------------------------------------------ modules
 
     def module_load(self, source: ModuleSource) -> EmulatorModule:

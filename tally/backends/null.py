@@ -49,6 +49,9 @@ class NullBackend:
         self._sm_count = sm_count
         self._next = BASE_ADDRESS
         self._live: dict[int, int] = {}
+        self._reserved: dict[int, int] = {}     # virtual memory: reservation base -> bytes
+        self._physical: dict[int, int] = {}     # physical handle -> bytes
+        self._next_handle = 0
         self._lock = threading.Lock()
         self._uuid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, "null.tally").bytes
 
@@ -78,7 +81,47 @@ class NullBackend:
 
     def mem_info(self) -> tuple[int, int]:
         with self._lock:
-            return self._total - sum(self._live.values()), self._total
+            return self._total - sum(self._live.values()) - sum(self._physical.values()), self._total
+
+    # virtual memory: address ranges come from the same space; physical memory is a count
+    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
+        if nbytes <= 0:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot reserve {nbytes} bytes")
+        with self._lock:
+            alignment = max(alignment, ALIGNMENT)
+            self._next = (self._next + alignment - 1) // alignment * alignment
+            ptr = self._next
+            self._next += (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            self._reserved[ptr] = nbytes
+            return ptr
+
+    def vmm_free(self, ptr: int, nbytes: int) -> None:
+        with self._lock:
+            if self._reserved.pop(ptr, None) is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not a reservation")
+
+    def vmm_create(self, nbytes: int) -> int:
+        with self._lock:
+            if sum(self._live.values()) + sum(self._physical.values()) + nbytes > self._total:
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory creating {nbytes} bytes")
+            self._next_handle += 1
+            handle = self._next_handle
+            self._physical[handle] = nbytes
+            return handle
+
+    def vmm_release(self, handle: int) -> None:
+        with self._lock:
+            if self._physical.pop(handle, None) is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown physical handle {handle}")
+
+    def vmm_map(self, ptr: int, nbytes: int, offset: int, handle: int) -> None:
+        pass  # nothing executes, so nothing reads mappings; the server checks ownership
+
+    def vmm_unmap(self, ptr: int, nbytes: int) -> None:
+        pass
+
+    def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
+        pass
 
     # modules: remember kernel names and layouts so clients can launch them
     def module_load(self, source: ModuleSource) -> NullModule:

@@ -180,6 +180,21 @@ DRIVER_MESSAGES = (
     Message("HostFuncReady", 138, "server -> client completion with tag 0: run this callback now",
             (F("callback", "u64"),)),
     Message("HostFuncDone", 139, "async: the callback returned; the stream goes on", (F("callback", "u64"),)),
+    # Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...): device address
+    # ranges, physical memory (counted against the quota) and the mappings between them.
+    Message("MemAddressReserve", 140, "reserve `bytes` of device address space", (F("bytes", "u64"), F("alignment", "u64"))),
+    Message("MemAddressReply", 141, "answer to MemAddressReserve", (F("dptr", "u64"),)),
+    Message("MemAddressFree", 142, "free a reservation (what is still mapped in it is unmapped)",
+            (F("dptr", "u64"), F("bytes", "u64"))),
+    Message("MemCreate", 143, "create `bytes` of physical device memory", (F("bytes", "u64"),)),
+    Message("MemCreateReply", 144, "answer to MemCreate: the client's handle", (F("handle", "u64"),)),
+    Message("MemRelease", 145, "release a physical handle (its memory lives while mapped)", (F("handle", "u64"),)),
+    Message("MemMap", 146, "map `bytes` of a physical handle, from `offset`, at `dptr` in a reservation",
+            (F("dptr", "u64"), F("bytes", "u64"), F("offset", "u64"), F("handle", "u64"))),
+    Message("MemUnmap", 147, "waits for the client's work, then unmaps whole mappings",
+            (F("dptr", "u64"), F("bytes", "u64"))),
+    Message("MemSetAccess", 148, "enable (1) or disable (0) device access to whole mappings",
+            (F("dptr", "u64"), F("bytes", "u64"), F("access", "u32"), F("_pad0", "u32"))),
 )
 
 

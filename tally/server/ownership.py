@@ -33,6 +33,16 @@ class Allocations:
                 f"allocation of {nbytes} bytes exceeds the memory quota "
                 f"({self.used_bytes} of {self.quota_bytes} bytes in use)")
 
+    def charge(self, nbytes: int) -> None:
+        """Count memory that is not an allocation (virtual memory's physical handles)."""
+        with self._lock:
+            self.used_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+
+    def uncharge(self, nbytes: int) -> None:
+        with self._lock:
+            self.used_bytes -= nbytes
+
     def add(self, ptr: int, nbytes: int) -> None:
         with self._lock:
             if ptr in self._sizes:

@@ -225,37 +225,9 @@ CUresult tally_entry_cuMipmappedArrayDestroy_v5000(CUmipmappedArray hMipmappedAr
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy");
 }
-CUresult tally_entry_cuMemAddressReserve_v10020(CUdeviceptr_v2 *ptr, size_t size, size_t alignment, CUdeviceptr_v2 addr, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAddressReserve");
-}
-CUresult tally_entry_cuMemAddressFree_v10020(CUdeviceptr_v2 ptr, size_t size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAddressFree");
-}
-CUresult tally_entry_cuMemCreate_v10020(CUmemGenericAllocationHandle_v1 *handle, size_t size, const CUmemAllocationProp_v1 *prop, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemCreate");
-}
-CUresult tally_entry_cuMemRelease_v10020(CUmemGenericAllocationHandle_v1 handle) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRelease");
-}
-CUresult tally_entry_cuMemMap_v10020(CUdeviceptr_v2 ptr, size_t size, size_t offset, CUmemGenericAllocationHandle_v1 handle, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMap");
-}
 CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz");
-}
-CUresult tally_entry_cuMemUnmap_v10020(CUdeviceptr_v2 ptr, size_t size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemUnmap");
-}
-CUresult tally_entry_cuMemSetAccess_v10020(CUdeviceptr_v2 ptr, size_t size, const CUmemAccessDesc_v1 *desc, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemSetAccess");
 }
 CUresult tally_entry_cuMemGetAccess_v10020(unsigned long long *flags, const CUmemLocation_v1 *location, CUdeviceptr_v2 ptr) {
   static tally::client::OnceFlag logged;
@@ -268,10 +240,6 @@ CUresult tally_entry_cuMemExportToShareableHandle_v10020(void *shareableHandle, 
 CUresult tally_entry_cuMemImportFromShareableHandle_v10020(CUmemGenericAllocationHandle_v1 *handle, void *osHandle, CUmemAllocationHandleType shHandleType) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemImportFromShareableHandle");
-}
-CUresult tally_entry_cuMemGetAllocationGranularity_v10020(size_t *granularity, const CUmemAllocationProp_v1 *prop, CUmemAllocationGranularity_flags option) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAllocationGranularity");
 }
 CUresult tally_entry_cuMemGetAllocationPropertiesFromHandle_v10020(CUmemAllocationProp_v1 *prop, CUmemGenericAllocationHandle_v1 handle) {
   static tally::client::OnceFlag logged;

@@ -95,6 +95,15 @@ enum class MessageKind : uint32_t {
   LaunchHostFunc = 137,
   HostFuncReady = 138,
   HostFuncDone = 139,
+  MemAddressReserve = 140,
+  MemAddressReply = 141,
+  MemAddressFree = 142,
+  MemCreate = 143,
+  MemCreateReply = 144,
+  MemRelease = 145,
+  MemMap = 146,
+  MemUnmap = 147,
+  MemSetAccess = 148,
 };
 
 // client -> server over the socket: first record of a connection
@@ -744,5 +753,113 @@ struct HostFuncDoneMsg {
 static_assert(sizeof(HostFuncDoneMsg) == 8, "HostFuncDoneMsg layout differs from the Python codec");
 static_assert(offsetof(HostFuncDoneMsg, callback) == 0);
 constexpr uint32_t kHostFuncDoneSize = 8;  // bytes on the wire (0: empty)
+
+// reserve `bytes` of device address space
+struct MemAddressReserveMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAddressReserve;
+  static constexpr bool kHasTail = false;
+  uint64_t bytes;
+  uint64_t alignment;
+};
+static_assert(sizeof(MemAddressReserveMsg) == 16, "MemAddressReserveMsg layout differs from the Python codec");
+static_assert(offsetof(MemAddressReserveMsg, bytes) == 0);
+static_assert(offsetof(MemAddressReserveMsg, alignment) == 8);
+constexpr uint32_t kMemAddressReserveSize = 16;  // bytes on the wire (0: empty)
+
+// answer to MemAddressReserve
+struct MemAddressReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAddressReply;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemAddressReplyMsg) == 8, "MemAddressReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemAddressReplyMsg, dptr) == 0);
+constexpr uint32_t kMemAddressReplySize = 8;  // bytes on the wire (0: empty)
+
+// free a reservation (what is still mapped in it is unmapped)
+struct MemAddressFreeMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAddressFree;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t bytes;
+};
+static_assert(sizeof(MemAddressFreeMsg) == 16, "MemAddressFreeMsg layout differs from the Python codec");
+static_assert(offsetof(MemAddressFreeMsg, dptr) == 0);
+static_assert(offsetof(MemAddressFreeMsg, bytes) == 8);
+constexpr uint32_t kMemAddressFreeSize = 16;  // bytes on the wire (0: empty)
+
+// create `bytes` of physical device memory
+struct MemCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::MemCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t bytes;
+};
+static_assert(sizeof(MemCreateMsg) == 8, "MemCreateMsg layout differs from the Python codec");
+static_assert(offsetof(MemCreateMsg, bytes) == 0);
+constexpr uint32_t kMemCreateSize = 8;  // bytes on the wire (0: empty)
+
+// answer to MemCreate: the client's handle
+struct MemCreateReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemCreateReply;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(MemCreateReplyMsg) == 8, "MemCreateReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemCreateReplyMsg, handle) == 0);
+constexpr uint32_t kMemCreateReplySize = 8;  // bytes on the wire (0: empty)
+
+// release a physical handle (its memory lives while mapped)
+struct MemReleaseMsg {
+  static constexpr MessageKind kKind = MessageKind::MemRelease;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(MemReleaseMsg) == 8, "MemReleaseMsg layout differs from the Python codec");
+static_assert(offsetof(MemReleaseMsg, handle) == 0);
+constexpr uint32_t kMemReleaseSize = 8;  // bytes on the wire (0: empty)
+
+// map `bytes` of a physical handle, from `offset`, at `dptr` in a reservation
+struct MemMapMsg {
+  static constexpr MessageKind kKind = MessageKind::MemMap;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t bytes;
+  uint64_t offset;
+  uint64_t handle;
+};
+static_assert(sizeof(MemMapMsg) == 32, "MemMapMsg layout differs from the Python codec");
+static_assert(offsetof(MemMapMsg, dptr) == 0);
+static_assert(offsetof(MemMapMsg, bytes) == 8);
+static_assert(offsetof(MemMapMsg, offset) == 16);
+static_assert(offsetof(MemMapMsg, handle) == 24);
+constexpr uint32_t kMemMapSize = 32;  // bytes on the wire (0: empty)
+
+// waits for the client's work, then unmaps whole mappings
+struct MemUnmapMsg {
+  static constexpr MessageKind kKind = MessageKind::MemUnmap;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t bytes;
+};
+static_assert(sizeof(MemUnmapMsg) == 16, "MemUnmapMsg layout differs from the Python codec");
+static_assert(offsetof(MemUnmapMsg, dptr) == 0);
+static_assert(offsetof(MemUnmapMsg, bytes) == 8);
+constexpr uint32_t kMemUnmapSize = 16;  // bytes on the wire (0: empty)
+
+// enable (1) or disable (0) device access to whole mappings
+struct MemSetAccessMsg {
+  static constexpr MessageKind kKind = MessageKind::MemSetAccess;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t bytes;
+  uint32_t access;
+  uint32_t _pad0;
+};
+static_assert(sizeof(MemSetAccessMsg) == 24, "MemSetAccessMsg layout differs from the Python codec");
+static_assert(offsetof(MemSetAccessMsg, dptr) == 0);
+static_assert(offsetof(MemSetAccessMsg, bytes) == 8);
+static_assert(offsetof(MemSetAccessMsg, access) == 16);
+static_assert(offsetof(MemSetAccessMsg, _pad0) == 20);
+constexpr uint32_t kMemSetAccessSize = 24;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

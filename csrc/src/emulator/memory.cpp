@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "emulator/emu_types.h"
 
 namespace tally::emu {
@@ -23,8 +26,16 @@ std::string hex(uint64_t v) {
 DeviceMemory::DeviceMemory(uint64_t capacity_bytes) : capacity_(capacity_bytes), cursor_(kGlobalBase) {}
 
 DeviceMemory::~DeviceMemory() {
-  for (auto& [base, a] : allocations_) std::free(a.host);
+  for (auto& [base, a] : allocations_) {
+    if (a.reservation) {
+      munmap(a.host, a.size);
+    } else {
+      std::free(a.host);
+    }
+  }
   for (uint8_t* p : graveyard_) std::free(p);
+  for (auto& [p, n] : graveyard_maps_) munmap(p, n);
+  for (auto& [handle, physical] : physical_) close(physical.fd);
 }
 
 size_t DeviceMemory::allocation_count() const {
@@ -63,19 +74,26 @@ uint64_t DeviceMemory::allocate(uint64_t nbytes, uint64_t alignment) {
                                         std::to_string(capacity_ - used_.load()) + " of " +
                                         std::to_string(capacity_) + " free");
   }
-  // Next fit: addresses are reused only after the window wraps, so a stale
-  // pointer to freed memory keeps faulting for a long time.
+  uint64_t base = take_address(rounded, alignment);
+  auto* host = static_cast<uint8_t*>(std::calloc(1, rounded));
+  if (host == nullptr) throw MemoryError(kOutOfMemory, "host memory exhausted backing " + std::to_string(nbytes) + " bytes");
+  Allocation a;
+  a.size = nbytes, a.reserved = rounded + kGuardBytes, a.host = host;
+  allocations_.emplace(base, std::move(a));
+  used_ += rounded;
+  return base;
+}
+
+// Next fit: addresses are reused only after the window wraps, so a stale pointer
+// to freed memory keeps faulting for a long time. Call with lock_ held.
+uint64_t DeviceMemory::take_address(uint64_t nbytes, uint64_t alignment) {
   uint64_t limit = kGlobalBase + kGlobalWindow;
   uint64_t base = 0;
-  if (!place(rounded, alignment, cursor_, limit, base) && !place(rounded, alignment, kGlobalBase, limit, base)) {
+  if (!place(nbytes, alignment, cursor_, limit, base) && !place(nbytes, alignment, kGlobalBase, limit, base)) {
     throw MemoryError(kOutOfMemory, "device address space exhausted (too fragmented for " +
                                         std::to_string(nbytes) + " bytes)");
   }
-  auto* host = static_cast<uint8_t*>(std::calloc(1, rounded));
-  if (host == nullptr) throw MemoryError(kOutOfMemory, "host memory exhausted backing " + std::to_string(nbytes) + " bytes");
-  allocations_.emplace(base, Allocation{nbytes, rounded + kGuardBytes, host});
-  used_ += rounded;
-  cursor_ = base + rounded + kGuardBytes;
+  cursor_ = base + nbytes + kGuardBytes;
   return base;
 }
 
@@ -84,7 +102,7 @@ void DeviceMemory::release(uint64_t ptr) {
   {
     std::unique_lock guard(lock_);
     auto it = allocations_.find(ptr);
-    if (it == allocations_.end()) {
+    if (it == allocations_.end() || it->second.reservation) {
       throw MemoryError(kInvalidValue, hex(ptr) + " is not the start of a live allocation");
     }
     host = it->second.host;
@@ -105,6 +123,8 @@ void DeviceMemory::end_use() {
   if (users_.load() != 0) return;
   for (uint8_t* p : graveyard_) std::free(p);
   graveyard_.clear();
+  for (auto& [p, n] : graveyard_maps_) munmap(p, n);
+  graveyard_maps_.clear();
 }
 
 bool DeviceMemory::find(uint64_t addr, Range& out) const {
@@ -112,11 +132,170 @@ bool DeviceMemory::find(uint64_t addr, Range& out) const {
   auto it = allocations_.upper_bound(addr);
   if (it == allocations_.begin()) return false;
   --it;
-  if (addr >= it->first + it->second.size) return false;
-  out.base = it->first;
-  out.end = it->first + it->second.size;
-  out.host = it->second.host;
+  const Allocation& a = it->second;
+  if (addr >= it->first + a.size) return false;
+  if (!a.reservation) {
+    out.base = it->first;
+    out.end = it->first + a.size;
+    out.host = a.host;
+    return true;
+  }
+  // A reservation: the accessible mapping holding addr, joined with the accessible
+  // mappings right after it (a copy may span several).
+  const uint64_t offset = addr - it->first;
+  auto m = a.mappings.upper_bound(offset);
+  if (m == a.mappings.begin()) return false;
+  --m;
+  if (offset >= m->first + m->second.size || !m->second.accessible) return false;
+  uint64_t end = m->first + m->second.size;
+  for (auto next = std::next(m); next != a.mappings.end() && next->first == end && next->second.accessible; ++next)
+    end += next->second.size;
+  out.base = it->first + m->first;
+  out.end = it->first + end;
+  out.host = a.host + m->first;
   return true;
+}
+
+uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
+  if (alignment < kAlignment) alignment = kAlignment;
+  if (alignment & (alignment - 1)) throw MemoryError(kInvalidValue, "alignment must be a power of two");
+  void* host = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (host == MAP_FAILED) throw MemoryError(kOutOfMemory, "no host address space for a reservation of " + std::to_string(nbytes) + " bytes");
+  std::unique_lock guard(lock_);
+  uint64_t base = 0;
+  try {
+    base = take_address(nbytes, alignment);
+  } catch (...) {
+    munmap(host, nbytes);
+    throw;
+  }
+  Allocation a;
+  a.size = nbytes, a.reserved = nbytes + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.reservation = true;
+  allocations_.emplace(base, std::move(a));
+  return base;
+}
+
+void DeviceMemory::unreserve(uint64_t base) {
+  std::pair<uint8_t*, uint64_t> region;
+  {
+    std::unique_lock guard(lock_);
+    auto it = allocations_.find(base);
+    if (it == allocations_.end() || !it->second.reservation) {
+      throw MemoryError(kInvalidValue, hex(base) + " is not the start of a reserved address range");
+    }
+    region = {it->second.host, it->second.size};
+    allocations_.erase(it);
+  }
+  std::lock_guard g(graveyard_lock_);
+  if (users_.load() > 0) {
+    graveyard_maps_.push_back(region);  // a running kernel may still touch it
+  } else {
+    munmap(region.first, region.second);
+  }
+}
+
+uint64_t DeviceMemory::create_physical(uint64_t nbytes) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot create 0 bytes of physical memory");
+  std::unique_lock guard(lock_);
+  if (used_.load() + nbytes > capacity_) {
+    throw MemoryError(kOutOfMemory, "out of device memory: " + std::to_string(nbytes) + " bytes requested, " +
+                                        std::to_string(capacity_ - used_.load()) + " of " +
+                                        std::to_string(capacity_) + " free");
+  }
+  int fd = memfd_create("tally-emulator-physical", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(nbytes)) != 0) {
+    if (fd >= 0) close(fd);
+    throw MemoryError(kOutOfMemory, "host memory exhausted backing " + std::to_string(nbytes) + " bytes");
+  }
+  const uint64_t handle = next_physical_++;
+  physical_.emplace(handle, Physical{fd, nbytes});
+  used_ += nbytes;
+  return handle;
+}
+
+void DeviceMemory::release_physical(uint64_t handle) {
+  std::unique_lock guard(lock_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end()) throw MemoryError(kInvalidValue, "unknown physical memory handle " + std::to_string(handle));
+  close(it->second.fd);  // its pages live on in the mappings that still use them
+  used_ -= it->second.size;
+  physical_.erase(it);
+}
+
+DeviceMemory::Allocation& DeviceMemory::reservation_of(uint64_t addr, uint64_t nbytes, uint64_t* base) {
+  auto it = allocations_.upper_bound(addr);
+  if (it != allocations_.begin()) {
+    --it;
+    if (it->second.reservation && addr + nbytes >= addr && addr + nbytes <= it->first + it->second.size) {
+      *base = it->first;
+      return it->second;
+    }
+  }
+  throw MemoryError(kInvalidValue, "[" + hex(addr) + ", " + hex(addr + nbytes) + ") is not inside one reserved address range");
+}
+
+// The mappings that exactly cover [at, at + nbytes) of a reservation.
+std::pair<std::map<uint64_t, DeviceMemory::Mapping>::iterator, std::map<uint64_t, DeviceMemory::Mapping>::iterator>
+DeviceMemory::whole_mappings(Allocation& a, uint64_t at, uint64_t nbytes, uint64_t addr) {
+  auto first = a.mappings.find(at);
+  uint64_t covered = at;
+  auto last = first;
+  while (last != a.mappings.end() && last->first == covered && covered < at + nbytes) covered += (last++)->second.size;
+  if (first == a.mappings.end() || covered != at + nbytes) {
+    throw MemoryError(kInvalidValue, "[" + hex(addr) + ", " + hex(addr + nbytes) + ") is not a run of whole mappings");
+  }
+  return {first, last};
+}
+
+void DeviceMemory::map(uint64_t addr, uint64_t nbytes, uint64_t offset, uint64_t handle) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot map 0 bytes");
+  std::unique_lock guard(lock_);
+  uint64_t base = 0;
+  Allocation& a = reservation_of(addr, nbytes, &base);
+  auto ph = physical_.find(handle);
+  if (ph == physical_.end()) throw MemoryError(kInvalidValue, "unknown physical memory handle " + std::to_string(handle));
+  if (offset + nbytes > ph->second.size || offset + nbytes < offset) {
+    throw MemoryError(kInvalidValue, "mapping " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
+                                         " of a physical allocation of " + std::to_string(ph->second.size));
+  }
+  const uint64_t at = addr - base;
+  auto next = a.mappings.lower_bound(at);
+  bool overlaps = next != a.mappings.end() && next->first < at + nbytes;
+  if (next != a.mappings.begin()) overlaps |= std::prev(next)->first + std::prev(next)->second.size > at;
+  if (overlaps) throw MemoryError(kInvalidValue, "[" + hex(addr) + ", " + hex(addr + nbytes) + ") is already mapped");
+  if (mmap(a.host + at, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->second.fd,
+           static_cast<off_t>(offset)) == MAP_FAILED) {
+    throw MemoryError(kInvalidValue, "cannot map " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
+                                         " (page-aligned sizes and offsets only)");
+  }
+  a.mappings.emplace(at, Mapping{nbytes, false});
+}
+
+// Unmapped host pages become fresh private zero pages, not inaccessible ones: a
+// kernel still running with a pointer into them must not crash the server. The
+// device no longer sees them (find), and the reservation's munmap frees them.
+void DeviceMemory::retire_mapping(uint8_t* host, uint64_t nbytes) {
+  mmap(host, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+void DeviceMemory::unmap(uint64_t addr, uint64_t nbytes) {
+  std::unique_lock guard(lock_);
+  uint64_t base = 0;
+  Allocation& a = reservation_of(addr, nbytes, &base);
+  const uint64_t at = addr - base;
+  auto [first, last] = whole_mappings(a, at, nbytes, addr);
+  retire_mapping(a.host + at, nbytes);
+  a.mappings.erase(first, last);
+}
+
+void DeviceMemory::set_access(uint64_t addr, uint64_t nbytes, bool accessible) {
+  std::unique_lock guard(lock_);
+  uint64_t base = 0;
+  Allocation& a = reservation_of(addr, nbytes, &base);
+  const uint64_t at = addr - base;
+  auto [first, last] = whole_mappings(a, at, nbytes, addr);
+  for (auto m = first; m != last; ++m) m->second.accessible = accessible;
 }
 
 uint8_t* DeviceMemory::checked(uint64_t addr, uint64_t n, const char* what) const {

@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tally::emu {
@@ -61,6 +62,19 @@ class DeviceMemory {
   void copy(uint64_t dst, uint64_t src, uint64_t n);
   void fill(uint64_t dst, uint32_t value, unsigned element_size, uint64_t count);
 
+  // Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...).
+  // A reservation is a range of device addresses backed by host address space
+  // reserved without access; physical memory (a memfd, counted against capacity)
+  // is mapped into it, and becomes usable once set_access enables it. Only
+  // accessible mapped bytes are device memory to find/checked and to kernels.
+  uint64_t reserve(uint64_t nbytes, uint64_t alignment);
+  void unreserve(uint64_t base);  // what is still mapped is unmapped
+  uint64_t create_physical(uint64_t nbytes);
+  void release_physical(uint64_t handle);  // its memory lives on while mapped
+  void map(uint64_t addr, uint64_t nbytes, uint64_t offset, uint64_t handle);
+  void unmap(uint64_t addr, uint64_t nbytes);  // whole mappings only
+  void set_access(uint64_t addr, uint64_t nbytes, bool accessible);
+
   // Held by anything that dereferences host pointers of allocations.
   class Use {
    public:
@@ -74,12 +88,27 @@ class DeviceMemory {
   };
 
  private:
+  struct Mapping {
+    uint64_t size;
+    bool accessible;
+  };
   struct Allocation {
-    uint64_t size;      // bytes asked for (bounds checks use this)
-    uint64_t reserved;  // address space taken, guard included
-    uint8_t* host;
+    uint64_t size = 0;      // bytes asked for (bounds checks use this)
+    uint64_t reserved = 0;  // address space taken, guard included
+    uint8_t* host = nullptr;
+    bool reservation = false;              // VMM: host is an mmap, usable only where mapped
+    std::map<uint64_t, Mapping> mappings;  // reservation offset -> mapping
+  };
+  struct Physical {
+    int fd;
+    uint64_t size;
   };
   bool place(uint64_t nbytes, uint64_t alignment, uint64_t from, uint64_t limit, uint64_t& out) const;
+  uint64_t take_address(uint64_t nbytes, uint64_t alignment);
+  Allocation& reservation_of(uint64_t addr, uint64_t nbytes, uint64_t* base);
+  static std::pair<std::map<uint64_t, Mapping>::iterator, std::map<uint64_t, Mapping>::iterator> whole_mappings(
+      Allocation& a, uint64_t at, uint64_t nbytes, uint64_t addr);
+  void retire_mapping(uint8_t* host, uint64_t nbytes);
   void end_use();
 
   const uint64_t capacity_;
@@ -90,6 +119,9 @@ class DeviceMemory {
   std::atomic<int> users_{0};
   std::mutex graveyard_lock_;
   std::vector<uint8_t*> graveyard_;
+  std::vector<std::pair<uint8_t*, uint64_t>> graveyard_maps_;  // reservations to munmap
+  std::map<uint64_t, Physical> physical_;
+  uint64_t next_physical_ = 1;
 };
 
 }  // namespace tally::emu

@@ -20,6 +20,7 @@ from tally.server.driver.host_functions import HostFunctions
 from tally.server.driver.host_memory import PinnedRegions
 from tally.server.driver.module_registry import ModuleRegistry
 from tally.server.driver.stream_table import StreamTable
+from tally.server.virtual_memory import VirtualMemory
 
 _create_lock = threading.Lock()
 
@@ -42,6 +43,7 @@ class DriverState:
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
+        self.vmm = VirtualMemory(session)           # reservations, physical handles, mappings
 
     def close(self) -> None:
         # First free everything that may wait on the gone client (held host functions,
@@ -52,6 +54,7 @@ class DriverState:
         self.blocking.close()
         self.session.server.retire_client(self.client_id)
         self.regions.clear()
+        self.vmm.clear()
         for event in self.events.values():
             self.executor.event_destroy(event)
         self.events.clear()
@@ -61,11 +64,12 @@ class DriverState:
 
     def check_device_range(self, ptr: int, nbytes: int, what: str) -> None:
         """INVALID_VALUE unless [ptr, ptr+nbytes) is this client's memory: one of
-        its allocations, or a global variable of one of its modules."""
+        its allocations, a global variable of one of its modules, or accessible
+        mapped virtual memory."""
         if self.session.allocations.find(ptr) is not None:
             self.session.allocations.check_range(ptr, nbytes, what)
             return
-        if not self.modules.global_contains(ptr, nbytes):
+        if not self.modules.global_contains(ptr, nbytes) and not self.vmm.contains(ptr, nbytes):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")
 

@@ -1,0 +1,176 @@
+"""Which virtual memory a client owns (cuMemAddressReserve, cuMemCreate, cuMemMap,
+cuMemSetAccess): its reservations, its physical handles (counted against its
+quota, as allocations are) and the mappings between them. For the ownership
+checks of copies and memsets, its memory is the accessible mapped bytes of its
+reservations. The driver calls are in tally/server/driver/virtual_memory.py.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, VMM_GRANULARITY, DeviceError
+
+
+@dataclass
+class Mapping:
+    size: int
+    handle: int                 # the client's handle
+    accessible: bool = False
+
+
+class VirtualMemory:
+    """One client's reservations, physical handles and mappings."""
+
+    def __init__(self, session):
+        self.session = session
+        self.backend = session.backend
+        self.lock = threading.Lock()
+        self.reservations: dict[int, int] = {}      # base -> bytes
+        self.handles: dict[int, tuple[object, int]] = {}   # client handle -> (backend handle, bytes)
+        # Released by the client while still mapped: CUDA frees such memory at its
+        # last unmap, and so does the quota.
+        self.released_mapped: dict[int, tuple[object, int]] = {}
+        self.mappings: dict[int, Mapping] = {}      # address -> mapping
+        self._starts: list[int] = []                # sorted mapping addresses
+        self._next_handle = 1
+
+    # ---- ownership ---------------------------------------------------------------------
+    def contains(self, ptr: int, nbytes: int) -> bool:
+        """[ptr, ptr+nbytes) lies in accessible mappings that follow one another."""
+        with self.lock:
+            i = bisect.bisect_right(self._starts, ptr) - 1
+            end = ptr + max(nbytes, 1)
+            while 0 <= i < len(self._starts):
+                start = self._starts[i]
+                m = self.mappings[start]
+                if not m.accessible or ptr >= start + m.size:
+                    return False
+                if end <= start + m.size:
+                    return True
+                ptr = start + m.size
+                i += 1
+                if i < len(self._starts) and self._starts[i] != ptr:
+                    return False
+            return False
+
+    def _reservation_of(self, ptr: int, nbytes: int) -> int:
+        for base, size in self.reservations.items():
+            if base <= ptr and ptr + nbytes <= base + size:
+                return base
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                          f"0x{ptr:x}+{nbytes} is not inside an address range this client reserved")
+
+    def whole_mappings(self, ptr: int, nbytes: int) -> list[int]:
+        """The mappings exactly covering [ptr, ptr+nbytes); INVALID_VALUE otherwise."""
+        with self.lock:
+            covered, out = ptr, []
+            i = bisect.bisect_left(self._starts, ptr)
+            while covered < ptr + nbytes and i < len(self._starts) and self._starts[i] == covered:
+                out.append(covered)
+                covered += self.mappings[covered].size
+                i += 1
+            if not out or covered != ptr + nbytes:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"0x{ptr:x}+{nbytes} is not a run of whole mappings of this client")
+            return out
+
+    # ---- operations --------------------------------------------------------------------
+    def reserve(self, nbytes: int, alignment: int) -> int:
+        _check_granular("reservation size", nbytes)
+        if alignment and (alignment & (alignment - 1)):
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"alignment {alignment} is not a power of two")
+        base = self.backend.vmm_reserve(nbytes, max(alignment, VMM_GRANULARITY))
+        with self.lock:
+            self.reservations[base] = nbytes
+        return base
+
+    def create(self, nbytes: int) -> int:
+        _check_granular("physical allocation size", nbytes)
+        allocations = self.session.allocations
+        allocations.reserve(nbytes)
+        backend_handle = self.backend.vmm_create(nbytes)
+        allocations.charge(nbytes)
+        with self.lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            self.handles[handle] = (backend_handle, nbytes)
+        return handle
+
+    def release(self, handle: int) -> None:
+        with self.lock:
+            found = self.handles.pop(handle, None)
+            if found is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{handle} is not a physical handle of this client")
+            if any(m.handle == handle for m in self.mappings.values()):
+                self.released_mapped[handle] = found
+                return
+        self._give_back(found)
+
+    def _give_back(self, found: tuple[object, int]) -> None:
+        self.backend.vmm_release(found[0])
+        self.session.allocations.uncharge(found[1])
+
+    def map(self, ptr: int, nbytes: int, offset: int, handle: int) -> None:
+        _check_granular("mapping size", nbytes)
+        _check_granular("mapping offset", offset, zero_ok=True)
+        with self.lock:
+            found = self.handles.get(handle)
+            if found is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{handle} is not a physical handle of this client")
+            self._reservation_of(ptr, nbytes)
+            i = bisect.bisect_left(self._starts, ptr)
+            if (i < len(self._starts) and self._starts[i] < ptr + nbytes) or \
+                    (i > 0 and self._starts[i - 1] + self.mappings[self._starts[i - 1]].size > ptr):
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x}+{nbytes} is already mapped")
+            self.backend.vmm_map(ptr, nbytes, offset, found[0])
+            bisect.insort(self._starts, ptr)
+            self.mappings[ptr] = Mapping(nbytes, handle)
+
+    def set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
+        starts = self.whole_mappings(ptr, nbytes)
+        self.backend.vmm_set_access(ptr, nbytes, accessible)
+        with self.lock:
+            for start in starts:
+                self.mappings[start].accessible = accessible
+
+    def unmap(self, ptr: int, nbytes: int) -> None:
+        """Call once the client's work that may use the range is done."""
+        starts = self.whole_mappings(ptr, nbytes)
+        with self.lock:
+            handles = {self.mappings[start].handle for start in starts}
+            for start in starts:
+                del self.mappings[start]
+                self._starts.remove(start)
+            unused = [self.released_mapped.pop(h) for h in handles
+                      if h in self.released_mapped and not any(m.handle == h for m in self.mappings.values())]
+        self.backend.vmm_unmap(ptr, nbytes)
+        for found in unused:
+            self._give_back(found)
+
+    def free(self, ptr: int, nbytes: int) -> None:
+        """Frees a reservation, unmapping what is still mapped in it."""
+        with self.lock:
+            if self.reservations.get(ptr) != nbytes:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"0x{ptr:x}+{nbytes} is not an address range this client reserved")
+            inside = [s for s in self._starts if ptr <= s < ptr + nbytes]
+        for start in inside:
+            self.unmap(start, self.mappings[start].size)
+        with self.lock:
+            del self.reservations[ptr]
+        self.backend.vmm_free(ptr, nbytes)
+
+    def clear(self) -> None:
+        """The client is gone (and its work finished): give everything back."""
+        for base, size in list(self.reservations.items()):
+            self.free(base, size)
+        for handle in list(self.handles):
+            self.release(handle)
+
+
+def _check_granular(what: str, value: int, zero_ok: bool = False) -> None:
+    if value % VMM_GRANULARITY or (value == 0 and not zero_ok):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{what} {value} is not a {'' if zero_ok else 'positive '}"
+                                                    f"multiple of the granularity, {VMM_GRANULARITY} bytes")
