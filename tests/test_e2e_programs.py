@@ -79,6 +79,7 @@ def test_graphs_made_by_stream_capture(nvcc, emulator_server, shared):
     # pinned input of its round and the kernel parameter captured by value.
     assert job.ints("after_capture", "host_calls_before_launch") == [0, 0]
     assert job.ints("rounds_good", "host_calls") == [3, 3]
+    assert job.value("graph_memory") == "0"      # no memory nodes: capture refuses stream-ordered allocation
     # cudaErrorStreamCaptureUnsupported (900), cudaErrorStreamCaptureInvalidated (901)
     assert job.ints("sync_in_capture", "launch_after", "end_invalidated", "graph_null", "legacy_capture") == \
         [900, 901, 901, 1, 900]

@@ -53,24 +53,34 @@ def test_pytorch_runs_under_tally_on_the_emulator():
         server.stop()
 
 
-def test_pytorch_expandable_segments_under_tally():
-    # expandable_segments maps physical chunks into a reserved range (cuMemAddressReserve,
-    # cuMemCreate, cuMemMap, cuMemSetAccess). TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC=0: with
-    # IPC on, PyTorch 2.15 asks NVML whether the GPU has fabric memory, and without an
-    # NVML library (no GPU driver here) it calls a null function pointer, with or
-    # without tally.
+# expandable_segments maps physical chunks into a reserved range (cuMemAddressReserve,
+# cuMemCreate, cuMemMap, cuMemSetAccess). TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC=0: with IPC
+# on, PyTorch 2.15 asks NVML whether the GPU has fabric memory, and without an NVML
+# library (no GPU driver here) it calls a null function pointer, with or without tally.
+# cudaMallocAsync uses the stream-ordered allocator and asks for graph-memory statistics.
+ALLOCATORS = {
+    "expandable_segments": ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                             "TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC": "0"}, "native"),
+    "cudaMallocAsync": ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, "cudaMallocAsync"),
+}
+
+
+@pytest.mark.parametrize("allocator", list(ALLOCATORS))
+def test_pytorch_allocators_under_tally(allocator):
     python = torch_python()
+    settings, backend = ALLOCATORS[allocator]
     server = Server("emulator")
     try:
-        env = {**job_env(), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-               "TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC": "0"}
         job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
-                              python, str(PROGRAMS / "torch_expandable_segments.py")], capture_output=True,
-                             text=True, timeout=600, env=env, check=False)
+                              python, str(PROGRAMS / "torch_allocator.py")], capture_output=True,
+                             text=True, timeout=600, env={**job_env(), **settings}, check=False)
         assert job.returncode == 0, job.stdout + job.stderr
+        assert "not supported" not in job.stderr, job.stderr
         got = json.loads(job.stdout.strip().splitlines()[-1])
-        assert got["roundtrips"] == [True, True, True] and got["after_reuse"], got
-        assert got["reserved_mib"] >= 52 and got["reserved_after_empty_cache"] == 0, got
+        assert got["roundtrips"] == [True, True, True] and got["after_reuse"] and got["stats"], got
+        assert got["backend"] == backend, got
+        if allocator == "expandable_segments":
+            assert got["reserved_mib"] >= 52 and got["reserved_after_empty_cache"] == 0, got
         status = server.wait_for(lambda s: not s["clients"], what="the job to go")
         assert status["server"]["memory_free"] == status["server"]["memory_total"]
     finally:

@@ -162,3 +162,31 @@ TALLY_ENTRY(cuGraphGetNodes_v10000)(CUgraph hGraph, CUgraphNode* nodes, size_t* 
   *numNodes = room < count ? room : count;
   return CUDA_SUCCESS;
 }
+
+// Graph memory (what memory-allocation nodes hold): tally's graphs come from
+// capture, which refuses stream-ordered allocation, so there is never any.
+TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = 0;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+TALLY_ENTRY(cuDeviceSetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  // Only the high-water marks can be set, and only reset to 0 (as in CUDA).
+  if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+    return CUDA_ERROR_INVALID_VALUE;
+  return *static_cast<const cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+TALLY_ENTRY(cuDeviceGraphMemTrim_v11040)(CUdevice device) {
+  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}

@@ -805,18 +805,6 @@ CUresult tally_entry_cuGraphConditionalHandleCreate_v12030(CUgraphConditionalHan
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphConditionalHandleCreate");
 }
-CUresult tally_entry_cuDeviceGraphMemTrim_v11040(CUdevice device) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGraphMemTrim");
-}
-CUresult tally_entry_cuDeviceGetGraphMemAttribute_v11040(CUdevice device, CUgraphMem_attribute attr, void* value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetGraphMemAttribute");
-}
-CUresult tally_entry_cuDeviceSetGraphMemAttribute_v11040(CUdevice device, CUgraphMem_attribute attr, void* value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceSetGraphMemAttribute");
-}
 CUresult tally_entry_cuTexRefSetArray_v2000(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuTexRefSetArray");

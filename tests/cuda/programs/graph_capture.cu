@@ -89,6 +89,9 @@ int main() {
     good += ok;
   }
   printf("rounds_good=%d host_calls=%d\n", good, g_host_calls);
+  unsigned long long graph_memory = 1;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_memory));
+  printf("graph_memory=%llu\n", graph_memory);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
 
