@@ -105,6 +105,7 @@ def test_driver_api(nvcc, emulator_server):
     assert job.ints("occupancy_128", "best_block", "min_grid") == [16, 1024, 16]
     # 16 one-block clusters per multiprocessor, 8 multiprocessors; no larger cluster fits.
     assert job.ints("clusters_of_1", "clusters_of_2", "cluster_size") == [128, 0, 1]
+    assert job.value("profiler") == "0,0"         # no profiler attached: both accepted
     # Refused when made, as the driver does, not at the next synchronization.
     assert job.ints("launch_too_many_threads", "launch_too_much_shared", "launch_zero_grid") == \
         [CUDA_ERROR_INVALID_VALUE] * 3

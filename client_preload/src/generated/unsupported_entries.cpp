@@ -1549,12 +1549,4 @@ CUresult tally_entry_cuProfilerInitialize_v4000(const char *configFile, const ch
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuProfilerInitialize");
 }
-CUresult tally_entry_cuProfilerStart_v4000(void) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuProfilerStart");
-}
-CUresult tally_entry_cuProfilerStop_v4000(void) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuProfilerStop");
-}
 }  // extern "C"

@@ -14,6 +14,7 @@
 //                                  (run with tally-run --memory-quota)
 // Prints key=value lines; exits 0 unless the setup itself fails.
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,8 @@ static void modules(const char* ptx_path, const char* fatbin_path) {
   CHECK(cuOccupancyMaxActiveClusters(&clusters_of_2, mixed, &cluster_config));
   CHECK(cuOccupancyMaxPotentialClusterSize(&cluster_size, mixed, &cluster_config));
   printf("clusters_of_1=%d clusters_of_2=%d cluster_size=%d\n", clusters_of_1, clusters_of_2, cluster_size);
+  CUresult profiler_start = cuProfilerStart();
+  printf("profiler=%d,%d\n", (int)profiler_start, (int)cuProfilerStop());
   printf("launch_too_many_threads=%d\n", (int)cuLaunchKernel(mixed, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL));
   printf("launch_too_much_shared=%d\n",
          (int)cuLaunchKernel(mixed, 1, 1, 1, 32, 1, 1, 1 << 20, NULL, params, NULL));
