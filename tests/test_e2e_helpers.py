@@ -180,3 +180,17 @@ def emulator_server():
     server = emulator_server_process()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def server():
+    """An emulator server of its own for one test: for tests that read its status and
+    memory totals (import it by name; module-wide tests use emulator_server)."""
+    server = emulator_server_process()
+    yield server
+    server.stop()
+
+
+def idle(status: dict) -> bool:
+    """No client left, and all device memory free."""
+    return not status["clients"] and status["server"]["memory_free"] == status["server"]["memory_total"]

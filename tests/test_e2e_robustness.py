@@ -15,25 +15,14 @@ from test_e2e_helpers import (
     CUDA_ERROR_INVALID_VALUE,
     build_cuda,
     build_driver_c,
-    emulator_server_process,
     finish,
+    idle,
     run_job,
+    server,  # noqa: F401  (fixture)
     start_job,
 )
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
-
-
-@pytest.fixture
-def server():
-    """A fresh server per test: these tests read its status and memory totals."""
-    s = emulator_server_process()
-    yield s
-    s.stop()
-
-
-def idle(status: dict) -> bool:
-    return not status["clients"] and status["server"]["memory_free"] == status["server"]["memory_total"]
 
 
 def assert_vector_add_ok(job, n: int) -> None:

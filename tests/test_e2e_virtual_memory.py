@@ -7,30 +7,19 @@ physical memory counts against the quota; another job cannot touch it; a job
 that exits without unmapping gets everything given back."""
 from __future__ import annotations
 
-import pytest
 from test_e2e_helpers import (
     CUDA_ERROR_INVALID_VALUE,
     build_device_code,
     build_driver_c,
-    emulator_server_process,
     finish,
+    idle,
     run_job,
+    server,  # noqa: F401  (fixture)
     start_job,
 )
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 GRANULARITY = 2 << 20
-
-
-@pytest.fixture
-def server():
-    s = emulator_server_process()
-    yield s
-    s.stop()
-
-
-def idle(status: dict) -> bool:
-    return not status["clients"] and status["server"]["memory_free"] == status["server"]["memory_total"]
 
 
 def test_reserve_create_map_access_unmap(nvcc, server):
