@@ -3,8 +3,13 @@ elementwise tensor ops, a cuBLAS matmul, a reduction, and a few training steps o
 a small MLP. Prints one JSON object (exact float values as hex, so the
 comparison can be bit-for-bit where the GPU computes deterministically)."""
 import json
+import os
 
-import torch
+# Deterministic cuBLAS (use_deterministic_algorithms below) needs a fixed workspace
+# configuration set before cuBLAS starts; without it PyTorch refuses every matmul.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
 
 
 def hexes(t: torch.Tensor) -> list[str]:
