@@ -13,8 +13,8 @@ from tally.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
 from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim_model import KernelCost
 from tally.backends.sim_variants import SimVariantProvider
-from tally.scheduler import (EventRecord, HostCallback, Launch, MemcpyDtoD, MemcpyDtoH, MemcpyHtoD,
-                             Memset, StreamExecutor, StreamWaitEvent, make_policy)
+from tally.scheduler import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD, MemcpyDtoH,
+                             MemcpyHtoD, Memset, StreamExecutor, StreamWaitEvent, make_policy)
 from tally.scheduler.policy import PolicyError, Schedule, Start
 
 
@@ -367,3 +367,30 @@ def test_batched_completions_of_whole_kernels_are_exact():
     c = rig.ex.counters()
     assert c["units_in_flight"] == 0 and c["clients"]["be"]["kernels_completed"] == 1
     assert all(not s.riders and s.inflight == 0 for cl in rig.ex._clients.values() for s in cl.streams.values())
+
+
+def test_gated_callback_holds_the_stream_in_the_executor_until_its_gate_opens():
+    # A job's host function: the callback runs after the work before it, returns at
+    # once, and the work behind it waits in the executor (not on a device thread).
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("a")
+    buf = rig.buffer(64)
+    gate, seen = HostGate(), []
+    rig.ex.submit("a", 0, rig.launch("add_one", 64, buf))
+    rig.ex.submit("a", 0, GatedCallback(lambda: seen.append(u32(rig.sim, buf, 1)[0]), gate))
+    rig.ex.submit("a", 0, rig.launch("double", 64, buf))
+    rig.sim.run_until(1e-3)
+    assert seen == [1]                                   # after the first kernel
+    assert u32(rig.sim, buf, 64) == [1] * 64             # the second one is held
+    assert rig.ex.counters()["ops_queued"] == 2
+    assert not rig.ex.query_stream("a", 0)
+    rig.ex.open_gate(gate)
+    rig.ex.synchronize_client("a")
+    assert u32(rig.sim, buf, 64) == [2] * 64
+    # A gate opened before the stream reaches it lets the stream straight through.
+    early = HostGate()
+    rig.ex.open_gate(early)
+    rig.ex.submit("a", 0, GatedCallback(lambda: seen.append("early"), early))
+    rig.ex.submit("a", 0, rig.launch("add_one", 64, buf))
+    rig.ex.synchronize_client("a")
+    assert seen == [1, "early"] and u32(rig.sim, buf, 64) == [3] * 64

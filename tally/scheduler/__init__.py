@@ -3,8 +3,8 @@ policies that decide when kernels run, and the transparent profiler."""
 from tally.scheduler.clock import Clock, WallClock
 from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor
 from tally.scheduler.executor_state import ExecutorEvent
-from tally.scheduler.ops import (EventRecord, HostCallback, Launch, MemcpyDtoD, MemcpyDtoH, MemcpyHtoD,
-                                 Memset, Op, StreamWaitEvent)
+from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent)
 from tally.scheduler.policies import POLICIES, make_policy
 from tally.scheduler.policy import BEST_EFFORT, HIGH
 from tally.scheduler.profile_cache import ProfileCache, default_cache_directory
@@ -13,7 +13,7 @@ from tally.scheduler.variants import PTBVariant, SlicedVariant, VariantProvider
 
 __all__ = [
     "BE_TRANSFORMS", "BEST_EFFORT", "Clock", "DEFAULT_TURNAROUND_THRESHOLD_MS", "EventRecord",
-    "ExecutorEvent", "HIGH", "HostCallback", "Launch", "MemcpyDtoD", "MemcpyDtoH", "MemcpyHtoD",
+    "ExecutorEvent", "GatedCallback", "HIGH", "HostCallback", "HostGate", "Launch", "MemcpyDtoD", "MemcpyDtoH", "MemcpyHtoD",
     "Memset", "Op", "POLICIES", "PTBVariant", "ProfileCache", "RunConfig", "SlicedVariant",
     "StreamExecutor", "StreamWaitEvent", "TransparentProfiler", "VariantProvider", "WallClock",
     "default_cache_directory", "make_policy",

@@ -3,7 +3,8 @@ through here on its way to the device backend.
 
 Per (client, stream) the executor keeps a FIFO queue and a backend stream.
 Non-kernel operations at the head of a queue go to the backend at once (stream
-order on the backend keeps them behind earlier work). A kernel at the head
+order on the backend keeps them behind earlier work); a GatedCallback then keeps
+the rest of its queue here until its gate opens. A kernel at the head
 waits for the policy (tally.scheduler.policy), which starts it whole or
 transformed (slices / PTB, configuration from the profiler); everything behind
 a held kernel stays queued, so stream order and every synchronization are
@@ -26,8 +27,8 @@ from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.device_units import BE_TRANSFORMS, DeviceUnits
 from tally.scheduler.executor_state import (ClientState, ExecutorEvent, KernelTask, OpItem,
                                             StreamState, Unit)
-from tally.scheduler.ops import (EventRecord, HostCallback, Launch, MemcpyDtoD, MemcpyDtoH,
-                                 MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
+from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
 from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler
@@ -138,6 +139,12 @@ class StreamExecutor:
             elif not isinstance(item.op, EventRecord) and self._dispatch_op(stream, item):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
+            self._pump()
+
+    def open_gate(self, gate: HostGate) -> None:
+        """Let the work queued behind a GatedCallback go on (any thread)."""
+        with self._lock:
+            gate.opened = True
             self._pump()
 
     def synchronize_stream(self, client_id: Hashable, stream_key: Hashable) -> None:
@@ -363,6 +370,11 @@ class StreamExecutor:
                 b.memset_async(op.dst, op.value, op.element_size, op.count, bs)
             elif isinstance(op, HostCallback):
                 b.host_callback(bs, op.fn)
+            elif isinstance(op, GatedCallback):
+                if not item.dispatched:
+                    item.dispatched = True
+                    b.host_callback(bs, op.fn)
+                return op.gate.opened     # the rest of the stream waits at the gate
             elif isinstance(op, EventRecord):
                 event = op.event
                 if not event.destroyed:

@@ -39,6 +39,7 @@ class OpItem:
 
     op: Op
     seq: int = 0
+    dispatched: bool = False     # GatedCallback: its callback went to the backend
 
 
 @dataclass(eq=False)

@@ -68,10 +68,31 @@ class HostCallback:
     fn: Callable[[], None]
 
 
+class HostGate:
+    """Opened by StreamExecutor.open_gate (any thread, once)."""
+
+    __slots__ = ("opened",)
+
+    def __init__(self):
+        self.opened = False
+
+
+@dataclass(frozen=True, eq=False)
+class GatedCallback:
+    """`fn` runs when the stream reaches this point, and must not block; the work
+    queued behind it then stays in the executor until `gate` is opened. A job's
+    host function is this (fn tells the job to run it, the job's answer opens the
+    gate): no device thread waits for a job, so a slow or dead job's callback cannot
+    stall the completions of others (CUDA runs every host function of a context on
+    one thread)."""
+    fn: Callable[[], None]
+    gate: HostGate
+
+
 Op = Union[Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-           HostCallback]
+           HostCallback, GatedCallback]
 OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-            HostCallback)
+            HostCallback, GatedCallback)
 
 
 def _dim3(name: str, value) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.scheduler.ops import HostCallback
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 
@@ -15,11 +14,11 @@ log = logging.getLogger("tally.server")
 def launch_host_func(session, fields, tail, tag):
     state = driver_state(session)
     try:
-        run = state.host_functions.callback_for(fields["callback"])
+        operation = state.host_functions.operation_for(fields["callback"])
     except ValueError as e:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
     try:
-        state.streams.submit(fields["stream"], HostCallback(run))
+        state.streams.submit(fields["stream"], operation)
     except DeviceError:
         state.host_functions.finished(fields["callback"])
         raise

@@ -38,11 +38,6 @@ class ClientStream:
         return not self.flags & CU_STREAM_NON_BLOCKING
 
 
-# Set while this thread is inside executor.submit on behalf of a client: a
-# backend that runs host callbacks inline (null) calls them right there.
-submitting = threading.local()
-
-
 class StreamTable:
     def __init__(self, executor, client_id: int):
         self.executor = executor
@@ -75,11 +70,7 @@ class StreamTable:
             self._releasing.add(key)
             dirty = self._dirty.pop(key, None)
             if dirty is not None:
-                submitting.active = True
-                try:
-                    self._fence_legacy(dirty)
-                finally:
-                    submitting.active = False
+                self._fence_legacy(dirty)
 
     def released(self, key: int) -> None:
         """The destroyed stream's work has drained and the executor let it go."""
@@ -117,29 +108,25 @@ class StreamTable:
         stream rules put before it."""
         ex, cid = self.executor, self.client_id
         with self._lock:
-            submitting.active = True
-            try:
-                if key == LEGACY:
-                    for stream in self._dirty.values():
-                        self._fence_legacy(stream)
-                    self._dirty.clear()
-                    self._legacy_gen += 1
-                    _submit(ex, cid, LEGACY, op)
-                    return
-                stream = self._get(key)
-                if stream.blocking:
-                    if stream.waited_legacy_gen != self._legacy_gen:
-                        if self._legacy_fence is None:
-                            self._legacy_fence = ex.event_create(cid, timing=False)
-                        if self._legacy_fence_gen != self._legacy_gen:
-                            ex.submit(cid, LEGACY, EventRecord(self._legacy_fence))
-                            self._legacy_fence_gen = self._legacy_gen
-                        ex.submit(cid, key, StreamWaitEvent(self._legacy_fence))
-                        stream.waited_legacy_gen = self._legacy_gen
-                    self._dirty[key] = stream
-                _submit(ex, cid, key, op)
-            finally:
-                submitting.active = False
+            if key == LEGACY:
+                for stream in self._dirty.values():
+                    self._fence_legacy(stream)
+                self._dirty.clear()
+                self._legacy_gen += 1
+                _submit(ex, cid, LEGACY, op)
+                return
+            stream = self._get(key)
+            if stream.blocking:
+                if stream.waited_legacy_gen != self._legacy_gen:
+                    if self._legacy_fence is None:
+                        self._legacy_fence = ex.event_create(cid, timing=False)
+                    if self._legacy_fence_gen != self._legacy_gen:
+                        ex.submit(cid, LEGACY, EventRecord(self._legacy_fence))
+                        self._legacy_fence_gen = self._legacy_gen
+                    ex.submit(cid, key, StreamWaitEvent(self._legacy_fence))
+                    stream.waited_legacy_gen = self._legacy_gen
+                self._dirty[key] = stream
+            _submit(ex, cid, key, op)
 
 
     def _fence_legacy(self, stream: ClientStream) -> None:
