@@ -1,3 +1,4 @@
+// Stream capture state (capture.h): which streams and events belong to which capture.
 #include "capture.h"
 
 #include <mutex>
@@ -43,10 +44,6 @@ class Captures {
     return it == by_stream.end() ? nullptr : it->second;
   }
 };
-
-void send_stream_wait(uint64_t stream, uint64_t event, CUresult* rc) {
-  *rc = Connection::instance().send(protocol::StreamWaitEventMsg{stream, event});
-}
 
 }  // namespace
 
@@ -118,9 +115,7 @@ bool captured_stream_wait(uint64_t stream, uint64_t event, CUresult* rc) {
   }
   if (mine == nullptr) return false;
   mine->ops.push_back([event](uint64_t target) {
-    CUresult result;
-    send_stream_wait(target, event, &result);
-    return result;
+    return Connection::instance().send(protocol::StreamWaitEventMsg{target, event});
   });
   *rc = CUDA_SUCCESS;
   return true;

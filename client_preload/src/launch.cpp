@@ -1,17 +1,18 @@
 // Kernel launches: fire-and-forget. The parameter block is laid out here, from
 // the layout the server sent when the function was resolved, straight into the
-// request ring (one record: LaunchKernelMsg + parameter bytes). Launch errors the
-// server finds (bad grid, device faults) come back at the next synchronizing call.
+// request ring (one record: LaunchKernelMsg + parameter bytes), or recorded when
+// the stream is being captured (capture.h). Launch errors the server finds (bad
+// grid, device faults) come back at the next synchronizing call.
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "capture.h"
 #include "connection.h"
 #include "driver_objects.h"
 #include "entry_point.h"
-#include "capture.h"
 #include "log.h"
 #include "stream_ids.h"
 #include "unsupported.h"
