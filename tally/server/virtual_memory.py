@@ -65,16 +65,19 @@ class VirtualMemory:
     def whole_mappings(self, ptr: int, nbytes: int) -> list[int]:
         """The mappings exactly covering [ptr, ptr+nbytes); INVALID_VALUE otherwise."""
         with self.lock:
-            covered, out = ptr, []
-            i = bisect.bisect_left(self._starts, ptr)
-            while covered < ptr + nbytes and i < len(self._starts) and self._starts[i] == covered:
-                out.append(covered)
-                covered += self.mappings[covered].size
-                i += 1
-            if not out or covered != ptr + nbytes:
-                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                                  f"0x{ptr:x}+{nbytes} is not a run of whole mappings of this client")
-            return out
+            return self._whole_mappings(ptr, nbytes)
+
+    def _whole_mappings(self, ptr: int, nbytes: int) -> list[int]:
+        covered, out = ptr, []
+        i = bisect.bisect_left(self._starts, ptr)
+        while covered < ptr + nbytes and i < len(self._starts) and self._starts[i] == covered:
+            out.append(covered)
+            covered += self.mappings[covered].size
+            i += 1
+        if not out or covered != ptr + nbytes:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"0x{ptr:x}+{nbytes} is not a run of whole mappings of this client")
+        return out
 
     # ---- operations --------------------------------------------------------------------
     def reserve(self, nbytes: int, alignment: int) -> int:
@@ -129,16 +132,16 @@ class VirtualMemory:
             self.mappings[ptr] = Mapping(nbytes, handle)
 
     def set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
-        starts = self.whole_mappings(ptr, nbytes)
-        self.backend.vmm_set_access(ptr, nbytes, accessible)
         with self.lock:
+            starts = self._whole_mappings(ptr, nbytes)
+            self.backend.vmm_set_access(ptr, nbytes, accessible)
             for start in starts:
                 self.mappings[start].accessible = accessible
 
     def unmap(self, ptr: int, nbytes: int) -> None:
         """Call once the client's work that may use the range is done."""
-        starts = self.whole_mappings(ptr, nbytes)
         with self.lock:
+            starts = self._whole_mappings(ptr, nbytes)
             handles = {self.mappings[start].handle for start in starts}
             for start in starts:
                 del self.mappings[start]
