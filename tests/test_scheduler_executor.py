@@ -394,3 +394,24 @@ def test_gated_callback_holds_the_stream_in_the_executor_until_its_gate_opens():
     rig.ex.submit("a", 0, rig.launch("add_one", 64, buf))
     rig.ex.synchronize_client("a")
     assert seen == [1, "early"] and u32(rig.sim, buf, 64) == [3] * 64
+
+
+def test_a_record_released_later_unblocks_a_wait_on_a_stream_drained_before_it():
+    # Stream "b" (made first, so drained first) waits on an event whose record sits
+    # behind a gate on stream "a". Opening the gate dispatches the record; the same
+    # pump must then let "b" go on, not leave it for some later pump.
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("c")
+    buf = rig.buffer(64)
+    ev, gate = rig.ex.event_create("c"), HostGate()
+    rig.ex.submit("c", "b", Memset(buf, 0, 4, 64))              # makes "b" the first stream
+    rig.ex.submit("c", "a", GatedCallback(lambda: None, gate))
+    rig.ex.submit("c", "a", EventRecord(ev))
+    rig.ex.submit("c", "b", StreamWaitEvent(ev))
+    rig.ex.submit("c", "b", rig.launch("add_one", 64, buf))
+    rig.sim.run_until(1e-3)
+    assert u32(rig.sim, buf, 64) == [0] * 64                     # held behind the gate
+    rig.ex.open_gate(gate)
+    rig.sim.run_until(2e-3)                                      # no other submission or completion
+    assert u32(rig.sim, buf, 64) == [1] * 64
+    assert rig.ex.counters()["ops_queued"] == 0

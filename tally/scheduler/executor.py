@@ -56,6 +56,7 @@ class StreamExecutor:
         self._wake_at: float | None = None
         self._pumping = False
         self._repump = False
+        self._records_dispatched = False
         self._closed = False
         self._ops_submitted = 0
 
@@ -329,9 +330,7 @@ class StreamExecutor:
         try:
             while True:
                 self._repump = False
-                for client in list(self._clients.values()):
-                    for stream in list(client.streams.values()):
-                        self._drain_head(stream)
+                self._drain_heads()
                 view, waiting = self._view()
                 if not waiting:
                     break                 # nothing to decide (policies are asked only then)
@@ -343,6 +342,18 @@ class StreamExecutor:
         finally:
             self._pumping = False
         self._cond.notify_all()
+
+    def _drain_heads(self) -> None:
+        """Dispatch what each queue's head allows. An event record dispatched on one
+        stream can unblock a wait at the head of a stream drained before it, so the
+        pass repeats until it dispatches no record."""
+        while True:
+            self._records_dispatched = False
+            for client in list(self._clients.values()):
+                for stream in list(client.streams.values()):
+                    self._drain_head(stream)
+            if not self._records_dispatched:
+                return
 
     def _drain_head(self, stream: StreamState) -> None:
         while stream.queue:
@@ -381,6 +392,7 @@ class StreamExecutor:
                     backend_event = b.event_create(event.timing)
                     b.event_record(backend_event, bs)
                     event.records[item.seq] = backend_event
+                    self._records_dispatched = True
                     self._prune_records(event)
                     self._cond.notify_all()
             elif isinstance(op, StreamWaitEvent):
