@@ -7,7 +7,8 @@ SASS only and the emulator runs PTX, so the test covers everything short of
 PyTorch's own kernels: cudart 13.2's initialization through tally's export
 tables, device queries, the caching allocator, pageable, pinned and
 device-to-device copies on two streams, events, a cuBLAS handle, a CUDA graph
-captured and replayed (torch.cuda.graph), and a kernel
+captured and replayed (torch.cuda.graph), allocators, a CUDA tensor shared with
+another process, and a kernel
 refused with CUDA's "no kernel image" error after which the job carries on.
 Each of these found a bug in the client the first time it ran."""
 from __future__ import annotations
@@ -82,6 +83,25 @@ def test_pytorch_allocators_under_tally(allocator):
         if allocator == "expandable_segments":
             assert got["reserved_mib"] >= 52 and got["reserved_after_empty_cache"] == 0, got
         status = server.wait_for(lambda s: not s["clients"], what="the job to go")
+        assert status["server"]["memory_free"] == status["server"]["memory_total"]
+    finally:
+        server.stop()
+
+
+def test_pytorch_shares_a_cuda_tensor_with_another_process():
+    # torch.multiprocessing: the spawned consumer is a second job of the same server,
+    # opening the producer's allocation and event by their IPC handles.
+    python = torch_python()
+    server = Server("emulator")
+    try:
+        job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
+                              python, str(PROGRAMS / "torch_multiprocessing.py")], capture_output=True,
+                             text=True, timeout=600, env=job_env(), check=False)
+        assert job.returncode == 0, job.stdout + job.stderr
+        assert "not supported" not in job.stderr, job.stderr
+        got = json.loads(job.stdout.strip().splitlines()[-1])
+        assert got == {"consumer_saw_the_tensor": True, "consumer_exit": 0}, got
+        status = server.wait_for(lambda s: not s["clients"], what="both processes to go")
         assert status["server"]["memory_free"] == status["server"]["memory_total"]
     finally:
         server.stop()

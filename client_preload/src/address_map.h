@@ -56,10 +56,11 @@ class RangeMap {
   std::map<uint64_t, Entry> ranges_;
 };
 
-enum class DeviceRangeKind { kAllocation, kGlobal, kReservation };
+enum class DeviceRangeKind { kAllocation, kGlobal, kReservation, kImported };
 
 // Device memory this client allocated, whose module globals it resolved, or whose
-// address range it reserved (virtual memory management).
+// address range it reserved (virtual memory management), or another job's
+// allocation it opened (IPC).
 RangeMap<DeviceRangeKind>& device_ranges();
 
 struct PinnedRegion {

@@ -69,6 +69,10 @@ struct EventObject {
   unsigned flags = 0;
 };
 
+// A new event handle with a fresh client-chosen id (the server learns of it from
+// the caller's request).
+EventObject* new_event_object(unsigned flags);
+
 template <class Object, ObjectTag Tag, class Handle>
 Object* live_object(Handle handle) {
   auto* object = reinterpret_cast<Object*>(handle);

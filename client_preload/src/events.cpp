@@ -49,6 +49,14 @@ CUresult elapsed(float* ms, CUevent start, CUevent end) {
 }
 
 }  // namespace
+
+EventObject* new_event_object(unsigned flags) {
+  auto* event = new EventObject();
+  event->id = g_next_event.fetch_add(1, std::memory_order_relaxed);
+  event->flags = flags;
+  return event;
+}
+
 }  // namespace tally::client
 
 using namespace tally::client;
@@ -56,12 +64,10 @@ namespace protocol = tally::protocol;
 
 TALLY_ENTRY(cuEventCreate_v2000)(CUevent* phEvent, unsigned int Flags) {
   if (phEvent == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
-  // Interprocess events need timing disabled (cuda.h) and are not shared across jobs here.
-  if (Flags & CU_EVENT_INTERPROCESS) return CUDA_ERROR_NOT_SUPPORTED;
+  // Interprocess events need timing disabled (cuda.h); other jobs open them with ipc.cpp.
+  if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  auto* event = new EventObject();
-  event->id = g_next_event.fetch_add(1, std::memory_order_relaxed);
-  event->flags = Flags;
+  EventObject* event = new_event_object(Flags);
   if (CUresult rc = Connection::instance().send(protocol::EventCreateMsg{event->id, Flags, 0}); rc != CUDA_SUCCESS) {
     event->tag.store(ObjectTag::kDead);
     return rc;

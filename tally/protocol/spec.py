@@ -195,6 +195,18 @@ DRIVER_MESSAGES = (
             (F("dptr", "u64"), F("bytes", "u64"))),
     Message("MemSetAccess", 148, "enable (1) or disable (0) device access to whole mappings",
             (F("dptr", "u64"), F("bytes", "u64"), F("access", "u32"), F("_pad0", "u32"))),
+    # Interprocess handles (cuIpcGet/Open/Close...): another job of the same server opens an
+    # allocation or an interprocess event by the export id and secret the owner was given.
+    Message("IpcGetMemHandle", 149, "export the allocation starting at dptr", (F("dptr", "u64"),)),
+    Message("IpcHandleReply", 150, "answer to IpcGetMemHandle / IpcGetEventHandle",
+            (F("export_id", "u64"), F("secret", "u64"))),
+    Message("IpcOpenMemHandle", 151, "open another job's exported allocation",
+            (F("export_id", "u64"), F("secret", "u64"))),
+    Message("IpcOpenMemReply", 152, "answer to IpcOpenMemHandle", (F("dptr", "u64"), F("bytes", "u64"))),
+    Message("IpcCloseMemHandle", 153, "close an opened allocation", (F("dptr", "u64"),)),
+    Message("IpcGetEventHandle", 154, "export an interprocess event", (F("event", "u64"),)),
+    Message("IpcOpenEventHandle", 155, "open another job's exported event as this client's `event` id",
+            (F("event", "u64"), F("export_id", "u64"), F("secret", "u64"))),
 )
 
 

@@ -295,7 +295,7 @@ class StreamExecutor:
     def _check_event(self, event: ExecutorEvent, client: ClientState) -> None:
         if not isinstance(event, ExecutorEvent) or event.destroyed:
             raise ValueError("event was destroyed or was not created by this executor")
-        if event.client_id != client.client_id:
+        if event.client_id != client.client_id and not event.shared:
             raise ValueError(f"event belongs to client {event.client_id!r}, not {client.client_id!r}")
 
     def _destroy_event(self, event: ExecutorEvent) -> None:

@@ -30,6 +30,7 @@ class ExecutorEvent:
         self.records: dict[int, Any] = {}        # seq -> backend event, once dispatched
         self.waiters: collections.Counter = collections.Counter()   # seq -> queued waits
         self.destroyed = False
+        self.shared = False      # an interprocess event other clients may record and wait on
 
 
 @dataclass(eq=False)

@@ -25,6 +25,7 @@ import msgpack
 from tally import _core, protocol
 from tally.protocol.framing import recv_record, send_record
 from tally.server.dispatch import load_handlers
+from tally.server.ipc import IpcRegistry
 from tally.server.session import Session
 
 log = logging.getLogger("tally.server")
@@ -81,6 +82,7 @@ class TallyServer:
         self._retired: set[int] = set()
         self.variants, clock = make_variant_provider(backend)
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
+        self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
         # Held while a handshake admits its session (and by shutdown to stop admitting),

@@ -97,6 +97,8 @@ class Session:
             except Exception:  # cleanup must go on: log and continue with the rest
                 log.exception("client %d: cleanup step failed", self.client_id)
         for ptr, _size in self.allocations.clear():
+            if not self.server.ipc.owner_frees(self.client_id, ptr):
+                continue   # another job opened it: freed when the last of them closes it
             try:
                 self.backend.mem_free(ptr)
             except DeviceError as e:

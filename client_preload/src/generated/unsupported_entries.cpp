@@ -101,26 +101,6 @@ CUresult tally_entry_cuMemAllocManaged_v6000(CUdeviceptr_v2 *dptr, size_t bytesi
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemAllocManaged");
 }
-CUresult tally_entry_cuIpcGetEventHandle_v4010(CUipcEventHandle_v1 *pHandle, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcGetEventHandle");
-}
-CUresult tally_entry_cuIpcOpenEventHandle_v4010(CUevent *phEvent, CUipcEventHandle_v1 handle) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcOpenEventHandle");
-}
-CUresult tally_entry_cuIpcGetMemHandle_v4010(CUipcMemHandle_v1 *pHandle, CUdeviceptr_v2 dptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcGetMemHandle");
-}
-CUresult tally_entry_cuIpcOpenMemHandle_v11000(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcOpenMemHandle_v2");
-}
-CUresult tally_entry_cuIpcCloseMemHandle_v4010(CUdeviceptr_v2 dptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcCloseMemHandle");
-}
 CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds");
@@ -1516,10 +1496,6 @@ CUresult tally_entry_cuStreamDestroy_v2000(CUstream hStream) {
 CUresult tally_entry_cuEventDestroy_v2000(CUevent hEvent) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuEventDestroy");
-}
-CUresult tally_entry_cuIpcOpenMemHandle_v4010(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuIpcOpenMemHandle");
 }
 CUresult tally_entry_cuCheckpointProcessGetRestoreThreadId_v12080(int pid, int *tid) {
   static tally::client::OnceFlag logged;

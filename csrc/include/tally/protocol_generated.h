@@ -104,6 +104,13 @@ enum class MessageKind : uint32_t {
   MemMap = 146,
   MemUnmap = 147,
   MemSetAccess = 148,
+  IpcGetMemHandle = 149,
+  IpcHandleReply = 150,
+  IpcOpenMemHandle = 151,
+  IpcOpenMemReply = 152,
+  IpcCloseMemHandle = 153,
+  IpcGetEventHandle = 154,
+  IpcOpenEventHandle = 155,
 };
 
 // client -> server over the socket: first record of a connection
@@ -861,5 +868,85 @@ static_assert(offsetof(MemSetAccessMsg, bytes) == 8);
 static_assert(offsetof(MemSetAccessMsg, access) == 16);
 static_assert(offsetof(MemSetAccessMsg, _pad0) == 20);
 constexpr uint32_t kMemSetAccessSize = 24;  // bytes on the wire (0: empty)
+
+// export the allocation starting at dptr
+struct IpcGetMemHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcGetMemHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(IpcGetMemHandleMsg) == 8, "IpcGetMemHandleMsg layout differs from the Python codec");
+static_assert(offsetof(IpcGetMemHandleMsg, dptr) == 0);
+constexpr uint32_t kIpcGetMemHandleSize = 8;  // bytes on the wire (0: empty)
+
+// answer to IpcGetMemHandle / IpcGetEventHandle
+struct IpcHandleReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcHandleReply;
+  static constexpr bool kHasTail = false;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(IpcHandleReplyMsg) == 16, "IpcHandleReplyMsg layout differs from the Python codec");
+static_assert(offsetof(IpcHandleReplyMsg, export_id) == 0);
+static_assert(offsetof(IpcHandleReplyMsg, secret) == 8);
+constexpr uint32_t kIpcHandleReplySize = 16;  // bytes on the wire (0: empty)
+
+// open another job's exported allocation
+struct IpcOpenMemHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcOpenMemHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(IpcOpenMemHandleMsg) == 16, "IpcOpenMemHandleMsg layout differs from the Python codec");
+static_assert(offsetof(IpcOpenMemHandleMsg, export_id) == 0);
+static_assert(offsetof(IpcOpenMemHandleMsg, secret) == 8);
+constexpr uint32_t kIpcOpenMemHandleSize = 16;  // bytes on the wire (0: empty)
+
+// answer to IpcOpenMemHandle
+struct IpcOpenMemReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcOpenMemReply;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+  uint64_t bytes;
+};
+static_assert(sizeof(IpcOpenMemReplyMsg) == 16, "IpcOpenMemReplyMsg layout differs from the Python codec");
+static_assert(offsetof(IpcOpenMemReplyMsg, dptr) == 0);
+static_assert(offsetof(IpcOpenMemReplyMsg, bytes) == 8);
+constexpr uint32_t kIpcOpenMemReplySize = 16;  // bytes on the wire (0: empty)
+
+// close an opened allocation
+struct IpcCloseMemHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcCloseMemHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(IpcCloseMemHandleMsg) == 8, "IpcCloseMemHandleMsg layout differs from the Python codec");
+static_assert(offsetof(IpcCloseMemHandleMsg, dptr) == 0);
+constexpr uint32_t kIpcCloseMemHandleSize = 8;  // bytes on the wire (0: empty)
+
+// export an interprocess event
+struct IpcGetEventHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcGetEventHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+};
+static_assert(sizeof(IpcGetEventHandleMsg) == 8, "IpcGetEventHandleMsg layout differs from the Python codec");
+static_assert(offsetof(IpcGetEventHandleMsg, event) == 0);
+constexpr uint32_t kIpcGetEventHandleSize = 8;  // bytes on the wire (0: empty)
+
+// open another job's exported event as this client's `event` id
+struct IpcOpenEventHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::IpcOpenEventHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t event;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(IpcOpenEventHandleMsg) == 24, "IpcOpenEventHandleMsg layout differs from the Python codec");
+static_assert(offsetof(IpcOpenEventHandleMsg, event) == 0);
+static_assert(offsetof(IpcOpenEventHandleMsg, export_id) == 8);
+static_assert(offsetof(IpcOpenEventHandleMsg, secret) == 16);
+constexpr uint32_t kIpcOpenEventHandleSize = 24;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

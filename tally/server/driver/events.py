@@ -34,8 +34,11 @@ def event_destroy(session, fields, tail, tag):
     event = state.events.pop(fields["event"], None)
     if event is None:
         raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"event {fields['event']} was never created or is destroyed")
-    # Records still queued keep their place: the executor lets them complete.
-    state.executor.event_destroy(event)
+    if fields["event"] in state.imported_events:    # another job's event: only forget it here
+        state.imported_events.discard(fields["event"])
+    else:
+        # Records still queued keep their place: the executor lets them complete.
+        state.executor.event_destroy(event)
     if tag:
         session.reply("Done", tag)
 

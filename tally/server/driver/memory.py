@@ -43,7 +43,8 @@ def mem_free(session, fields, tail, tag):
         # Queued work may still use the memory; on a real GPU freeing it now
         # could hand the bytes to another job while a kernel writes them.
         drain_quietly(state, state.streams.keys())
-        session.backend.mem_free(ptr)
+        if session.server.ipc.owner_frees(session.client_id, ptr):
+            session.backend.mem_free(ptr)
         if tag:
             session.reply("Done", tag)
 
@@ -67,7 +68,8 @@ def mem_free_async(session, fields, tail, tag):
             state.executor.event_synchronize(reached)
         finally:
             state.executor.event_destroy(reached)
-        session.backend.mem_free(ptr)
+        if session.server.ipc.owner_frees(session.client_id, ptr):
+            session.backend.mem_free(ptr)
 
     state.blocking.run(0, free_when_reached)
     if tag:

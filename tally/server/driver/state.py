@@ -44,6 +44,8 @@ class DriverState:
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
         self.vmm = VirtualMemory(session)           # reservations, physical handles, mappings
+        self.imports: dict[int, int] = {}           # other jobs' allocations opened here: base -> bytes
+        self.imported_events: set[int] = set()      # client event ids naming another job's event
 
     def close(self) -> None:
         # First free everything that may wait on the gone client (held host functions,
@@ -55,23 +57,38 @@ class DriverState:
         self.session.server.retire_client(self.client_id)
         self.regions.clear()
         self.vmm.clear()
-        for event in self.events.values():
-            self.executor.event_destroy(event)
+        self._close_imports()
+        for event_id, event in self.events.items():
+            if event_id not in self.imported_events:    # another job's: theirs to destroy
+                self.executor.event_destroy(event)
         self.events.clear()
+        self.session.server.ipc.forget_events_of(self.client_id)
         self.modules.clear()
+
+    def _close_imports(self) -> None:
+        ipc = self.session.server.ipc
+        for base, times in ipc.opened_by(self.client_id):
+            for _ in range(times):
+                if ipc.close_memory(self.client_id, base):
+                    self.backend.mem_free(base)
+        self.imports.clear()
 
     # ---- checks ------------------------------------------------------------------------
 
     def check_device_range(self, ptr: int, nbytes: int, what: str) -> None:
         """INVALID_VALUE unless [ptr, ptr+nbytes) is this client's memory: one of
-        its allocations, a global variable of one of its modules, or accessible
-        mapped virtual memory."""
+        its allocations, a global variable of one of its modules, accessible
+        mapped virtual memory, or another job's allocation it opened (IPC)."""
         if self.session.allocations.find(ptr) is not None:
             self.session.allocations.check_range(ptr, nbytes, what)
             return
-        if not self.modules.global_contains(ptr, nbytes) and not self.vmm.contains(ptr, nbytes):
+        if not self.modules.global_contains(ptr, nbytes) and not self.vmm.contains(ptr, nbytes) \
+                and not self._imported(ptr, nbytes):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")
+
+    def _imported(self, ptr: int, nbytes: int) -> bool:
+        return any(base <= ptr and ptr + nbytes <= base + size for base, size in self.imports.items())
 
     def event(self, event_id: int):
         try:
