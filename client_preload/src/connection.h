@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -183,5 +184,15 @@ class Connection {
 
   std::atomic<int> deferred_error_{CUDA_SUCCESS};
 };
+
+// A synchronous request answered by one fixed-size record of `kind`, copied to *out.
+template <class Request, class ReplyMsg>
+CUresult request_reply(const Request& request, protocol::MessageKind kind, ReplyMsg* out) {
+  Reply reply;
+  if (CUresult rc = Connection::instance().request(request, &reply); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = Connection::expect_kind(reply, kind, sizeof(ReplyMsg)); rc != CUDA_SUCCESS) return rc;
+  std::memcpy(out, reply.payload.data(), sizeof *out);
+  return CUDA_SUCCESS;
+}
 
 }  // namespace tally::client

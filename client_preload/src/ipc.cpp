@@ -40,15 +40,6 @@ bool read_handle(const Handle& in, WireHandle* out) {
   return std::memcmp(out->magic, kMagic, sizeof kMagic) == 0;
 }
 
-template <class Request, class ReplyMsg>
-CUresult ask(const Request& request, protocol::MessageKind kind, ReplyMsg* out) {
-  Reply reply;
-  if (CUresult rc = Connection::instance().request(request, &reply); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc = Connection::expect_kind(reply, kind, sizeof(ReplyMsg)); rc != CUDA_SUCCESS) return rc;
-  std::memcpy(out, reply.payload.data(), sizeof *out);
-  return CUDA_SUCCESS;
-}
-
 // How often each opened allocation is open here: its address is device memory for
 // unified-addressing calls until the last close.
 std::mutex g_open_mutex;
@@ -60,7 +51,7 @@ CUresult open_memory(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned 
   WireHandle h;
   if (!read_handle(handle, &h)) return CUDA_ERROR_INVALID_VALUE;
   protocol::IpcOpenMemReplyMsg out{};
-  if (CUresult rc = ask(protocol::IpcOpenMemHandleMsg{h.export_id, h.secret}, protocol::MessageKind::IpcOpenMemReply,
+  if (CUresult rc = request_reply(protocol::IpcOpenMemHandleMsg{h.export_id, h.secret}, protocol::MessageKind::IpcOpenMemReply,
                         &out);
       rc != CUDA_SUCCESS)
     return rc;
@@ -82,7 +73,7 @@ TALLY_ENTRY(cuIpcGetMemHandle_v4010)(CUipcMemHandle* pHandle, CUdeviceptr dptr) 
   if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   protocol::IpcHandleReplyMsg out{};
-  if (CUresult rc = ask(protocol::IpcGetMemHandleMsg{dptr}, protocol::MessageKind::IpcHandleReply, &out);
+  if (CUresult rc = request_reply(protocol::IpcGetMemHandleMsg{dptr}, protocol::MessageKind::IpcHandleReply, &out);
       rc != CUDA_SUCCESS)
     return rc;
   write_handle(pHandle, out);
@@ -116,7 +107,7 @@ TALLY_ENTRY(cuIpcGetEventHandle_v4010)(CUipcEventHandle* pHandle, CUevent event)
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if ((e->flags & CU_EVENT_INTERPROCESS) == 0) return CUDA_ERROR_INVALID_VALUE;
   protocol::IpcHandleReplyMsg out{};
-  if (CUresult rc = ask(protocol::IpcGetEventHandleMsg{e->id}, protocol::MessageKind::IpcHandleReply, &out);
+  if (CUresult rc = request_reply(protocol::IpcGetEventHandleMsg{e->id}, protocol::MessageKind::IpcHandleReply, &out);
       rc != CUDA_SUCCESS)
     return rc;
   write_handle(pHandle, out);

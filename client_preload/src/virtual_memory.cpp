@@ -26,15 +26,6 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
   return CUDA_SUCCESS;
 }
 
-template <class RequestMsg, class ReplyMsg>
-CUresult ask(const RequestMsg& request, protocol::MessageKind kind, ReplyMsg* out) {
-  Reply reply;
-  if (CUresult rc = Connection::instance().request(request, &reply); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc = Connection::expect_kind(reply, kind, sizeof(ReplyMsg)); rc != CUDA_SUCCESS) return rc;
-  std::memcpy(out, reply.payload.data(), sizeof *out);
-  return CUDA_SUCCESS;
-}
-
 }  // namespace
 }  // namespace tally::client
 
@@ -58,7 +49,7 @@ TALLY_ENTRY(cuMemAddressReserve_v10020)(CUdeviceptr* ptr, size_t size, size_t al
   if (ptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   protocol::MemAddressReplyMsg out{};
-  if (CUresult rc = ask(protocol::MemAddressReserveMsg{size, alignment}, protocol::MessageKind::MemAddressReply, &out);
+  if (CUresult rc = request_reply(protocol::MemAddressReserveMsg{size, alignment}, protocol::MessageKind::MemAddressReply, &out);
       rc != CUDA_SUCCESS)
     return rc;
   device_ranges().add(out.dptr, size, DeviceRangeKind::kReservation);
@@ -79,7 +70,7 @@ TALLY_ENTRY(cuMemCreate_v10020)(CUmemGenericAllocationHandle* handle, size_t siz
   if (CUresult rc = check_prop(prop); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   protocol::MemCreateReplyMsg out{};
-  if (CUresult rc = ask(protocol::MemCreateMsg{size}, protocol::MessageKind::MemCreateReply, &out); rc != CUDA_SUCCESS)
+  if (CUresult rc = request_reply(protocol::MemCreateMsg{size}, protocol::MessageKind::MemCreateReply, &out); rc != CUDA_SUCCESS)
     return rc;
   *handle = out.handle;
   return CUDA_SUCCESS;
