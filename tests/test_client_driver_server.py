@@ -458,3 +458,51 @@ def test_event_synchronize_delivers_kernel_output(client):
         assert client.status_of("EventSynchronize", event=77) == 0
         assert client.printed == "block 0 value 3\n"
     assert client.status_of("EventDestroy", event=77) == 0
+
+
+# ---- requests the fuzz test (test_server_fuzz.py) found mishandled, one test each ----
+
+OUT_OF_MEMORY = 2
+
+
+def test_a_tagged_notify_is_answered(client):
+    assert client.status_of("Notify", value=1) == 0
+
+
+def test_default_streams_cannot_be_destroyed(client):
+    # Used to crash the handler (KeyError) and answer "internal error".
+    assert client.status_of("StreamDestroy", stream=LEGACY) == INVALID_HANDLE
+    assert client.status_of("StreamDestroy", stream=PER_THREAD_STREAM_BIT | 3) == INVALID_HANDLE
+    assert client.status_of("CtxSynchronize") == 0
+
+
+def test_a_failed_async_free_leaves_the_memory_owned(client):
+    # Used to forget the allocation without freeing it: leaked until the server stopped.
+    p = client.alloc(4096)
+    assert client.status_of("MemFreeAsync", dptr=p, stream=999) == INVALID_HANDLE
+    assert client.status_of("MemFree", dptr=p) == 0
+
+
+def test_zero_byte_rows_are_nothing_to_copy_however_many(client):
+    # 10**14 empty rows used to become a list of 10**14 copies and kill the server.
+    p = client.alloc(256)
+    assert client.status_of("MemcpyDtoD", dst=p, src=p, width=0, height=10**14, dst_pitch=4, src_pitch=4,
+                            stream=LEGACY) == 0
+    kind, values, _ = client.call("MemcpyHtoD", b"", dst=p, width=0, height=10**14, dst_pitch=4, stream=LEGACY,
+                                  source=SOURCE_INLINE)
+    assert kind == "Done", values
+
+
+def test_a_bogus_upload_chunk_is_the_jobs_error(client):
+    # An arena chunk the client never reserved: INVALID_VALUE, not an internal error.
+    assert client.status_of("StageBytes", arena_offset=579, size=12) == INVALID_VALUE
+    assert client.status_of("CtxSynchronize") == 0
+
+
+def test_one_job_cannot_reserve_the_whole_address_space(client):
+    kind, values, text = client.call("MemAddressReserve", bytes=1 << 40, alignment=0)
+    assert (kind, values["status"]) == ("Error", OUT_OF_MEMORY), text
+    assert b"address space" in text
+    kind, values, _ = client.call("MemAddressReserve", bytes=2 << 20, alignment=0)
+    assert kind == "MemAddressReply"
+    assert client.status_of("MemAddressFree", dptr=values["dptr"], bytes=2 << 20) == 0

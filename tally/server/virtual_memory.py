@@ -10,7 +10,10 @@ import bisect
 import threading
 from dataclasses import dataclass
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, VMM_GRANULARITY, DeviceError
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, VMM_GRANULARITY, DeviceError
+
+# How much device address space one job may reserve, in multiples of device memory.
+RESERVE_LIMIT_FACTOR = 4
 
 
 @dataclass
@@ -84,6 +87,16 @@ class VirtualMemory:
         _check_granular("reservation size", nbytes)
         if alignment and (alignment & (alignment - 1)):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"alignment {alignment} is not a power of two")
+        # Address space is shared by every job: one must not reserve it all (the
+        # fuzz test did, with 2**40 bytes). PyTorch reserves ~1.125x device memory
+        # per stream it allocates on, so a few times device memory is plenty.
+        limit = RESERVE_LIMIT_FACTOR * self.session.server.description.total_memory
+        with self.lock:
+            reserved = sum(self.reservations.values())
+        if reserved + nbytes > limit:
+            raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY,
+                              f"reserving {nbytes} bytes would give this job {reserved + nbytes} bytes of device "
+                              f"address space; the limit is {RESERVE_LIMIT_FACTOR}x device memory ({limit} bytes)")
         base = self.backend.vmm_reserve(nbytes, max(alignment, VMM_GRANULARITY))
         with self.lock:
             self.reservations[base] = nbytes

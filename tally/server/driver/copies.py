@@ -12,6 +12,8 @@ Where the host bytes live decides when a copy is done with them:
 """
 from __future__ import annotations
 
+from tally import _core
+
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import (
     DEST_ARENA,
@@ -36,7 +38,10 @@ def take_upload(session, offset: int, nbytes: int) -> bytes:
     try:
         return bytes(arena.view(offset, nbytes)) if nbytes else b""
     finally:
-        arena.release(offset, nbytes)
+        try:
+            arena.release(offset, nbytes)
+        except _core.CorruptSegment as e:   # a chunk the client never reserved: its own arena's loss
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes}: {e}") from None
 
 
 def _device_span(width: int, height: int, pitch: int, what: str) -> int:
@@ -46,7 +51,11 @@ def _device_span(width: int, height: int, pitch: int, what: str) -> int:
 
 
 def _rows(width: int, height: int, pitch: int):
-    """(device offset, host offset, bytes) of each contiguous piece."""
+    """(device offset, host offset, bytes) of each contiguous piece. A copy of
+    zero-byte rows has none, however many rows it names (the fuzz test killed the
+    server with a list of 10**14 empty rows)."""
+    if width == 0 or height == 0:
+        return []
     if height <= 1 or pitch == width:
         return [(0, 0, width * height)]
     return [(r * pitch, r * width, width) for r in range(height)]
@@ -128,7 +137,9 @@ def memcpy_dtod(session, fields, tail, tag):
     dst_pitch, src_pitch = fields["dst_pitch"], fields["src_pitch"]
     state.check_device_range(dst, _device_span(width, height, dst_pitch, "destination"), "copy destination")
     state.check_device_range(src, _device_span(width, height, src_pitch, "source"), "copy source")
-    if height <= 1 or (dst_pitch == width and src_pitch == width):
+    if width == 0 or height == 0:
+        pieces = []
+    elif height <= 1 or (dst_pitch == width and src_pitch == width):
         pieces = [(0, 0, width * height)]
     else:
         pieces = [(r * dst_pitch, r * src_pitch, width) for r in range(height)]

@@ -55,12 +55,13 @@ def mem_free(session, fields, tail, tag):
 def mem_free_async(session, fields, tail, tag):
     state = driver_state(session)
     ptr = fields["dptr"]
-    _take_allocation(session, ptr)
+    size = _take_allocation(session, ptr)
     reached = state.executor.event_create(state.client_id, timing=False)
     try:
         state.streams.submit(fields["stream"], EventRecord(reached))
     except DeviceError:
         state.executor.event_destroy(reached)
+        session.allocations.add(ptr, size)    # not freed: the job still owns it
         raise
 
     def free_when_reached() -> None:

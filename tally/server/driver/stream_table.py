@@ -64,6 +64,8 @@ class StreamTable:
         """cuStreamDestroy: the id stops naming a stream; its work still runs, and
         still counts as earlier work for the legacy stream and for context-wide
         waits until `released(key)`."""
+        if key == LEGACY or key & PER_THREAD_STREAM_BIT:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"stream {key:#x} is a default stream; it cannot be destroyed")
         with self._lock:
             self._get(key)
             del self._streams[key]

@@ -11,8 +11,10 @@ def ping(session, fields, tail, tag):
 
 @handler("Notify")
 def notify(session, fields, tail, tag):
-    # One-way message: counted (the session's counters do that), never answered.
-    pass
+    # One-way message: counted (the session's counters do that). A client that
+    # tags it anyway waits for an answer, like after any other asynchronous request.
+    if tag:
+        session.reply("Done", tag)
 
 
 @handler("Goodbye")
