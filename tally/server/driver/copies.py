@@ -58,7 +58,7 @@ def _rows(width: int, height: int, pitch: int):
         return []
     if height <= 1 or pitch == width:
         return [(0, 0, width * height)]
-    return [(r * pitch, r * width, width) for r in range(height)]
+    return ((r * pitch, r * width, width) for r in range(height))   # one at a time: rows can be many
 
 
 @handler("MemcpyHtoD")
@@ -142,7 +142,7 @@ def memcpy_dtod(session, fields, tail, tag):
     elif height <= 1 or (dst_pitch == width and src_pitch == width):
         pieces = [(0, 0, width * height)]
     else:
-        pieces = [(r * dst_pitch, r * src_pitch, width) for r in range(height)]
+        pieces = ((r * dst_pitch, r * src_pitch, width) for r in range(height))
     for dst_off, src_off, n in pieces:
         if n:
             state.streams.submit(fields["stream"], MemcpyDtoD(dst + dst_off, src + src_off, n))
