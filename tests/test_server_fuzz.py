@@ -56,9 +56,8 @@ class Fuzzer:
             assert got_tag == tag, (name, got_tag, tag)
             reply = protocol.BY_KIND[kind]
             values, _ = reply.unpack(payload)
-            for key in ("dptr",):
-                if key in values and values[key]:
-                    self.addresses.append(values[key])
+            if values.get("dptr"):                 # an allocation or reservation to aim at
+                self.addresses.append(values["dptr"])
             self.answered += 1
             return reply.message.name, values
 
@@ -71,10 +70,11 @@ def value_for(f: spec.Field, draw, addresses):
     bits = spec.SCALARS[f.type][2] * 8
     signed = f.type.startswith("i")
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if f.count > 1:                                   # grid and block dimensions
+        return tuple(min(max(draw(st.one_of(SMALL, SIZES)), lo), hi) for _ in range(f.count))
     base = addresses[draw(st.integers(0, 63)) % len(addresses)]   # drawn the same way whatever the run made
     choice = draw(st.one_of(SMALL, SIZES, ABSURD, st.just(base), st.integers(0, 4096).map(lambda d: base + d)))
-    one = min(max(choice, lo), hi)
-    return tuple(min(max(draw(st.one_of(SMALL, SIZES)), lo), hi) for _ in range(f.count)) if f.count > 1 else one
+    return min(max(choice, lo), hi)
 
 
 @pytest.fixture(scope="module")
