@@ -1,5 +1,6 @@
 """Every request the server handles, with arbitrary field values and tails
-(hypothesis), from one job against a real tally-server on the emulator: each
+(hypothesis), from one job against a real tally-server (emulator, null and sim
+backends): each
 tagged request is answered (its reply or an Error record) within the timeout,
 never with silence or a crash; afterwards the job's session still answers, the
 server still serves a second job, and when both go all device memory is free.
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_harness import PyClient
-from test_e2e_helpers import emulator_server_process, idle
+from test_e2e_helpers import Server, emulator_server_process, idle
 
 from tally import protocol
 from tally.protocol import spec
@@ -77,9 +78,11 @@ def value_for(f: spec.Field, draw, addresses):
     return min(max(choice, lo), hi)
 
 
-@pytest.fixture(scope="module")
-def fuzz_server():
-    server = emulator_server_process()
+@pytest.fixture(scope="module", params=["emulator", "null", "sim"])
+def fuzz_server(request):
+    # The emulator runs everything; null (the benchmarks' backend) and sim (the
+    # scheduler's) answer the same requests with their own bookkeeping.
+    server = emulator_server_process() if request.param == "emulator" else Server(request.param)
     yield server
     server.stop()
 
