@@ -185,11 +185,13 @@ class Connection {
   std::atomic<int> deferred_error_{CUDA_SUCCESS};
 };
 
-// A synchronous request answered by one fixed-size record of `kind`, copied to *out.
+// A synchronous request (with an optional tail) answered by one fixed-size record
+// of `kind`, copied to *out.
 template <class Request, class ReplyMsg>
-CUresult request_reply(const Request& request, protocol::MessageKind kind, ReplyMsg* out) {
+CUresult request_reply(const Request& request, protocol::MessageKind kind, ReplyMsg* out, const void* tail = nullptr,
+                       uint32_t tail_size = 0) {
   Reply reply;
-  if (CUresult rc = Connection::instance().request(request, &reply); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = Connection::instance().request(request, &reply, tail, tail_size); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = Connection::expect_kind(reply, kind, sizeof(ReplyMsg)); rc != CUDA_SUCCESS) return rc;
   std::memcpy(out, reply.payload.data(), sizeof *out);
   return CUDA_SUCCESS;

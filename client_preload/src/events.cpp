@@ -34,16 +34,11 @@ CUresult elapsed(float* ms, CUevent start, CUevent end) {
   EventObject* a = as_event(start);
   EventObject* b = as_event(end);
   if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  Reply reply;
-  if (CUresult rc = Connection::instance().request(protocol::EventElapsedTimeMsg{a->id, b->id}, &reply);
-      rc != CUDA_SUCCESS)
-    return rc;
-  if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::ElapsedTimeReply,
-                                            sizeof(protocol::ElapsedTimeReplyMsg));
-      rc != CUDA_SUCCESS)
-    return rc;
   protocol::ElapsedTimeReplyMsg out{};
-  std::memcpy(&out, reply.payload.data(), sizeof out);
+  if (CUresult rc = request_reply(protocol::EventElapsedTimeMsg{a->id, b->id}, protocol::MessageKind::ElapsedTimeReply,
+                                  &out);
+      rc != CUDA_SUCCESS)
+    return rc;
   *ms = static_cast<float>(out.ms);
   return CUDA_SUCCESS;
 }

@@ -69,17 +69,13 @@ int create_object(size_t bytes, std::string* name) {
 
 // Asks the server to map the object; its region id.
 CUresult register_object(const std::string& name, size_t bytes, unsigned flags, uint64_t* region) {
-  Reply reply;
-  protocol::HostRegisterMsg m{bytes, flags, 0};
-  CUresult rc = Connection::instance().request(m, &reply, name.data(), static_cast<uint32_t>(name.size()));
-  if (rc == CUDA_SUCCESS)
-    rc = Connection::expect_kind(reply, protocol::MessageKind::HostRegisterReply, sizeof(protocol::HostRegisterReplyMsg));
+  protocol::HostRegisterReplyMsg out{};
+  CUresult rc = request_reply(protocol::HostRegisterMsg{bytes, flags, 0}, protocol::MessageKind::HostRegisterReply, &out,
+                              name.data(), static_cast<uint32_t>(name.size()));
   if (rc != CUDA_SUCCESS) {
     shm_unlink(name.c_str());  // the server removes the name only once it mapped the object
     return rc;
   }
-  protocol::HostRegisterReplyMsg out{};
-  std::memcpy(&out, reply.payload.data(), sizeof out);
   *region = out.region;
   return CUDA_SUCCESS;
 }

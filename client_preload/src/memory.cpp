@@ -16,15 +16,10 @@ namespace {
 CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  Reply reply;
-  protocol::MemAllocMsg m{bytes};
-  if (CUresult rc = Connection::instance().request(m, &reply); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::MemAllocReply,
-                                            sizeof(protocol::MemAllocReplyMsg));
+  protocol::MemAllocReplyMsg out{};
+  if (CUresult rc = request_reply(protocol::MemAllocMsg{bytes}, protocol::MessageKind::MemAllocReply, &out);
       rc != CUDA_SUCCESS)
     return rc;
-  protocol::MemAllocReplyMsg out{};
-  std::memcpy(&out, reply.payload.data(), sizeof out);
   device_ranges().add(out.dptr, bytes, DeviceRangeKind::kAllocation);
   *dptr = out.dptr;
   return CUDA_SUCCESS;
@@ -102,14 +97,10 @@ TALLY_ENTRY(cuMemFree_v3020)(CUdeviceptr_v2 dptr) { return free_now(dptr); }
 
 TALLY_ENTRY(cuMemGetInfo_v3020)(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Reply reply;
-  if (CUresult rc = Connection::instance().request(protocol::MemGetInfoMsg{}, &reply); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::MemInfoReply,
-                                            sizeof(protocol::MemInfoReplyMsg));
+  protocol::MemInfoReplyMsg info{};
+  if (CUresult rc = request_reply(protocol::MemGetInfoMsg{}, protocol::MessageKind::MemInfoReply, &info);
       rc != CUDA_SUCCESS)
     return rc;
-  protocol::MemInfoReplyMsg info{};
-  std::memcpy(&info, reply.payload.data(), sizeof info);
   *free = info.free;
   *total = info.total;
   return CUDA_SUCCESS;

@@ -127,17 +127,11 @@ CUresult global(ModuleObject* module, const char* name, CUdeviceptr* dptr, size_
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  Reply reply;
-  protocol::GetGlobalMsg m{module->id};
-  if (CUresult rc = Connection::instance().request(m, &reply, name, static_cast<uint32_t>(std::strlen(name)));
-      rc != CUDA_SUCCESS)
-    return rc;
-  if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::GlobalReply,
-                                            sizeof(protocol::GlobalReplyMsg));
-      rc != CUDA_SUCCESS)
-    return rc;
   protocol::GlobalReplyMsg got{};
-  std::memcpy(&got, reply.payload.data(), sizeof got);
+  if (CUresult rc = request_reply(protocol::GetGlobalMsg{module->id}, protocol::MessageKind::GlobalReply, &got, name,
+                                  static_cast<uint32_t>(std::strlen(name)));
+      rc != CUDA_SUCCESS)
+    return rc;
   device_ranges().add(got.dptr, got.size, DeviceRangeKind::kGlobal);
   if (dptr != nullptr) *dptr = got.dptr;
   if (bytes != nullptr) *bytes = got.size;
