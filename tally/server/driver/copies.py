@@ -50,15 +50,16 @@ def _device_span(width: int, height: int, pitch: int, what: str) -> int:
     return (height - 1) * pitch + width if width and height else 0
 
 
-def _rows(width: int, height: int, pitch: int):
-    """(device offset, host offset, bytes) of each contiguous piece. A copy of
-    zero-byte rows has none, however many rows it names (the fuzz test killed the
-    server with a list of 10**14 empty rows)."""
+def _rows(width: int, height: int, pitch_a: int, pitch_b: int):
+    """(offset on side a, offset on side b, bytes) of each contiguous piece of a
+    copy of `height` rows of `width` bytes. A copy of zero-byte rows has none,
+    however many rows it names (the fuzz test killed the server with a list of
+    10**14 empty rows); rows come one at a time, as they can be many."""
     if width == 0 or height == 0:
         return []
-    if height <= 1 or pitch == width:
+    if height <= 1 or (pitch_a == width and pitch_b == width):
         return [(0, 0, width * height)]
-    return ((r * pitch, r * width, width) for r in range(height))   # one at a time: rows can be many
+    return ((r * pitch_a, r * pitch_b, width) for r in range(height))
 
 
 @handler("MemcpyHtoD")
@@ -78,7 +79,7 @@ def memcpy_htod(session, fields, tail, tag):
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy source kind {source}")
     state.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
-    for dev_off, host_off, n in _rows(width, height, pitch):
+    for dev_off, host_off, n in _rows(width, height, pitch, width):   # host rows are packed
         if n:
             state.streams.submit(stream, MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
     if not tag:
@@ -107,7 +108,7 @@ def memcpy_dtoh(session, fields, tail, tag):
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
     state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
-    for dev_off, host_off, n in _rows(width, height, pitch):
+    for dev_off, host_off, n in _rows(width, height, pitch, width):
         if n:
             state.streams.submit(stream, MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
     if not tag:
@@ -137,13 +138,7 @@ def memcpy_dtod(session, fields, tail, tag):
     dst_pitch, src_pitch = fields["dst_pitch"], fields["src_pitch"]
     state.check_device_range(dst, _device_span(width, height, dst_pitch, "destination"), "copy destination")
     state.check_device_range(src, _device_span(width, height, src_pitch, "source"), "copy source")
-    if width == 0 or height == 0:
-        pieces = []
-    elif height <= 1 or (dst_pitch == width and src_pitch == width):
-        pieces = [(0, 0, width * height)]
-    else:
-        pieces = ((r * dst_pitch, r * src_pitch, width) for r in range(height))
-    for dst_off, src_off, n in pieces:
+    for dst_off, src_off, n in _rows(width, height, dst_pitch, src_pitch):
         if n:
             state.streams.submit(fields["stream"], MemcpyDtoD(dst + dst_off, src + src_off, n))
     if tag:
