@@ -97,10 +97,8 @@ class Session:
             except Exception:  # cleanup must go on: log and continue with the rest
                 log.exception("client %d: cleanup step failed", self.client_id)
         for ptr, _size in self.allocations.clear():
-            if not self.server.ipc.owner_frees(self.client_id, ptr):
-                continue   # another job opened it: freed when the last of them closes it
             try:
-                self.backend.mem_free(ptr)
+                self.free_allocation(ptr)
             except DeviceError as e:
                 log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
         try:
@@ -116,6 +114,12 @@ class Session:
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
+
+    def free_allocation(self, ptr: int) -> None:
+        """Free device memory this client no longer owns, unless another job opened
+        it (IPC): then the last of them to close it frees it."""
+        if self.server.ipc.owner_frees(self.client_id, ptr):
+            self.backend.mem_free(ptr)
 
     @property
     def closed(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly
+from tally.server.driver.sync import when_idle
 
 
 @handler("IpcGetMemHandle")
@@ -35,15 +35,8 @@ def ipc_close_mem_handle(session, fields, tail, tag):
     if not any(b == base for b, _ in session.server.ipc.opened_by(session.client_id)):
         state.imports.pop(base, None)
 
-    def close_when_idle() -> None:
-        # This job's queued work may still use the memory; the owner freed it already.
-        drain_quietly(state, state.streams.keys())
-        session.backend.mem_free(base)
-        if tag:
-            session.reply("Done", tag)
-
-    if free_now:
-        state.blocking.run(tag, close_when_idle)
+    if free_now:   # the owner freed it already; this job's queued work may still use it
+        when_idle(state, tag, lambda: session.backend.mem_free(base))
     elif tag:
         session.reply("Done", tag)
 

@@ -10,7 +10,7 @@ from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.scheduler.ops import EventRecord, Memset
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly
+from tally.server.driver.sync import when_idle
 
 
 @handler("MemAlloc")
@@ -38,17 +38,7 @@ def mem_free(session, fields, tail, tag):
     state = driver_state(session)
     ptr = fields["dptr"]
     _take_allocation(session, ptr)
-
-    def free_when_idle() -> None:
-        # Queued work may still use the memory; on a real GPU freeing it now
-        # could hand the bytes to another job while a kernel writes them.
-        drain_quietly(state, state.streams.keys())
-        if session.server.ipc.owner_frees(session.client_id, ptr):
-            session.backend.mem_free(ptr)
-        if tag:
-            session.reply("Done", tag)
-
-    state.blocking.run(tag, free_when_idle)
+    when_idle(state, tag, lambda: session.free_allocation(ptr))
 
 
 @handler("MemFreeAsync")
@@ -69,8 +59,7 @@ def mem_free_async(session, fields, tail, tag):
             state.executor.event_synchronize(reached)
         finally:
             state.executor.event_destroy(reached)
-        if session.server.ipc.owner_frees(session.client_id, ptr):
-            session.backend.mem_free(ptr)
+        session.free_allocation(ptr)
 
     state.blocking.run(0, free_when_reached)
     if tag:

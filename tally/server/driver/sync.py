@@ -68,6 +68,20 @@ def drain_quietly(state, keys: list[int]) -> None:
             state.session.defer_error(e)
 
 
+def when_idle(state, tag: int, fn) -> None:
+    """Run fn once the client's queued work drained, then answer `tag`: for
+    freeing or unmapping memory that work may still use (on a real GPU, freeing
+    at once could hand the bytes to another job while a kernel writes them).
+    Runs on the session's blocking pool; the caller waits for the answer."""
+    def run() -> None:
+        drain_quietly(state, state.streams.keys())
+        fn()
+        if tag:
+            state.session.reply("Done", tag)
+
+    state.blocking.run(tag, run)
+
+
 def streams_idle(state, keys: list[int]) -> bool:
     """True when none of the streams has work left; raises (once) an error one
     of them holds, like cuStreamQuery."""

@@ -12,21 +12,7 @@ from __future__ import annotations
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly
-
-
-def _when_idle(session, tag: int, fn) -> None:
-    """Run fn once the client's queued work drained (a later request may not name
-    the memory meanwhile: fn's checks ran before), then answer."""
-    state = driver_state(session)
-
-    def run() -> None:
-        drain_quietly(state, state.streams.keys())
-        fn()
-        if tag:
-            session.reply("Done", tag)
-
-    state.blocking.run(tag, run)
+from tally.server.driver.sync import when_idle
 
 
 @handler("MemAddressReserve")
@@ -41,7 +27,7 @@ def mem_address_free(session, fields, tail, tag):
     ptr, nbytes = fields["dptr"], fields["bytes"]
     if vmm.reservations.get(ptr) != nbytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x}+{nbytes} is not an address range this client reserved")
-    _when_idle(session, tag, lambda: vmm.free(ptr, nbytes))
+    when_idle(driver_state(session), tag, lambda: vmm.free(ptr, nbytes))
 
 
 @handler("MemCreate")
@@ -68,7 +54,7 @@ def mem_unmap(session, fields, tail, tag):
     vmm = driver_state(session).vmm
     ptr, nbytes = fields["dptr"], fields["bytes"]
     vmm.whole_mappings(ptr, nbytes)   # refused now if it names anything else
-    _when_idle(session, tag, lambda: vmm.unmap(ptr, nbytes))
+    when_idle(driver_state(session), tag, lambda: vmm.unmap(ptr, nbytes))
 
 
 @handler("MemSetAccess")
