@@ -346,7 +346,7 @@ class StreamExecutor:
     def _drain_heads(self) -> None:
         """Dispatch what each queue's head allows. An event record dispatched on one
         stream can unblock a wait at the head of a stream drained before it, so the
-        pass repeats until it dispatches no record."""
+        pass repeats until it dispatches no record that a queued wait names."""
         while True:
             self._records_dispatched = False
             for client in list(self._clients.values()):
@@ -392,7 +392,8 @@ class StreamExecutor:
                     backend_event = b.event_create(event.timing)
                     b.event_record(backend_event, bs)
                     event.records[item.seq] = backend_event
-                    self._records_dispatched = True
+                    if event.waiters[item.seq] > 0:     # a queued wait may be blocked on it
+                        self._records_dispatched = True
                     self._prune_records(event)
                     self._cond.notify_all()
             elif isinstance(op, StreamWaitEvent):
