@@ -23,6 +23,8 @@ from tally.cli.server_main import query_status
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "cuda" / "programs"
+# what the programs include from their own folder: part of every program's cache key
+HEADERS = sorted(PROGRAMS.glob("*.h"))
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 BUILD_CACHE = paths.cache_dir() / "e2e-programs"
 
@@ -64,7 +66,7 @@ def build_cuda(nvcc: str, *names: str, shared_cudart: bool = False, flags: tuple
             cmd[1:1] = ["-cudart", "shared"]
         return cmd
 
-    return _cached(sources, command, "-shared" if shared_cudart else "-static")
+    return _cached([*sources, *HEADERS], command, "-shared" if shared_cudart else "-static")
 
 
 def build_device_code(nvcc: str, name: str, kind: str) -> Path:
@@ -83,7 +85,7 @@ def build_driver_c(name: str) -> Path:
         return [cc, "-O1", "-Wall", "-Werror", "-std=gnu11", f"-I{CUDA_HOME / 'include'}", str(source), "-o",
                 str(out), f"-L{paths.LIB_DIR}", "-lcuda"]
 
-    return _cached([source, paths.CLIENT_LIBRARY], command, "")
+    return _cached([source, *HEADERS, paths.CLIENT_LIBRARY], command, "")
 
 
 @dataclass

@@ -19,40 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult rc_ = (call);                                             \
-    if (rc_ != CUDA_SUCCESS) {                                         \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
-
-static void setup(void) {
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-}
-
-static char* read_file(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    printf("error cannot open %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(n + 1);
-  if (fread(buf, 1, n, f) != (size_t)n) exit(1);
-  buf[n] = 0;
-  fclose(f);
-  *size = n;
-  return buf;
-}
+#include "driver_check.h"
 
 // Launches `scale` on x (n floats) through the given module and returns x[0..n).
 static int run_scale(CUmodule mod, const char* how, float bias_value) {

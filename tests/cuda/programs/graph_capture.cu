@@ -11,14 +11,7 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t e = (call);                                                                  \
-    if (e != cudaSuccess) {                                                                  \
-      printf("error %s at line %d: %d %s\n", #call, __LINE__, (int)e, cudaGetErrorName(e)); \
-      return 1;                                                                              \
-    }                                                                                        \
-  } while (0)
+#include "runtime_check.h"
 
 __global__ void scale_add(const int* in, int* out, int factor, int offset, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

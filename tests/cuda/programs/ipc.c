@@ -16,25 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult rc_ = (call);                                             \
-    if (rc_ != CUDA_SUCCESS) {                                         \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
+#include "driver_check.h"
 
 enum { kBytes = 1 << 20 };
-
-static void setup(void) {
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-}
 
 static void print_hex(const char* key, const void* bytes, size_t n) {
   printf("%s=", key);

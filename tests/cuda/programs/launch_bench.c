@@ -19,16 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-int tally_client_ping(uint64_t value, uint64_t* echoed);
+#include "driver_check.h"
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult rc_ = (call);                                             \
-    if (rc_ != CUDA_SUCCESS) {                                         \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
+int tally_client_ping(uint64_t value, uint64_t* echoed);
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -56,31 +49,13 @@ __attribute__((noinline)) int pack_params(void** params, const size_t* sizes, ch
   return (int)at;
 }
 
-static char* read_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) exit(2);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(n + 1);
-  if (fread(buf, 1, n, f) != (size_t)n) exit(2);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
-}
-
 int main(int argc, char** argv) {
   if (argc < 5) return 2;
   const int rounds = atoi(argv[2]), batch = atoi(argv[3]), syncs = atoi(argv[4]);
-  CUdevice dev;
-  CUcontext ctx;
   CUmodule mod;
   CUfunction fn;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  char* ptx = read_file(argv[1]);
+  setup();
+  char* ptx = read_file(argv[1], NULL);
   CHECK(cuModuleLoadData(&mod, ptx));
   CHECK(cuModuleGetFunction(&fn, mod, "iota"));
   CUdeviceptr out;

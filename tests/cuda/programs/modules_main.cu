@@ -7,14 +7,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t e = (call);                                                                  \
-    if (e != cudaSuccess) {                                                                  \
-      printf("error %s at line %d: %d %s\n", #call, __LINE__, (int)e, cudaGetErrorName(e)); \
-      return 1;                                                                              \
-    }                                                                                        \
-  } while (0)
+#include "runtime_check.h"
 
 void launch_second_module(float* x, int n, cudaStream_t stream);
 cudaError_t set_weights(const float* w);

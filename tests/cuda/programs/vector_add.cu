@@ -4,14 +4,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e = (call);                                                             \
-    if (e != cudaSuccess) {                                                             \
-      printf("error %s at line %d: %d %s\n", #call, __LINE__, (int)e, cudaGetErrorName(e)); \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
+#include "runtime_check.h"
 
 __global__ void vector_add(const float* a, const float* b, float* c, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -17,25 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult rc_ = (call);                                             \
-    if (rc_ != CUDA_SUCCESS) {                                         \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
+#include "driver_check.h"
 
 static CUmemAllocationProp g_prop;
 static size_t g_gran;
 
-static void setup(void) {
-  CUdevice dev;
-  CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+// The context, and the allocation properties every test here uses.
+static void setup_virtual_memory(void) {
+  setup();
   memset(&g_prop, 0, sizeof g_prop);
   g_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   g_prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -64,24 +53,11 @@ static CUdeviceptr mapped_range(size_t chunks, size_t mapped, CUmemGenericAlloca
   return base;
 }
 
-static char* read_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) exit(1);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc(n + 1);
-  if (fread(buf, 1, n, f) != (size_t)n) exit(1);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
-}
-
 static void basics(const char* ptx_path) {
   printf("granularity=%zu\n", g_gran);
   CUmodule mod;
   CUfunction iota;
-  char* ptx = read_file(ptx_path);
+  char* ptx = read_file(ptx_path, NULL);
   CHECK(cuModuleLoadData(&mod, ptx));
   CHECK(cuModuleGetFunction(&iota, mod, "iota"));
 
@@ -189,7 +165,7 @@ static void leak(void) {
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  setup();
+  setup_virtual_memory();
   if (strcmp(argv[1], "basics") == 0 && argc == 3) basics(argv[2]);
   else if (strcmp(argv[1], "quota") == 0) quota();
   else if (strcmp(argv[1], "owner") == 0) owner();
