@@ -23,7 +23,7 @@ from tally.protocol.spec import (
     SOURCE_PINNED,
 )
 
-INVALID_VALUE, INVALID_IMAGE, INVALID_HANDLE, NOT_READY = 1, 200, 400, 600
+INVALID_VALUE, INVALID_IMAGE, ALREADY_MAPPED, INVALID_HANDLE, NOT_READY = 1, 200, 208, 400, 600
 LEGACY = 0
 
 
@@ -222,6 +222,44 @@ def test_pinned_regions(client):
                             dest=DEST_PINNED, region=region, region_offset=8192 - 32) == INVALID_VALUE
     assert client.status_of("HostUnregister", region=region) == 0
     assert client.status_of("HostUnregister", region=region) == INVALID_HANDLE
+
+
+def test_managed_memory_is_the_clients_object_at_the_clients_address(client):
+    pid, page = os.getpid(), mmap.PAGESIZE
+    name = f"/tally-pin-{pid}-910"
+    view = _shared_object(name, 2 * page)
+    address = 0x7F12_3456_0000                      # where "the job" mapped it (any free address)
+    for fields, status, text in [
+        (dict(dptr=address, bytes=0, flags=1), INVALID_VALUE, b"0 bytes"),
+        (dict(dptr=address, bytes=page, flags=4), INVALID_VALUE, b"CU_MEM_ATTACH_GLOBAL"),
+        (dict(dptr=address + 8, bytes=page, flags=1), INVALID_VALUE, b"page-aligned"),
+        (dict(dptr=0x7E00_0000_0000, bytes=page, flags=1), ALREADY_MAPPED, b"generic address windows"),
+        (dict(dptr=address, bytes=4 * page, flags=1), INVALID_VALUE, b"holds"),
+    ]:
+        kind, values, got = client.call("MemAllocManaged", name.encode(), **fields)
+        assert (kind, values["status"]) == ("Error", status) and text in got, (fields, got)
+        if not os.path.exists("/dev/shm" + name):    # opened, then refused: put the name back
+            view = _shared_object(name, 2 * page)
+    kind, values, got = client.call("MemAllocManaged", f"/tally-pin-{pid + 1}-1".encode(), dptr=address,
+                                    bytes=page, flags=1)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"not this client's" in got
+
+    assert client.call("MemAllocManaged", name.encode(), dptr=address, bytes=2 * page, flags=1)[0] == "Done"
+    assert not os.path.exists("/dev/shm" + name)
+    view[:4] = b"\x01\x02\x03\x04"                      # our write is the device's bytes ...
+    assert client.download(address, 4) == b"\x01\x02\x03\x04"
+    assert client.status_of("Memset", dst=address + 8, value=0x77, element_size=1, width=8, height=1, pitch=8,
+                            stream=LEGACY) == 0
+    assert client.status_of("StreamSynchronize", stream=LEGACY) == 0
+    assert view[8:16] == b"\x77" * 8                    # ... and the device's writes are ours
+    # The same device addresses cannot be taken twice.
+    other = f"/tally-pin-{pid}-911"
+    _shared_object(other, page)
+    kind, values, got = client.call("MemAllocManaged", other.encode(), dptr=address + page, bytes=page, flags=1)
+    assert (kind, values["status"]) == ("Error", ALREADY_MAPPED) and b"taken" in got
+    assert client.status_of("MemFree", dptr=address) == 0
+    assert client.status_of("MemFree", dptr=address) == INVALID_VALUE
+    view[:4] = b"\x00\x00\x00\x00"                      # our mapping outlives the server's
 
 
 def test_host_function_holds_its_stream(client):

@@ -56,11 +56,11 @@ class RangeMap {
   std::map<uint64_t, Entry> ranges_;
 };
 
-enum class DeviceRangeKind { kAllocation, kGlobal, kReservation, kImported };
+enum class DeviceRangeKind { kAllocation, kGlobal, kReservation, kImported, kManaged };
 
 // Device memory this client allocated, whose module globals it resolved, or whose
 // address range it reserved (virtual memory management), or another job's
-// allocation it opened (IPC).
+// allocation it opened (IPC), or managed memory (also host memory at that address).
 RangeMap<DeviceRangeKind>& device_ranges();
 
 struct PinnedRegion {

@@ -15,14 +15,10 @@
 // would let a child write the parent's memory. A registered buffer that shares a
 // page with other heap data takes that data along, so a forked child that touches
 // it (without exec) faults; register page-aligned buffers where children fork.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -31,6 +27,7 @@
 #include "connection.h"
 #include "entry_point.h"
 #include "log.h"
+#include "shared_objects.h"
 #include "trace.h"
 
 namespace tally::client {
@@ -39,33 +36,6 @@ namespace {
 constexpr unsigned kAllocFlags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
 constexpr unsigned kRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
-std::atomic<uint64_t> g_next_object{1};
-
-size_t page_size() {
-  static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return size;
-}
-
-// A new shared-memory object of `bytes` bytes; its name in *name. -1 on failure.
-int create_object(size_t bytes, std::string* name) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "/tally-pin-%d-%" PRIu64, static_cast<int>(getpid()),
-                g_next_object.fetch_add(1, std::memory_order_relaxed));
-  *name = buf;
-  int fd = shm_open(buf, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    log_error("cannot create pinned memory %s: %s", buf, std::strerror(errno));
-    return -1;
-  }
-  // shm_open's mode passes through the umask; the server insists on exactly 0600.
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    log_error("cannot size pinned memory %s to %zu bytes: %s", buf, bytes, std::strerror(errno));
-    close(fd);
-    shm_unlink(buf);
-    return -1;
-  }
-  return fd;
-}
 
 // Asks the server to map the object; its region id.
 CUresult register_object(const std::string& name, size_t bytes, unsigned flags, uint64_t* region) {
@@ -73,7 +43,7 @@ CUresult register_object(const std::string& name, size_t bytes, unsigned flags, 
   CUresult rc = request_reply(protocol::HostRegisterMsg{bytes, flags, 0}, protocol::MessageKind::HostRegisterReply, &out,
                               name.data(), static_cast<uint32_t>(name.size()));
   if (rc != CUDA_SUCCESS) {
-    shm_unlink(name.c_str());  // the server removes the name only once it mapped the object
+    shm_unlink(name.c_str());  // the server removes the name only once it opened the object
     return rc;
   }
   *region = out.region;
@@ -85,7 +55,7 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   const size_t mapped = (bytes + page_size() - 1) & ~(page_size() - 1);
   std::string name;
-  int fd = create_object(mapped, &name);
+  int fd = create_shared_object(mapped, &name);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -143,7 +113,7 @@ CUresult host_register(void* p, size_t bytes, unsigned flags) {
     return CUDA_SUCCESS;
   }
   std::string name;
-  int fd = create_object(length, &name);
+  int fd = create_shared_object(length, &name);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   // Fill the object with the pages' bytes, then put it where they are.
   void* staging = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -8,6 +8,7 @@
 #include "capture.h"
 #include "connection.h"
 #include "entry_point.h"
+#include "managed_memory.h"
 #include "stream_ids.h"
 
 namespace tally::client {
@@ -25,12 +26,18 @@ CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+// After the server took a free: the job's own record of the memory goes.
+void forget_range(CUdeviceptr dptr) {
+  auto found = device_ranges().remove(dptr);
+  if (found && found->value == DeviceRangeKind::kManaged) forget_managed(found->start, found->size);
+}
+
 CUresult free_now(CUdeviceptr dptr) {
   // cudart frees NULL as a no-op; so does the driver.
   if (dptr == 0) return Connection::instance().usable();
   protocol::MemFreeMsg m{dptr};
   CUresult rc = Connection::instance().request_done(m);
-  if (rc == CUDA_SUCCESS) device_ranges().remove(dptr);
+  if (rc == CUDA_SUCCESS) forget_range(dptr);
   return rc;
 }
 
@@ -41,7 +48,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
   // Memory nodes are not captured: stream-ordered allocation ends a capture.
   if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
   CUresult rc = Connection::instance().send(m);
-  if (rc == CUDA_SUCCESS) device_ranges().remove(dptr);
+  if (rc == CUDA_SUCCESS) forget_range(dptr);   // the server's view of managed memory lives on until freed
   return rc;
 }
 

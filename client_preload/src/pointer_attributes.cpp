@@ -19,10 +19,11 @@ struct PointerFacts {
   bool known = false;
   bool device = false;   // device memory (else pinned host memory)
   uint64_t start = 0, size = 0;
+  bool managed = false;  // device memory that is host memory at the same address too
 };
 
 PointerFacts facts_of(uint64_t ptr) {
-  if (auto d = device_ranges().find(ptr)) return {true, true, d->start, d->size};
+  if (auto d = device_ranges().find(ptr)) return {true, true, d->start, d->size, d->value == DeviceRangeKind::kManaged};
   if (auto h = pinned_ranges().find(ptr)) return {true, false, h->start, h->size};
   return {};
 }
@@ -48,7 +49,7 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
       put(data, static_cast<CUdeviceptr>(f.known ? ptr : 0));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      if (f.known && f.device) return CUDA_ERROR_INVALID_VALUE;  // device memory has no host address
+      if (f.known && f.device && !f.managed) return CUDA_ERROR_INVALID_VALUE;  // device memory has no host address
       put(data, reinterpret_cast<void*>(f.known ? ptr : 0));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
@@ -56,6 +57,8 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
       put(data, static_cast<unsigned long long>(f.start));  // allocations never share a start address
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      put(data, f.managed ? 1u : 0u);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
@@ -114,7 +117,7 @@ TALLY_ENTRY(cuPointerGetAttributes_v7000)(unsigned int numAttributes, CUpointer_
   PointerFacts f = facts_of(ptr);
   for (unsigned i = 0; i < numAttributes; ++i) {
     trace_line("cuPointerGetAttributes %#llx attribute %d (%s)", static_cast<unsigned long long>(ptr),
-               static_cast<int>(attributes[i]), !f.known ? "unknown" : f.device ? "device" : "pinned host");
+               static_cast<int>(attributes[i]), !f.known ? "unknown" : f.managed ? "managed" : f.device ? "device" : "pinned host");
     if (data[i] == nullptr) continue;
     CUresult rc = write_attribute(data[i], attributes[i], ptr, f);
     if (rc != CUDA_SUCCESS && attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER) return rc;

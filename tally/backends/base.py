@@ -29,6 +29,7 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_INITIALIZED = 3
 CUDA_ERROR_INVALID_IMAGE = 200
+CUDA_ERROR_ALREADY_MAPPED = 208
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_NO_BINARY_FOR_GPU = 209
 CUDA_ERROR_INVALID_PTX = 218
@@ -136,6 +137,13 @@ class DeviceBackend(Protocol):
     def vmm_unmap(self, ptr: int, nbytes: int) -> None: ...
     def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None: ...
 
+    # managed memory (cuMemAllocManaged): the job maps its shared-memory object `fd` at
+    # host address `address`; the backend makes [address, address + nbytes) device memory
+    # holding the same bytes, so one pointer serves the job's CPU code and its kernels.
+    # CUDA_ERROR_ALREADY_MAPPED: those device addresses are taken (the job maps the object
+    # elsewhere and asks again). mem_free frees it. Backends without it mix in NoManagedMemory.
+    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None: ...
+
     # modules
     def module_load(self, source: ModuleSource) -> Module: ...
     def module_unload(self, module: Module) -> None: ...
@@ -187,3 +195,11 @@ class NoVirtualMemory:
                           f"the {getattr(self, 'kind', '?')} backend does not support virtual memory management")
 
     vmm_reserve = vmm_free = vmm_create = vmm_release = vmm_map = vmm_unmap = vmm_set_access = _no_vmm
+
+
+class NoManagedMemory:
+    """For backends that do not model managed memory."""
+
+    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
+                          f"the {getattr(self, 'kind', '?')} backend does not support managed memory")

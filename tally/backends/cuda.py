@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY, DeviceDescription,
+from tally.backends.base import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY,
+                                 CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY, DeviceDescription,
                                  DeviceError, KernelParam, ModuleSource)
 
 try:
@@ -33,6 +34,16 @@ _LAUNCH_PARAM_BUFFER_SIZE = 2
 _ATTRIBUTE_MAX = 148  # CU_DEVICE_ATTRIBUTE_MAX in CUDA 13.0
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_PROT_READ_WRITE = 0x3
+_MAP_SHARED = 0x01
+_MAP_FIXED_NOREPLACE = 0x100000
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PAGE = 4096
 
 
 def _check(result):
@@ -77,6 +88,7 @@ class CudaBackend:
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
         self._description: DeviceDescription | None = None
+        self._managed: dict[int, int] = {}     # managed memory: address -> bytes mapped
         self._current()
 
     def _current(self) -> None:
@@ -114,7 +126,42 @@ class CudaBackend:
 
     def mem_free(self, ptr: int) -> None:
         self._current()
-        _check(cu.cuMemFree(ptr))
+        size = self._managed.pop(ptr, None)
+        if size is None:
+            _check(cu.cuMemFree(ptr))
+            return
+        try:
+            _check(cu.cuMemHostUnregister(ptr))
+        finally:
+            _libc.munmap(ptr, size)
+
+    # managed memory: the job's shared-memory object is mapped at the job's address in the
+    # server too and registered with the driver, which (where the device can use host
+    # pointers for registered memory, as on Linux x86-64 since Pascal) gives kernels that
+    # same address. The bytes live in host memory and kernels reach them over the bus:
+    # coherent, never migrated. Not yet run on a GPU.
+    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
+        self._current()
+        size = -(-nbytes // _PAGE) * _PAGE
+        got = _libc.mmap(address, size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_FIXED_NOREPLACE, fd, 0)
+        if got in (None, _MAP_FAILED) or got != address:
+            if got not in (None, _MAP_FAILED):
+                _libc.munmap(got, size)     # a kernel without MAP_FIXED_NOREPLACE took it as a hint
+            if ctypes.get_errno() == 12:    # ENOMEM
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"cannot map {size} bytes of managed memory")
+            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{address:x} is taken in the server's address space")
+        try:
+            flags = cu.CU_MEMHOSTREGISTER_PORTABLE | cu.CU_MEMHOSTREGISTER_DEVICEMAP
+            _check(cu.cuMemHostRegister(address, size, flags))
+            device_pointer = int(_check(cu.cuMemHostGetDevicePointer(address, 0)))
+            if device_pointer != address:
+                _check(cu.cuMemHostUnregister(address))
+                raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "this device cannot use host pointers for registered "
+                                                            "memory, which tally's managed memory needs")
+        except DeviceError:
+            _libc.munmap(address, size)
+            raise
+        self._managed[address] = size
 
     def mem_info(self) -> tuple[int, int]:
         self._current()

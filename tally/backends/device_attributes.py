@@ -2,10 +2,12 @@
 
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
-emulated devices do not provide (managed memory, clusters, cooperative launch,
-IPC) read 0 (stream-ordered allocation is provided: tally's client implements
-the default memory pool) so a job takes its fallback path instead of failing
-later. Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
+emulated devices do not provide (clusters, cooperative launch, legacy IPC
+attributes) read 0 so a job takes its fallback path instead of failing later.
+Provided, and so 1: stream-ordered allocation (tally's client implements the
+default memory pool), virtual memory management, and managed memory, which is
+coherent at every moment (concurrent access from the CPU and kernels is safe).
+Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
 """
 from __future__ import annotations
 
@@ -53,12 +55,12 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "COMPUTE_CAPABILITY_MINOR": compute_capability[1], "STREAM_PRIORITIES_SUPPORTED": 1,
         "GLOBAL_L1_CACHE_SUPPORTED": 1, "LOCAL_L1_CACHE_SUPPORTED": 1,
         "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 228 * 1024, "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
-        "MANAGED_MEMORY": 0, "MULTI_GPU_BOARD": 0, "HOST_NATIVE_ATOMIC_SUPPORTED": 0,
+        "MANAGED_MEMORY": 1, "MULTI_GPU_BOARD": 0, "HOST_NATIVE_ATOMIC_SUPPORTED": 0,
         "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2, "PAGEABLE_MEMORY_ACCESS": 0,
-        "CONCURRENT_MANAGED_ACCESS": 0, "COMPUTE_PREEMPTION_SUPPORTED": 1,
+        "CONCURRENT_MANAGED_ACCESS": 1, "COMPUTE_PREEMPTION_SUPPORTED": 1,
         "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 0, "COOPERATIVE_LAUNCH": 0,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
-        "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 0, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
+        "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 0,
         "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
         "MPS_ENABLED": 0,

@@ -114,6 +114,11 @@ class EmulatorBackend:
     def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
         _memory_call(self._memory.set_access, ptr, nbytes, accessible)
 
+    # ------------------------------------------------------------------ managed memory
+
+    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
+        _memory_call(self._memory.adopt_shared, address, nbytes, fd)
+
     # ------------------------------------------------------------------ modules
 
     def module_load(self, source: ModuleSource) -> EmulatorModule:

@@ -12,8 +12,9 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tally.backends.base import (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_OUT_OF_MEMORY,
-                                 DeviceDescription, DeviceError, KernelParam, ModuleSource)
+from tally.backends.base import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
+                                 CUDA_ERROR_OUT_OF_MEMORY, DeviceDescription, DeviceError, KernelParam,
+                                 ModuleSource)
 from tally.backends.device_attributes import synthetic_attributes
 
 ALIGNMENT = 256
@@ -49,6 +50,7 @@ class NullBackend:
         self._sm_count = sm_count
         self._next = BASE_ADDRESS
         self._live: dict[int, int] = {}
+        self._managed: dict[int, int] = {}      # managed memory: base -> bytes (also in _live)
         self._reserved: dict[int, int] = {}     # virtual memory: reservation base -> bytes
         self._physical: dict[int, int] = {}     # physical handle -> bytes
         self._next_handle = 0
@@ -70,7 +72,10 @@ class NullBackend:
             if sum(self._live.values()) + nbytes > self._total:
                 raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory allocating {nbytes} bytes")
             ptr = self._next
-            self._next += (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            # jobs chose the managed addresses: step over them
+            while clash := next(((b, n) for b, n in self._managed.items() if b < ptr + nbytes and ptr < b + n), None):
+                ptr = (clash[0] + clash[1] + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            self._next = ptr + (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
             self._live[ptr] = nbytes
             return ptr
 
@@ -78,6 +83,18 @@ class NullBackend:
         with self._lock:
             if self._live.pop(ptr, None) is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not an allocation")
+            self._managed.pop(ptr, None)
+
+    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
+        """Address space only, like the rest: the job's own mapping holds the bytes."""
+        if nbytes <= 0:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot allocate {nbytes} bytes")
+        with self._lock:
+            if sum(self._live.values()) + nbytes > self._total:
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory allocating {nbytes} bytes")
+            if any(p < address + nbytes and address < p + n for p, n in self._live.items()):
+                raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{address:x} overlaps an allocation")
+            self._live[address] = self._managed[address] = nbytes
 
     def mem_info(self) -> tuple[int, int]:
         with self._lock:

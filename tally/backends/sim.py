@@ -32,7 +32,7 @@ from typing import Callable
 
 from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE,
                                  CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_READY, DeviceDescription,
-                                 DeviceError, Dim3, ModuleSource, NoVirtualMemory)
+                                 DeviceError, Dim3, ModuleSource, NoManagedMemory, NoVirtualMemory)
 from tally.backends.sim_device import SimDevice
 from tally.backends.sim_loop import SimClock, SimLoop
 from tally.backends.sim_memory import SimMemory
@@ -56,7 +56,7 @@ _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
 _ATTR_MAX_BLOCKS_PER_SM = 106
 
 
-class SimBackend(NoVirtualMemory):
+class SimBackend(NoVirtualMemory, NoManagedMemory):
     kind = "sim"
     errors_are_context_wide = False
 

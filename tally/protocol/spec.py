@@ -207,6 +207,10 @@ DRIVER_MESSAGES = (
     Message("IpcGetEventHandle", 154, "export an interprocess event", (F("event", "u64"),)),
     Message("IpcOpenEventHandle", 155, "open another job's exported event as this client's `event` id",
             (F("event", "u64"), F("export_id", "u64"), F("secret", "u64"))),
+    Message("MemAllocManaged", 156, "managed memory: the client's shared-memory object (named as for "
+            "HostRegister), mapped at `dptr` in the client, becomes device memory at that address; "
+            "Error CUDA_ERROR_ALREADY_MAPPED if the address is taken on the device",
+            (F("dptr", "u64"), F("bytes", "u64"), F("flags", "u32"), F("_pad0", "u32")), tail="shared-memory object name"),
 )
 
 

@@ -97,10 +97,6 @@ CUresult tally_entry_cuLinkDestroy_v5050(CUlinkState state) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLinkDestroy");
 }
-CUresult tally_entry_cuMemAllocManaged_v6000(CUdeviceptr_v2 *dptr, size_t bytesize, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocManaged");
-}
 CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds");
@@ -261,22 +257,6 @@ CUresult tally_entry_cuMemPoolImportPointer_v11020(CUdeviceptr_v2 *ptr_out, CUme
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPoolImportPointer");
 }
-CUresult tally_entry_cuMemPrefetchAsync_v8000_ptsz(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchAsync_ptsz");
-}
-CUresult tally_entry_cuMemAdvise_v8000(CUdeviceptr_v2 devPtr, size_t count, CUmem_advise advice, CUdevice_v1 device) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAdvise");
-}
-CUresult tally_entry_cuMemAdvise_v12020(CUdeviceptr_v2 devPtr, size_t count, CUmem_advise advice, CUmemLocation_v1 location) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAdvise_v2");
-}
-CUresult tally_entry_cuMemPrefetchAsync_v12020_ptsz(CUdeviceptr_v2 devPtr, size_t count, CUmemLocation_v1 location, unsigned int flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchAsync_v2_ptsz");
-}
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz");
@@ -288,14 +268,6 @@ CUresult tally_entry_cuMemDiscardBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, s
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync_ptsz");
-}
-CUresult tally_entry_cuMemRangeGetAttribute_v8000(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr_v2 devPtr, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRangeGetAttribute");
-}
-CUresult tally_entry_cuMemRangeGetAttributes_v8000(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr_v2 devPtr, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRangeGetAttributes");
 }
 CUresult tally_entry_cuMulticastCreate_v12010(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop) {
   static tally::client::OnceFlag logged;
@@ -336,10 +308,6 @@ CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStr
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2_ptsz");
-}
-CUresult tally_entry_cuStreamAttachMemAsync_v7000_ptsz(CUstream hStream, CUdeviceptr_v2 dptr, size_t length, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamAttachMemAsync_ptsz");
 }
 CUresult tally_entry_cuStreamCopyAttributes_v11000_ptsz(CUstream dst, CUstream src) {
   static tally::client::OnceFlag logged;
@@ -1041,10 +1009,6 @@ CUresult tally_entry_cuMemcpy3DBatchAsync_v13000(size_t numParams, CUDA_MEMCPY3D
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2");
 }
-CUresult tally_entry_cuStreamAttachMemAsync_v6000(CUstream hStream, CUdeviceptr_v2 dptr, size_t length, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamAttachMemAsync");
-}
 CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsMapResources");
@@ -1092,14 +1056,6 @@ CUresult tally_entry_cuStreamWaitValue64_v11070(CUstream stream, CUdeviceptr_v2 
 CUresult tally_entry_cuStreamBatchMemOp_v11070(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2");
-}
-CUresult tally_entry_cuMemPrefetchAsync_v8000(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchAsync");
-}
-CUresult tally_entry_cuMemPrefetchAsync_v12020(CUdeviceptr_v2 devPtr, size_t count, CUmemLocation_v1 location, unsigned int flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchAsync_v2");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;

@@ -111,6 +111,7 @@ enum class MessageKind : uint32_t {
   IpcCloseMemHandle = 153,
   IpcGetEventHandle = 154,
   IpcOpenEventHandle = 155,
+  MemAllocManaged = 156,
 };
 
 // client -> server over the socket: first record of a connection
@@ -948,5 +949,21 @@ static_assert(offsetof(IpcOpenEventHandleMsg, event) == 0);
 static_assert(offsetof(IpcOpenEventHandleMsg, export_id) == 8);
 static_assert(offsetof(IpcOpenEventHandleMsg, secret) == 16);
 constexpr uint32_t kIpcOpenEventHandleSize = 24;  // bytes on the wire (0: empty)
+
+// managed memory: the client's shared-memory object (named as for HostRegister), mapped at `dptr` in the client, becomes device memory at that address; Error CUDA_ERROR_ALREADY_MAPPED if the address is taken on the device; tail: shared-memory object name
+struct MemAllocManagedMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAllocManaged;
+  static constexpr bool kHasTail = true;
+  uint64_t dptr;
+  uint64_t bytes;
+  uint32_t flags;
+  uint32_t _pad0;
+};
+static_assert(sizeof(MemAllocManagedMsg) == 24, "MemAllocManagedMsg layout differs from the Python codec");
+static_assert(offsetof(MemAllocManagedMsg, dptr) == 0);
+static_assert(offsetof(MemAllocManagedMsg, bytes) == 8);
+static_assert(offsetof(MemAllocManagedMsg, flags) == 16);
+static_assert(offsetof(MemAllocManagedMsg, _pad0) == 20);
+constexpr uint32_t kMemAllocManagedSize = 24;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

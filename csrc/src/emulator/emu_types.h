@@ -50,6 +50,7 @@ enum ErrorCode : int {
   kSuccess = 0,
   kInvalidValue = 1,
   kOutOfMemory = 2,
+  kAlreadyMapped = 208,  // CUDA_ERROR_ALREADY_MAPPED
   kIllegalAddress = 700,
   kLaunchTimeout = 702,
   kIllegalInstruction = 715,

@@ -1,5 +1,6 @@
 #include "emulator/memory.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,8 @@ DeviceMemory::~DeviceMemory() {
   for (auto& [base, a] : allocations_) {
     if (a.reservation) {
       munmap(a.host, a.size);
+    } else if (a.shared) {
+      munmap(a.host, a.reserved - kGuardBytes);
     } else {
       std::free(a.host);
     }
@@ -99,6 +102,8 @@ uint64_t DeviceMemory::take_address(uint64_t nbytes, uint64_t alignment) {
 
 void DeviceMemory::release(uint64_t ptr) {
   uint8_t* host = nullptr;
+  uint64_t bytes = 0;
+  bool mapped = false;
   {
     std::unique_lock guard(lock_);
     auto it = allocations_.find(ptr);
@@ -106,15 +111,62 @@ void DeviceMemory::release(uint64_t ptr) {
       throw MemoryError(kInvalidValue, hex(ptr) + " is not the start of a live allocation");
     }
     host = it->second.host;
-    used_ -= it->second.reserved - kGuardBytes;
+    bytes = it->second.reserved - kGuardBytes;
+    mapped = it->second.shared;
+    used_ -= bytes;
     allocations_.erase(it);
   }
+  dispose(host, bytes, mapped);
+}
+
+// Frees an allocation's host memory now, or once no kernel or copy may still use it.
+void DeviceMemory::dispose(uint8_t* host, uint64_t nbytes, bool mapped) {
   std::lock_guard g(graveyard_lock_);
   if (users_.load() > 0) {
-    graveyard_.push_back(host);
+    if (mapped) {
+      graveyard_maps_.emplace_back(host, nbytes);
+    } else {
+      graveyard_.push_back(host);
+    }
+  } else if (mapped) {
+    munmap(host, nbytes);
   } else {
     std::free(host);
   }
+}
+
+void DeviceMemory::adopt_shared(uint64_t addr, uint64_t nbytes, int fd) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot allocate 0 bytes of managed memory");
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t mapped = align_up(nbytes, page);
+  if (addr == 0 || addr % page != 0 || mapped < nbytes || addr + mapped + kGuardBytes < addr) {
+    throw MemoryError(kInvalidValue, "managed memory at " + hex(addr) + " (" + std::to_string(nbytes) +
+                                         " bytes) is not a page-aligned range of the address space");
+  }
+  const uint64_t windows_end = kCodeWindow + kWindowSize;  // shared, local, param and code windows
+  if (addr < windows_end && addr + mapped > kSharedWindow) {
+    throw MemoryError(kAlreadyMapped, "[" + hex(addr) + ", " + hex(addr + mapped) +
+                                          ") overlaps the generic address windows of shared, local and parameter memory");
+  }
+  std::unique_lock guard(lock_);
+  if (used_.load() + mapped > capacity_) {
+    throw MemoryError(kOutOfMemory, "out of device memory: " + std::to_string(nbytes) + " bytes requested, " +
+                                        std::to_string(capacity_ - used_.load()) + " of " +
+                                        std::to_string(capacity_) + " free");
+  }
+  auto next = allocations_.lower_bound(addr);
+  bool taken = next != allocations_.end() && next->first < addr + mapped + kGuardBytes;
+  if (next != allocations_.begin()) taken |= std::prev(next)->first + std::prev(next)->second.reserved > addr;
+  if (taken) throw MemoryError(kAlreadyMapped, "device addresses [" + hex(addr) + ", " + hex(addr + mapped) + ") are taken");
+  void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (host == MAP_FAILED) {
+    throw MemoryError(kOutOfMemory, "cannot map " + std::to_string(mapped) + " bytes of managed memory: " +
+                                        std::strerror(errno));
+  }
+  Allocation a;
+  a.size = nbytes, a.reserved = mapped + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.shared = true;
+  allocations_.emplace(addr, std::move(a));
+  used_ += mapped;
 }
 
 void DeviceMemory::end_use() {
@@ -187,12 +239,7 @@ void DeviceMemory::unreserve(uint64_t base) {
     region = {it->second.host, it->second.size};
     allocations_.erase(it);
   }
-  std::lock_guard g(graveyard_lock_);
-  if (users_.load() > 0) {
-    graveyard_maps_.push_back(region);  // a running kernel may still touch it
-  } else {
-    munmap(region.first, region.second);
-  }
+  dispose(region.first, region.second, true);
 }
 
 uint64_t DeviceMemory::create_physical(uint64_t nbytes) {

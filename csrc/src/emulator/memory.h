@@ -75,6 +75,14 @@ class DeviceMemory {
   void unmap(uint64_t addr, uint64_t nbytes);  // whole mappings only
   void set_access(uint64_t addr, uint64_t nbytes, bool accessible);
 
+  // Managed memory (cuMemAllocManaged): the job maps a shared-memory object `fd` at
+  // host address `addr` in its own process, and the device sees the same bytes at
+  // the same address, so one pointer serves the job's CPU code and its kernels. The
+  // bytes count against capacity. kAlreadyMapped if [addr, addr + nbytes) is taken
+  // by another allocation or lies in a window of the generic address space (the job
+  // then maps the object elsewhere and asks again). release() unmaps it.
+  void adopt_shared(uint64_t addr, uint64_t nbytes, int fd);
+
   // Held by anything that dereferences host pointers of allocations.
   class Use {
    public:
@@ -97,6 +105,7 @@ class DeviceMemory {
     uint64_t reserved = 0;  // address space taken, guard included
     uint8_t* host = nullptr;
     bool reservation = false;              // VMM: host is an mmap, usable only where mapped
+    bool shared = false;                   // managed: host is an mmap of the job's object
     std::map<uint64_t, Mapping> mappings;  // reservation offset -> mapping
   };
   struct Physical {
@@ -109,6 +118,7 @@ class DeviceMemory {
   static std::pair<std::map<uint64_t, Mapping>::iterator, std::map<uint64_t, Mapping>::iterator> whole_mappings(
       Allocation& a, uint64_t at, uint64_t nbytes, uint64_t addr);
   void retire_mapping(uint8_t* host, uint64_t nbytes);
+  void dispose(uint8_t* host, uint64_t nbytes, bool mapped);
   void end_use();
 
   const uint64_t capacity_;

@@ -1,4 +1,5 @@
-"""Pinned host memory: the client's POSIX shared-memory objects, mapped here too.
+"""Pinned host memory: the client's POSIX shared-memory objects, mapped here too
+(managed memory opens its objects here too: managed_memory.py).
 
 cuMemHostAlloc/cuMemAllocHost/cuMemHostRegister in the client put the memory in
 a shared-memory object (mode 0600) named /tally-pin-<client pid>-<n>; the server
@@ -48,33 +49,43 @@ class PinnedRegions:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def register(self, name: str, size: int) -> PinnedRegion:
+    def open_object(self, name: str, size: int) -> int:
+        """A descriptor of the client's shared-memory object `name`, checked (this
+        client's, mode 0600, at least `size` bytes); the name is removed."""
         if not self._name_re.fullmatch(name):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                              f"pinned memory object {name!r} is not this client's "
+                              f"shared memory object {name!r} is not this client's "
                               f"(expected {self._name_re.pattern})")
         if size <= 0:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot pin {size} bytes")
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot map {size} bytes")
         path = SHM_DIR + name
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot open pinned memory object {name}: {e}") from None
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot open shared memory object {name}: {e}") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                                  f"pinned memory object {name} must be a mode-0600 object of uid {os.getuid()}")
+                                  f"shared memory object {name} must be a mode-0600 object of uid {os.getuid()}")
             if info.st_size < size:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                                  f"pinned memory object {name} holds {info.st_size} bytes, not {size}")
-            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+                                  f"shared memory object {name} holds {info.st_size} bytes, not {size}")
+        except BaseException:
             os.close(fd)
+            raise
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+        return fd
+
+    def register(self, name: str, size: int) -> PinnedRegion:
+        fd = self.open_object(name, size)
+        try:
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
         with self._lock:
             region = PinnedRegion(next(self._ids), name, size, memoryview(mapping))
             self._regions[region.region_id] = region
