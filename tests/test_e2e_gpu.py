@@ -47,6 +47,15 @@ def test_programs_on_the_gpu(nvcc, cuda_server, shared):
     assert job.ints("callbacks", "good_a", "good_b", "legacy_good") == [2, 4096, 4096, 4096]
 
 
+def test_managed_memory_on_the_gpu(nvcc, cuda_server):
+    # the server maps the job's object at the job's address and registers it with the
+    # driver; kernels reach it over the bus (tally/backends/cuda.py: managed_alloc)
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "managed.cu"), "basics", priority="high")
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("kernel_wrong", "sum", "htod_seen_by_cpu", "memset_seen_by_cpu") == [0, 2 << 16, 1, 1]
+    assert job.ints("pointer_type", "same_pointers", "given_back") == [3, 1, 1]
+
+
 def test_driver_api_on_the_gpu(nvcc, cuda_server):
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
