@@ -47,6 +47,9 @@ static void owner(void) {
   CUevent done;
   CHECK(cuMemAlloc(&mem, kBytes));
   CHECK(cuMemsetD32(mem, 0x11111111u, kBytes / 4));
+  // cuMemsetD32 may return before the fill lands, and a non-blocking stream does not
+  // wait for the legacy one: without this the two fills can land in either order.
+  CHECK(cuCtxSynchronize());
   CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS));
   CHECK(cuMemsetD32Async(mem, 0x22222222u, kBytes / 4, stream));
