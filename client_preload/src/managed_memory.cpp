@@ -203,6 +203,16 @@ CUresult range_attribute(void* data, size_t size, CUmem_range_attribute attribut
   }
 }
 
+// Attaching to a stream limits which stream's work may touch the memory while
+// the CPU does; here both may touch it at any moment, so there is nothing to limit.
+CUresult attach(CUstream stream, CUdeviceptr ptr, size_t length, unsigned flags, bool per_thread) {
+  uint64_t start = 0, size = 0, id = 0;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = managed_range(ptr, length, &start, &size); rc != CUDA_SUCCESS) return rc;
+  if (length != 0 && (ptr != start || length != size)) return CUDA_ERROR_INVALID_VALUE;  // whole allocations only
+  return stream_id(stream, per_thread, &id);
+}
 }  // namespace
 
 void forget_managed(uint64_t start, uint64_t size) {
@@ -264,16 +274,6 @@ TALLY_ENTRY(cuMemRangeGetAttributes_v8000)(void** data, size_t* dataSizes, CUmem
   return CUDA_SUCCESS;
 }
 
-// Attaching to a stream limits which stream's work may touch the memory while
-// the CPU does; here both may touch it at any moment, so there is nothing to limit.
-static CUresult attach(CUstream stream, CUdeviceptr ptr, size_t length, unsigned flags, bool per_thread) {
-  uint64_t start = 0, size = 0, id = 0;
-  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc = managed_range(ptr, length, &start, &size); rc != CUDA_SUCCESS) return rc;
-  if (length != 0 && (ptr != start || length != size)) return CUDA_ERROR_INVALID_VALUE;  // whole allocations only
-  return stream_id(stream, per_thread, &id);
-}
 TALLY_ENTRY(cuStreamAttachMemAsync_v6000)(CUstream hStream, CUdeviceptr_v2 dptr, size_t length, unsigned int flags) {
   return attach(hStream, dptr, length, flags, false);
 }
