@@ -87,6 +87,24 @@ def test_graphs_made_by_stream_capture(nvcc, emulator_server, shared):
     assert "not supported" not in job.stderr
 
 
+@CUDARTS
+def test_graphs_built_node_by_node(nvcc, emulator_server, shared):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "graph_nodes.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    # memset, fill, two kernels side by side, their join, the copy, the host check
+    assert job.ints("nodes", "roots", "join_deps", "first_dependents", "copy_type") == [7, 1, 2, 2, 1]
+    # Two launches ran every node in an order that respects every edge (the join's edges
+    # were added after the join itself); the host node saw the copy's bytes each time.
+    assert job.ints("host_calls", "host_good", "d_last") == [2, 2, 3 * 4095 * 3 + 1]
+    # New parameters in the instantiated graph only; the graph keeps the values copied at
+    # cudaGraphAddKernelNode (3, though the variable was 1000 by the time of the launch).
+    assert job.ints("updated_good", "graph_keeps_factor") == [3, 3]
+    assert job.ints("child_c0", "child_c_last") == [42, 42]      # a node made by cudaGraphAddNode, then a child graph
+    assert job.ints("cycle", "foreign_edge") == [1, 1]          # cudaErrorInvalidValue
+    assert job.value("done") == "1"
+    assert "not supported" not in job.stderr
+
+
 def test_driver_api(nvcc, emulator_server):
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")

@@ -159,6 +159,25 @@ CUresult end_capture(uint64_t stream, GraphObject** graph) {
   return CUDA_SUCCESS;
 }
 
+CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, ReplayList* out) {
+  // One stream object per thread, known to no server: every operation on it is captured.
+  static std::atomic<uint64_t> next{1};
+  thread_local StreamObject* stream = [] {
+    auto* s = new StreamObject();
+    s->id = kPrivateStreamBit | next.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }();
+  if (CUresult rc = begin_capture(stream->id, CU_STREAM_CAPTURE_MODE_RELAXED); rc != CUDA_SUCCESS) return rc;
+  CUresult issued = issue(reinterpret_cast<CUstream>(stream));
+  GraphObject* graph = nullptr;
+  CUresult ended = end_capture(stream->id, &graph);
+  if (issued != CUDA_SUCCESS) return issued;
+  if (ended != CUDA_SUCCESS) return ended;
+  *out = *std::atomic_load(&graph->ops);
+  delete graph;  // never handed out
+  return CUDA_SUCCESS;
+}
+
 CaptureInfo capture_info(uint64_t stream) {
   CaptureInfo info;
   if (g_active.load(std::memory_order_acquire) == 0) return info;

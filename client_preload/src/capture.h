@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "driver_headers.h"
@@ -26,14 +28,23 @@ namespace tally::client {
 using Replay = std::function<CUresult(uint64_t stream)>;
 using ReplayList = std::vector<Replay>;
 
+struct GraphNode;  // graph_nodes.h
+
+// A graph made by capture (`ops`, set when the capture ends) or built node by node
+// (cuGraphCreate: `built`, its nodes under `mutex`).
 struct GraphObject {
   std::atomic<ObjectTag> tag{ObjectTag::kGraph};
-  std::shared_ptr<const ReplayList> ops;  // set when the capture ends
+  std::shared_ptr<const ReplayList> ops;
+  bool built = false;
+  std::mutex mutex;
+  std::vector<GraphNode*> nodes;  // in the order they were added; never freed (see driver_objects.h)
 };
 
 struct GraphExecObject {
   std::atomic<ObjectTag> tag{ObjectTag::kGraphExec};
   std::shared_ptr<const ReplayList> ops;
+  std::mutex mutex;                                        // serializes node updates
+  std::unordered_map<const GraphNode*, size_t> first_op;  // built graphs: where each node's ops start
 };
 
 inline GraphObject* as_graph(CUgraph g) { return live_object<GraphObject, ObjectTag::kGraph>(g); }
@@ -69,6 +80,11 @@ bool captured_event_record(uint64_t stream, uint64_t event, unsigned flags, CUre
 // join that capture (nothing to send). A capturing stream waiting on any other
 // event records the wait.
 bool captured_stream_wait(uint64_t stream, uint64_t event, CUresult* rc);
+
+// What `issue` does on a stream of its own, recorded as a capture records it and
+// sent nowhere: how a node added to a graph (graph_nodes.cpp) gets the same
+// replays as the stream operation it stands for.
+CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, ReplayList* out);
 
 // Capture control, for the entry points in graphs.cpp.
 CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode);

@@ -26,6 +26,7 @@ enum class ObjectTag : uint32_t {
   kEvent = 0x45564e54,     // "EVNT"
   kGraph = 0x47524150,     // "GRAP"
   kGraphExec = 0x47455845, // "GEXE"
+  kGraphNode = 0x474e4f44, // "GNOD"
 };
 
 // CU_FUNC_ATTRIBUTE_* values a FunctionReply carries.

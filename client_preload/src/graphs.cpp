@@ -1,10 +1,11 @@
 // Graphs made by stream capture (capture.h): begin and end capture, capture
-// status, instantiation and launch. Graphs built node by node (cuGraphAdd*Node)
-// and graph updates remain unsupported.
+// status; instantiation and launch of any graph (graph_nodes.cpp builds graphs
+// node by node). Whole-graph updates (cuGraphExecUpdate) remain unsupported.
 #include <memory>
 
 #include "capture.h"
 #include "connection.h"
+#include "graph_nodes.h"
 #include "entry_point.h"
 #include "stream_ids.h"
 
@@ -32,8 +33,15 @@ CUresult end(CUstream stream, CUgraph* graph, bool per_thread) {
 CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphObject* g = as_graph(graph);
-  std::shared_ptr<const ReplayList> ops = g == nullptr ? nullptr : std::atomic_load(&g->ops);
-  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<const ReplayList> ops = std::atomic_load(&g->ops);
+  std::unordered_map<const GraphNode*, size_t> first_op;
+  if (g->built) {
+    auto ordered = std::make_shared<ReplayList>();
+    if (CUresult rc = order_graph(g, ordered.get(), &first_op); rc != CUDA_SUCCESS) return rc;
+    ops = std::move(ordered);
+  }
+  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;  // a capture still in progress
   // Auto-free and node priorities have nothing to act on in a captured graph
   // without memory nodes; upload is a no-op (nothing lives on the device).
   constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
@@ -43,6 +51,7 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
   auto* made = new GraphExecObject();
   made->ops = std::move(ops);
+  made->first_op = std::move(first_op);
   *exec = reinterpret_cast<CUgraphExec>(made);
   return CUDA_SUCCESS;
 }
@@ -140,16 +149,32 @@ TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {
   ObjectTag expected = ObjectTag::kGraph;
   if (!g->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
   std::atomic_store(&g->ops, std::shared_ptr<const ReplayList>());
+  std::lock_guard<std::mutex> lock(g->mutex);
+  for (GraphNode* node : g->nodes) {
+    node->tag.store(ObjectTag::kDead);
+    node->ops.clear();
+  }
   return CUDA_SUCCESS;
 }
 
-// The operations of a graph, as opaque node handles (addresses of its
-// operations, valid while the graph lives). PyTorch counts them after a capture
-// to warn about empty graphs; no node-level API accepts them.
+// A built graph's nodes. A captured graph's operations, as opaque handles
+// (addresses of its operations, valid while the graph lives): PyTorch counts them
+// after a capture to warn about empty graphs; no node-level API accepts them.
 TALLY_ENTRY(cuGraphGetNodes_v10000)(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
   if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphObject* g = as_graph(hGraph);
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (g->built) {
+    std::lock_guard<std::mutex> lock(g->mutex);
+    const size_t count = g->nodes.size();
+    if (nodes == nullptr) {
+      *numNodes = count;
+      return CUDA_SUCCESS;
+    }
+    for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < count ? reinterpret_cast<CUgraphNode>(g->nodes[i]) : nullptr;
+    *numNodes = *numNodes < count ? *numNodes : count;
+    return CUDA_SUCCESS;
+  }
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&g->ops);
   const size_t count = ops == nullptr ? 0 : ops->size();
   if (nodes == nullptr) {

@@ -13,6 +13,7 @@
 #include "connection.h"
 #include "driver_objects.h"
 #include "entry_point.h"
+#include "launch.h"
 #include "log.h"
 #include "stream_ids.h"
 #include "unsupported.h"
@@ -39,26 +40,6 @@ void fill_launch(uint8_t* slot, const void* context) {
   std::memset(params, 0, r->param_bytes);  // padding between parameters
   const auto& slots = r->fn->params;
   for (size_t i = 0; i < slots.size(); ++i) std::memcpy(params + slots[i].offset, r->kernel_params[i], slots[i].size);
-}
-
-// `extra`: CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END.
-CUresult read_extra(void** extra, const void** buffer, size_t* size) {
-  const void* ptr = nullptr;
-  const size_t* bytes = nullptr;
-  for (size_t i = 0;; i += 2) {
-    if (extra[i] == CU_LAUNCH_PARAM_END) break;
-    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
-      ptr = extra[i + 1];
-    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-      bytes = static_cast<const size_t*>(extra[i + 1]);
-    } else {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-  }
-  if (ptr == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *buffer = ptr;
-  *size = *bytes;
-  return CUDA_SUCCESS;
 }
 
 // What the driver refuses at launch time (rather than at the next synchronization):
@@ -125,7 +106,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (extra != nullptr) {
     size_t size = 0;
-    if (CUresult rc = read_extra(extra, &r.buffer, &size); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = read_launch_extra(extra, &r.buffer, &size); rc != CUDA_SUCCESS) return rc;
     if (size != fn->param_total) return CUDA_ERROR_INVALID_VALUE;
   } else if (kernel_params == nullptr && !fn->params.empty()) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -215,6 +196,27 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_par
 }
 
 }  // namespace
+
+// `extra`: CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END.
+CUresult read_launch_extra(void** extra, const void** buffer, size_t* size) {
+  const void* ptr = nullptr;
+  const size_t* bytes = nullptr;
+  for (size_t i = 0;; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_END) break;
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      ptr = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      bytes = static_cast<const size_t*>(extra[i + 1]);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (ptr == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *buffer = ptr;
+  *size = *bytes;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace tally::client
 
 using tally::client::launch;

@@ -13,6 +13,9 @@ namespace tally::client {
 
 constexpr uint64_t kLegacyStream = 0;
 constexpr uint64_t kPerThreadStreamBit = uint64_t{1} << 62;  // spec.PER_THREAD_STREAM_BIT
+// Streams only the client knows, whose work is always captured (capture.h:
+// record_on_private_stream); the server never hears of them.
+constexpr uint64_t kPrivateStreamBit = uint64_t{1} << 61;
 
 // CUDA_ERROR_INVALID_HANDLE for a handle that is not a live stream.
 CUresult stream_id(CUstream stream, bool per_thread_entry, uint64_t* id);

@@ -441,38 +441,6 @@ CUresult tally_entry_cuParamSetTexRef_v2000(CUfunction hfunc, int texunit, CUtex
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuParamSetTexRef");
 }
-CUresult tally_entry_cuGraphCreate_v10000(CUgraph *phGraph, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphCreate");
-}
-CUresult tally_entry_cuGraphAddKernelNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddKernelNode");
-}
-CUresult tally_entry_cuGraphKernelNodeGetParams_v10000(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeGetParams");
-}
-CUresult tally_entry_cuGraphKernelNodeSetParams_v10000(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetParams");
-}
-CUresult tally_entry_cuGraphAddKernelNode_v12000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddKernelNode_v2");
-}
-CUresult tally_entry_cuGraphKernelNodeGetParams_v12000(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeGetParams_v2");
-}
-CUresult tally_entry_cuGraphKernelNodeSetParams_v12000(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetParams_v2");
-}
-CUresult tally_entry_cuGraphAddMemcpyNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemcpyNode");
-}
 CUresult tally_entry_cuGraphMemcpyNodeGetParams_v10000(CUgraphNode hNode, CUDA_MEMCPY3D_v2 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeGetParams");
@@ -480,10 +448,6 @@ CUresult tally_entry_cuGraphMemcpyNodeGetParams_v10000(CUgraphNode hNode, CUDA_M
 CUresult tally_entry_cuGraphMemcpyNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeSetParams");
-}
-CUresult tally_entry_cuGraphAddMemsetNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS_v1 *memsetParams, CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemsetNode");
 }
 CUresult tally_entry_cuGraphMemsetNodeGetParams_v10000(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
@@ -493,10 +457,6 @@ CUresult tally_entry_cuGraphMemsetNodeSetParams_v10000(CUgraphNode hNode, const 
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeSetParams");
 }
-CUresult tally_entry_cuGraphAddHostNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddHostNode");
-}
 CUresult tally_entry_cuGraphHostNodeGetParams_v10000(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphHostNodeGetParams");
@@ -505,21 +465,9 @@ CUresult tally_entry_cuGraphHostNodeSetParams_v10000(CUgraphNode hNode, const CU
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphHostNodeSetParams");
 }
-CUresult tally_entry_cuGraphAddChildGraphNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddChildGraphNode");
-}
 CUresult tally_entry_cuGraphChildGraphNodeGetGraph_v10000(CUgraphNode hNode, CUgraph *phGraph) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphChildGraphNodeGetGraph");
-}
-CUresult tally_entry_cuGraphAddEmptyNode_v10000(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddEmptyNode");
-}
-CUresult tally_entry_cuGraphAddEventRecordNode_v11010(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddEventRecordNode");
 }
 CUresult tally_entry_cuGraphEventRecordNodeGetEvent_v11010(CUgraphNode hNode, CUevent *event_out) {
   static tally::client::OnceFlag logged;
@@ -528,10 +476,6 @@ CUresult tally_entry_cuGraphEventRecordNodeGetEvent_v11010(CUgraphNode hNode, CU
 CUresult tally_entry_cuGraphEventRecordNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeSetEvent");
-}
-CUresult tally_entry_cuGraphAddEventWaitNode_v11010(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddEventWaitNode");
 }
 CUresult tally_entry_cuGraphEventWaitNodeGetEvent_v11010(CUgraphNode hNode, CUevent *event_out) {
   static tally::client::OnceFlag logged;
@@ -589,69 +533,13 @@ CUresult tally_entry_cuGraphNodeFindInClone_v10000(CUgraphNode *phNode, CUgraphN
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphNodeFindInClone");
 }
-CUresult tally_entry_cuGraphNodeGetType_v10000(CUgraphNode hNode, CUgraphNodeType *type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetType");
-}
-CUresult tally_entry_cuGraphGetRootNodes_v10000(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphGetRootNodes");
-}
-CUresult tally_entry_cuGraphGetEdges_v10000(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphGetEdges");
-}
 CUresult tally_entry_cuGraphGetEdges_v12030(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphGetEdges_v2");
 }
-CUresult tally_entry_cuGraphNodeGetDependencies_v10000(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetDependencies");
-}
-CUresult tally_entry_cuGraphNodeGetDependencies_v12030(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetDependencies_v2");
-}
-CUresult tally_entry_cuGraphNodeGetDependentNodes_v10000(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetDependentNodes");
-}
-CUresult tally_entry_cuGraphNodeGetDependentNodes_v12030(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetDependentNodes_v2");
-}
-CUresult tally_entry_cuGraphAddDependencies_v10000(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddDependencies");
-}
-CUresult tally_entry_cuGraphAddDependencies_v12030(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddDependencies_v2");
-}
-CUresult tally_entry_cuGraphRemoveDependencies_v10000(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphRemoveDependencies");
-}
-CUresult tally_entry_cuGraphRemoveDependencies_v12030(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphRemoveDependencies_v2");
-}
-CUresult tally_entry_cuGraphDestroyNode_v10000(CUgraphNode hNode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphDestroyNode");
-}
 CUresult tally_entry_cuGraphExecGetFlags_v12000(CUgraphExec hGraphExec, cuuint64_t *flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecGetFlags");
-}
-CUresult tally_entry_cuGraphExecKernelNodeSetParams_v10010(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecKernelNodeSetParams");
-}
-CUresult tally_entry_cuGraphExecKernelNodeSetParams_v12000(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecKernelNodeSetParams_v2");
 }
 CUresult tally_entry_cuGraphExecMemcpyNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
   static tally::client::OnceFlag logged;
@@ -732,14 +620,6 @@ CUresult tally_entry_cuGraphNodeSetEnabled_v11060(CUgraphExec hGraphExec, CUgrap
 CUresult tally_entry_cuGraphNodeGetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphNodeGetEnabled");
-}
-CUresult tally_entry_cuGraphAddNode_v12020(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddNode");
-}
-CUresult tally_entry_cuGraphAddNode_v12030(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddNode_v2");
 }
 CUresult tally_entry_cuGraphNodeSetParams_v12020(CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
   static tally::client::OnceFlag logged;
