@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_client_helpers import build_c, run_client
 
 CUDA_ERROR_INVALID_VALUE = 1
-GRAPH_CREATE = "cuGraphCreate is not supported by tally yet"
+ARRAY_CREATE = "cuArrayCreate_v2 is not supported by tally yet"
 
 
 def test_messages_reach_callbacks_and_dumps(tmp_path):
@@ -17,9 +17,9 @@ def test_messages_reach_callbacks_and_dumps(tmp_path):
     assert run.value("current_bad_flags") == str(CUDA_ERROR_INVALID_VALUE)
     assert run.value("register") == "0"
     assert run.value("callback_calls") == "1 data_ok=1"
-    assert run.value("callback_message").startswith(f"0:{GRAPH_CREATE}")  # CU_LOG_LEVEL_ERROR
+    assert run.value("callback_message").startswith(f"0:{ARRAY_CREATE}")  # CU_LOG_LEVEL_ERROR
     assert run.value("dump") == "0 size_matches=1 advanced=1"
-    assert run.value("dump_text").startswith(GRAPH_CREATE)
+    assert run.value("dump_text").startswith(ARRAY_CREATE)
     assert run.value("dump_again") == "0 size=0"
     assert run.value("unregister") == "0"
     assert run.value("unregister_again") == str(CUDA_ERROR_INVALID_VALUE)
@@ -29,7 +29,7 @@ def test_messages_reach_callbacks_and_dumps(tmp_path):
     assert run.value("dump_tiny") == f"{CUDA_ERROR_INVALID_VALUE} size=0"
     assert run.value("dump_file") == "0 advanced=2"
     lines = path.read_text().splitlines()
-    assert len(lines) == 2 and lines[0].startswith(GRAPH_CREATE) and "cuCtxCreate" in lines[1]
+    assert len(lines) == 2 and lines[0].startswith(ARRAY_CREATE) and "cuCtxCreate" in lines[1]
     # The job's stderr still gets each message once, prefixed.
     assert [line for line in run.stderr.splitlines() if line.startswith("tally: ")][0].startswith(
-        f"tally: {GRAPH_CREATE}")
+        f"tally: {ARRAY_CREATE}")

@@ -13,7 +13,7 @@ def test_unsupported_entry_logs_once_and_returns_not_supported():
     assert run.value("results") == "800 not_supported=800 other=1"
     lines = [line for line in run.stderr.splitlines() if line.startswith("tally: ")]
     assert lines == [
-        "tally: cuGraphCreate is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
+        "tally: cuArrayCreate_v2 is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
         "(reported once per function)",
         "tally: cuCtxCreate_v4 is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
         "(reported once per function)",

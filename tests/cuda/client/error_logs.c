@@ -23,9 +23,10 @@ int main(int argc, char** argv) {
   printf("current_bad_flags=%d\n", (int)cuLogsCurrent(&start, 1));
   CUlogsCallbackHandle handle = NULL;
   printf("register=%d\n", (int)cuLogsRegisterCallback(on_log, &g_calls, &handle));
-  CUgraph graph;
-  cuGraphCreate(&graph, 0);  // not supported: one message
-  cuGraphCreate(&graph, 0);  // reported once per function: no second message
+  CUarray array;
+  CUDA_ARRAY_DESCRIPTOR desc = {64, 64, CU_AD_FORMAT_FLOAT, 1};
+  cuArrayCreate(&array, &desc);  // not supported: one message
+  cuArrayCreate(&array, &desc);  // reported once per function: no second message
   printf("callback_calls=%d data_ok=%d\n", g_calls, g_data == &g_calls);
   printf("callback_message=%s\n", g_last);
 

@@ -6,22 +6,23 @@
 #include <pthread.h>
 #include <stdio.h>
 
-static PFN_cuGraphCreate_v10000 g_looked_up;
+static PFN_cuArrayCreate_v3020 g_looked_up;
 static int g_not_supported[8];
 
 static void* worker(void* p) {
   int index = (int)(long)p;
   for (int i = 0; i < 50; ++i) {
-    CUgraph graph;
-    g_not_supported[index] += cuGraphCreate(&graph, 0) == CUDA_ERROR_NOT_SUPPORTED;
-    g_not_supported[index] += g_looked_up(&graph, 0) == CUDA_ERROR_NOT_SUPPORTED;
+    CUarray array;
+    CUDA_ARRAY_DESCRIPTOR desc = {64, 64, CU_AD_FORMAT_FLOAT, 1};
+    g_not_supported[index] += cuArrayCreate(&array, &desc) == CUDA_ERROR_NOT_SUPPORTED;
+    g_not_supported[index] += g_looked_up(&array, &desc) == CUDA_ERROR_NOT_SUPPORTED;
   }
   return NULL;
 }
 
 int main(void) {
   CUdriverProcAddressQueryResult status;
-  if (cuGetProcAddress("cuGraphCreate", (void**)&g_looked_up, 13000, 0, &status) != CUDA_SUCCESS ||
+  if (cuGetProcAddress("cuArrayCreate", (void**)&g_looked_up, 13000, 0, &status) != CUDA_SUCCESS ||
       g_looked_up == NULL)
     return 1;
   pthread_t threads[8];
