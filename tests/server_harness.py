@@ -14,14 +14,16 @@ from tally.protocol.framing import recv_record, send_record
 
 
 class ServerProcess:
-    def __init__(self, socket_path: Path, backend: str = "null", extra_args: tuple[str, ...] = ()):
+    def __init__(self, socket_path: Path, backend: str = "null", extra_args: tuple[str, ...] = (),
+                 command: list[str] | None = None, env: dict | None = None):
+        """`command`: start this instead of tally-server (it must listen on socket_path)."""
         self.socket_path = Path(socket_path)
         self.log_path = self.socket_path.with_suffix(".log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tally.cli.server_main", "--backend", backend,
-             "--socket", str(self.socket_path), *extra_args],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            command or [sys.executable, "-m", "tally.cli.server_main", "--backend", backend,
+                        "--socket", str(self.socket_path), *extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while not self.socket_path.exists():
             if self.proc.poll() is not None:

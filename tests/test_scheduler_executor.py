@@ -415,3 +415,69 @@ def test_a_record_released_later_unblocks_a_wait_on_a_stream_drained_before_it()
     rig.sim.run_until(2e-3)                                      # no other submission or completion
     assert u32(rig.sim, buf, 64) == [1] * 64
     assert rig.ex.counters()["ops_queued"] == 0
+
+
+class _DestroyAwareBackend:
+    """The null backend, except that synchronizing a destroyed stream fails as on
+    a GPU (CUDA_ERROR_INVALID_HANDLE), and one synchronization can be held open."""
+
+    def __init__(self):
+        import threading
+
+        from tally.backends.null import NullBackend
+        self._null = NullBackend()
+        self.destroyed: set[int] = set()
+        self.hold = False
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._null, name)
+
+    def stream_synchronize(self, stream) -> None:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            self.release.wait(10)
+        if id(stream) in self.destroyed:
+            raise DeviceError(400, "stream was destroyed")
+
+    def stream_destroy(self, stream) -> None:
+        self.destroyed.add(id(stream))
+
+
+def test_a_stream_is_not_destroyed_while_another_thread_synchronizes_it():
+    # Seen with the cuda backend: freeing memory drains every stream of the job on
+    # one thread while cuStreamDestroy's release runs on another; the release used
+    # to destroy the backend stream under the drain, whose sync then failed (400).
+    import threading
+    import time
+
+    backend = _DestroyAwareBackend()
+    ex = StreamExecutor(backend, make_policy("priority"))
+    ex.add_client("job", "high")
+    ptr = backend.mem_alloc(64)
+    ex.submit("job", 7, Memset(ptr, 0, 1, 64))
+    ex.synchronize_stream("job", 7)
+    backend.hold = True
+    errors = []
+
+    def drain():
+        try:
+            ex.synchronize_stream("job", 7)
+        except DeviceError as e:
+            errors.append(e)
+
+    draining = threading.Thread(target=drain)
+    draining.start()
+    assert backend.entered.wait(10)
+    releasing = threading.Thread(target=ex.release_stream, args=("job", 7))
+    releasing.start()
+    time.sleep(0.2)
+    assert backend.destroyed == set()          # the release waits for the drain's backend sync
+    backend.release.set()
+    draining.join(10)
+    releasing.join(10)
+    assert errors == [] and len(backend.destroyed) == 2      # the work and notify streams
+    ex.synchronize_stream("job", 7)            # the key is gone: nothing to wait for, no error
+    ex.remove_client("job")
+    assert len(backend.destroyed) == 2         # not destroyed twice

@@ -90,7 +90,7 @@ class StreamExecutor:
             self._pump()
             self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
             del self._clients[client_id]
-            streams = list(client.streams.values())
+            streams = [stream for stream in client.streams.values() if self._retire(stream)]
             events = list(client.events)
         for stream in streams:
             for bstream in (stream.backend_stream, stream.notify_stream):
@@ -208,6 +208,8 @@ class StreamExecutor:
         self._synchronize(stream)
         with self._lock:
             client.streams.pop(stream_key, None)
+            if not self._retire(stream):
+                return
         self.backend.stream_destroy(stream.backend_stream)
         self.backend.stream_destroy(stream.notify_stream)
         with self._lock:
@@ -309,15 +311,30 @@ class StreamExecutor:
         """Wait for the stream; return its first pending error (taken off it)."""
         with self._lock:
             self.clock.wait_for(self._cond, lambda: stream.drained or stream.client.removing)
+            if stream.released:           # released after its work drained: nothing left on the device
+                return stream.errors.popleft() if stream.errors else None
+            stream.backend_syncs += 1
         backend_error = None
         try:
             self.backend.stream_synchronize(stream.backend_stream)
         except DeviceError as e:
             backend_error = e
         with self._lock:
+            stream.backend_syncs -= 1
+            if stream.backend_syncs == 0:
+                self._cond.notify_all()
             if backend_error is not None:
                 stream.errors.append(backend_error)
             return stream.errors.popleft() if stream.errors else None
+
+    def _retire(self, stream: StreamState) -> bool:
+        """Mark the stream released once no other thread is synchronizing its backend
+        stream; False if it was already. Call with the lock held."""
+        if stream.released:
+            return False
+        stream.released = True
+        self.clock.wait_for(self._cond, lambda: stream.backend_syncs == 0)
+        return True
 
     # internals: dispatch ------------------------------------------------------------------
     def _pump(self) -> None:

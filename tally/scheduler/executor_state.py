@@ -128,6 +128,11 @@ class StreamState:
     riders: collections.deque = field(default_factory=collections.deque)   # units without one
     errors: collections.deque[DeviceError] = field(default_factory=collections.deque)
     ptb_state: int | None = None        # device address of the PTB state buffer
+    # Backend streams are destroyed only once no thread is synchronizing them: on a
+    # GPU a destroyed CUstream is an invalid handle (seen: a MemFree's drain and a
+    # StreamDestroy's release of the same stream, on two threads).
+    backend_syncs: int = 0              # threads inside backend.stream_synchronize on it
+    released: bool = False              # its backend streams are destroyed, or about to be
     readback: bytearray = field(default_factory=lambda: bytearray(8))
 
     @property

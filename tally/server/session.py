@@ -197,6 +197,8 @@ class Session:
         if tag:
             self.reply_error(tag, error)
         else:
+            log.debug("client %d: asynchronous request failed, reported at its next sync: %s",
+                      self.client_id, error.message)
             self.defer_error(error)
 
     # ---- status ------------------------------------------------------------------

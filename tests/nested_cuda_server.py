@@ -1,0 +1,33 @@
+"""A tally-server whose backend is `cuda`, for running under tally-run: the cuda
+backend's driver is then tally's own libcuda.so.1, which forwards every call to
+another tally-server (on the emulator). So the whole cuda backend (module loading,
+launches of transformed kernels, events, host functions, copies, virtual memory)
+runs without a GPU. tally-server --backend cuda refuses tally's own driver on
+purpose (a user would mean a GPU); tests build the server here instead.
+
+Usage: python tests/nested_cuda_server.py SOCKET [POLICY]"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from tally.backends.cuda import CudaBackend
+from tally.server.server import ServerConfig, TallyServer
+
+
+def main() -> int:
+    socket_path, policy = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "priority")
+    logging.basicConfig(level=logging.INFO, format="nested tally-server %(levelname)s %(message)s")
+    # spin like the CPU backends: the emulator underneath needs the cores
+    server = TallyServer(ServerConfig(socket_path=Path(socket_path), policy=policy, spin_us=20.0), CudaBackend(0))
+    server.bind()
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    print(f"listening on {socket_path}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

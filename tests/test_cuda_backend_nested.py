@@ -1,0 +1,158 @@
+"""The cuda backend end to end without a GPU. A tally-server whose backend is
+`cuda` runs under tally-run (tests/nested_cuda_server.py), so the driver it calls
+through cuda-bindings is tally's own libcuda.so.1, which forwards every call to a
+second tally-server on the emulator. Jobs run against the first server: their
+modules, launches (best-effort ones transformed, with PTB state written on the
+backend's control stream), copies, events, host functions, graphs and virtual
+memory all go through tally/backends/cuda.py, as on a GPU.
+
+What this cannot show is what a real GPU decides: timing, where blocks run, and
+how a device fault poisons a real context. tests/test_e2e_gpu.py runs on one."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from server_harness import ServerProcess
+from test_e2e_helpers import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_VALUE,
+    Server,
+    build_cuda,
+    build_device_code,
+    build_driver_c,
+    emulator_server_process,
+    finish,
+    idle,
+    job_command,
+    job_env,
+    run_job,
+    start_job,
+)
+
+from tally.bench.demo import compile_example
+
+NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
+
+
+class NestedCudaServer(Server):
+    """A cuda-backend server running as a job of `under` (an emulator server)."""
+
+    def __init__(self, under: Server, policy: str = "priority"):
+        self.under = under
+        self.dir = under.dir
+        self.socket = under.dir / "cuda.sock"
+        command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, priority="high")
+        self.process = ServerProcess(self.socket, command=command, env=job_env())
+
+
+@pytest.fixture(scope="module")
+def cuda_server():
+    under = emulator_server_process()
+    server = NestedCudaServer(under)
+    status = server.status()["server"]
+    assert (status["backend"], status["device_name"]) == ("cuda", "tally emulator"), status
+    yield server
+    server.stop()
+    under.stop()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
+def test_runtime_programs(nvcc, cuda_server, shared):
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "vector_add.cu", shared_cudart=shared), 1 << 14)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("wrong", "roundtrip") == [0, 1 << 14]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "modules_main.cu", "modules_lib.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("axpy_float", "axpy_double", "second_module", "launches_seen") == [1000, 1000, 1000, 2]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("callbacks", "good_a", "good_b", "legacy_good") == [2, 4096, 4096, 4096]
+
+
+def test_graphs(nvcc, cuda_server):
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "graph_capture.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("rounds_good", "host_calls") == [3, 3]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "graph_nodes.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("host_calls", "host_good", "updated_good", "child_c_last") == [2, 2, 3, 42]
+
+
+def test_driver_api(nvcc, cuda_server):
+    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
+    fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
+    job = run_job(cuda_server.socket, build_driver_c("driver_api.c"), "basics", ptx, fatbin)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "param_offsets=0,8,32,40 sizes=1,24,8,2" in job.stdout
+    assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"
+    for prefix in ("random", "overrun"):
+        for op in ("htod", "dtoh", "memset", "free", "async_sync"):
+            assert job.value(f"{prefix}_{op}") == str(CUDA_ERROR_INVALID_VALUE), (prefix, op)
+    assert job.value("own_intact") == "1"
+
+
+def test_virtual_memory(nvcc, cuda_server):
+    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
+    job = run_job(cuda_server.socket, build_driver_c("virtual_memory.c"), "basics", ptx)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.value("kernel_over_seam_good") == "4096"
+    assert job.value("remapped_value") == str(7 + 2048)
+
+
+def _start(socket, priority, program, *args):
+    return subprocess.Popen(job_command(socket, program, *args, priority=priority), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=job_env())
+
+
+def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_server, tmp_path):
+    # The demo's jobs: best-effort training (its kernels run as PTB or slices, preempted
+    # through the PTB state the backend writes) next to high-priority inference.
+    programs = {name: compile_example(nvcc, name, tmp_path) for name in ("inference", "training")}
+    be = _start(cuda_server.socket, "best-effort", programs["training"], 60)
+    hp = _start(cuda_server.socket, "high", programs["inference"], 40)
+    hp_out, _ = hp.communicate(timeout=300)
+    be_out, _ = be.communicate(timeout=300)
+    assert hp.returncode == 0 and "results correct" in hp_out, hp_out
+    assert be.returncode == 0 and "results correct" in be_out, be_out
+    scheduler = cuda_server.status()["server"]["scheduler"]
+    assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
+    assert scheduler["untransformable"] == 0, scheduler
+
+
+def test_a_fault_and_a_dead_host_function_are_the_jobs_own(nvcc, cuda_server):
+    vector_add = build_cuda(nvcc, "vector_add.cu")
+    bystander = start_job(cuda_server.socket, vector_add, 20000)
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "illegal_address.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.value("sync") == str(CUDA_ERROR_ILLEGAL_ADDRESS)
+    assert finish(bystander).ints("wrong", "roundtrip") == [0, 20000]
+    # The backend's host function only posts HostFuncReady; the job dies before answering.
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "host_func_dies.cu"))
+    assert job.returncode == -signal.SIGKILL
+    cuda_server.wait_for(idle, what="the dead job's stream and memory to be released")
+    assert run_job(cuda_server.socket, vector_add, 3000).ints("wrong", "roundtrip") == [0, 3000]
+
+
+def test_interprocess_handles(nvcc, cuda_server):
+    program = build_driver_c("ipc.c")
+    owner = start_job(cuda_server.socket, program, "owner")
+    got = {}
+    while "event_handle" not in got:
+        line = owner.stdout.readline()
+        assert line, "the owner ended early"
+        key, _, value = line.strip().partition("=")
+        got[key] = value
+    importer = run_job(cuda_server.socket, program, "importer", got["mem_handle"], got["event_handle"])
+    assert importer.returncode == 0, importer.stdout + importer.stderr
+    assert importer.value("read_after_event") == "1"
+    owner.stdin.write("go\n")
+    owner.stdin.flush()
+    owner.stdin.write("go\n")
+    owner.stdin.flush()
+    result = finish(owner)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.value("written_by_other") == "33333333"
