@@ -10,7 +10,6 @@ What this cannot show is what a real GPU decides: timing, where blocks run, and
 how a device fault poisons a real context. tests/test_e2e_gpu.py runs on one."""
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ from pathlib import Path
 import pytest
 from server_harness import ServerProcess
 from test_e2e_helpers import (
-    CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     Server,
     build_cuda,
@@ -26,11 +24,23 @@ from test_e2e_helpers import (
     build_driver_c,
     emulator_server_process,
     finish,
-    idle,
     job_command,
     job_env,
     run_job,
     start_job,
+)
+
+# The robustness tests, collected again here with this module's `server` (a cuda-backend
+# server): a fault, a job killed mid-kernel or inside its host function, quotas, and
+# other jobs' memory.
+from test_e2e_robustness import (  # noqa: F401
+    test_addresses_the_job_does_not_own,
+    test_illegal_address_is_the_jobs_error_only,
+    test_job_dies_inside_its_host_function,
+    test_job_killed_mid_kernel,
+    test_jobs_at_once,
+    test_memory_of_another_job_is_out_of_reach,
+    test_memory_quota,
 )
 
 from tally.bench.demo import compile_example
@@ -47,6 +57,17 @@ class NestedCudaServer(Server):
         self.socket = under.dir / "cuda.sock"
         command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, priority="high")
         self.process = ServerProcess(self.socket, command=command, env=job_env())
+
+
+@pytest.fixture
+def server():
+    """A nested cuda-backend server of its own for one test (the name the robustness
+    tests imported below ask for)."""
+    under = emulator_server_process()
+    nested = NestedCudaServer(under)
+    yield nested
+    nested.stop()
+    under.stop()
 
 
 @pytest.fixture(scope="module")
@@ -121,20 +142,6 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
     scheduler = cuda_server.status()["server"]["scheduler"]
     assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
     assert scheduler["untransformable"] == 0, scheduler
-
-
-def test_a_fault_and_a_dead_host_function_are_the_jobs_own(nvcc, cuda_server):
-    vector_add = build_cuda(nvcc, "vector_add.cu")
-    bystander = start_job(cuda_server.socket, vector_add, 20000)
-    job = run_job(cuda_server.socket, build_cuda(nvcc, "illegal_address.cu"))
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert job.value("sync") == str(CUDA_ERROR_ILLEGAL_ADDRESS)
-    assert finish(bystander).ints("wrong", "roundtrip") == [0, 20000]
-    # The backend's host function only posts HostFuncReady; the job dies before answering.
-    job = run_job(cuda_server.socket, build_cuda(nvcc, "host_func_dies.cu"))
-    assert job.returncode == -signal.SIGKILL
-    cuda_server.wait_for(idle, what="the dead job's stream and memory to be released")
-    assert run_job(cuda_server.socket, vector_add, 3000).ints("wrong", "roundtrip") == [0, 3000]
 
 
 def test_interprocess_handles(nvcc, cuda_server):
