@@ -163,3 +163,12 @@ def test_interprocess_handles(nvcc, cuda_server):
     result = finish(owner)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("written_by_other") == "33333333"
+
+
+def test_device_printf_goes_to_the_servers_stdout(nvcc, cuda_server):
+    # As on a GPU, where NVIDIA's driver writes device printf to the process that owns
+    # the context: the tally-server. (The emulator backend sends it to the job.)
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "kernel_printf.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "host: done sync=0" in job.stdout and "kernel 7" not in job.stdout
+    assert "kernel 7: block 1 thread 1" in cuda_server.process.log()
