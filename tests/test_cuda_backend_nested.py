@@ -16,8 +16,15 @@ from pathlib import Path
 
 import pytest
 from server_harness import ServerProcess
+
+# The GPU tests, collected again here with this module's `cuda_server` (their module
+# marks them `gpu`; here they run by default): runtime and driver-API programs, a fault.
+from test_e2e_gpu import (  # noqa: F401
+    test_driver_api_on_the_gpu,
+    test_illegal_address_on_the_gpu,
+    test_programs_on_the_gpu,
+)
 from test_e2e_helpers import (
-    CUDA_ERROR_INVALID_VALUE,
     Server,
     build_cuda,
     build_device_code,
@@ -81,19 +88,6 @@ def cuda_server():
     under.stop()
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
-def test_runtime_programs(nvcc, cuda_server, shared):
-    job = run_job(cuda_server.socket, build_cuda(nvcc, "vector_add.cu", shared_cudart=shared), 1 << 14)
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("wrong", "roundtrip") == [0, 1 << 14]
-    job = run_job(cuda_server.socket, build_cuda(nvcc, "modules_main.cu", "modules_lib.cu", shared_cudart=shared))
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("axpy_float", "axpy_double", "second_module", "launches_seen") == [1000, 1000, 1000, 2]
-    job = run_job(cuda_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("callbacks", "good_a", "good_b", "legacy_good") == [2, 4096, 4096, 4096]
-
-
 def test_graphs(nvcc, cuda_server):
     job = run_job(cuda_server.socket, build_cuda(nvcc, "graph_capture.cu"))
     assert job.returncode == 0, job.stdout + job.stderr
@@ -101,19 +95,6 @@ def test_graphs(nvcc, cuda_server):
     job = run_job(cuda_server.socket, build_cuda(nvcc, "graph_nodes.cu"))
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("host_calls", "host_good", "updated_good", "child_c_last") == [2, 2, 3, 42]
-
-
-def test_driver_api(nvcc, cuda_server):
-    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
-    fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
-    job = run_job(cuda_server.socket, build_driver_c("driver_api.c"), "basics", ptx, fatbin)
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert "param_offsets=0,8,32,40 sizes=1,24,8,2" in job.stdout
-    assert job.value("mixed") == f"{ord('t')},{ord('m')},42,-7,1234"
-    for prefix in ("random", "overrun"):
-        for op in ("htod", "dtoh", "memset", "free", "async_sync"):
-            assert job.value(f"{prefix}_{op}") == str(CUDA_ERROR_INVALID_VALUE), (prefix, op)
-    assert job.value("own_intact") == "1"
 
 
 def test_virtual_memory(nvcc, cuda_server):
