@@ -76,6 +76,17 @@ b.vmm_unmap(base, 2 * G)
 for chunk in chunks:
     b.vmm_release(chunk)
 b.vmm_free(base, 4 * G)
+# Pinned memory the server registers for DMA, copied to and from in place.
+import mmap as mmap_module
+pinned = mmap_module.mmap(-1, 8192)
+pinned_view = memoryview(pinned)
+b.host_register(pinned_view)
+pinned_view[:16] = bytes(range(16))
+b.memcpy_htod_async(x, pinned_view[:16], s)
+b.memcpy_dtoh_async(pinned_view[4096:4112], x, s)
+b.stream_synchronize(s)
+assert bytes(pinned_view[4096:4112]) == bytes(range(16))
+b.host_unregister(pinned_view)
 # Managed memory: the job's object mapped at the job's address here too and registered
 # (tally's driver answers the same pointer, as a GPU that can use host pointers does).
 import ctypes, os

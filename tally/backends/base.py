@@ -137,6 +137,13 @@ class DeviceBackend(Protocol):
     def vmm_unmap(self, ptr: int, nbytes: int) -> None: ...
     def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None: ...
 
+    # pinned host memory: the server's mapping of a job's pinned buffer, registered with
+    # the device so asynchronous copies to and from it are DMA that does not hold up the
+    # calling thread; unregistered once no copy may still use it. Backends whose device
+    # is the host mix in NoHostRegistration.
+    def host_register(self, view: memoryview) -> None: ...
+    def host_unregister(self, view: memoryview) -> None: ...
+
     # managed memory (cuMemAllocManaged): the job maps its shared-memory object `fd` at
     # host address `address`; the backend makes [address, address + nbytes) device memory
     # holding the same bytes, so one pointer serves the job's CPU code and its kernels.
@@ -203,3 +210,13 @@ class NoManagedMemory:
     def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
                           f"the {getattr(self, 'kind', '?')} backend does not support managed memory")
+
+
+class NoHostRegistration:
+    """For backends whose copies read and write host memory directly: nothing to register."""
+
+    def host_register(self, view: memoryview) -> None:
+        pass
+
+    def host_unregister(self, view: memoryview) -> None:
+        pass

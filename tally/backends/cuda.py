@@ -135,6 +135,18 @@ class CudaBackend:
         finally:
             _libc.munmap(ptr, size)
 
+    # pinned host memory: registered, so the driver copies it by DMA without staging (an
+    # unregistered buffer is pageable to it: an "async" copy would hold up the thread)
+    def host_register(self, view: memoryview) -> None:
+        self._current()
+        if len(view):
+            _check(cu.cuMemHostRegister(_address(view), len(view), cu.CU_MEMHOSTREGISTER_PORTABLE))
+
+    def host_unregister(self, view: memoryview) -> None:
+        self._current()
+        if len(view):
+            _check(cu.cuMemHostUnregister(_address(view)))
+
     # managed memory: the job's shared-memory object is mapped at the job's address in the
     # server too and registered with the driver, which (where the device can use host
     # pointers for registered memory, as on Linux x86-64 since Pascal) gives kernels that

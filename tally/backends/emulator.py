@@ -33,6 +33,7 @@ from tally.backends.base import (
     DeviceError,
     Dim3,
     ModuleSource,
+    NoHostRegistration,
 )
 from tally.backends.device_attributes import synthetic_attributes
 from tally.emulator.module import EmulatorFunction, EmulatorModule
@@ -54,7 +55,7 @@ def _memory_call(fn, *args):
         raise DeviceError(code, message) from None
 
 
-class EmulatorBackend:
+class EmulatorBackend(NoHostRegistration):
     kind = "emulator"
     errors_are_context_wide = False
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from tally.backends.base import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
                                  CUDA_ERROR_OUT_OF_MEMORY, DeviceDescription, DeviceError, KernelParam,
-                                 ModuleSource)
+                                 ModuleSource, NoHostRegistration)
 from tally.backends.device_attributes import synthetic_attributes
 
 ALIGNMENT = 256
@@ -41,7 +41,7 @@ class NullEvent:
     pass
 
 
-class NullBackend:
+class NullBackend(NoHostRegistration):
     kind = "null"
     errors_are_context_wide = False
 

@@ -32,7 +32,8 @@ from typing import Callable
 
 from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE,
                                  CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_READY, DeviceDescription,
-                                 DeviceError, Dim3, ModuleSource, NoManagedMemory, NoVirtualMemory)
+                                 DeviceError, Dim3, ModuleSource, NoHostRegistration, NoManagedMemory,
+                                 NoVirtualMemory)
 from tally.backends.sim_device import SimDevice
 from tally.backends.sim_loop import SimClock, SimLoop
 from tally.backends.sim_memory import SimMemory
@@ -56,7 +57,7 @@ _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
 _ATTR_MAX_BLOCKS_PER_SM = 106
 
 
-class SimBackend(NoVirtualMemory, NoManagedMemory):
+class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     kind = "sim"
     errors_are_context_wide = False
 

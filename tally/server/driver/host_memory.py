@@ -43,7 +43,11 @@ class PinnedRegion:
 
 
 class PinnedRegions:
-    def __init__(self, client_pid: int):
+    """A client's pinned regions, each registered with the backend while it lives
+    (backends/base.py: host_register)."""
+
+    def __init__(self, client_pid: int, backend):
+        self._backend = backend
         self._name_re = re.compile(rf"/tally-pin-{client_pid}-[0-9]+")
         self._regions: dict[int, PinnedRegion] = {}
         self._ids = itertools.count(1)
@@ -86,8 +90,10 @@ class PinnedRegions:
             mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
+        view = memoryview(mapping)
+        self._backend.host_register(view)
         with self._lock:
-            region = PinnedRegion(next(self._ids), name, size, memoryview(mapping))
+            region = PinnedRegion(next(self._ids), name, size, view)
             self._regions[region.region_id] = region
         return region
 
@@ -98,15 +104,21 @@ class PinnedRegions:
         return region
 
     def unregister(self, region_id: int) -> None:
+        """Call once no queued copy may still use the region (the handler drains first)."""
         with self._lock:
-            if self._regions.pop(region_id, None) is None:
-                raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"pinned region {region_id} is not registered")
+            region = self._regions.pop(region_id, None)
+        if region is None:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"pinned region {region_id} is not registered")
+        self._backend.host_unregister(region.view)
 
     def clear(self) -> None:
-        # Copies still queued keep their slices (and so the mapping) alive until
-        # they ran; closing the mmap here would fail while they exist.
+        """Once the client's work is finished or stopped. Copies still queued keep their
+        slices (and so the mapping) alive until they ran; closing the mmap here would
+        fail while they exist."""
         with self._lock:
-            self._regions.clear()
+            regions, self._regions = list(self._regions.values()), {}
+        for region in regions:
+            self._backend.host_unregister(region.view)
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tally.server.dispatch import handler
 from tally.server.driver.modules import _name
 from tally.server.driver.state import driver_state
+from tally.server.driver.sync import when_idle
 
 
 @handler("HostRegister")
@@ -14,6 +15,9 @@ def host_register(session, fields, tail, tag):
 
 @handler("HostUnregister")
 def host_unregister(session, fields, tail, tag):
-    driver_state(session).regions.unregister(fields["region"])
-    if tag:
-        session.reply("Done", tag)
+    state = driver_state(session)
+    region = fields["region"]
+    state.regions.get(region)          # an unknown region fails now, not after the wait
+    # Unregistering memory a queued copy still reads is undefined on a GPU: the client's
+    # work drains first (cuMemFreeHost and cuMemHostUnregister synchronize in CUDA too).
+    when_idle(state, tag, lambda: state.regions.unregister(region))

@@ -36,7 +36,7 @@ class DriverState:
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
         transform = session.priority == Priority.BEST_EFFORT
         self.modules = ModuleRegistry(session.backend, session.server.variants if transform else None)
-        self.regions = PinnedRegions(session.pid)
+        self.regions = PinnedRegions(session.pid, session.backend)
         self.host_functions = HostFunctions(session)
         self.events: dict[int, object] = {}        # client event id -> ExecutorEvent
         self.staging = bytearray()                  # StageBytes accumulates module images here
