@@ -37,6 +37,7 @@ from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, SliceLaunch
 from tally.backends.base import DeviceBackend, DeviceError
 from tally.scheduler.clock import Clock
 from tally.scheduler.executor_state import KernelTask, Unit
+from tally.scheduler.pinned_pool import PinnedPool
 from tally.scheduler.policy import HIGH, HIGH_STREAM_PRIORITY
 from tally.scheduler.profiler import TransparentProfiler
 from tally.scheduler.variants import VariantProvider
@@ -68,6 +69,7 @@ class DeviceUnits:
         self._ids = itertools.count(1)
         self._control_stream = None
         self._event_pool: dict[bool, list] = {True: [], False: []}
+        self._readback = PinnedPool(backend)   # PTB counters read back behind each launch
         self._hp_inflight = 0
         self._be_units: dict[int, Unit] = {}    # in flight; marked contended when high-priority work starts
 
@@ -151,11 +153,14 @@ class DeviceUnits:
         control = self._control()
         if stream.ptb_state is None:
             try:
+                if stream.readback is None:
+                    stream.readback = self._readback.take(8)
                 stream.ptb_state = b.mem_alloc(PTB_STATE_BYTES)
             except DeviceError:
-                # No device memory for the 8-byte state: this kernel runs whole (still
-                # correct, only not preemptible) and the job is not handed an error
-                # that its own request did not cause.
+                # No device memory for the 8-byte state (or no host memory to register for
+                # its readback): this kernel runs whole (still correct, only not
+                # preemptible) and the job is not handed an error that its own request
+                # did not cause.
                 self.counters["kernels_ptb"] -= 1
                 self.counters["kernels_whole"] += 1
                 task.mode, task.config, task.measuring = "whole", None, False
@@ -204,7 +209,7 @@ class DeviceUnits:
                 self._event_pool[True].append(unit.start_event)
             return
         if kind == "ptb":
-            b.memcpy_dtoh_async(memoryview(stream.readback), stream.ptb_state, bs)
+            b.memcpy_dtoh_async(stream.readback, stream.ptb_state, bs)
         unit.end_event = self._pooled_event(measuring)
         b.event_record(unit.end_event, bs)
         if kind == "whole" and not measuring and stream.watched is not None:
@@ -316,9 +321,13 @@ class DeviceUnits:
         if stream.ptb_state is not None:
             self.backend.mem_free(stream.ptb_state)
             stream.ptb_state = None
+        if stream.readback is not None:
+            self._readback.give(stream.readback)
+            stream.readback = None
 
     def close(self) -> None:
         control, self._control_stream = self._control_stream, None
         if control is not None:
             self.backend.stream_synchronize(control)
             self.backend.stream_destroy(control)
+        self._readback.close()

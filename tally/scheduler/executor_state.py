@@ -133,7 +133,7 @@ class StreamState:
     # StreamDestroy's release of the same stream, on two threads).
     backend_syncs: int = 0              # threads inside backend.stream_synchronize on it
     released: bool = False              # its backend streams are destroyed, or about to be
-    readback: bytearray = field(default_factory=lambda: bytearray(8))
+    readback: memoryview | None = None   # registered host slot the PTB counter is copied into
 
     @property
     def drained(self) -> bool:

@@ -24,6 +24,7 @@ import msgpack
 
 from tally import _core, protocol
 from tally.protocol.framing import recv_record, send_record
+from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.dispatch import load_handlers
 from tally.server.ipc import IpcRegistry
 from tally.server.session import Session
@@ -83,6 +84,7 @@ class TallyServer:
         self.variants, clock = make_variant_provider(backend)
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
+        self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
         # Held while a handshake admits its session (and by shutdown to stop admitting),
@@ -162,6 +164,7 @@ class TallyServer:
                 pass
         try:
             self.executor.close()
+            self.staging.close()
             self.backend.close()
         except Exception:
             log.exception("closing the executor/backend failed")

@@ -25,7 +25,7 @@ from tally.protocol.spec import (
 from tally.scheduler.ops import MemcpyDtoD, MemcpyDtoH, MemcpyHtoD
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
-from tally.server.driver.sync import wait_streams
+from tally.server.driver.sync import drain_quietly, wait_streams
 
 
 def take_upload(session, offset: int, nbytes: int) -> bytes:
@@ -104,13 +104,23 @@ def memcpy_dtoh(session, fields, tail, tag):
         if nbytes > session.segment.download.capacity:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"copy of {nbytes} bytes exceeds the download arena; send it in chunks")
-        target = memoryview(bytearray(nbytes))
+        state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
+        # Registered memory, not a bytearray: a GPU copies into pageable memory synchronously,
+        # which would hold the executor (and every job) until this stream's work ended.
+        staging = session.server.staging
+        target = staging.take(nbytes)
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
     state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
-    for dev_off, host_off, n in _rows(width, height, pitch, width):
-        if n:
-            state.streams.submit(stream, MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
+    try:
+        for dev_off, host_off, n in _rows(width, height, pitch, width):
+            if n:
+                state.streams.submit(stream, MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
+    except BaseException:
+        if dest == DEST_ARENA:
+            drain_quietly(state, [stream])   # rows already queued may still write it
+            staging.give(target)
+        raise
     if not tag:
         return
     if dest == DEST_PINNED:
@@ -120,13 +130,16 @@ def memcpy_dtoh(session, fields, tail, tag):
     def deliver() -> None:
         # The copy's own stream is enough: on the legacy stream it already waited
         # for the blocking streams' earlier work.
-        wait_streams(state, [stream])
-        arena = session.segment.download
-        with state.download_lock:       # chunks reach the client in the order they were reserved
-            offset = arena.reserve(nbytes) if nbytes else 0
-            if nbytes:
-                arena.view(offset, nbytes)[:] = target
-            session.reply("MemcpyDtoHReply", tag, arena_offset=offset, size=nbytes)
+        try:
+            wait_streams(state, [stream])
+            arena = session.segment.download
+            with state.download_lock:       # chunks reach the client in the order they were reserved
+                offset = arena.reserve(nbytes) if nbytes else 0
+                if nbytes:
+                    arena.view(offset, nbytes)[:] = target
+                session.reply("MemcpyDtoHReply", tag, arena_offset=offset, size=nbytes)
+        finally:
+            staging.give(target)
 
     state.blocking.run(tag, deliver)
 
