@@ -317,13 +317,15 @@ class DeviceUnits:
             if unit.kind == "slice" and not finished:
                 self._reslice(task)
 
-    def release_stream_state(self, stream) -> None:
-        if stream.ptb_state is not None:
-            self.backend.mem_free(stream.ptb_state)
-            stream.ptb_state = None
+    def release_stream_state(self, stream) -> int | None:
+        """Forget a drained stream's PTB state; the device address for the caller to
+        free once it has let go of the executor's lock (cuMemFree waits for the whole
+        device on a GPU: under the lock it would hold every job that long)."""
+        ptb_state, stream.ptb_state = stream.ptb_state, None
         if stream.readback is not None:
             self._readback.give(stream.readback)
             stream.readback = None
+        return ptb_state
 
     def close(self) -> None:
         control, self._control_stream = self._control_stream, None

@@ -99,7 +99,10 @@ class StreamExecutor:
                 except DeviceError:
                     pass          # the client is gone; nobody is left to tell
                 self.backend.stream_destroy(bstream)
-            self.device.release_stream_state(stream)
+            with self._lock:
+                ptb_state = self.device.release_stream_state(stream)
+            if ptb_state is not None:
+                self.backend.mem_free(ptb_state)
         with self._lock:
             for event in events:
                 self._destroy_event(event)
@@ -213,7 +216,9 @@ class StreamExecutor:
         self.backend.stream_destroy(stream.backend_stream)
         self.backend.stream_destroy(stream.notify_stream)
         with self._lock:
-            self.device.release_stream_state(stream)
+            ptb_state = self.device.release_stream_state(stream)
+        if ptb_state is not None:
+            self.backend.mem_free(ptb_state)
 
     # events ---------------------------------------------------------------------------------
     def event_create(self, client_id: Hashable, timing: bool = True) -> ExecutorEvent:
