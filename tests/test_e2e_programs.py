@@ -105,6 +105,15 @@ def test_graphs_built_node_by_node(nvcc, emulator_server, shared):
     assert "not supported" not in job.stderr
 
 
+def test_kernels_reach_pinned_memory_at_its_host_address(nvcc, emulator_server):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "mapped_pinned.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.value("attr_host_pointer") == "1"
+    assert job.ints("mapped_same_pointer", "mapped_good", "pinned_good") == [1, 4096, 4096]
+    assert job.ints("registered_sum", "plain_intact") == [2 * 4096, 1]
+    assert job.value("done") == "1"
+
+
 def test_driver_api(nvcc, emulator_server):
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")

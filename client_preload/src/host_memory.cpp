@@ -38,9 +38,11 @@ constexpr unsigned kRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGI
                                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
 
 // Asks the server to map the object; its region id.
-CUresult register_object(const std::string& name, size_t bytes, unsigned flags, uint64_t* region) {
+CUresult register_object(const std::string& name, const void* address, size_t bytes, unsigned flags,
+                         uint64_t* region) {
   protocol::HostRegisterReplyMsg out{};
-  CUresult rc = request_reply(protocol::HostRegisterMsg{bytes, flags, 0}, protocol::MessageKind::HostRegisterReply, &out,
+  protocol::HostRegisterMsg m{bytes, reinterpret_cast<uint64_t>(address), flags, 0};
+  CUresult rc = request_reply(m, protocol::MessageKind::HostRegisterReply, &out,
                               name.data(), static_cast<uint32_t>(name.size()));
   if (rc != CUDA_SUCCESS) {
     shm_unlink(name.c_str());  // the server removes the name only once it opened the object
@@ -65,7 +67,7 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   }
   madvise(p, mapped, MADV_DONTFORK);
   uint64_t region = 0;
-  if (CUresult rc = register_object(name, mapped, flags, &region); rc != CUDA_SUCCESS) {
+  if (CUresult rc = register_object(name, p, mapped, flags, &region); rc != CUDA_SUCCESS) {
     munmap(p, mapped);
     return rc;
   }
@@ -133,7 +135,7 @@ CUresult host_register(void* p, size_t bytes, unsigned flags) {
   }
   madvise(placed, length, MADV_DONTFORK);
   uint64_t region = 0;
-  if (CUresult rc = register_object(name, length, flags, &region); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = register_object(name, placed, length, flags, &region); rc != CUDA_SUCCESS) return rc;
   pinned_ranges().add(start, length, PinnedRegion{region, flags, false});
   return CUDA_SUCCESS;
 }
@@ -177,9 +179,9 @@ TALLY_ENTRY(cuMemHostUnregister_v4000)(void* p) {
   return unregister_region(found->start, found->value);
 }
 
-// Unified addressing: pinned memory has the same address on the device side.
-// Kernels reading host memory directly is not forwarded: the server's device
-// cannot reach the job's pages, so such a kernel faults (an illegal address).
+// Unified addressing: pinned memory has the same address on the device side. The
+// server makes it reachable there where it can (backends/base.py: host_map); a
+// buffer whose address the device already uses elsewhere can only be copied.
 TALLY_ENTRY(cuMemHostGetDevicePointer_v3020)(CUdeviceptr_v2* pdptr, void* p, unsigned int Flags) {
   if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;

@@ -143,6 +143,11 @@ class DeviceBackend(Protocol):
     # is the host mix in NoHostRegistration.
     def host_register(self, view: memoryview) -> None: ...
     def host_unregister(self, view: memoryview) -> None: ...
+    # ... and the same pinned memory made reachable by kernels at the job's own address
+    # (`fd` is its shared-memory object): True if done, False where the device cannot
+    # (the address is taken, or the device cannot reach host memory); copies work either way.
+    def host_map(self, address: int, nbytes: int, fd: int) -> bool: ...
+    def host_unmap(self, address: int) -> None: ...
 
     # managed memory (cuMemAllocManaged): the job maps its shared-memory object `fd` at
     # host address `address`; the backend makes [address, address + nbytes) device memory
@@ -213,10 +218,17 @@ class NoManagedMemory:
 
 
 class NoHostRegistration:
-    """For backends whose copies read and write host memory directly: nothing to register."""
+    """For backends whose copies read and write host memory directly: nothing to
+    register, and (unless the backend says otherwise) kernels cannot reach it."""
 
     def host_register(self, view: memoryview) -> None:
         pass
 
     def host_unregister(self, view: memoryview) -> None:
+        pass
+
+    def host_map(self, address: int, nbytes: int, fd: int) -> bool:
+        return False
+
+    def host_unmap(self, address: int) -> None:
         pass

@@ -89,6 +89,7 @@ class CudaBackend:
         self._next_callback = 1
         self._description: DeviceDescription | None = None
         self._managed: dict[int, int] = {}     # managed memory: address -> bytes mapped
+        self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
         self._current()
 
     def _current(self) -> None:
@@ -153,6 +154,29 @@ class CudaBackend:
     # same address. The bytes live in host memory and kernels reach them over the bus:
     # coherent, never migrated. Not yet run on a GPU.
     def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
+        self._managed[address] = self._map_at(address, nbytes, fd, "managed memory")
+
+    # pinned memory kernels read at the job's address: mapped and registered the same way
+    def host_map(self, address: int, nbytes: int, fd: int) -> bool:
+        try:
+            self._host_mapped[address] = self._map_at(address, nbytes, fd, "mapped pinned memory")
+        except DeviceError:
+            return False
+        return True
+
+    def host_unmap(self, address: int) -> None:
+        size = self._host_mapped.pop(address, None)
+        if size is None:
+            return
+        self._current()
+        try:
+            _check(cu.cuMemHostUnregister(address))
+        finally:
+            _libc.munmap(address, size)
+
+    def _map_at(self, address: int, nbytes: int, fd: int, what: str) -> int:
+        """Maps `fd` at `address` here and registers it for the device at that same
+        address; the bytes mapped."""
         self._current()
         size = -(-nbytes // _PAGE) * _PAGE
         got = _libc.mmap(address, size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_FIXED_NOREPLACE, fd, 0)
@@ -160,7 +184,7 @@ class CudaBackend:
             if got not in (None, _MAP_FAILED):
                 _libc.munmap(got, size)     # a kernel without MAP_FIXED_NOREPLACE took it as a hint
             if ctypes.get_errno() == 12:    # ENOMEM
-                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"cannot map {size} bytes of managed memory")
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"cannot map {size} bytes of {what}")
             raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{address:x} is taken in the server's address space")
         try:
             flags = cu.CU_MEMHOSTREGISTER_PORTABLE | cu.CU_MEMHOSTREGISTER_DEVICEMAP
@@ -169,11 +193,11 @@ class CudaBackend:
             if device_pointer != address:
                 _check(cu.cuMemHostUnregister(address))
                 raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "this device cannot use host pointers for registered "
-                                                            "memory, which tally's managed memory needs")
+                                                            f"memory, which tally's {what} needs")
         except DeviceError:
             _libc.munmap(address, size)
             raise
-        self._managed[address] = size
+        return size
 
     def mem_info(self) -> tuple[int, int]:
         self._current()

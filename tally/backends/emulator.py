@@ -120,6 +120,17 @@ class EmulatorBackend(NoHostRegistration):
     def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
         _memory_call(self._memory.adopt_shared, address, nbytes, fd)
 
+    # Pinned memory kernels read at its host address: not device memory, so not charged.
+    def host_map(self, address: int, nbytes: int, fd: int) -> bool:
+        try:
+            _memory_call(self._memory.adopt_shared, address, nbytes, fd, False)
+        except DeviceError:
+            return False         # the address is taken on the device: copies only
+        return True
+
+    def host_unmap(self, address: int) -> None:
+        _memory_call(self._memory.free, address)
+
     # ------------------------------------------------------------------ modules
 
     def module_load(self, source: ModuleSource) -> EmulatorModule:

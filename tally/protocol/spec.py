@@ -170,8 +170,10 @@ DRIVER_MESSAGES = (
     Message("ElapsedTimeReply", 132, "answer to EventElapsedTime", (F("ms", "f64"),)),
     Message("EventDestroy", 133, "async", (F("event", "u64"),)),
     Message("HostRegister", 134, "pinned host memory: the server maps the client's POSIX shared-memory "
-            "object (mode 0600, named /tally-pin-<client pid>-...) to use it in place",
-            (F("size", "u64"), F("flags", "u32"), F("_pad0", "u32")), tail="shared-memory object name"),
+            "object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; `address` is where "
+            "the client mapped it (kernels may use that address where the device can reach it)",
+            (F("size", "u64"), F("address", "u64"), F("flags", "u32"), F("_pad0", "u32")),
+            tail="shared-memory object name"),
     Message("HostRegisterReply", 135, "answer to HostRegister", (F("region", "u64"),)),
     Message("HostUnregister", 136, "the server unmaps the region", (F("region", "u64"),)),
     Message("LaunchHostFunc", 137, "async: when `stream` reaches this point the server posts "

@@ -696,19 +696,21 @@ static_assert(sizeof(EventDestroyMsg) == 8, "EventDestroyMsg layout differs from
 static_assert(offsetof(EventDestroyMsg, event) == 0);
 constexpr uint32_t kEventDestroySize = 8;  // bytes on the wire (0: empty)
 
-// pinned host memory: the server maps the client's POSIX shared-memory object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; tail: shared-memory object name
+// pinned host memory: the server maps the client's POSIX shared-memory object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; `address` is where the client mapped it (kernels may use that address where the device can reach it); tail: shared-memory object name
 struct HostRegisterMsg {
   static constexpr MessageKind kKind = MessageKind::HostRegister;
   static constexpr bool kHasTail = true;
   uint64_t size;
+  uint64_t address;
   uint32_t flags;
   uint32_t _pad0;
 };
-static_assert(sizeof(HostRegisterMsg) == 16, "HostRegisterMsg layout differs from the Python codec");
+static_assert(sizeof(HostRegisterMsg) == 24, "HostRegisterMsg layout differs from the Python codec");
 static_assert(offsetof(HostRegisterMsg, size) == 0);
-static_assert(offsetof(HostRegisterMsg, flags) == 8);
-static_assert(offsetof(HostRegisterMsg, _pad0) == 12);
-constexpr uint32_t kHostRegisterSize = 16;  // bytes on the wire (0: empty)
+static_assert(offsetof(HostRegisterMsg, address) == 8);
+static_assert(offsetof(HostRegisterMsg, flags) == 16);
+static_assert(offsetof(HostRegisterMsg, _pad0) == 20);
+constexpr uint32_t kHostRegisterSize = 24;  // bytes on the wire (0: empty)
 
 // answer to HostRegister
 struct HostRegisterReplyMsg {

@@ -54,7 +54,8 @@ void bind_memory(py::module_& m) {
       .def("map", &DeviceMemory::map, py::arg("addr"), py::arg("nbytes"), py::arg("offset"), py::arg("handle"))
       .def("unmap", &DeviceMemory::unmap, py::arg("addr"), py::arg("nbytes"))
       .def("set_access", &DeviceMemory::set_access, py::arg("addr"), py::arg("nbytes"), py::arg("accessible"))
-      .def("adopt_shared", &DeviceMemory::adopt_shared, py::arg("addr"), py::arg("nbytes"), py::arg("fd"))
+      .def("adopt_shared", &DeviceMemory::adopt_shared, py::arg("addr"), py::arg("nbytes"), py::arg("fd"),
+           py::arg("charge") = true)
       .def_property_readonly("used", &DeviceMemory::used)
       .def_property_readonly("capacity", &DeviceMemory::capacity)
       .def_property_readonly("allocation_count", &DeviceMemory::allocation_count)

@@ -31,7 +31,7 @@ DeviceMemory::~DeviceMemory() {
     if (a.reservation) {
       munmap(a.host, a.size);
     } else if (a.shared) {
-      munmap(a.host, a.reserved - kGuardBytes);
+      munmap(a.host, a.reserved);
     } else {
       std::free(a.host);
     }
@@ -111,9 +111,9 @@ void DeviceMemory::release(uint64_t ptr) {
       throw MemoryError(kInvalidValue, hex(ptr) + " is not the start of a live allocation");
     }
     host = it->second.host;
-    bytes = it->second.reserved - kGuardBytes;
     mapped = it->second.shared;
-    used_ -= bytes;
+    bytes = it->second.reserved - (mapped ? 0 : kGuardBytes);
+    if (it->second.charged) used_ -= bytes;
     allocations_.erase(it);
   }
   dispose(host, bytes, mapped);
@@ -135,11 +135,11 @@ void DeviceMemory::dispose(uint8_t* host, uint64_t nbytes, bool mapped) {
   }
 }
 
-void DeviceMemory::adopt_shared(uint64_t addr, uint64_t nbytes, int fd) {
+void DeviceMemory::adopt_shared(uint64_t addr, uint64_t nbytes, int fd, bool charge) {
   if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot allocate 0 bytes of managed memory");
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t mapped = align_up(nbytes, page);
-  if (addr == 0 || addr % page != 0 || mapped < nbytes || addr + mapped + kGuardBytes < addr) {
+  if (addr == 0 || addr % page != 0 || mapped < nbytes || addr + mapped < addr) {
     throw MemoryError(kInvalidValue, "managed memory at " + hex(addr) + " (" + std::to_string(nbytes) +
                                          " bytes) is not a page-aligned range of the address space");
   }
@@ -149,13 +149,14 @@ void DeviceMemory::adopt_shared(uint64_t addr, uint64_t nbytes, int fd) {
                                           ") overlaps the generic address windows of shared, local and parameter memory");
   }
   std::unique_lock guard(lock_);
-  if (used_.load() + mapped > capacity_) {
+  if (charge && used_.load() + mapped > capacity_) {
     throw MemoryError(kOutOfMemory, "out of device memory: " + std::to_string(nbytes) + " bytes requested, " +
                                         std::to_string(capacity_ - used_.load()) + " of " +
                                         std::to_string(capacity_) + " free");
   }
+  // No guard bytes after it: the job chose the address, and its mappings often abut.
   auto next = allocations_.lower_bound(addr);
-  bool taken = next != allocations_.end() && next->first < addr + mapped + kGuardBytes;
+  bool taken = next != allocations_.end() && next->first < addr + mapped;
   if (next != allocations_.begin()) taken |= std::prev(next)->first + std::prev(next)->second.reserved > addr;
   if (taken) throw MemoryError(kAlreadyMapped, "device addresses [" + hex(addr) + ", " + hex(addr + mapped) + ") are taken");
   void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -164,9 +165,10 @@ void DeviceMemory::adopt_shared(uint64_t addr, uint64_t nbytes, int fd) {
                                         std::strerror(errno));
   }
   Allocation a;
-  a.size = nbytes, a.reserved = mapped + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.shared = true;
+  a.size = nbytes, a.reserved = mapped, a.host = static_cast<uint8_t*>(host), a.shared = true;
+  a.charged = charge;
   allocations_.emplace(addr, std::move(a));
-  used_ += mapped;
+  if (charge) used_ += mapped;
 }
 
 void DeviceMemory::end_use() {

@@ -78,10 +78,11 @@ class DeviceMemory {
   // Managed memory (cuMemAllocManaged): the job maps a shared-memory object `fd` at
   // host address `addr` in its own process, and the device sees the same bytes at
   // the same address, so one pointer serves the job's CPU code and its kernels. The
-  // bytes count against capacity. kAlreadyMapped if [addr, addr + nbytes) is taken
+  // bytes count against capacity unless `charge` is false (pinned host memory a kernel
+  // may read at its host address). kAlreadyMapped if [addr, addr + nbytes) is taken
   // by another allocation or lies in a window of the generic address space (the job
   // then maps the object elsewhere and asks again). release() unmaps it.
-  void adopt_shared(uint64_t addr, uint64_t nbytes, int fd);
+  void adopt_shared(uint64_t addr, uint64_t nbytes, int fd, bool charge = true);
 
   // Held by anything that dereferences host pointers of allocations.
   class Use {
@@ -102,10 +103,11 @@ class DeviceMemory {
   };
   struct Allocation {
     uint64_t size = 0;      // bytes asked for (bounds checks use this)
-    uint64_t reserved = 0;  // address space taken, guard included
+    uint64_t reserved = 0;  // address space taken, guard included (shared ones have none)
     uint8_t* host = nullptr;
     bool reservation = false;              // VMM: host is an mmap, usable only where mapped
     bool shared = false;                   // managed: host is an mmap of the job's object
+    bool charged = true;                   // counted in used_
     std::map<uint64_t, Mapping> mappings;  // reservation offset -> mapping
   };
   struct Physical {

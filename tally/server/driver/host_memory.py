@@ -33,6 +33,7 @@ class PinnedRegion:
     name: str
     size: int
     view: memoryview     # of the mapping; slices of it are what the backend reads and writes
+    device_address: int | None = None   # where kernels reach it (the job's address), if they can
 
     def span(self, offset: int, nbytes: int, what: str) -> memoryview:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
@@ -84,16 +85,20 @@ class PinnedRegions:
             pass
         return fd
 
-    def register(self, name: str, size: int) -> PinnedRegion:
+    def register(self, name: str, size: int, address: int = 0) -> PinnedRegion:
+        """`address`: where the job mapped it; kernels may use that address too where the
+        backend can make it reachable (unified addressing: a pinned pointer is a device
+        pointer in CUDA)."""
         fd = self.open_object(name, size)
         try:
             mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            reachable = bool(address) and self._backend.host_map(address, size, fd)
         finally:
             os.close(fd)
         view = memoryview(mapping)
         self._backend.host_register(view)
         with self._lock:
-            region = PinnedRegion(next(self._ids), name, size, view)
+            region = PinnedRegion(next(self._ids), name, size, view, address if reachable else None)
             self._regions[region.region_id] = region
         return region
 
@@ -109,7 +114,7 @@ class PinnedRegions:
             region = self._regions.pop(region_id, None)
         if region is None:
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"pinned region {region_id} is not registered")
-        self._backend.host_unregister(region.view)
+        self._release(region)
 
     def clear(self) -> None:
         """Once the client's work is finished or stopped. Copies still queued keep their
@@ -118,7 +123,12 @@ class PinnedRegions:
         with self._lock:
             regions, self._regions = list(self._regions.values()), {}
         for region in regions:
-            self._backend.host_unregister(region.view)
+            self._release(region)
+
+    def _release(self, region: PinnedRegion) -> None:
+        self._backend.host_unregister(region.view)
+        if region.device_address is not None:
+            self._backend.host_unmap(region.device_address)
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -9,7 +9,7 @@ from tally.server.driver.sync import when_idle
 
 @handler("HostRegister")
 def host_register(session, fields, tail, tag):
-    region = driver_state(session).regions.register(_name(tail), fields["size"])
+    region = driver_state(session).regions.register(_name(tail), fields["size"], fields["address"])
     session.reply("HostRegisterReply", tag, region=region.region_id)
 
 

@@ -96,6 +96,9 @@ static void importer(const char* mem_hex, const char* event_hex) {
   CHECK(cuEventSynchronize(done));
   unsigned marker = 0x33333333u;
   CHECK(cuMemcpyHtoD(mem, &marker, sizeof marker));
+  // A copy from pageable memory may return before it lands (CUDA's rule too): the
+  // owner reads the word once this job has ended, so the write must have landed.
+  CHECK(cuCtxSynchronize());
   printf("free_others=%d\n", (int)cuMemFree(mem));
   CUipcMemHandle forged = mh;
   ((unsigned char*)&forged)[20] ^= 0x5a;  // inside the secret
