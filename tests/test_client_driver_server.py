@@ -317,7 +317,9 @@ def test_large_module_arrives_staged_through_the_upload_arena(client):
         offset = arena.reserve(len(piece))
         arena.write(offset, piece)
         client.send("StageBytes", arena_offset=offset, size=len(piece))
-    kind, values, _ = client.call("ModuleLoad", size=len(ptx), staged=1)
+    # Loading 2,500 kernels (with their sliced and PTB variants) takes ~5 s of CPU here, and
+    # over 10 s on a loaded 2-core machine: this test is about staging, so it waits long.
+    kind, values, _ = client.call("ModuleLoad", size=len(ptx), staged=1, timeout=120)
     assert kind == "ModuleLoadReply", values
     kind, fn, _ = client.call("GetFunction", b"k2499", module=values["module"])
     assert kind == "FunctionReply" and fn["param_count"] == 1

@@ -96,22 +96,21 @@ def memcpy_dtoh(session, fields, tail, tag):
     src, width, height, pitch, stream = (fields[k] for k in ("src", "width", "height", "src_pitch", "stream"))
     nbytes = width * height
     dest = fields["dest"]
+    if dest not in (DEST_PINNED, DEST_ARENA):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
+    state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
     if dest == DEST_PINNED:
         target = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy destination")
-    elif dest == DEST_ARENA:
+    else:
         if not tag:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, "a copy into the download arena must be synchronous")
         if nbytes > session.segment.download.capacity:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"copy of {nbytes} bytes exceeds the download arena; send it in chunks")
-        state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
         # Registered memory, not a bytearray: a GPU copies into pageable memory synchronously,
         # which would hold the executor (and every job) until this stream's work ended.
         staging = session.server.staging
         target = staging.take(nbytes)
-    else:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
-    state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
     try:
         for dev_off, host_off, n in _rows(width, height, pitch, width):
             if n:

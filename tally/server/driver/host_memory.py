@@ -96,7 +96,12 @@ class PinnedRegions:
         finally:
             os.close(fd)
         view = memoryview(mapping)
-        self._backend.host_register(view)
+        try:
+            self._backend.host_register(view)
+        except BaseException:
+            if reachable:
+                self._backend.host_unmap(address)
+            raise
         with self._lock:
             region = PinnedRegion(next(self._ids), name, size, view, address if reachable else None)
             self._regions[region.region_id] = region
