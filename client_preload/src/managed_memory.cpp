@@ -27,7 +27,6 @@
 #include "address_map.h"
 #include "connection.h"
 #include "entry_point.h"
-#include "log.h"
 #include "shared_objects.h"
 #include "stream_ids.h"
 
