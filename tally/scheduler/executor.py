@@ -333,8 +333,9 @@ class StreamExecutor:
             return stream.errors.popleft() if stream.errors else None
 
     def _retire(self, stream: StreamState) -> bool:
-        """Mark the stream released once no other thread is synchronizing its backend
-        stream; False if it was already. Call with the lock held."""
+        """Mark the stream released (no new backend synchronization of it starts), then
+        wait until none is in progress; False if another caller released it first. Call
+        with the lock held; its backend streams may be destroyed afterwards."""
         if stream.released:
             return False
         stream.released = True
