@@ -110,10 +110,21 @@ class TallyServer:
             if _socket_answers(path):
                 raise ServerError(f"another tally-server is already listening on {path}")
             path.unlink()  # stale socket of a server that died
+        # The socket appears at `path` only once it accepts connections: bound and listening
+        # under a temporary name first, then renamed (a job that sees the file and connects
+        # between bind and listen would be refused; seen in tests on a loaded machine).
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(128)
+        staging = path.parent / f".t{os.getpid()}"
+        try:
+            staging.unlink(missing_ok=True)
+            listener.bind(str(staging))
+            os.chmod(staging, 0o600)
+            listener.listen(128)
+            os.replace(staging, path)
+        except BaseException:
+            listener.close()
+            staging.unlink(missing_ok=True)
+            raise
         listener.setblocking(False)
         self._listener = listener
         self._selector.register(listener, selectors.EVENT_READ, ("listener", None))
