@@ -27,19 +27,19 @@ from test_e2e_gpu import (  # noqa: F401
 from test_e2e_helpers import (
     Server,
     build_cuda,
-    build_device_code,
-    build_driver_c,
     emulator_server_process,
-    finish,
     job_command,
     job_env,
     run_job,
-    start_job,
 )
 
-# The robustness tests, collected again here with this module's `server` (a cuda-backend
-# server): a fault, a job killed mid-kernel or inside its host function, quotas, and
-# other jobs' memory.
+# The IPC, virtual-memory and robustness tests, collected again here with this module's
+# `server` (a cuda-backend server): handles between jobs, reservations and mappings, a
+# fault, a job killed mid-kernel or inside its host function, quotas, other jobs' memory.
+from test_e2e_ipc import (  # noqa: F401
+    test_memory_freed_by_its_owner_lives_until_the_last_holder_closes_it,
+    test_open_wait_read_write_and_what_is_refused,
+)
 from test_e2e_robustness import (  # noqa: F401
     test_addresses_the_job_does_not_own,
     test_illegal_address_is_the_jobs_error_only,
@@ -48,6 +48,12 @@ from test_e2e_robustness import (  # noqa: F401
     test_jobs_at_once,
     test_memory_of_another_job_is_out_of_reach,
     test_memory_quota,
+)
+from test_e2e_virtual_memory import (  # noqa: F401
+    test_a_job_that_exits_with_memory_mapped_gets_it_back,
+    test_another_job_cannot_touch_mapped_memory,
+    test_physical_memory_counts_against_the_quota,
+    test_reserve_create_map_access_unmap,
 )
 
 from tally.bench.demo import compile_example
@@ -68,8 +74,8 @@ class NestedCudaServer(Server):
 
 @pytest.fixture
 def server():
-    """A nested cuda-backend server of its own for one test (the name the robustness
-    tests imported below ask for)."""
+    """A nested cuda-backend server of its own for one test (the name the imported
+    IPC, virtual-memory and robustness tests ask for)."""
     under = emulator_server_process()
     nested = NestedCudaServer(under)
     yield nested
@@ -97,14 +103,6 @@ def test_graphs(nvcc, cuda_server):
     assert job.ints("host_calls", "host_good", "updated_good", "child_c_last") == [2, 2, 3, 42]
 
 
-def test_virtual_memory(nvcc, cuda_server):
-    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
-    job = run_job(cuda_server.socket, build_driver_c("virtual_memory.c"), "basics", ptx)
-    assert job.returncode == 0, job.stdout + job.stderr
-    assert job.value("kernel_over_seam_good") == "4096"
-    assert job.value("remapped_value") == str(7 + 2048)
-
-
 def _start(socket, priority, program, *args):
     return subprocess.Popen(job_command(socket, program, *args, priority=priority), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=job_env())
@@ -123,27 +121,6 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
     scheduler = cuda_server.status()["server"]["scheduler"]
     assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
     assert scheduler["untransformable"] == 0, scheduler
-
-
-def test_interprocess_handles(nvcc, cuda_server):
-    program = build_driver_c("ipc.c")
-    owner = start_job(cuda_server.socket, program, "owner")
-    got = {}
-    while "event_handle" not in got:
-        line = owner.stdout.readline()
-        assert line, "the owner ended early"
-        key, _, value = line.strip().partition("=")
-        got[key] = value
-    importer = run_job(cuda_server.socket, program, "importer", got["mem_handle"], got["event_handle"])
-    assert importer.returncode == 0, importer.stdout + importer.stderr
-    assert importer.value("read_after_event") == "1"
-    owner.stdin.write("go\n")
-    owner.stdin.flush()
-    owner.stdin.write("go\n")
-    owner.stdin.flush()
-    result = finish(owner)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.value("written_by_other") == "33333333"
 
 
 def test_device_printf_goes_to_the_servers_stdout(nvcc, cuda_server):
