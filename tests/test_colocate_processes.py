@@ -168,7 +168,7 @@ def colocated(tmp_path_factory):
     whatever this noisy machine's speed of the moment: its kernel thread then has a
     fair share of 2/7 of the two cores for a duty of 0.5. With four (a share of 2/5)
     it was only marginally overloaded, and Linux lets a thread that sleeps between
-    requests take a core on waking: in 12 runs here fifo's p99 ranged from 145 ms to
+    requests take a core on waking: in 11 runs here fifo's p99 ranged from 145 ms to
     1335 ms, and one CI run saw 136 ms, 2.7x priority's. With three jobs at 0.6 it was
     sometimes not overloaded at all."""
     out = tmp_path_factory.mktemp("colocate")
