@@ -56,6 +56,15 @@ def test_managed_memory_on_the_gpu(nvcc, cuda_server):
     assert job.ints("pointer_type", "same_pointers", "given_back") == [3, 1, 1]
 
 
+def test_kernels_reach_pinned_memory_on_the_gpu(nvcc, cuda_server):
+    # the server maps the job's pinned object at the job's address and registers it for
+    # the device (tally/backends/cuda.py: host_map)
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "mapped_pinned.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("mapped_same_pointer", "mapped_good", "pinned_good") == [1, 4096, 4096]
+    assert job.ints("registered_sum", "plain_intact") == [2 * 4096, 1]
+
+
 def test_driver_api_on_the_gpu(nvcc, cuda_server):
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")
