@@ -10,7 +10,6 @@ What this cannot show is what a real GPU decides: timing, where blocks run, and
 how a device fault poisons a real context. tests/test_e2e_gpu.py runs on one."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,9 +27,11 @@ from test_e2e_helpers import (
     Server,
     build_cuda,
     emulator_server_process,
+    finish,
     job_command,
     job_env,
     run_job,
+    start_job,
 )
 
 # The IPC, virtual-memory and robustness tests, collected again here with this module's
@@ -103,21 +104,14 @@ def test_graphs(nvcc, cuda_server):
     assert job.ints("host_calls", "host_good", "updated_good", "child_c_last") == [2, 2, 3, 42]
 
 
-def _start(socket, priority, program, *args):
-    return subprocess.Popen(job_command(socket, program, *args, priority=priority), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=job_env())
-
-
 def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_server, tmp_path):
     # The demo's jobs: best-effort training (its kernels run as PTB or slices, preempted
     # through the PTB state the backend writes) next to high-priority inference.
     programs = {name: compile_example(nvcc, name, tmp_path) for name in ("inference", "training")}
-    be = _start(cuda_server.socket, "best-effort", programs["training"], 60)
-    hp = _start(cuda_server.socket, "high", programs["inference"], 40)
-    hp_out, _ = hp.communicate(timeout=300)
-    be_out, _ = be.communicate(timeout=300)
-    assert hp.returncode == 0 and "results correct" in hp_out, hp_out
-    assert be.returncode == 0 and "results correct" in be_out, be_out
+    be = start_job(cuda_server.socket, programs["training"], 60, priority="best-effort")
+    hp = start_job(cuda_server.socket, programs["inference"], 40, priority="high")
+    for job in (finish(hp, timeout=300), finish(be, timeout=300)):
+        assert job.returncode == 0 and "results correct" in job.stdout, job.stdout + job.stderr
     scheduler = cuda_server.status()["server"]["scheduler"]
     assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
     assert scheduler["untransformable"] == 0, scheduler

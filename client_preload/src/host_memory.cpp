@@ -55,17 +55,10 @@ CUresult register_object(const std::string& name, const void* address, size_t by
 CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   if (pp == nullptr || bytes == 0 || (flags & ~kAllocFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  const size_t mapped = (bytes + page_size() - 1) & ~(page_size() - 1);
+  const size_t mapped = page_round(bytes);
   std::string name;
-  int fd = create_shared_object(mapped, &name);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  madvise(p, mapped, MADV_DONTFORK);
+  void* p = map_new_shared_object(mapped, &name);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   uint64_t region = 0;
   if (CUresult rc = register_object(name, p, mapped, flags, &region); rc != CUDA_SUCCESS) {
     munmap(p, mapped);

@@ -46,26 +46,17 @@ struct Advice {
 std::mutex g_advice_lock;
 std::map<uint64_t, Advice> g_advice;  // managed allocation start -> its advice
 
-size_t mapped_size(size_t bytes) { return (bytes + page_size() - 1) & ~(page_size() - 1); }
-
 CUresult allocate_managed(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  const size_t mapped = mapped_size(bytes);
+  const size_t mapped = page_round(bytes);
   std::vector<void*> refused;  // kept mapped while trying, so the kernel picks other addresses
   CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     std::string name;
-    int fd = create_shared_object(mapped, &name);
-    if (fd < 0) break;
-    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-      shm_unlink(name.c_str());
-      break;
-    }
-    madvise(p, mapped, MADV_DONTFORK);  // as pinned memory: a forked child must not write it
+    void* p = map_new_shared_object(mapped, &name);
+    if (p == nullptr) break;
     const uint64_t address = reinterpret_cast<uint64_t>(p);
     rc = Connection::instance().request_done(protocol::MemAllocManagedMsg{address, bytes, flags, 0}, name.data(),
                                              static_cast<uint32_t>(name.size()));
@@ -215,7 +206,7 @@ CUresult attach(CUstream stream, CUdeviceptr ptr, size_t length, unsigned flags,
 }  // namespace
 
 void forget_managed(uint64_t start, uint64_t size) {
-  munmap(reinterpret_cast<void*>(start), mapped_size(size));
+  munmap(reinterpret_cast<void*>(start), page_round(size));
   std::lock_guard lock(g_advice_lock);
   g_advice.erase(start);
 }

@@ -24,6 +24,8 @@ size_t page_size() {
   return size;
 }
 
+size_t page_round(size_t bytes) { return (bytes + page_size() - 1) & ~(page_size() - 1); }
+
 int create_shared_object(size_t bytes, std::string* name) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "/tally-pin-%d-%" PRIu64, static_cast<int>(getpid()),
@@ -42,6 +44,19 @@ int create_shared_object(size_t bytes, std::string* name) {
     return -1;
   }
   return fd;
+}
+
+void* map_new_shared_object(size_t bytes, std::string* name) {
+  int fd = create_shared_object(bytes, name);
+  if (fd < 0) return nullptr;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name->c_str());
+    return nullptr;
+  }
+  madvise(p, bytes, MADV_DONTFORK);
+  return p;
 }
 
 }  // namespace tally::client

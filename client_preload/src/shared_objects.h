@@ -9,8 +9,14 @@
 namespace tally::client {
 
 size_t page_size();
+size_t page_round(size_t bytes);  // up to whole pages
 
 // A new object of `bytes` bytes (a descriptor; its name in *name), or -1, logged.
 int create_shared_object(size_t bytes, std::string* name);
+
+// A new object of `bytes` bytes (whole pages) mapped shared and read-write here, and
+// not inherited by fork()ed children (they must not write memory the server reads);
+// its name in *name. nullptr on failure (no object is left behind then).
+void* map_new_shared_object(size_t bytes, std::string* name);
 
 }  // namespace tally::client

@@ -99,10 +99,7 @@ class StreamExecutor:
                 except DeviceError:
                     pass          # the client is gone; nobody is left to tell
                 self.backend.stream_destroy(bstream)
-            with self._lock:
-                ptb_state = self.device.release_stream_state(stream)
-            if ptb_state is not None:
-                self.backend.mem_free(ptb_state)
+            self._free_stream_state(stream)
         with self._lock:
             for event in events:
                 self._destroy_event(event)
@@ -215,10 +212,7 @@ class StreamExecutor:
                 return
         self.backend.stream_destroy(stream.backend_stream)
         self.backend.stream_destroy(stream.notify_stream)
-        with self._lock:
-            ptb_state = self.device.release_stream_state(stream)
-        if ptb_state is not None:
-            self.backend.mem_free(ptb_state)
+        self._free_stream_state(stream)
 
     # events ---------------------------------------------------------------------------------
     def event_create(self, client_id: Hashable, timing: bool = True) -> ExecutorEvent:
@@ -331,6 +325,14 @@ class StreamExecutor:
             if backend_error is not None:
                 stream.errors.append(backend_error)
             return stream.errors.popleft() if stream.errors else None
+
+    def _free_stream_state(self, stream: StreamState) -> None:
+        """A released stream's PTB state: forgotten under the lock, its device memory freed
+        outside it (cuMemFree waits for the whole device on a GPU)."""
+        with self._lock:
+            ptb_state = self.device.release_stream_state(stream)
+        if ptb_state is not None:
+            self.backend.mem_free(ptb_state)
 
     def _retire(self, stream: StreamState) -> bool:
         """Mark the stream released (no new backend synchronization of it starts), then

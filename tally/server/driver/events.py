@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tally.backends.base import (
     CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
@@ -20,8 +19,7 @@ CU_EVENT_DISABLE_TIMING = 0x2
 def event_create(session, fields, tail, tag):
     state = driver_state(session)
     event_id = fields["event"]
-    if event_id in state.events:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"event id {event_id} already exists")
+    state.check_new_event_id(event_id)
     timing = not fields["flags"] & CU_EVENT_DISABLE_TIMING
     state.events[event_id] = state.executor.event_create(state.client_id, timing)
     if tag:

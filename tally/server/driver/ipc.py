@@ -55,8 +55,7 @@ def ipc_get_event_handle(session, fields, tail, tag):
 def ipc_open_event_handle(session, fields, tail, tag):
     state = driver_state(session)
     event_id = fields["event"]
-    if event_id in state.events:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"event id {event_id} already exists")
+    state.check_new_event_id(event_id)
     state.events[event_id] = session.server.ipc.open_event(session.client_id, fields["export_id"], fields["secret"])
     state.imported_events.add(event_id)
     if tag:

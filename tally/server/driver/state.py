@@ -90,6 +90,10 @@ class DriverState:
     def _imported(self, ptr: int, nbytes: int) -> bool:
         return any(base <= ptr and ptr + nbytes <= base + size for base, size in self.imports.items())
 
+    def check_new_event_id(self, event_id: int) -> None:
+        if event_id in self.events:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"event id {event_id} already exists")
+
     def event(self, event_id: int):
         try:
             return self.events[event_id]
