@@ -3,17 +3,22 @@
 
 Both land inside the package (tally/_core*.so and tally/lib/libcuda.so.1), so an
 editable install (`pip install -e .`) and a regular one find them the same way.
+An editable install is a developer's: it also builds the C++ unit tests and the
+transport benchmark's bindings (TALLY_DEV_BUILD), which a user's wheel leaves out.
 """
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+from build_progress import BuildProgress  # noqa: E402
 
 
 class CMakeExtension(Extension):
@@ -29,18 +34,26 @@ class CMakeBuild(build_ext):
         build_dir = Path(self.build_temp).resolve() / "cmake"
         build_dir.mkdir(parents=True, exist_ok=True)
         config = os.environ.get("TALLY_BUILD_TYPE", "Release")
+        editable = getattr(self, "editable_mode", False)
+        dev = os.environ.get("TALLY_DEV_BUILD", "1" if editable else "0") not in ("0", "", "OFF")
         configure = [
             "cmake", str(ROOT),
             f"-DCMAKE_BUILD_TYPE={config}",
             f"-DTALLY_PACKAGE_DIR={package_dir}",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            f"-DTALLY_DEV_BUILD={'ON' if dev else 'OFF'}",
         ]
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-        subprocess.run(configure, cwd=build_dir, check=True)
-        subprocess.run(["cmake", "--build", ".", "-j", jobs], cwd=build_dir, check=True)
+        progress = BuildProgress(jobs)
+        started = time.monotonic()
+        progress.say(f"building the C++ core, the CUDA driver stand-in and the emulator with {jobs} "
+                     f"parallel jobs (about a minute on 2 cores{'; plus C++ tests' if dev else ''})")
+        subprocess.run(configure, cwd=build_dir, check=True, stdout=subprocess.DEVNULL)
+        progress.run(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
+        progress.say(f"C++ build done in {time.monotonic() - started:.0f} s")
         source_package = ROOT / "tally"
-        if getattr(self, "editable_mode", False) and package_dir != source_package:
+        if editable and package_dir != source_package:
             # setuptools copies only the extension module back into the source tree
             # for editable installs; the client library must follow it.
             shutil.rmtree(source_package / "lib", ignore_errors=True)

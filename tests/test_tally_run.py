@@ -5,11 +5,11 @@ import sys
 import pytest
 
 from tally import paths
-from tally.cli.run_main import job_environment, parse_quota
+from tally.cli.run_main import job_environment, parse_quota, quota_too_large
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("1073741824", "1073741824"), ("8G", str(8 << 30)), ("512M", str(512 << 20)), ("1.5GiB", str(3 << 29)),
+    ("1073741824B", "1073741824"), ("8G", str(8 << 30)), ("512M", str(512 << 20)), ("1.5GiB", str(3 << 29)),
     ("50%", "50%"), ("12.5%", "12.5%"),
 ])
 def test_quota_forms(text, expected):
@@ -20,6 +20,21 @@ def test_quota_forms(text, expected):
 def test_bad_quota_is_a_clear_error(text):
     with pytest.raises(argparse.ArgumentTypeError, match="memory quota"):
         parse_quota(text)
+
+
+def test_a_bare_number_is_refused_naming_the_units():
+    # "40" once meant 40 bytes, silently: the job then failed as if the device were full.
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        parse_quota("40")
+    assert "has no unit" in str(e.value) and "40B" in str(e.value) and "40G" in str(e.value)
+
+
+def test_a_quota_above_the_device_is_refused():
+    status = {"server": {"memory_total": 16 << 30}}
+    assert quota_too_large(str(8 << 30), status) is None
+    assert quota_too_large("50%", status) is None
+    message = quota_too_large(str(100 << 30), status)
+    assert "100.00 GiB is more than the device has (16.00 GiB)" in message
 
 
 def test_environment_puts_our_library_first():

@@ -11,7 +11,7 @@ mkdir -p "$build"
 exec 9>"$root/build/.lock"
 flock 9
 if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="$config" -DTALLY_PACKAGE_DIR="$root/tally" \
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="$config" -DTALLY_PACKAGE_DIR="$root/tally" -DTALLY_DEV_BUILD=ON \
     -DPython_EXECUTABLE="$(command -v python3)" -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)"

@@ -1,6 +1,7 @@
 #include "connection.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -93,6 +94,10 @@ CUresult Connection::connect_locked() {
     return fail("cannot attach the shared memory tally-server at " + config_.socket_path + " set up for this job (" +
                 segment_name + "): " + e.what());
   }
+  // Both sides have the segment mapped now, so its name is needed by no one: removing
+  // it here means a server that is SIGKILLed later leaves nothing in /dev/shm (the
+  // memory goes when the last mapping does). The server unlinks too (ENOENT is fine).
+  shm_unlink(segment_name.c_str());
   socket_fd_ = hs.socket_fd;
   client_id_ = hs.reply.client_id;
   device_ = hs.device;

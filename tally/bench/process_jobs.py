@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from tally import paths
+from tally.cli import commands
 from tally.bench.demo import find_nvcc
 
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
@@ -46,7 +46,7 @@ class JobProgram:
         """argv that starts the program (without the role's file arguments)."""
         if self.workload == "cuda":
             return [str(build_cuda_job(self.source))]
-        return [sys.executable, "-u", "-m", self.module, "--model", self.model]
+        return [*commands.python_module(self.module, "-u"), "--model", self.model]
 
 
 _PROGRAMS = (

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from tally import paths
+from tally.cli import commands
 from tally.bench.colocate import ColocateConfig, RunRecord
 from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
 from tally.bench.process_jobs import (
@@ -218,7 +218,7 @@ class ProcessRunner:
         return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock")
 
     def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
-        return [sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
+        return [*commands.tool("tally-run"), "--server", str(server.socket_path),
                 "--priority", priority, "--"]
 
     def _start_best_effort(self, group: ProcessGroup, server: RunningServer, directory: Path, i: int,
@@ -286,7 +286,7 @@ class _ServerRun:
         self.group.__enter__()
         try:
             socket_path = self.socket_path
-            argv = [sys.executable, "-m", "tally.cli.server_main", "--backend", c.backend, "--policy", self.policy,
+            argv = [*commands.tool("tally-server"), "--backend", c.backend, "--policy", self.policy,
                     "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
                     "--socket", str(socket_path)]
             process = self.group.start(f"tally-server (--backend {c.backend} --policy {self.policy})", argv,

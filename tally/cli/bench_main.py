@@ -34,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="compile two CUDA programs and run them under tally-run against a "
                                     "tally-server (GPU if present, else the CPU emulator)")
     d.add_argument("--backend", choices=("auto", "cuda", "emulator", "null", "sim"), default="auto")
-    d.add_argument("--requests", type=int, default=200, help="inference requests (default: %(default)s)")
-    d.add_argument("--steps", type=int, default=300, help="training steps (default: %(default)s)")
+    d.add_argument("--requests", type=int, default=400, help="inference requests (default: %(default)s)")
+    d.add_argument("--steps", type=int, default=600, help="training steps (default: %(default)s)")
     c = sub.add_parser("colocate", help="high-priority inference next to best-effort training, "
                                         "under each policy and alone")
     c.add_argument("--backend", choices=BACKENDS, default="sim")
@@ -125,7 +125,8 @@ def _gpu_present() -> bool:
     # asked in a child process: cuInit here would initialize the driver in the
     # process that forks every server and job
     probe = "from tally.backends.select import real_driver_present as p; raise SystemExit(0 if p() else 1)"
-    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+    from tally.cli.commands import python_code
+    return subprocess.run(python_code(probe), check=False).returncode == 0
 
 
 def _write_outputs(args: argparse.Namespace, result) -> None:
@@ -160,8 +161,22 @@ def colocate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _missing_plot_library(args: argparse.Namespace) -> bool:
+    """--png needs matplotlib, an optional dependency: say so before a long run, not after."""
+    if getattr(args, "png", None) is None:
+        return False
+    import importlib.util
+    if importlib.util.find_spec("matplotlib") is not None:
+        return False
+    print("tally-bench: --png needs matplotlib, which is not installed: pip install 'tally[plot]' "
+          "(or pip install matplotlib)", file=sys.stderr)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if _missing_plot_library(args):
+        return 2
     if args.command == "colocate":
         return colocate(args)
     if args.command == "demo":

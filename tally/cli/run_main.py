@@ -1,6 +1,6 @@
 """tally-run: start a job whose CUDA work goes through a tally-server.
 
-    tally-run [--priority high|best-effort] [--memory-quota BYTES|PCT%] [--server PATH] -- cmd args...
+    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--server PATH] -- cmd args...
 
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
@@ -12,31 +12,29 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from tally import paths
 from tally.cli.server_main import query_status
-
-QUOTA = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*$")
-UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+from tally.units import SizeError, format_bytes, parse_size
 
 
 def parse_quota(text: str) -> str:
     """Validate a quota and return its canonical env form: bytes ('1073741824') or percent ('50%')."""
-    m = QUOTA.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"memory quota {text!r}: use bytes (e.g. 8G, 512M, 1073741824) "
-                                         f"or a percentage of device memory (e.g. 50%)")
-    value, unit = float(m.group(1)), (m.group(2) or "")
-    if unit == "%":
-        if not 0 < value <= 100:
-            raise argparse.ArgumentTypeError(f"memory quota {text!r}: a percentage must be in (0, 100]")
-        return f"{value:g}%"
-    nbytes = int(value * UNITS[unit[:1].lower()])
-    if nbytes <= 0:
-        raise argparse.ArgumentTypeError(f"memory quota {text!r} must be positive")
-    return str(nbytes)
+    try:
+        value = parse_size(text, "memory quota", allow_percent=True)
+    except SizeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return f"{value:g}%" if isinstance(value, float) else str(value)
+
+
+def quota_too_large(quota: str | None, status: dict) -> str | None:
+    """Why the server's device cannot give this quota, or None when it can."""
+    total = status.get("server", {}).get("memory_total")
+    if quota is None or quota.endswith("%") or not total or int(quota) <= total:
+        return None
+    return (f"--memory-quota {format_bytes(int(quota))} is more than the device has "
+            f"({format_bytes(total)}); ask for at most that, or a percentage (e.g. 50%)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", choices=("high", "best-effort"), default="best-effort",
                    help="high: latency-critical (inference); best-effort: fills idle GPU time (default)")
     p.add_argument("--memory-quota", type=parse_quota,
-                   help="device memory this job may allocate: bytes (8G, 512M) or percent (50%%)")
+                   help="device memory this job may allocate: a size with a unit (8G, 512M, 4096B) "
+                        "or a percentage of device memory (50%%)")
     p.add_argument("--server", help="the tally-server socket (default $TALLY_SERVER or the default path)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job to run, after --")
     return p
@@ -79,11 +78,15 @@ def main(argv: list[str] | None = None) -> int:
               f"(pip install .)", file=sys.stderr)
         return 2
     try:
-        query_status(socket_path)
+        status = query_status(socket_path)
     except (OSError, ConnectionError):
         print(f"tally-run: no tally-server answers on {socket_path}. Start one first, e.g.\n"
               f"  tally-server --socket {socket_path} &\n"
               f"then run: tally-run --server {socket_path} -- {' '.join(command)}", file=sys.stderr)
+        return 2
+    refused = quota_too_large(args.memory_quota, status)
+    if refused:
+        print(f"tally-run: {refused}", file=sys.stderr)
         return 2
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -121,10 +122,13 @@ def status_main(argv: list[str]) -> int:
         print(f"tally-server status: no tally-server answers on {socket_path} ({e}). "
               f"Start one with: tally-server --socket {socket_path}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(status, indent=2))
-        return 0
-    print(format_status(status))
+    text = json.dumps(status, indent=2) if args.json else format_status(status)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # `tally-server status | head -2`: the reader has what it wanted. Point stdout
+        # at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -11,6 +11,7 @@ import bisect
 import threading
 
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.units import format_bytes
 
 
 class Allocations:
@@ -30,8 +31,15 @@ class Allocations:
         if self.quota_bytes is not None and self.used_bytes + nbytes > self.quota_bytes:
             raise DeviceError(
                 CUDA_ERROR_OUT_OF_MEMORY,
-                f"allocation of {nbytes} bytes exceeds the memory quota "
-                f"({self.used_bytes} of {self.quota_bytes} bytes in use)")
+                f"allocation of {format_bytes(nbytes)} ({nbytes} bytes) refused: this job's memory quota is "
+                f"{format_bytes(self.quota_bytes)}, {format_bytes(self.used_bytes)} in use")
+
+    @staticmethod
+    def device_full(nbytes: int, free: int, total: int) -> DeviceError:
+        """The refusal when the device itself has no room (no quota was in the way)."""
+        return DeviceError(CUDA_ERROR_OUT_OF_MEMORY,
+                           f"allocation of {format_bytes(nbytes)} ({nbytes} bytes) refused: the device has "
+                           f"{format_bytes(free)} free of {format_bytes(total)}")
 
     def charge(self, nbytes: int) -> None:
         """Count memory that is not an allocation (virtual memory's physical handles)."""

@@ -25,9 +25,13 @@ import msgpack
 from tally import _core, protocol
 from tally.protocol.framing import recv_record, send_record
 from tally.scheduler.pinned_pool import PinnedPool
+from tally.server.admission import Refused, admit
 from tally.server.dispatch import load_handlers
 from tally.server.ipc import IpcRegistry
+from tally.server.log_once import OncePerCause
+from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
+from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
@@ -35,7 +39,6 @@ HELLO = protocol.codec("Hello")
 HELLO_REPLY = protocol.codec("HelloReply")
 DEVICE_INFO = protocol.codec("DeviceInfo")
 STATUS_REPLY = protocol.codec("StatusReply")
-HANDSHAKE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -63,6 +66,8 @@ class ServerConfig:
     # 1000 us on a real GPU (a synchronous call then costs ~3 us), 20 us on the
     # CPU-bound backends, whose kernels need the cores a spinning thread would take.
     spin_us: float | None = None
+    # How long a new connection may take to send its first record.
+    handshake_timeout_s: float = 5.0
 
     def session_spin_us(self, backend_kind: str) -> float:
         if self.spin_us is not None:
@@ -97,6 +102,7 @@ class TallyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
         self.started_at = time.time()
+        self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
         load_handlers()
 
     # ---- socket ----------------------------------------------------------------
@@ -110,6 +116,7 @@ class TallyServer:
             if _socket_answers(path):
                 raise ServerError(f"another tally-server is already listening on {path}")
             path.unlink()  # stale socket of a server that died
+        reclaim_stale()    # shared memory of servers and jobs that died
         # The socket appears at `path` only once it accepts connections: bound and listening
         # under a temporary name first, then renamed (a job that sees the file and connects
         # between bind and listen would be refused; seen in tests on a loaded machine).
@@ -191,7 +198,7 @@ class TallyServer:
                          name="tally-handshake").start()
 
     def _first_record(self, conn: socket.socket) -> None:
-        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        conn.settimeout(self.config.handshake_timeout_s)
         try:
             kind, tag, payload = recv_record(conn)
             if kind == HELLO.kind:
@@ -202,53 +209,46 @@ class TallyServer:
             else:
                 raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello or StatusRequest")
         except (OSError, ConnectionError, protocol.ProtocolError) as e:
-            log.warning("dropped a connection during handshake: %s", e)
+            # Idle probes and dropped connections come in crowds (a port scan, a
+            # crash loop): the first of each cause is a warning, the rest are counted.
+            self.dropped_connections.note(_drop_cause(e), str(e))
             conn.close()
+
+    def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
+        try:
+            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                status=status, protocol_version=protocol.PROTOCOL_VERSION, message=message.encode()[:191]))
+        finally:
+            conn.close()
+        level = logging.ERROR if status == protocol.HandshakeStatus.SERVER_ERROR else logging.WARNING
+        log.log(level, "refused pid %d: %s", pid, message)
 
     def _handshake(self, conn: socket.socket, payload: bytes) -> None:
         hello, _ = HELLO.unpack(payload)
-        if hello["protocol_version"] != protocol.PROTOCOL_VERSION:
-            msg = (f"protocol version mismatch: client speaks v{hello['protocol_version']}, "
-                   f"server v{protocol.PROTOCOL_VERSION}; use the tally-run/libcuda.so.1 of the "
-                   f"same tally installation as the server")
-            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
-                status=protocol.HandshakeStatus.VERSION_MISMATCH,
-                protocol_version=protocol.PROTOCOL_VERSION, message=msg[:191]))
-            log.warning("rejected pid %d: %s", hello["pid"], msg)
-            conn.close()
-            return
         try:
-            priority = protocol.Priority(hello["priority"])
-        except ValueError:
-            raise protocol.ProtocolError(f"unknown priority {hello['priority']}")
-        quota = self._quota_bytes(hello)
+            admission = admit(hello, self.description.total_memory)
+        except Refused as e:
+            self._refuse(conn, e.status, e.message, hello["pid"])
+            return
         client_id = next(self._client_ids)
-        name = f"/tally-{os.getpid()}-{client_id}"
+        name = f"{segment_prefix()}{client_id}"
         sizes = self.config.segment_sizes
         try:
             segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
                                            spin_us=self.config.session_spin_us(self.backend.kind))
         except (_core.TransportError, OSError) as e:
-            msg = f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?"
-            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
-                status=protocol.HandshakeStatus.SERVER_ERROR, protocol_version=protocol.PROTOCOL_VERSION,
-                message=msg.encode()[:191]))
-            log.error("rejected pid %d: %s", hello["pid"], msg)
-            conn.close()
+            self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
+                         f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
+                         hello["pid"])
             return
-        program = protocol.cstr(hello["program"]) or f"pid {hello['pid']}"
+        priority, quota, program = admission.priority, admission.quota_bytes, admission.program
         session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
         with self._admit_lock:
             if not self._admitting:
-                msg = "tally-server is shutting down; start the job again once a server runs"
-                try:
-                    send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
-                        status=protocol.HandshakeStatus.SERVER_ERROR, protocol_version=protocol.PROTOCOL_VERSION,
-                        message=msg.encode()[:191]))
-                finally:
-                    segment.unlink()
-                    segment.close()
-                    conn.close()
+                segment.unlink()
+                segment.close()
+                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
+                             "tally-server is shutting down; start the job again once a server runs", hello["pid"])
                 return
             try:
                 send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
@@ -267,15 +267,8 @@ class TallyServer:
             session.start()
             self._selector.register(conn, selectors.EVENT_READ, ("client", session))
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
-                 program, priority.name.lower(), quota)
+                 program, priority.name.lower(), "none" if quota is None else format_bytes(quota))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
-
-    def _quota_bytes(self, hello: dict) -> int | None:
-        if hello["memory_quota"]:
-            return int(hello["memory_quota"])
-        if hello["memory_quota_percent"] > 0:
-            return int(self.description.total_memory * hello["memory_quota_percent"] / 100.0)
-        return None
 
     def _device_info(self) -> bytes:
         d = self.description
@@ -328,7 +321,7 @@ class TallyServer:
         d = self.description
         free, total = self.backend.mem_info()
         with self._sessions_lock:
-            sessions = list(self.sessions.values())
+            sessions = [s for s in self.sessions.values() if not s.gone()]
         return {
             "server": {
                 "pid": os.getpid(),
@@ -343,6 +336,7 @@ class TallyServer:
                 "memory_free": free,
                 "memory_total": total,
                 "protocol_version": protocol.PROTOCOL_VERSION,
+                "dropped_connections": self.dropped_connections.snapshot(),
             },
             "clients": [s.status() for s in sessions],
         }
@@ -370,6 +364,14 @@ def make_executor(config: ServerConfig, backend, description, variants, clock):
                                    cache=ProfileCache(default_cache_directory(), description.name))
     return StreamExecutor(backend, make_policy(config.policy), variants=variants, profiler=profiler,
                           clock=clock, be_transform=config.be_transform)
+
+
+def _drop_cause(e: Exception) -> str:
+    if isinstance(e, socket.timeout):
+        return "sent nothing in time"
+    if isinstance(e, protocol.ProtocolError):
+        return "malformed first record"
+    return "connection lost"
 
 
 def _socket_answers(path: Path) -> bool:

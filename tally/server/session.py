@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 import traceback
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN, DeviceError
 from tally.server.dispatch import HANDLERS
 from tally.server.ownership import Allocations
 
@@ -125,6 +126,19 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
+    def gone(self) -> bool:
+        """Whether the client has left (or is being let go), checked now: a job that
+        has exited has a closed socket even if the selector has not noticed yet."""
+        if self._closing.is_set():
+            return True
+        try:
+            peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        return peeked == b""
+
     # ---- replies -----------------------------------------------------------------
 
     def reply(self, message_name: str, tag: int, tail: bytes = b"", **fields) -> None:
@@ -182,6 +196,8 @@ class Session:
             fn(self, fields, tail, tag)
         except DeviceError as e:
             counters.errors += 1
+            if e.code == CUDA_ERROR_OUT_OF_MEMORY:   # an operator wants to know which limit bit
+                log.info("client %d (pid %d, %s): %s", self.client_id, self.pid, self.program, e.message)
             self._fail(tag, e)
         except protocol.ProtocolError as e:
             counters.protocol_errors += 1

@@ -28,6 +28,7 @@ enum class HandshakeStatus : uint32_t {
   VERSION_MISMATCH = 1,
   QUOTA_UNAVAILABLE = 2,
   SERVER_ERROR = 3,
+  BAD_REQUEST = 4,
 };
 
 // Where MemcpyHtoD's bytes are.

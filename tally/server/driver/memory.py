@@ -6,7 +6,7 @@ CUDA_ERROR_INVALID_VALUE and touches nothing.
 """
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.scheduler.ops import EventRecord, Memset
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
@@ -19,7 +19,12 @@ def mem_alloc(session, fields, tail, tag):
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     session.allocations.reserve(nbytes)
-    ptr = session.backend.mem_alloc(nbytes)
+    try:
+        ptr = session.backend.mem_alloc(nbytes)
+    except DeviceError as e:
+        if e.code != CUDA_ERROR_OUT_OF_MEMORY:
+            raise
+        raise session.allocations.device_full(nbytes, *session.backend.mem_info()) from None
     session.allocations.add(ptr, nbytes)
     session.reply("MemAllocReply", tag, dptr=ptr)
 

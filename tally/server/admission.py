@@ -1,0 +1,71 @@
+"""What a job asks for at handshake, checked before anything is created for it.
+
+Every Hello field is validated here, so a malformed or hostile handshake is
+refused with a status and a sentence (which the job prints) instead of
+reaching the session with a value nothing downstream expects (an infinite
+quota percentage once ended the handshake thread with an OverflowError).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tally import protocol
+from tally.units import format_bytes
+
+
+class Refused(Exception):
+    """The handshake is refused; `status` is a protocol.HandshakeStatus."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Admission:
+    priority: protocol.Priority
+    quota_bytes: int | None      # None: no quota of its own
+    program: str
+
+
+def admit(hello: dict, total_memory: int) -> Admission:
+    """The job's admission from its Hello; raises Refused with the reason."""
+    bad = protocol.HandshakeStatus.BAD_REQUEST
+    if hello["protocol_version"] != protocol.PROTOCOL_VERSION:
+        raise Refused(protocol.HandshakeStatus.VERSION_MISMATCH,
+                      f"protocol version mismatch: client speaks v{hello['protocol_version']}, "
+                      f"server v{protocol.PROTOCOL_VERSION}; use the tally-run/libcuda.so.1 of the "
+                      f"same tally installation as the server")
+    try:
+        priority = protocol.Priority(hello["priority"])
+    except ValueError:
+        raise Refused(bad, f"unknown priority {hello['priority']} (0 = high, 1 = best-effort)") from None
+    if hello["pid"] <= 0:
+        raise Refused(bad, f"pid {hello['pid']} is not a process id")
+    return Admission(priority, _quota_bytes(hello, total_memory), _program(hello))
+
+
+def _quota_bytes(hello: dict, total_memory: int) -> int | None:
+    nbytes, percent = hello["memory_quota"], hello["memory_quota_percent"]
+    bad = protocol.HandshakeStatus.BAD_REQUEST
+    if nbytes and percent:
+        raise Refused(bad, "memory quota given both in bytes and as a percentage; give one")
+    if percent:
+        if not math.isfinite(percent) or not 0 < percent <= 100:
+            raise Refused(bad, f"memory quota {percent!r}% is not a percentage in (0, 100]")
+        return max(1, int(total_memory * percent / 100.0))
+    if nbytes:
+        if nbytes > total_memory:
+            raise Refused(protocol.HandshakeStatus.QUOTA_UNAVAILABLE,
+                          f"memory quota {format_bytes(nbytes)} is more than the device has "
+                          f"({format_bytes(total_memory)})")
+        return int(nbytes)
+    return None
+
+
+def _program(hello: dict) -> str:
+    name = protocol.cstr(hello["program"])
+    name = "".join(ch if ch.isprintable() else "?" for ch in name)
+    return name or f"pid {hello['pid']}"
