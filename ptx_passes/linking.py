@@ -71,17 +71,37 @@ class _Symbol:
         return isinstance(self.item, ir.Function)
 
 
+@dataclass(frozen=True)
+class LinkInput:
+    """One PTX input, parsed (the linker's callers parse each input as it is added)."""
+
+    name: str
+    text: str
+    module: ir.Module
+
+
+def read_link_input(name: str, text: str) -> LinkInput:
+    """Parses one input; PtxParseError (with the input's name and position) if it is not PTX."""
+    return LinkInput(name, text, parse_module(text, name))
+
+
 def link_ptx(inputs: Sequence[tuple[str, str]], verbose: bool = False) -> LinkedModule:
     """Links PTX texts given as (name, text). Raises LinkError."""
-    if not inputs:
-        raise LinkError(["nothing to link: no input was added"])
-    modules = []
+    parsed = []
     for name, text in inputs:
         try:
-            modules.append(parse_module(text, name))
+            parsed.append(read_link_input(name, text))
         except PtxParseError as e:
             raise LinkError([f"{name}: not valid PTX: {e.one_line()}"]) from None
-    return _Linker([n for n, _ in inputs], modules, verbose).link(inputs)
+    return link_inputs(parsed, verbose)
+
+
+def link_inputs(inputs: Sequence[LinkInput], verbose: bool = False) -> LinkedModule:
+    """Links parsed inputs, in order. Raises LinkError. With `verbose` the log also says
+    where each cross-input reference resolved."""
+    if not inputs:
+        raise LinkError(["nothing to link: no input was added"])
+    return _Linker([i.name for i in inputs], [i.module for i in inputs], verbose).link([i.text for i in inputs])
 
 
 def _role(item: ir.Function | ir.VarDecl) -> str:
@@ -120,7 +140,7 @@ class _Linker:
 
     # ---- resolution -------------------------------------------------------------
 
-    def link(self, inputs: Sequence[tuple[str, str]]) -> LinkedModule:
+    def link(self, texts: Sequence[str]) -> LinkedModule:
         header = self._header()
         chosen = self._choose_definitions()
         self._check_references(chosen)
@@ -130,7 +150,7 @@ class _Linker:
         if len(self.modules) == 1 and not renames[0]:
             # One input that needs nothing: handed on exactly as written.
             self.log.append(f"{self.names[0]}: one PTX input, nothing to resolve")
-            return LinkedModule(inputs[0][1], tuple(self.log))
+            return LinkedModule(texts[0], tuple(self.log))
         module = ir.Module(*header, items=self._emit(chosen, renames))
         self.log.insert(0, f"linked {len(self.modules)} PTX input(s) ({', '.join(self.names)}): "
                            f".version {module.version}, .target {', '.join(module.targets)}")
