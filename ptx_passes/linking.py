@@ -143,15 +143,26 @@ class _Linker:
     def link(self, texts: Sequence[str]) -> LinkedModule:
         header = self._header()
         chosen = self._choose_definitions()
-        self._check_references(chosen)
+        unresolved = self._check_references(chosen)
         renames = self._local_renames()
         if self.problems:
             raise LinkError(self.problems)
-        if len(self.modules) == 1 and not renames[0]:
+        if len(self.modules) == 1 and not renames[0] and not unresolved:
             # One input that needs nothing: handed on exactly as written.
             self.log.append(f"{self.names[0]}: one PTX input, nothing to resolve")
             return LinkedModule(texts[0], tuple(self.log))
-        module = ir.Module(*header, items=self._emit(chosen, renames))
+        items = _reachable(self._emit(chosen, renames), self.log)
+        # Only references that code a kernel can run still makes must resolve: nvcc's
+        # device runtime (linked into every -rdc program) calls the driver's own
+        # functions from code that the program's kernels never reach.
+        declared = {i.name for i in items if isinstance(i, (ir.Function, ir.VarDecl))}
+        for name, (where, what) in unresolved.items():
+            if name in declared:
+                self.problems.append(f"undefined reference to '{name}' in {where}: no input defines this {what} "
+                                     "(add the PTX that defines it with cuLinkAddData)")
+        if self.problems:
+            raise LinkError(self.problems)
+        module = ir.Module(*header, items=items)
         self.log.insert(0, f"linked {len(self.modules)} PTX input(s) ({', '.join(self.names)}): "
                            f".version {module.version}, .target {', '.join(module.targets)}")
         return LinkedModule(print_module(module), tuple(self.log))
@@ -202,7 +213,10 @@ class _Linker:
                                 f"dropped the weak one in {self.names[x.input]}")
         return chosen
 
-    def _check_references(self, chosen: dict[str, _Symbol]) -> None:
+    def _check_references(self, chosen: dict[str, _Symbol]) -> dict[str, tuple[str, str]]:
+        """Checks that references match their definitions; returns the unresolved ones
+        (name -> (first input using it, what it is)), system calls left out."""
+        unresolved: dict[str, tuple[str, str]] = {}
         for table in self.symbols:
             for s in table:
                 if s.role != _REFERENCE:
@@ -210,10 +224,8 @@ class _Linker:
                 target = chosen.get(s.name)
                 where = self.names[s.input]
                 if target is None:
-                    if s.is_function and s.name in SYSTEM_CALLS:
-                        continue
-                    self.problems.append(f"undefined reference to '{s.name}' in {where}: no input defines this "
-                                         f"{self._what(s)} (add the PTX that defines it with cuLinkAddData)")
+                    if not (s.is_function and s.name in SYSTEM_CALLS):
+                        unresolved.setdefault(s.name, (where, self._what(s)))
                 elif target.is_function != s.is_function:
                     self.problems.append(f"{where} uses '{s.name}' as a {self._what(s)}, but "
                                          f"{self.names[target.input]} defines a {self._what(target)}")
@@ -222,6 +234,7 @@ class _Linker:
                                          f"in {self.names[target.input]} (parameter or return types differ)")
                 elif self.verbose and s.input != target.input:
                     self.log.append(f"'{s.name}' used in {where} resolved to {self.names[target.input]}")
+        return unresolved
 
     @staticmethod
     def _what(s: _Symbol) -> str:
@@ -327,6 +340,61 @@ class _Placed:
     declared: set[str] = field(default_factory=set)    # prototypes and system-call declarations
     shared: dict[str, int] = field(default_factory=dict)   # .extern .shared name -> index in the output
     input: int = 0                                       # the input being emitted
+
+
+def _reachable(items: list, log: list[str]) -> list:
+    """`items` less the functions no kernel can reach (and the declarations only they
+    used). Kernels and defined variables are kept: the host names them (launches,
+    cuModuleGetGlobal), and what they name is reached from them."""
+    by_name: dict[str, list] = {}
+    for item in items:
+        if isinstance(item, (ir.Function, ir.VarDecl)):
+            by_name.setdefault(item.name, []).append(item)
+    pending = [i for i in items if (isinstance(i, ir.Function) and i.is_entry)
+               or (isinstance(i, ir.VarDecl) and "extern" not in i.linkage)]
+    reached = {i.name for i in pending}
+    while pending:
+        for name in _names_used(pending.pop()):
+            if name in by_name and name not in reached:
+                reached.add(name)
+                pending.extend(by_name[name])
+    kept = [i for i in items if not isinstance(i, (ir.Function, ir.VarDecl)) or i.name in reached]
+    dropped = sum(1 for i in items if isinstance(i, ir.Function) and i.body is not None and i.name not in reached)
+    if dropped:
+        log.append(f"left out {dropped} function(s) that no kernel calls")
+    return kept
+
+
+def _names_used(item) -> set[str]:
+    """Every symbol name `item` mentions (operands, call targets, initializers)."""
+    names: set[str] = set()
+    if isinstance(item, ir.VarDecl):
+        _init_names(item.init, names)
+        return names
+    if item.body is None:
+        return names
+
+    def collect(op):
+        if isinstance(op, ir.Symbol):
+            names.add(op.name)
+        return op
+
+    for _block, _i, s in ir.iter_statements(item.body):
+        if isinstance(s, ir.Instruction):
+            ir.map_operands(s, collect)
+        elif isinstance(s, ir.CallTargets):
+            names.update(s.functions)
+        elif isinstance(s, ir.VarDecl):
+            _init_names(s.init, names)
+    return names
+
+
+def _init_names(init, names: set[str]) -> None:
+    if isinstance(init, ir.SymbolAddress):
+        names.add(init.name)
+    elif isinstance(init, ir.InitList):
+        for x in init.items:
+            _init_names(x, names)
 
 
 def _rewrite(item, renames: dict[str, str], files: dict[int, int]):
