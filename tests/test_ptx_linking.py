@@ -285,3 +285,33 @@ def test_nvcc_rdc_translation_units_link(tmp_path):
     module = parse_module(linked.text)
     assert [e.name for e in module.entries()] == ["_Z5applyPfi"]
     assert len(definitions(linked.text, "_Z6scaledf")) == 1
+
+
+UNREACHED_EXTERN = HEADER + """
+.extern .func driver_only();
+.visible .func unused_helper()
+{
+	{
+	call.uni driver_only, ();
+	}
+	ret;
+}
+"""
+
+
+def test_unresolved_references_only_unreachable_code_makes_are_left_out(tmp_path):
+    # As in nvcc's device runtime, linked into every -rdc program: its functions call
+    # the driver's own, and no kernel of the program calls them.
+    linked = link_ptx([("caller.ptx", ptx(CALLER)), ("callee.ptx", ptx(CALLEE)),
+                       ("runtime.ptx", ptx(UNREACHED_EXTERN))])
+    check_with_ptxas(linked.text, tmp_path)
+    assert "driver_only" not in linked.text and "unused_helper" not in linked.text
+    assert "left out 1 function(s) that no kernel calls" in linked.log
+
+
+def test_unreachable_code_is_kept_out_of_a_single_input_too(tmp_path):
+    text = ptx(CALLEE) + ptx(UNREACHED_EXTERN).split(".address_size 64\n", 1)[1]
+    linked = link_ptx([("one.ptx", text)])
+    check_with_ptxas(linked.text, tmp_path)
+    assert "driver_only" not in linked.text and "add_bias" not in linked.text
+    assert len(definitions(linked.text, "bias")) == 1   # variables stay: the host may read them
