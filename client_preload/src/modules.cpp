@@ -56,7 +56,10 @@ CUresult load(const void* image, ModuleObject** out) {
     trace_line("module image not understood: %s", found.error);
     return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_IMAGE;
   }
-  CUresult rc = load_image(found.data, found.size, out);
+  // nvlink's image of a PTX-only -rdc build is a bare header: nothing to try loading.
+  constexpr size_t kFatbinHeaderBytes = 16;
+  const bool nothing_linked = found.prelinked != nullptr && found.size <= kFatbinHeaderBytes;
+  CUresult rc = nothing_linked ? CUDA_ERROR_NO_BINARY_FOR_GPU : load_image(found.data, found.size, out);
   if ((rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE) && found.prelinked != nullptr) {
     // An -rdc program: nvlink's device-linked image has nothing this device runs (it
     // holds cubins for the build's architectures, or nothing when built for PTX only),
