@@ -38,6 +38,7 @@ from . import ir
 from .errors import PtxParseError
 from .parser import parse_module
 from .printer import print_module
+from .reachability import reachable_items
 
 # Functions the device itself provides (PTX ISA, "System calls"); they stay external.
 SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
@@ -151,7 +152,7 @@ class _Linker:
             # One input that needs nothing: handed on exactly as written.
             self.log.append(f"{self.names[0]}: one PTX input, nothing to resolve")
             return LinkedModule(texts[0], tuple(self.log))
-        items = _reachable(self._emit(chosen, renames), self.log)
+        items = reachable_items(self._emit(chosen, renames), self.log)
         # Only references that code a kernel can run still makes must resolve: nvcc's
         # device runtime (linked into every -rdc program) calls the driver's own
         # functions from code that the program's kernels never reach.
@@ -340,61 +341,6 @@ class _Placed:
     declared: set[str] = field(default_factory=set)    # prototypes and system-call declarations
     shared: dict[str, int] = field(default_factory=dict)   # .extern .shared name -> index in the output
     input: int = 0                                       # the input being emitted
-
-
-def _reachable(items: list, log: list[str]) -> list:
-    """`items` less the functions no kernel can reach (and the declarations only they
-    used). Kernels and defined variables are kept: the host names them (launches,
-    cuModuleGetGlobal), and what they name is reached from them."""
-    by_name: dict[str, list] = {}
-    for item in items:
-        if isinstance(item, (ir.Function, ir.VarDecl)):
-            by_name.setdefault(item.name, []).append(item)
-    pending = [i for i in items if (isinstance(i, ir.Function) and i.is_entry)
-               or (isinstance(i, ir.VarDecl) and "extern" not in i.linkage)]
-    reached = {i.name for i in pending}
-    while pending:
-        for name in _names_used(pending.pop()):
-            if name in by_name and name not in reached:
-                reached.add(name)
-                pending.extend(by_name[name])
-    kept = [i for i in items if not isinstance(i, (ir.Function, ir.VarDecl)) or i.name in reached]
-    dropped = sum(1 for i in items if isinstance(i, ir.Function) and i.body is not None and i.name not in reached)
-    if dropped:
-        log.append(f"left out {dropped} function(s) that no kernel calls")
-    return kept
-
-
-def _names_used(item) -> set[str]:
-    """Every symbol name `item` mentions (operands, call targets, initializers)."""
-    names: set[str] = set()
-    if isinstance(item, ir.VarDecl):
-        _init_names(item.init, names)
-        return names
-    if item.body is None:
-        return names
-
-    def collect(op):
-        if isinstance(op, ir.Symbol):
-            names.add(op.name)
-        return op
-
-    for _block, _i, s in ir.iter_statements(item.body):
-        if isinstance(s, ir.Instruction):
-            ir.map_operands(s, collect)
-        elif isinstance(s, ir.CallTargets):
-            names.update(s.functions)
-        elif isinstance(s, ir.VarDecl):
-            _init_names(s.init, names)
-    return names
-
-
-def _init_names(init, names: set[str]) -> None:
-    if isinstance(init, ir.SymbolAddress):
-        names.add(init.name)
-    elif isinstance(init, ir.InitList):
-        for x in init.items:
-            _init_names(x, names)
 
 
 def _rewrite(item, renames: dict[str, str], files: dict[int, int]):
