@@ -26,6 +26,8 @@ def test_created_contexts(nvcc, emulator_server):
     assert job.ints("b_sm_count") == [2]
     # Each context ran `iota` from its own module: 0..63 and 1000..1063.
     assert job.ints("sum_a", "sum_b") == [sum(range(64)), sum(range(1000, 1064))]
+    # Memory and streams belong to the context they were made in.
+    assert job.ints("owner_a", "owner_b", "stream_ctx_b") == [1, 1, 1]
     # Destroying a freed its memory (the server's free memory grew), unloaded its module,
     # and left the other context's untouched.
     assert job.ints("after_destroy_current_null", "freed") == [1, 1]

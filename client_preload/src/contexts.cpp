@@ -184,6 +184,17 @@ void forget_context_resource(ContextResource kind, uint64_t h) {
   }
 }
 
+CUcontext resource_context(ContextResource kind, uint64_t h) {
+  if (g_any_created.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_created_mutex);
+    for (ContextObject* c : g_created) {
+      std::lock_guard<std::mutex> owner(c->mutex);
+      if (c->resources.count({kind, h}) != 0) return handle(c);
+    }
+  }
+  return handle(&g_primary);
+}
+
 }  // namespace tally::client
 
 using namespace tally::client;

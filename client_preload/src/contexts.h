@@ -85,4 +85,7 @@ CUresult check_current_context_for_new_resource();
 void note_context_resource(ContextResource kind, uint64_t handle);
 void forget_context_resource(ContextResource kind, uint64_t handle);
 
+// The context that owns a resource: the created one it was made in, else the primary one.
+CUcontext resource_context(ContextResource kind, uint64_t handle);
+
 }  // namespace tally::client

@@ -119,9 +119,17 @@ int main(int argc, char** argv) {
   CUmodule mod_a, mod_b;
   CUdeviceptr out_a, out_b;
   fill(ptx, 1000, &mod_b, &out_b);
+  CUstream stream_b;
+  CUcontext stream_ctx = NULL;
+  CHECK(cuStreamCreate(&stream_b, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamGetCtx(stream_b, &stream_ctx));
   CHECK(cuCtxPopCurrent(&popped));  // b off, a current again
   fill(ptx, 0, &mod_a, &out_a);
   printf("sum_a=%d sum_b=%d\n", sum(out_a), sum(out_b));
+  CUcontext owner_a = NULL, owner_b = NULL;
+  CHECK(cuPointerGetAttribute(&owner_a, CU_POINTER_ATTRIBUTE_CONTEXT, out_a));
+  CHECK(cuPointerGetAttribute(&owner_b, CU_POINTER_ATTRIBUTE_CONTEXT, out_b));
+  printf("owner_a=%d owner_b=%d stream_ctx_b=%d\n", owner_a == a, owner_b == b, stream_ctx == b);
   size_t free_before = 0, free_after = 0, total = 0;
   CHECK(cuMemGetInfo(&free_before, &total));
 
