@@ -48,13 +48,6 @@ class LinkState:
     bytes: int = 0
 
 
-def _links(state) -> dict[int, LinkState]:
-    links = getattr(state, "links", None)
-    if links is None:
-        links = state.links = {}
-    return links
-
-
 def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, int]) -> str:
     """The PTX an input contributes: PTX itself, or the PTX of a fatbin / host object
     closest to the device. Raises DeviceError saying why an input has none."""
@@ -99,7 +92,7 @@ def link_add(session, fields, tail, tag):
     if len(data) != fields["size"]:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {fields['size']} bytes arrived "
                                                     f"with {len(data)}")
-    link = _links(state).setdefault(fields["link"], LinkState())
+    link = state.links.setdefault(fields["link"], LinkState())
     if link.bytes + len(data) > MAX_IMAGE_BYTES:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
     text = input_ptx(fields["type"], data, name, session.backend.describe().compute_capability)
@@ -115,7 +108,7 @@ def link_add(session, fields, tail, tag):
 @handler("LinkComplete")
 def link_complete(session, fields, tail, tag):
     state = driver_state(session)
-    link = _links(state).get(fields["link"], LinkState())
+    link = state.links.get(fields["link"], LinkState())
     verbose = bool(fields["verbose"])
 
     def complete() -> None:
@@ -151,6 +144,6 @@ def _reply(session, state, tag: int, status: int, image: bytes, info: str, error
 
 @handler("LinkDestroy")
 def link_destroy(session, fields, tail, tag):
-    _links(driver_state(session)).pop(fields["link"], None)
+    driver_state(session).links.pop(fields["link"], None)
     if tag:
         session.reply("Done", tag)
