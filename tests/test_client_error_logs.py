@@ -29,7 +29,7 @@ def test_messages_reach_callbacks_and_dumps(tmp_path):
     assert run.value("dump_tiny") == f"{CUDA_ERROR_INVALID_VALUE} size=0"
     assert run.value("dump_file") == "0 advanced=2"
     lines = path.read_text().splitlines()
-    assert len(lines) == 2 and lines[0].startswith(ARRAY_CREATE) and "cuCtxCreate" in lines[1]
+    assert len(lines) == 2 and lines[0].startswith(ARRAY_CREATE) and "cuGraphicsUnregisterResource" in lines[1]
     # The job's stderr still gets each message once, prefixed.
     assert [line for line in run.stderr.splitlines() if line.startswith("tally: ")][0].startswith(
         f"tally: {ARRAY_CREATE}")

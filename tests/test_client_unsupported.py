@@ -15,6 +15,6 @@ def test_unsupported_entry_logs_once_and_returns_not_supported():
     assert lines == [
         "tally: cuArrayCreate_v2 is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
         "(reported once per function)",
-        "tally: cuCtxCreate_v4 is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
+        "tally: cuGraphicsUnregisterResource is not supported by tally yet; it returns CUDA_ERROR_NOT_SUPPORTED "
         "(reported once per function)",
     ]

@@ -69,10 +69,10 @@ def build_cuda(nvcc: str, *names: str, shared_cudart: bool = False, flags: tuple
     return _cached([*sources, *HEADERS], command, "-shared" if shared_cudart else "-static")
 
 
-def build_device_code(nvcc: str, name: str, kind: str) -> Path:
-    """PTX text (kind 'ptx') or a fatbin ('fatbin') of a .cu file."""
+def build_device_code(nvcc: str, name: str, kind: str, flags: tuple[str, ...] = ()) -> Path:
+    """PTX text (kind 'ptx') or a fatbin ('fatbin') of a .cu file, with extra nvcc flags."""
     source = PROGRAMS / name
-    return _cached([source], lambda out: [nvcc, f"-{kind}", str(source), "-o", str(out)], f".{kind}")
+    return _cached([source], lambda out: [nvcc, f"-{kind}", *flags, str(source), "-o", str(out)], f".{kind}")
 
 
 def build_driver_c(name: str) -> Path:

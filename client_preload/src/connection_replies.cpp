@@ -45,15 +45,28 @@ void Connection::write_kernel_output(const std::vector<uint8_t>& text) {
   std::fflush(stdout);
 }
 
+namespace {
+
+// The download-arena chunk a reply names, if it is of a kind that names one.
+template <class Msg>
+bool chunk_of(const Reply& got, uint64_t* offset, uint64_t* size) {
+  if (got.kind != static_cast<uint32_t>(Msg::kKind) || got.payload.size() < sizeof(Msg)) return false;
+  Msg m{};
+  std::memcpy(&m, got.payload.data(), sizeof m);
+  *offset = m.arena_offset;
+  *size = m.size;
+  return true;
+}
+
+}  // namespace
+
 void Connection::route_locked(uint64_t tag, Reply&& got) {
-  if (got.kind == static_cast<uint32_t>(protocol::MessageKind::MemcpyDtoHReply) &&
-      got.payload.size() >= sizeof(protocol::MemcpyDtoHReplyMsg)) {
-    protocol::MemcpyDtoHReplyMsg chunk{};
-    std::memcpy(&chunk, got.payload.data(), sizeof chunk);
-    if (chunk.size != 0) {
-      std::lock_guard<std::mutex> lock(download_mutex_);
-      downloads_.push_back({chunk.arena_offset, chunk.size, false});
-    }
+  uint64_t offset = 0, size = 0;
+  if ((chunk_of<protocol::MemcpyDtoHReplyMsg>(got, &offset, &size) ||
+       chunk_of<protocol::LinkReplyMsg>(got, &offset, &size)) &&
+      size != 0) {
+    std::lock_guard<std::mutex> lock(download_mutex_);
+    downloads_.push_back({offset, size, false});
   }
   if (tag != 0) {
     parked_replies_[tag] = std::move(got);

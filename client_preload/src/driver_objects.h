@@ -27,6 +27,7 @@ enum class ObjectTag : uint32_t {
   kGraph = 0x47524150,     // "GRAP"
   kGraphExec = 0x47455845, // "GEXE"
   kGraphNode = 0x474e4f44, // "GNOD"
+  kLinkState = 0x4c494e4b, // "LINK"
 };
 
 // CU_FUNC_ATTRIBUTE_* values a FunctionReply carries.
@@ -62,6 +63,7 @@ struct StreamObject {
   uint64_t id = 0;  // the client-chosen id the server knows the stream by
   unsigned flags = 0;
   int priority = 0;
+  CUcontext context = nullptr;  // current when it was created (nullptr: none was; the primary one serves)
 };
 
 struct EventObject {

@@ -6,6 +6,7 @@
 
 #include "capture.h"
 #include "connection.h"
+#include "contexts.h"
 #include "driver_objects.h"
 #include "entry_point.h"
 #include "stream_ids.h"
@@ -62,12 +63,14 @@ TALLY_ENTRY(cuEventCreate_v2000)(CUevent* phEvent, unsigned int Flags) {
   // Interprocess events need timing disabled (cuda.h); other jobs open them with ipc.cpp.
   if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
   EventObject* event = new_event_object(Flags);
   if (CUresult rc = Connection::instance().send(protocol::EventCreateMsg{event->id, Flags, 0}); rc != CUDA_SUCCESS) {
     event->tag.store(ObjectTag::kDead);
     return rc;
   }
   *phEvent = reinterpret_cast<CUevent>(event);
+  note_context_resource(ContextResource::kEvent, reinterpret_cast<uint64_t>(event));
   return CUDA_SUCCESS;
 }
 
@@ -77,6 +80,7 @@ TALLY_ENTRY(cuEventDestroy_v4000)(CUevent hEvent) {
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   ObjectTag expected = ObjectTag::kEvent;
   if (!e->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_HANDLE;
+  forget_context_resource(ContextResource::kEvent, reinterpret_cast<uint64_t>(e));
   return Connection::instance().send(protocol::EventDestroyMsg{e->id});
 }
 

@@ -25,6 +25,7 @@
 
 #include "address_map.h"
 #include "connection.h"
+#include "contexts.h"
 #include "entry_point.h"
 #include "log.h"
 #include "shared_objects.h"
@@ -145,16 +146,25 @@ CUresult unregister_region(uint64_t start, const PinnedRegion& region) {
 using namespace tally::client;
 namespace protocol = tally::protocol;
 
-TALLY_ENTRY(cuMemHostAlloc_v2020)(void** pp, size_t bytesize, unsigned int Flags) {
-  return host_alloc(pp, bytesize, Flags);
+// Pinned host memory belongs to the current context (cuCtxDestroy frees it).
+static CUresult host_alloc_in_context(void** pp, size_t bytesize, unsigned flags) {
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = host_alloc(pp, bytesize, flags);
+  if (rc == CUDA_SUCCESS) note_context_resource(ContextResource::kHostMemory, reinterpret_cast<uint64_t>(*pp));
+  return rc;
 }
-TALLY_ENTRY(cuMemAllocHost_v3020)(void** pp, size_t bytesize) { return host_alloc(pp, bytesize, 0); }
+
+TALLY_ENTRY(cuMemHostAlloc_v2020)(void** pp, size_t bytesize, unsigned int Flags) {
+  return host_alloc_in_context(pp, bytesize, Flags);
+}
+TALLY_ENTRY(cuMemAllocHost_v3020)(void** pp, size_t bytesize) { return host_alloc_in_context(pp, bytesize, 0); }
 
 TALLY_ENTRY(cuMemFreeHost_v2000)(void* p) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   auto found = pinned_ranges().find(reinterpret_cast<uint64_t>(p));
   if (!found || !found->value.allocated || found->start != reinterpret_cast<uint64_t>(p))
     return CUDA_ERROR_INVALID_VALUE;
+  forget_context_resource(ContextResource::kHostMemory, found->start);
   CUresult rc = unregister_region(found->start, found->value);
   munmap(p, found->size);
   return rc;

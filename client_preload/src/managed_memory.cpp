@@ -26,6 +26,7 @@
 
 #include "address_map.h"
 #include "connection.h"
+#include "contexts.h"
 #include "entry_point.h"
 #include "shared_objects.h"
 #include "stream_ids.h"
@@ -217,7 +218,11 @@ using namespace tally::client;
 namespace protocol = tally::protocol;
 
 TALLY_ENTRY(cuMemAllocManaged_v6000)(CUdeviceptr_v2* dptr, size_t bytesize, unsigned int flags) {
-  return allocate_managed(dptr, bytesize, flags);
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = allocate_managed(dptr, bytesize, flags);
+  // Freed with cuMemFree, which forgets it.
+  if (rc == CUDA_SUCCESS) note_context_resource(ContextResource::kDeviceMemory, *dptr);
+  return rc;
 }
 
 TALLY_ENTRY(cuMemPrefetchAsync_v8000)(CUdeviceptr_v2 devPtr, size_t count, CUdevice_v1 dstDevice, CUstream hStream) {

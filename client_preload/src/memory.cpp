@@ -7,6 +7,7 @@
 #include "address_map.h"
 #include "capture.h"
 #include "connection.h"
+#include "contexts.h"
 #include "entry_point.h"
 #include "managed_memory.h"
 #include "stream_ids.h"
@@ -28,6 +29,7 @@ CUresult allocate(CUdeviceptr* dptr, size_t bytes) {
 
 // After the server took a free: the job's own record of the memory goes.
 void forget_range(CUdeviceptr dptr) {
+  forget_context_resource(ContextResource::kDeviceMemory, dptr);
   auto found = device_ranges().remove(dptr);
   if (found && found->value == DeviceRangeKind::kManaged) forget_managed(found->start, found->size);
 }
@@ -84,7 +86,16 @@ CUresult check_location(const CUmemLocation* location, CUmemAllocationType type)
 using namespace tally::client;
 namespace protocol = tally::protocol;
 
-TALLY_ENTRY(cuMemAlloc_v3020)(CUdeviceptr_v2* dptr, size_t bytesize) { return allocate(dptr, bytesize); }
+// cuMemAlloc and cuMemAllocPitch memory belongs to the current context (stream-ordered
+// allocations belong to none).
+static CUresult allocate_in_context(CUdeviceptr* dptr, size_t bytes) {
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = allocate(dptr, bytes);
+  if (rc == CUDA_SUCCESS) note_context_resource(ContextResource::kDeviceMemory, *dptr);
+  return rc;
+}
+
+TALLY_ENTRY(cuMemAlloc_v3020)(CUdeviceptr_v2* dptr, size_t bytesize) { return allocate_in_context(dptr, bytesize); }
 
 TALLY_ENTRY(cuMemAllocPitch_v3020)(CUdeviceptr_v2* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                    unsigned int ElementSizeBytes) {
@@ -95,7 +106,7 @@ TALLY_ENTRY(cuMemAllocPitch_v3020)(CUdeviceptr_v2* dptr, size_t* pPitch, size_t 
   size_t align = static_cast<size_t>(Connection::instance().device().attributes[CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT]);
   if (align == 0 || (align & (align - 1)) != 0) align = 512;
   const size_t pitch = (WidthInBytes + align - 1) & ~(align - 1);
-  CUresult rc = allocate(dptr, pitch * Height);
+  CUresult rc = allocate_in_context(dptr, pitch * Height);
   if (rc == CUDA_SUCCESS) *pPitch = pitch;
   return rc;
 }

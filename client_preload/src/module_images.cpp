@@ -8,6 +8,7 @@ namespace {
 
 constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 constexpr uint32_t kWrapperMagic = 0x466243B1;
+constexpr uint32_t kLinkWrapperVersion = 2;  // FATBINC_LINK_VERSION (fatbinary_section.h)
 constexpr uint8_t kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
 // Bounds for what a sane image header may claim; beyond them the pointer is
 // probably not an image at all.
@@ -50,6 +51,11 @@ ModuleImage elf(const uint8_t* p) {
 
 }  // namespace
 
+size_t fatbin_bytes(const void* p) {
+  if (p == nullptr || read<uint32_t>(static_cast<const uint8_t*>(p)) != kFatbinMagic) return 0;
+  return fatbin(static_cast<const uint8_t*>(p)).size;
+}
+
 ModuleImage find_module_image(const void* image) {
   const auto* p = static_cast<const uint8_t*>(image);
   if (p == nullptr) return {nullptr, 0, "no image"};
@@ -59,7 +65,9 @@ ModuleImage find_module_image(const void* image) {
     const auto* target = reinterpret_cast<const uint8_t*>(read<uint64_t>(p + 8));
     if (target == nullptr || read<uint32_t>(target) != kFatbinMagic)
       return {nullptr, 0, "fatbin wrapper that does not point at a fatbin"};
-    return fatbin(target);
+    ModuleImage found = fatbin(target);
+    if (read<uint32_t>(p + 4) == kLinkWrapperVersion) found.prelinked = reinterpret_cast<const uint64_t*>(read<uint64_t>(p + 16));
+    return found;
   }
   if (std::memcmp(p, kElfMagic, 4) == 0) return elf(p);
   // Anything else must be PTX text.

@@ -10,47 +10,28 @@
 
 #include "address_map.h"
 #include "connection.h"
+#include "contexts.h"
 #include "driver_objects.h"
 #include "entry_point.h"
 #include "log.h"
+#include "linker.h"
 #include "module_images.h"
+#include "staged_bytes.h"
 #include "trace.h"
 
 namespace tally::client {
 namespace {
 
-// Images up to this size ride in the request; larger ones go through the upload
-// arena in chunks (staged on the server), one image at a time.
-constexpr size_t kInlineImageBytes = 64 << 10;
-std::mutex g_staging_mutex;
-
-CUresult load(const void* image, ModuleObject** out) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+CUresult load_image(const uint8_t* data, size_t size, ModuleObject** out) {
   Connection& c = Connection::instance();
-  if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
-  ModuleImage found = find_module_image(image);
-  if (found.data == nullptr) {
-    trace_line("module image not understood: %s", found.error);
-    return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_IMAGE;
-  }
   protocol::ModuleLoadMsg m{};
-  m.size = found.size;
+  m.size = size;
   Reply reply;
-  if (found.size <= kInlineImageBytes) {
-    if (CUresult rc = c.request(m, &reply, found.data, static_cast<uint32_t>(found.size)); rc != CUDA_SUCCESS)
-      return rc;
+  if (size <= kInlineRequestBytes) {
+    if (CUresult rc = c.request(m, &reply, data, static_cast<uint32_t>(size)); rc != CUDA_SUCCESS) return rc;
   } else {
-    std::lock_guard<std::mutex> staging(g_staging_mutex);
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(c.upload_capacity() / 4, 16 << 20));
-    for (size_t at = 0; at < found.size; at += chunk) {
-      const size_t n = std::min(chunk, found.size - at);
-      std::lock_guard<std::mutex> lock(c.upload_mutex());
-      protocol::StageBytesMsg stage{0, n};
-      uint8_t* dst = nullptr;
-      if (CUresult rc = c.reserve_upload(n, &stage.arena_offset, &dst); rc != CUDA_SUCCESS) return rc;
-      std::memcpy(dst, found.data + at, n);
-      if (CUresult rc = c.send(stage); rc != CUDA_SUCCESS) return rc;
-    }
+    std::lock_guard<std::mutex> staging(staging_mutex());
+    if (CUresult rc = stage_bytes(data, size); rc != CUDA_SUCCESS) return rc;
     m.staged = 1;
     if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) return rc;
   }
@@ -64,6 +45,30 @@ CUresult load(const void* image, ModuleObject** out) {
   module->id = loaded.module;
   *out = module;
   return CUDA_SUCCESS;
+}
+
+CUresult load(const void* image, ModuleObject** out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Connection& c = Connection::instance();
+  if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
+  ModuleImage found = find_module_image(image);
+  if (found.data == nullptr) {
+    trace_line("module image not understood: %s", found.error);
+    return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_IMAGE;
+  }
+  // nvlink's image of a PTX-only -rdc build is a bare header: nothing to try loading.
+  constexpr size_t kFatbinHeaderBytes = 16;
+  const bool nothing_linked = found.prelinked != nullptr && found.size <= kFatbinHeaderBytes;
+  CUresult rc = nothing_linked ? CUDA_ERROR_NO_BINARY_FOR_GPU : load_image(found.data, found.size, out);
+  if ((rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE) && found.prelinked != nullptr) {
+    // An -rdc program: nvlink's device-linked image has nothing this device runs (it
+    // holds cubins for the build's architectures, or nothing when built for PTX only),
+    // so its relocatable device code is linked from PTX now, as the driver does.
+    std::vector<uint8_t> linked;
+    if (CUresult link_rc = link_relocatable_fatbins(found.prelinked, &linked); link_rc != CUDA_SUCCESS) return link_rc;
+    rc = load_image(linked.data(), linked.size(), out);
+  }
+  return rc;
 }
 
 CUresult load_file(const char* path, ModuleObject** out) {
@@ -140,6 +145,17 @@ CUresult global(ModuleObject* module, const char* name, CUdeviceptr* dptr, size_
 
 CUmodule module_handle(ModuleObject* m) { return reinterpret_cast<CUmodule>(m); }
 
+// cuModuleLoad*: a module belongs to the context current when it is loaded (libraries
+// belong to none, as in CUDA).
+CUresult load_module(ModuleObject** out, CUresult (*how)(const void*, ModuleObject**), const void* what) {
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = how(what, out);
+  if (rc == CUDA_SUCCESS) note_context_resource(ContextResource::kModule, reinterpret_cast<uint64_t>(*out));
+  return rc;
+}
+
+CUresult load_module_file(const void* path, ModuleObject** out) { return load_file(static_cast<const char*>(path), out); }
+
 }  // namespace
 }  // namespace tally::client
 
@@ -147,22 +163,26 @@ using namespace tally::client;
 namespace protocol = tally::protocol;
 
 TALLY_ENTRY(cuModuleLoadData_v2000)(CUmodule* module, const void* image) {
-  return load(image, reinterpret_cast<ModuleObject**>(module));
+  return load_module(reinterpret_cast<ModuleObject**>(module), load, image);
 }
 TALLY_ENTRY(cuModuleLoadDataEx_v2010)(CUmodule* module, const void* image, unsigned int numOptions,
                                       CUjit_option* options, void** optionValues) {
   // JIT options steer the driver's compiler (log buffers, optimization level);
   // the server loads with its defaults.
   (void)numOptions, (void)options, (void)optionValues;
-  return load(image, reinterpret_cast<ModuleObject**>(module));
+  return load_module(reinterpret_cast<ModuleObject**>(module), load, image);
 }
 TALLY_ENTRY(cuModuleLoadFatBinary_v2000)(CUmodule* module, const void* fatCubin) {
-  return load(fatCubin, reinterpret_cast<ModuleObject**>(module));
+  return load_module(reinterpret_cast<ModuleObject**>(module), load, fatCubin);
 }
 TALLY_ENTRY(cuModuleLoad_v2000)(CUmodule* module, const char* fname) {
-  return load_file(fname, reinterpret_cast<ModuleObject**>(module));
+  return load_module(reinterpret_cast<ModuleObject**>(module), load_module_file, fname);
 }
-TALLY_ENTRY(cuModuleUnload_v2000)(CUmodule hmod) { return unload(as_module(hmod)); }
+TALLY_ENTRY(cuModuleUnload_v2000)(CUmodule hmod) {
+  CUresult rc = unload(as_module(hmod));
+  if (rc == CUDA_SUCCESS) forget_context_resource(ContextResource::kModule, reinterpret_cast<uint64_t>(hmod));
+  return rc;
+}
 
 TALLY_ENTRY(cuLibraryLoadData_v12000)(CUlibrary* library, const void* code, CUjit_option* jitOptions,
                                       void** jitOptionsValues, unsigned int numJitOptions,

@@ -38,7 +38,7 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: {
       CUcontext ctx = nullptr;
-      if (f.known) primary_context(0, &ctx);
+      if (f.known) ctx = resource_context(f.device ? ContextResource::kDeviceMemory : ContextResource::kHostMemory, f.start);
       put(data, ctx);
       return CUDA_SUCCESS;
     }

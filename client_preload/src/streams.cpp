@@ -24,18 +24,21 @@ constexpr int kGreatestPriority = -5;
 CUresult create(CUstream* out, unsigned flags, int priority) {
   if (out == nullptr || (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
   // Out-of-range priorities are clamped, as the driver does.
   priority = priority > kLeastPriority ? kLeastPriority : priority < kGreatestPriority ? kGreatestPriority : priority;
   auto* stream = new StreamObject();
   stream->id = g_next_stream.fetch_add(1, std::memory_order_relaxed);
   stream->flags = flags;
   stream->priority = priority;
+  tally_entry_cuCtxGetCurrent_v4000(&stream->context);
   protocol::StreamCreateMsg m{stream->id, flags, priority};
   if (CUresult rc = Connection::instance().send(m); rc != CUDA_SUCCESS) {
     stream->tag.store(ObjectTag::kDead);
     return rc;
   }
   *out = reinterpret_cast<CUstream>(stream);
+  note_context_resource(ContextResource::kStream, reinterpret_cast<uint64_t>(stream));
   return CUDA_SUCCESS;
 }
 
@@ -82,6 +85,11 @@ CUresult describe(CUstream stream, bool per_thread, unsigned* flags, int* priori
 CUresult stream_context(CUstream stream, bool per_thread, CUcontext* ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = describe(stream, per_thread, nullptr, nullptr); rc != CUDA_SUCCESS) return rc;
+  StreamObject* s = as_stream(stream);
+  if (s != nullptr && s->context != nullptr) {
+    *ctx = s->context;
+    return CUDA_SUCCESS;
+  }
   return primary_context(0, ctx);
 }
 
@@ -146,6 +154,7 @@ TALLY_ENTRY(cuStreamDestroy_v4000)(CUstream hStream) {
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   ObjectTag expected = ObjectTag::kStream;
   if (!s->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_HANDLE;
+  forget_context_resource(ContextResource::kStream, reinterpret_cast<uint64_t>(s));
   return Connection::instance().send(protocol::StreamDestroyMsg{s->id});
 }
 

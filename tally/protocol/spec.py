@@ -214,6 +214,25 @@ DRIVER_MESSAGES = (
             "HostRegister), mapped at `dptr` in the client, becomes device memory at that address; "
             "Error CUDA_ERROR_ALREADY_MAPPED if the address is taken on the device",
             (F("dptr", "u64"), F("bytes", "u64"), F("flags", "u32"), F("_pad0", "u32")), tail="shared-memory object name"),
+    # The JIT linker (cuLinkComplete; the load of an -rdc program's relocatable device code):
+    # the server links the inputs' PTX into one module and sends the image back, which the
+    # job then loads like any other (tally/server/driver/linker.py says why it is done here).
+    Message("LinkAdd", 160, "cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id "
+            "the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from "
+            "the tail or the staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or "
+            "INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked",
+            (F("link", "u64"), F("size", "u64"), F("type", "u32"), F("name_size", "u32"), F("staged", "u32"),
+             F("_pad0", "u32")), tail="the name (name_size bytes), then the input bytes unless staged"),
+    Message("LinkComplete", 161, "cuLinkComplete: link the inputs added to `link` into one PTX module; "
+            "`verbose` is CU_JIT_LOG_VERBOSE; answered by LinkReply", (F("link", "u64"), F("verbose", "u32"),
+                                                                       F("_pad0", "u32"))),
+    Message("LinkReply", 162, "answer to LinkComplete: `status` is CUDA_SUCCESS or why the link failed; the "
+            "image (NUL-terminated PTX), the info log and the error log lie back to back in the download-arena "
+            "chunk at `arena_offset` (`size` bytes; 0: no chunk), which the client releases",
+            (F("status", "u32"), F("_pad0", "u32"), F("image_size", "u64"), F("info_log_size", "u64"),
+             F("error_log_size", "u64"), F("arena_offset", "u64"), F("size", "u64"))),
+    Message("LinkDestroy", 163, "async: cuLinkDestroy; the server forgets the link state's inputs",
+            (F("link", "u64"),)),
 )
 
 

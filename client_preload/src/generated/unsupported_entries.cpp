@@ -25,30 +25,6 @@ CUresult tally_entry_cuDeviceGetProperties_v2000(CUdevprop_v1 *prop, CUdevice_v1
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceGetProperties");
 }
-CUresult tally_entry_cuDeviceGetExecAffinitySupport_v11040(int *pi, CUexecAffinityType type, CUdevice dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetExecAffinitySupport");
-}
-CUresult tally_entry_cuCtxCreate_v3020(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxCreate_v2");
-}
-CUresult tally_entry_cuCtxCreate_v11040(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice_v1 dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxCreate_v3");
-}
-CUresult tally_entry_cuCtxCreate_v12050(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxCreate_v4");
-}
-CUresult tally_entry_cuCtxDestroy_v4000(CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxDestroy_v2");
-}
-CUresult tally_entry_cuCtxSetFlags_v12010(unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxSetFlags");
-}
 CUresult tally_entry_cuCtxAttach_v2000(CUcontext *pctx, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxAttach");
@@ -56,10 +32,6 @@ CUresult tally_entry_cuCtxAttach_v2000(CUcontext *pctx, unsigned int flags) {
 CUresult tally_entry_cuCtxDetach_v2000(CUcontext ctx) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxDetach");
-}
-CUresult tally_entry_cuCtxGetExecAffinity_v11040(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetExecAffinity");
 }
 CUresult tally_entry_cuModuleGetTexRef_v2000(CUtexref *pTexRef, CUmodule hmod, const char *name) {
   static tally::client::OnceFlag logged;
@@ -76,26 +48,6 @@ CUresult tally_entry_cuModuleGetFunctionCount_v12040(unsigned int *count, CUmodu
 CUresult tally_entry_cuModuleEnumerateFunctions_v12040(CUfunction *functions, unsigned int numFunctions, CUmodule mod) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuModuleEnumerateFunctions");
-}
-CUresult tally_entry_cuLinkCreate_v6050(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkCreate_v2");
-}
-CUresult tally_entry_cuLinkAddData_v6050(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkAddData_v2");
-}
-CUresult tally_entry_cuLinkAddFile_v6050(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkAddFile_v2");
-}
-CUresult tally_entry_cuLinkComplete_v5050(CUlinkState state, void **cubinOut, size_t *sizeOut) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkComplete");
-}
-CUresult tally_entry_cuLinkDestroy_v5050(CUlinkState state) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkDestroy");
 }
 CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
@@ -1132,18 +1084,6 @@ CUresult tally_entry_cuMemHostRegister_v4000(void *p, size_t bytesize, unsigned 
 CUresult tally_entry_cuGraphicsResourceSetMapFlags_v3000(CUgraphicsResource resource, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsResourceSetMapFlags");
-}
-CUresult tally_entry_cuLinkCreate_v5050(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkCreate");
-}
-CUresult tally_entry_cuLinkAddData_v5050(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkAddData");
-}
-CUresult tally_entry_cuLinkAddFile_v5050(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLinkAddFile");
 }
 CUresult tally_entry_cuTexRefSetAddress2D_v3020(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v2 *desc, CUdeviceptr_v2 dptr, size_t Pitch) {
   static tally::client::OnceFlag logged;

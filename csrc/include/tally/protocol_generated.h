@@ -113,6 +113,10 @@ enum class MessageKind : uint32_t {
   IpcGetEventHandle = 154,
   IpcOpenEventHandle = 155,
   MemAllocManaged = 156,
+  LinkAdd = 160,
+  LinkComplete = 161,
+  LinkReply = 162,
+  LinkDestroy = 163,
 };
 
 // client -> server over the socket: first record of a connection
@@ -968,5 +972,71 @@ static_assert(offsetof(MemAllocManagedMsg, bytes) == 8);
 static_assert(offsetof(MemAllocManagedMsg, flags) == 16);
 static_assert(offsetof(MemAllocManagedMsg, _pad0) == 20);
 constexpr uint32_t kMemAllocManagedSize = 24;  // bytes on the wire (0: empty)
+
+// cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from the tail or the staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked; tail: the name (name_size bytes), then the input bytes unless staged
+struct LinkAddMsg {
+  static constexpr MessageKind kKind = MessageKind::LinkAdd;
+  static constexpr bool kHasTail = true;
+  uint64_t link;
+  uint64_t size;
+  uint32_t type;
+  uint32_t name_size;
+  uint32_t staged;
+  uint32_t _pad0;
+};
+static_assert(sizeof(LinkAddMsg) == 32, "LinkAddMsg layout differs from the Python codec");
+static_assert(offsetof(LinkAddMsg, link) == 0);
+static_assert(offsetof(LinkAddMsg, size) == 8);
+static_assert(offsetof(LinkAddMsg, type) == 16);
+static_assert(offsetof(LinkAddMsg, name_size) == 20);
+static_assert(offsetof(LinkAddMsg, staged) == 24);
+static_assert(offsetof(LinkAddMsg, _pad0) == 28);
+constexpr uint32_t kLinkAddSize = 32;  // bytes on the wire (0: empty)
+
+// cuLinkComplete: link the inputs added to `link` into one PTX module; `verbose` is CU_JIT_LOG_VERBOSE; answered by LinkReply
+struct LinkCompleteMsg {
+  static constexpr MessageKind kKind = MessageKind::LinkComplete;
+  static constexpr bool kHasTail = false;
+  uint64_t link;
+  uint32_t verbose;
+  uint32_t _pad0;
+};
+static_assert(sizeof(LinkCompleteMsg) == 16, "LinkCompleteMsg layout differs from the Python codec");
+static_assert(offsetof(LinkCompleteMsg, link) == 0);
+static_assert(offsetof(LinkCompleteMsg, verbose) == 8);
+static_assert(offsetof(LinkCompleteMsg, _pad0) == 12);
+constexpr uint32_t kLinkCompleteSize = 16;  // bytes on the wire (0: empty)
+
+// answer to LinkComplete: `status` is CUDA_SUCCESS or why the link failed; the image (NUL-terminated PTX), the info log and the error log lie back to back in the download-arena chunk at `arena_offset` (`size` bytes; 0: no chunk), which the client releases
+struct LinkReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::LinkReply;
+  static constexpr bool kHasTail = false;
+  uint32_t status;
+  uint32_t _pad0;
+  uint64_t image_size;
+  uint64_t info_log_size;
+  uint64_t error_log_size;
+  uint64_t arena_offset;
+  uint64_t size;
+};
+static_assert(sizeof(LinkReplyMsg) == 48, "LinkReplyMsg layout differs from the Python codec");
+static_assert(offsetof(LinkReplyMsg, status) == 0);
+static_assert(offsetof(LinkReplyMsg, _pad0) == 4);
+static_assert(offsetof(LinkReplyMsg, image_size) == 8);
+static_assert(offsetof(LinkReplyMsg, info_log_size) == 16);
+static_assert(offsetof(LinkReplyMsg, error_log_size) == 24);
+static_assert(offsetof(LinkReplyMsg, arena_offset) == 32);
+static_assert(offsetof(LinkReplyMsg, size) == 40);
+constexpr uint32_t kLinkReplySize = 48;  // bytes on the wire (0: empty)
+
+// async: cuLinkDestroy; the server forgets the link state's inputs
+struct LinkDestroyMsg {
+  static constexpr MessageKind kKind = MessageKind::LinkDestroy;
+  static constexpr bool kHasTail = false;
+  uint64_t link;
+};
+static_assert(sizeof(LinkDestroyMsg) == 8, "LinkDestroyMsg layout differs from the Python codec");
+static_assert(offsetof(LinkDestroyMsg, link) == 0);
+constexpr uint32_t kLinkDestroySize = 8;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -40,6 +40,7 @@ class DriverState:
         self.host_functions = HostFunctions(session)
         self.events: dict[int, object] = {}        # client event id -> ExecutorEvent
         self.staging = bytearray()                  # StageBytes accumulates module images here
+        self.links: dict[int, object] = {}          # client link-state id -> linker.LinkState (cuLink*)
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync

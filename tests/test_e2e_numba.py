@@ -1,0 +1,24 @@
+"""numba-cuda under tally-run on the emulator: Python kernels (elementwise with
+device functions, a shared-memory reduction with syncthreads, atomics) compiled by
+NVVM, linked through tally's cuLink* and checked against numpy
+(tests/cuda/programs/numba_kernels.py). numba-cuda, NVVM and NVRTC come from PyPI
+(the `test` extra); numba finds the driver as libcuda.so.1, which tally-run makes
+tally's."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from test_e2e_helpers import PROGRAMS, emulator_server, run_job  # noqa: F401
+
+
+def test_numba_kernels(emulator_server):
+    try:
+        import numba.cuda  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"numba-cuda is a test dependency (pip install -e '.[test]'): {e}")
+    job = run_job(emulator_server.socket, sys.executable, PROGRAMS / "numba_kernels.py", timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert float(job.value("elementwise_max_error")) < 1e-6
+    assert float(job.value("sum_error")) < 1e-9
+    assert job.ints("histogram_matches", "histogram_total") == [1, 1000]

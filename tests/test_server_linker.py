@@ -1,0 +1,64 @@
+"""What each kind of linker input contributes on the server (tally/server/driver/
+linker.py): PTX as is, a fatbin's PTX closest to the device, and a clear refusal
+for inputs tally cannot link."""
+from __future__ import annotations
+
+import pytest
+from test_e2e_helpers import build_device_code
+
+from ptx_passes.linking import link_inputs, read_link_input
+from tally.backends.base import (
+    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_NOT_SUPPORTED,
+    DeviceError,
+)
+from tally.server.driver.linker import (
+    INPUT_CUBIN,
+    INPUT_FATBINARY,
+    INPUT_LIBRARY,
+    INPUT_NVVM,
+    INPUT_PTX,
+    input_ptx,
+)
+
+CC = (9, 0)
+
+
+def test_fatbin_input_contributes_its_ptx(nvcc):
+    functions = build_device_code(nvcc, "link_functions.cu", "fatbin", ("-rdc=true", "-arch=sm_80"))
+    kernels = build_device_code(nvcc, "link_kernels.cu", "ptx", ("-rdc=true",))
+    ptx = input_ptx(INPUT_FATBINARY, functions.read_bytes(), "functions.fatbin", CC)
+    functions_input = read_link_input("functions.fatbin", ptx)
+    assert functions_input.module.targets == ("sm_80",)
+    assert functions_input.module.function("polynomial").body is not None
+    linked = link_inputs([read_link_input("kernels.ptx", kernels.read_text()), functions_input])
+    assert "polynomial" in linked.text and ".extern" not in linked.text
+
+
+def test_inputs_without_ptx_are_refused_with_the_reason(nvcc):
+    cubin_only = build_device_code(nvcc, "link_functions.cu", "fatbin",
+                                   ("-rdc=true", "-gencode", "arch=compute_80,code=sm_80"))
+    with pytest.raises(DeviceError) as e:
+        input_ptx(INPUT_FATBINARY, cubin_only.read_bytes(), "functions.fatbin", CC)
+    assert e.value.code == CUDA_ERROR_NO_BINARY_FOR_GPU
+    assert "functions.fatbin: holds no PTX (cubins: sm_80); tally's linker links PTX" in e.value.message
+
+
+@pytest.mark.parametrize("kind, data, code, message", [
+    (INPUT_PTX, b"\xff\xfe.version", CUDA_ERROR_INVALID_PTX, "x: PTX input is not UTF-8 text"),
+    (INPUT_CUBIN, b"not an image", CUDA_ERROR_INVALID_IMAGE, "x: input not understood"),
+    (INPUT_LIBRARY, b"!<arch>\n", CUDA_ERROR_NOT_SUPPORTED, "x: static libraries (CU_JIT_INPUT_LIBRARY)"),
+    (INPUT_NVVM, b"BC", CUDA_ERROR_NOT_SUPPORTED, "x: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally"),
+    (42, b"x", CUDA_ERROR_INVALID_VALUE, "x: unknown CUjitInputType 42"),
+])
+def test_bad_inputs(kind, data, code, message):
+    with pytest.raises(DeviceError) as e:
+        input_ptx(kind, data, "x", CC)
+    assert e.value.code == code and e.value.message.startswith(message)
+
+
+def test_ptx_input_loses_its_terminating_nuls():
+    assert input_ptx(INPUT_PTX, b".version 8.0\n\0\0", "x", CC) == ".version 8.0\n"
