@@ -6,7 +6,8 @@ backed by host memory only where a kernel or copy touches it); streams run on
 their own threads; kernels are lowered from PTX at their first launch. A
 kernel that faults (illegal address, divergent barrier, time limit, an
 instruction the emulator lacks) fails that launch only: the error is kept on
-its stream and the device keeps working.
+its stream and the device keeps working. A failed device assert fails it with
+CUDA_ERROR_ASSERT, its message (CUDA's format) in the DeviceError's `stderr`.
 
 Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
@@ -215,7 +216,8 @@ class EmulatorBackend(NoHostRegistration):
             if result.printf_output:
                 self._emit_printf(stream, result.printf_output)
             if result.code:
-                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}")
+                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}",
+                                  stderr=result.assert_output)
 
         stream.submit(run)
 

@@ -23,6 +23,8 @@ NO_SLOT = core.NO_SLOT
 FLAGS = core.FLAGS
 FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"})
 DYNAMIC_SPECIALS = {"%clock": "clock", "%clock64": "clock64", "%globaltimer": "globaltimer"}
+# Constants PTX names as operands (`mov.u32 %r1, WARP_SZ;` is what nvcc emits for warpSize).
+PTX_CONSTANTS = {"WARP_SZ": core.WARP_SIZE}
 
 Lowerer = Callable[["FunctionLowering", ir.Instruction], None]
 LOWERERS: dict[str, Lowerer] = {}
@@ -156,6 +158,8 @@ class FunctionLowering:
         if isinstance(op, ir.SpecialReg):
             return self.special(op)
         if isinstance(op, ir.Symbol):
+            if op.name in PTX_CONSTANTS:
+                return self.const(PTX_CONSTANTS[op.name])
             return self.symbol_value(op.name)
         raise self.unsupported(f"the operand {op}")
 

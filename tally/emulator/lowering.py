@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ptx_passes import ir
 from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
+from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
 from tally.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
 from tally.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
 from tally.emulator.layout import (
@@ -43,6 +44,11 @@ from tally.emulator.layout import (
 )
 
 DEFAULT_MAX_CALL_DEPTH = 64
+# Special registers that describe the block's reserved shared memory: a kernel that
+# reads one gets the region (csrc/src/emulator/emu_types.h, Special).
+RESERVED_SHARED_SPECIALS = frozenset({
+    "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
+    "%reserved_smem_offset_0", "%reserved_smem_offset_1", "%aggr_smem_size"})
 
 
 @dataclass
@@ -67,6 +73,7 @@ class KernelLowering:
         self.param_offsets = [slot.offset for slot in param_layout(entry)]
         self._constants: dict[int, int] = {}
         self._specials: dict[str, int] = {}
+        self.reserved_shared_bytes = 0
         self.frames: dict[str, FrameLayout] = {fn.name: function_frame(fn) for fn in self.functions}
         self.function_pcs: dict[str, int] = {}
         self.call_fixups: list[tuple[int, str]] = []
@@ -108,6 +115,8 @@ class KernelLowering:
             slot = (core.BANK_WARP << core.BANK_SHIFT) | len(self._specials)
             self.program.add_special(slot, core.SPECIALS[name])
             self._specials[name] = slot
+            if name in RESERVED_SHARED_SPECIALS:
+                self.reserved_shared_bytes = RESERVED_SHARED_MEMORY_PER_BLOCK
         return slot
 
     def run(self) -> LoweredKernel:
@@ -129,6 +138,7 @@ class KernelLowering:
         p.warp_slots = len(self._specials)
         p.local_frame_bytes = align_up(frame_bytes, 16)
         p.static_shared_bytes = self.shared.dynamic_offset if self.shared.static_bytes else 0
+        p.reserved_shared_bytes = self.reserved_shared_bytes
         p.param_bytes = param_bytes(self.entry)
         p.entry_pc = 0
         p.max_call_depth = DEFAULT_MAX_CALL_DEPTH
