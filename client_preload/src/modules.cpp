@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "address_map.h"
@@ -24,6 +25,19 @@ namespace {
 constexpr size_t kInlineImageBytes = 64 << 10;
 std::mutex g_staging_mutex;
 
+// A module with no code for the device: say why (the server's explanation names
+// what the image holds and what the device is), as the driver's JIT log would.
+CUresult explain_load_failure(CUresult rc, const Reply& reply) {
+  if ((rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) &&
+      reply.kind == static_cast<uint32_t>(protocol::MessageKind::Error) &&
+      reply.payload.size() > sizeof(protocol::ErrorMsg)) {
+    std::string why(reinterpret_cast<const char*>(reply.payload.data()) + sizeof(protocol::ErrorMsg),
+                    reply.payload.size() - sizeof(protocol::ErrorMsg));
+    log_error("cannot load a module (CUresult %d): %s", static_cast<int>(rc), why.c_str());
+  }
+  return rc;
+}
+
 CUresult load(const void* image, ModuleObject** out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Connection& c = Connection::instance();
@@ -38,7 +52,7 @@ CUresult load(const void* image, ModuleObject** out) {
   Reply reply;
   if (found.size <= kInlineImageBytes) {
     if (CUresult rc = c.request(m, &reply, found.data, static_cast<uint32_t>(found.size)); rc != CUDA_SUCCESS)
-      return rc;
+      return explain_load_failure(rc, reply);
   } else {
     std::lock_guard<std::mutex> staging(g_staging_mutex);
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(c.upload_capacity() / 4, 16 << 20));
@@ -52,7 +66,7 @@ CUresult load(const void* image, ModuleObject** out) {
       if (CUresult rc = c.send(stage); rc != CUDA_SUCCESS) return rc;
     }
     m.staged = 1;
-    if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) return explain_load_failure(rc, reply);
   }
   if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::ModuleLoadReply,
                                             sizeof(protocol::ModuleLoadReplyMsg));

@@ -1,6 +1,6 @@
 """tally-server: own one GPU and run every job's work on it.
 
-    tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
+    tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH] [--emulate-cc 9.0]
     tally-server status [--socket PATH] [--json]
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.select import BACKENDS, BackendUnavailable, make_backend
+from tally.backends.select import BACKENDS, BackendUnavailable, make_backend, resolve_backend
 from tally.protocol.framing import recv_record, send_record
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
@@ -42,8 +42,18 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--spin-us", type=float, default=None,
                    help="how long a client's server thread spins for its next request before sleeping "
                         "(default: 1000 on a GPU, 20 on the CPU backends)")
+    p.add_argument("--emulate-cc", type=compute_capability, default=None, metavar="MAJOR.MINOR",
+                   help="the compute capability the emulator reports (default 9.0): modules load only PTX "
+                        "for it or older, so match the PTX your libraries ship (e.g. 12.0)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
+
+
+def compute_capability(text: str) -> tuple[int, int]:
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit() and len(minor) == 1 and 1 <= int(major) <= 99):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a compute capability like 9.0 or 12.0")
+    return int(major), int(minor)
 
 
 def status_parser() -> argparse.ArgumentParser:
@@ -67,8 +77,15 @@ def serve_main(argv: list[str]) -> int:
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
     socket_path = paths.server_socket(args.socket, args.device)
+    options = {}
+    if args.emulate_cc is not None:
+        if resolve_backend(args.backend) != "emulator":
+            print(f"tally-server: --emulate-cc sets what the emulator reports; the {resolve_backend(args.backend)} "
+                  "backend reports its device's own compute capability (use --backend emulator)", file=sys.stderr)
+            return 2
+        options["compute_capability"] = args.emulate_cc
     try:
-        backend = make_backend(args.backend, args.device)
+        backend = make_backend(args.backend, args.device, **options)
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
@@ -90,7 +107,8 @@ def serve_main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     d = server.description
     print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
-          f"policy {args.policy})", flush=True)
+          f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
+          flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
     server.serve_forever()
     print("tally-server: stopped", flush=True)
@@ -132,7 +150,8 @@ def format_status(status: dict) -> str:
     s = status["server"]
     lines = [
         f"server   pid {s['pid']}  socket {s['socket']}  backend {s['backend']}  policy {s['policy']}",
-        f"device   {s['device']}: {s['device_name']}  memory {_gib(s['memory_total'] - s['memory_free'])} "
+        f"device   {s['device']}: {s['device_name']}  compute capability {s['compute_capability']}  "
+        f"memory {_gib(s['memory_total'] - s['memory_free'])} "
         f"used of {_gib(s['memory_total'])}  uptime {s['uptime_s']:.0f} s",
         f"clients  {len(status['clients'])}",
     ]

@@ -336,6 +336,7 @@ class TallyServer:
                 "backend": self.backend.kind,
                 "device": self.config.device,
                 "device_name": d.name,
+                "compute_capability": "%d.%d" % d.compute_capability,
                 "policy": self.config.policy,
                 "be_transform": self.config.be_transform,
                 "scheduler": self.executor.counters(),
