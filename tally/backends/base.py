@@ -123,6 +123,7 @@ Dim3 = tuple[int, int, int]
 class DeviceBackend(Protocol):
     kind: str                        # "cuda" | "emulator" | "null" | "sim"
     errors_are_context_wide: bool    # True for cuda: a device fault poisons every stream
+    runs_cubins: bool                # False where only PTX can run (the emulator): modules then need PTX
 
     def describe(self) -> DeviceDescription: ...
 

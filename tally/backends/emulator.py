@@ -15,7 +15,9 @@ Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 Options: total_memory (bytes of address space to hand out, backed only where
 touched), sm_count (what %nsmid and the device attributes say),
 compute_capability (what the device reports, (9, 0) by default: modules load
-only PTX for it or older; `tally-server --emulate-cc`), launch_timeout_s
+only PTX for it or older; `tally-server --emulate-cc`), driver_version (the
+CUDA version cuDriverGetVersion reports, 13000 by default: modules load only PTX
+of an ISA version that release knows; `--emulate-driver`), launch_timeout_s
 and max_warp_instructions (per-launch limits; 0 = none), printf_to_stdout.
 `stats` counts launches and executed thread/warp instructions.
 """
@@ -46,6 +48,7 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 227 * 1024
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
+DEFAULT_DRIVER_VERSION = 13000      # CUDA 13.0: loads PTX up to ISA 9.0
 
 
 def _memory_call(fn, *args):
@@ -62,13 +65,16 @@ def _memory_call(fn, *args):
 class EmulatorBackend(NoHostRegistration):
     kind = "emulator"
     errors_are_context_wide = False
+    runs_cubins = False
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,
-                 compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY):
+                 compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY,
+                 driver_version: int = DEFAULT_DRIVER_VERSION):
         self._memory = core.DeviceMemory(total_memory)
         self._sm_count = sm_count
         self._cc = tuple(compute_capability)
+        self._driver_version = driver_version
         self.launch_timeout_s = launch_timeout_s
         self.max_warp_instructions = max_warp_instructions
         self._printf_to_stdout = printf_to_stdout
@@ -83,7 +89,8 @@ class EmulatorBackend(NoHostRegistration):
         cc = self._cc
         return DeviceDescription(name="tally emulator", uuid=self._uuid, total_memory=self._memory.capacity,
                                  compute_capability=cc, sm_count=self._sm_count,
-                                 attributes=synthetic_attributes(cc, self._sm_count))
+                                 attributes=synthetic_attributes(cc, self._sm_count),
+                                 driver_version=self._driver_version)
 
     # ------------------------------------------------------------------ memory
 

@@ -39,14 +39,16 @@ def lowers(*opcodes: str):
 
 
 class LoweringError(Exception):
-    """A PTX construct the emulator cannot run; names the instruction and its line."""
+    """A PTX construct the emulator cannot run; names the instruction and its line.
+    `construct` is what is missing, without where (for tools that count them)."""
 
-    def __init__(self, message: str, line: int = 0, text: str = ""):
+    def __init__(self, message: str, line: int = 0, text: str = "", construct: str = ""):
         text = " ".join(text.split())
         where = f" (PTX line {line}: `{text}`)" if line else (f" (`{text}`)" if text else "")
         super().__init__(message + where)
         self.line = line
         self.text = text
+        self.construct = construct or message
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class FunctionLowering:
     def unsupported(self, what: str) -> LoweringError:
         ins = self.ins
         return LoweringError(f"the emulator does not support {what} in {self.fn.name}",
-                             ins.line if ins else 0, str(ins) if ins else "")
+                             ins.line if ins else 0, str(ins) if ins else "", construct=what)
 
     # ------------------------------------------------------------------ names
 

@@ -63,8 +63,11 @@ class KernelLowering:
     """Kernel-wide state: the program being built, constants, special-register
     slots, the shared layout, module symbols and where each function starts."""
 
-    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int]):
+    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int],
+                 collect: list[LoweringError] | None = None):
         self.module = module
+        # Where unsupported instructions go instead of ending the lowering (tools/ptx_sweep.py).
+        self.collect = collect
         self.entry = entry
         self.global_addresses = global_addresses
         self.program = core.Program(entry.name)
@@ -169,14 +172,12 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
         for s in block.statements:
             if isinstance(s, ir.Instruction):
                 lowering.ins = s
-                lowerer = LOWERERS.get(s.opcode)
-                if lowerer is None:
-                    raise lowering.unsupported(f"the instruction {s.full_opcode}")
                 try:
-                    lowerer(lowering, s)
-                except (ValueError, TypeError, IndexError, AttributeError) as e:
-                    # operand counts/kinds a valid PTX instruction of this form cannot have
-                    raise lowering.unsupported(f"{s.full_opcode} with these operands ({type(e).__name__}: {e})") from None
+                    _lower_instruction(lowering, s)
+                except LoweringError as e:
+                    if lowering.kernel.collect is None:
+                        raise
+                    lowering.kernel.collect.append(e)
             elif isinstance(s, ir.RegDecl):
                 if s.vector:
                     raise LoweringError(f"vector registers (.v{s.vector} {s.name}) are not supported by the emulator")
@@ -196,8 +197,22 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
         lowering.scopes.pop()
 
 
-def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int]) -> LoweredKernel:
-    """Lowers kernel `name` of `module`; raises LoweringError for what the emulator cannot run."""
+def _lower_instruction(lowering: FunctionLowering, s: ir.Instruction) -> None:
+    lowerer = LOWERERS.get(s.opcode)
+    if lowerer is None:
+        raise lowering.unsupported(f"the instruction {s.full_opcode}")
+    try:
+        lowerer(lowering, s)
+    except (ValueError, TypeError, IndexError, AttributeError) as e:
+        # operand counts/kinds a valid PTX instruction of this form cannot have
+        raise lowering.unsupported(f"{s.full_opcode} with these operands ({type(e).__name__}: {e})") from None
+
+
+def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int],
+                 collect: list[LoweringError] | None = None) -> LoweredKernel:
+    """Lowers kernel `name` of `module`; raises LoweringError for what the emulator cannot run.
+    With `collect`, unsupported instructions are appended to it and lowering goes on
+    (the program is then not runnable: for counting what is missing)."""
     try:
         entry = module.function(name)
     except KeyError:
@@ -205,7 +220,7 @@ def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int])
     if not entry.is_entry or entry.body is None:
         raise LoweringError(f"{name!r} is not a kernel with a body")
     try:
-        return KernelLowering(module, entry, global_addresses).run()
+        return KernelLowering(module, entry, global_addresses, collect).run()
     except LayoutError as e:
         raise LoweringError(f"{e} (kernel {name})") from None
 

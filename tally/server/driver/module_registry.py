@@ -78,7 +78,7 @@ class ModuleRegistry:
 
     def load(self, image: bytes) -> LoadedModule:
         try:
-            source = module_source(image, self.backend.describe())
+            source = module_source(image, self.backend.describe(), getattr(self.backend, "runs_cubins", True))
         except DeviceError as e:
             if e.code in (CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION):
                 log.warning("a module failed to load: %s", e.message)
