@@ -16,6 +16,9 @@ from tally.backends.base import CUDA_ERROR_ASSERT, DeviceError, ModuleSource
 from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
 from tally.backends.emulator import EmulatorBackend
 
+M32 = 0xFFFFFFFF
+M64 = 0xFFFFFFFFFFFFFFFF
+
 SOURCE = r"""#include <cassert>
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -65,6 +68,24 @@ extern "C" __global__ void tile64_sums(const int* x, int* sums)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int s = cg::reduce(tile, x[i], cg::plus<int>());
     if (tile.thread_rank() == 0) sums[i / 64] = s;
+}
+
+// 64- and 128-bit a * b + c from 32- and 64-bit halves, through the carry chain
+// (mad.lo.cc, madc.hi, madc.lo.cc, madc.hi.cc) NVVM emits for wide products.
+extern "C" __global__ void wide_multiply_add(const unsigned long long* x, unsigned long long* out)
+{
+    int i = threadIdx.x;
+    unsigned long long a = x[4 * i], b = x[4 * i + 1], c = x[4 * i + 2], d = x[4 * i + 3];
+    unsigned lo, hi;
+    asm("mad.lo.cc.u32 %0, %2, %3, %4;\n\tmadc.hi.u32 %1, %2, %3, %5;"
+        : "=r"(lo), "=r"(hi) : "r"((unsigned)a), "r"((unsigned)b), "r"((unsigned)c), "r"((unsigned)d));
+    out[3 * i] = ((unsigned long long)hi << 32) | lo;
+    unsigned long long r0, r1, r2;
+    // (a * b).lo + c with carry, (a * b).hi + d + carry with carry, then 0 + 0 + carry.
+    asm("mad.lo.cc.u64 %0, %3, %4, %5;\n\tmadc.hi.cc.u64 %1, %3, %4, %6;\n\tmadc.lo.u64 %2, 0, 0, 0;"
+        : "=l"(r0), "=l"(r1), "=l"(r2) : "l"(a), "l"(b), "l"(c), "l"(d));
+    out[3 * i + 1] = r0;
+    out[3 * i + 2] = r1 + (r2 << 63);
 }
 
 // Threads whose x is negative fail the assert.
@@ -157,3 +178,21 @@ def test_failed_assert_prints_cuda_message_and_fails_with_assert(device):
     _, passed = launch(device, "non_negative", (2, 1, 1), (128, 1, 1), [np.arange(256, dtype=np.int32),
                                                                           np.zeros(1, np.int32)])
     assert passed[0] == 256
+
+
+def test_multiply_add_carry_chains(device):
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 2**64, size=4 * 32, dtype=np.uint64)
+    x[:4] = 2**64 - 1                              # every carry set
+    (_, out) = launch(device, "wide_multiply_add", (1, 1, 1), (32, 1, 1), [x, np.zeros(3 * 32, np.uint64)])
+    for i in range(32):
+        a, b, c, d = (int(v) for v in x[4 * i:4 * i + 4])
+        product32 = (a & M32) * (b & M32)
+        lo32 = (product32 & M32) + (c & M32)
+        hi32 = (product32 >> 32) + (d & M32) + (lo32 >> 32)
+        assert int(out[3 * i]) == ((hi32 & M32) << 32 | (lo32 & M32)), i
+        product = a * b
+        low = (product & M64) + c
+        high = (product >> 64) + d + (low >> 64)
+        assert int(out[3 * i + 1]) == low & M64, i
+        assert int(out[3 * i + 2]) == ((high & M64) + ((high >> 64) << 63)) & M64, i

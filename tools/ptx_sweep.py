@@ -137,8 +137,11 @@ def analyse(module: Module, report: Report, short: str) -> None:
             lower_kernel(loaded.ir, name, loaded.addresses, collect=found)
         except LoweringError as e:
             found.append(e)
+        first_line: dict[str, int] = {}
         for e in found:
-            report.add(normalize(e.construct), short, name, e.line)
+            first_line.setdefault(normalize(e.construct), e.line)
+        for construct, line in first_line.items():
+            report.add(construct, short, name, line)
         report.clean_kernels += not found
     loaded.unload()
 
@@ -148,7 +151,8 @@ def normalize(construct: str) -> str:
     construct = re.sub(r" in [\w$.]+$", "", construct)
     construct = re.sub(r"%[\w$]+", "%r", construct)
     construct = re.sub(r"\(\w+Error: .*\)$", "(bad operands)", construct)
-    construct = re.sub(r"\b(?:param|__cudart|_Z)\w*", "NAME", construct)
+    construct = re.sub(r"\bparam\w*", "PARAM", construct)
+    construct = re.sub(r" \(built in: [^)]*\)", "", construct)
     return construct
 
 

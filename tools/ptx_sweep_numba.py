@@ -12,7 +12,7 @@ import os
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
 
 from numba import cuda, float32, float64, int32  # noqa: E402
-from numba.cuda.random import xoroshiro128p_uniform_float32  # noqa: E402
+from numba.cuda.random import xoroshiro128p_type, xoroshiro128p_uniform_float32  # noqa: E402
 
 CC = (8, 0)
 
@@ -157,7 +157,7 @@ KERNELS = [
     (math32, "void(float32[:], float32[:])"),
     (integers, "void(int32[:], int32[:], int32[:])"),
     (warps, "void(int32[:], int32[:])"),
-    (random_numbers, "void(uint64[:, :], float32[:])"),
+    (random_numbers, (xoroshiro128p_type[::1], float32[::1])),
     (complex_math, "void(complex128[:], complex128[:])"),
     (half_precision, "void(float16[:], float16[:], float16[:])"),
     (printing, "void(float64[:])"),
