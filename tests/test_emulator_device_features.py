@@ -88,6 +88,17 @@ extern "C" __global__ void wide_multiply_add(const unsigned long long* x, unsign
     out[3 * i + 2] = r1 + (r2 << 63);
 }
 
+// bmsk (CUB's radix sort makes its digit masks with it): out[2i] clamp, out[2i+1] wrap.
+extern "C" __global__ void bit_masks(const unsigned* start, const unsigned* width, unsigned* out)
+{
+    int i = threadIdx.x;
+    unsigned clamp, wrap;
+    asm("bmsk.clamp.b32 %0, %1, %2;" : "=r"(clamp) : "r"(start[i]), "r"(width[i]));
+    asm("bmsk.wrap.b32 %0, %1, %2;" : "=r"(wrap) : "r"(start[i]), "r"(width[i]));
+    out[2 * i] = clamp;
+    out[2 * i + 1] = wrap;
+}
+
 // Threads whose x is negative fail the assert.
 extern "C" __global__ void non_negative(const int* x, int* passed)
 {
@@ -196,3 +207,21 @@ def test_multiply_add_carry_chains(device):
         high = (product >> 64) + d + (low >> 64)
         assert int(out[3 * i + 1]) == low & M64, i
         assert int(out[3 * i + 2]) == ((high & M64) + ((high >> 64) << 63)) & M64, i
+
+
+def test_bit_masks(device):
+    pairs = [(0, 0), (0, 1), (3, 4), (0, 32), (31, 1), (31, 5), (32, 1), (33, 2), (4, 40), (40, 3), (0, 31),
+             (16, 16), (7, 0), (100, 100), (1, 33)]
+    start = np.array([a for a, _ in pairs], np.uint32)
+    width = np.array([b for _, b in pairs], np.uint32)
+    *_, out = launch(device, "bit_masks", (1, 1, 1), (len(pairs), 1, 1), [start, width, np.zeros(2 * len(pairs), np.uint32)])
+    for i, (a, b) in enumerate(pairs):
+        assert (int(out[2 * i]), int(out[2 * i + 1])) == (_bmsk(a, b, False), _bmsk(a, b, True)), (a, b)
+
+
+def _bmsk(start: int, width: int, wrap: bool) -> int:
+    if wrap:
+        start, width = start & 31, width & 31
+    else:
+        start, width = min(start, 32), min(width, 32)
+    return (((1 << width) - 1) << start) & M32

@@ -147,6 +147,14 @@ def lower_bfe(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"bfe.{t}", [cx.dst(d), cx.src(a, t), cx.src(b, "u32"), cx.src(c, "u32")])
 
 
+@lowers("bmsk")
+def lower_bmsk(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    mode = next((m for m in ("clamp", "wrap") if ins.has(m)), None)
+    if mode is None or ins.type != "b32":
+        raise cx.unsupported(ins.full_opcode)
+    cx.emit(f"bmsk.{mode}.b32", _sources(cx, ins, "u32", 2))
+
+
 @lowers("bfi")
 def lower_bfi(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
