@@ -14,6 +14,8 @@ under tally-run on the emulator.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -87,3 +89,16 @@ def test_emulate_cc_runs_ptx_for_that_architecture(compute_120_program):
         assert "compute capability 12.0" in server.log()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("args, why", [
+    (("--backend", "null", "--emulate-cc", "12.0"), "--emulate-cc and --emulate-driver set what the emulator reports"),
+    (("--backend", "emulator", "--emulate-cc", "twelve"), "'twelve' is not a compute capability like 9.0"),
+    (("--backend", "emulator", "--emulate-cc", "12"), "'12' is not a compute capability like 9.0"),
+    (("--backend", "emulator", "--emulate-driver", "13.x"), "'13.x' is not a CUDA version like 13.0"),
+])
+def test_emulate_flags_refuse_what_they_cannot_mean(tmp_path, args, why):
+    r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--socket", str(tmp_path / "s.sock"), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert not (tmp_path / "s.sock").exists()
