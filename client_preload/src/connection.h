@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -151,7 +152,7 @@ class Connection {
   // Reads one completion record (the caller holds the reader role).
   ReadStatus read_record(int64_t timeout_ns, Reply* got, uint64_t* tag, std::string* failure);
   // With reply_mutex_ held: hands a record read from the ring to its owner.
-  static void write_kernel_output(const std::vector<uint8_t>& text);
+  static void write_kernel_output(const std::vector<uint8_t>& text, FILE* to);
   void route_locked(uint64_t tag, Reply&& got);
   void background_reader();
   static void after_fork_in_child();

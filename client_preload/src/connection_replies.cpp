@@ -36,13 +36,14 @@ Connection::ReadStatus Connection::read_record(int64_t timeout_ns, Reply* got, u
   }
 }
 
-// Device printf: the text arrives before the reply to the synchronizing call that
-// flushed it and goes through the job's own stdio stream, in order with what the
-// job printed itself (as the real driver delivers it).
-void Connection::write_kernel_output(const std::vector<uint8_t>& text) {
+// Device printf (to stdout) and failed device asserts (to stderr): the text arrives
+// before the reply to the synchronizing call that flushed it and goes through the
+// job's own stdio stream, in order with what the job printed itself (as the real
+// driver delivers it).
+void Connection::write_kernel_output(const std::vector<uint8_t>& text, FILE* to) {
   if (text.empty()) return;
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  std::fwrite(text.data(), 1, text.size(), to);
+  std::fflush(to);
 }
 
 namespace {
@@ -73,7 +74,11 @@ void Connection::route_locked(uint64_t tag, Reply&& got) {
     return;
   }
   if (got.kind == static_cast<uint32_t>(protocol::MessageKind::KernelOutput)) {
-    write_kernel_output(got.payload);
+    write_kernel_output(got.payload, stdout);
+    return;
+  }
+  if (got.kind == static_cast<uint32_t>(protocol::MessageKind::KernelStderr)) {
+    write_kernel_output(got.payload, stderr);
     return;
   }
   UnsolicitedHandler handler = unsolicited_.load();

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "address_map.h"
@@ -22,18 +23,41 @@
 namespace tally::client {
 namespace {
 
-CUresult load_image(const uint8_t* data, size_t size, ModuleObject** out) {
+// The server's explanation of a failed request, when it sent one.
+std::string server_explanation(const Reply& reply) {
+  if (reply.kind != static_cast<uint32_t>(protocol::MessageKind::Error) ||
+      reply.payload.size() <= sizeof(protocol::ErrorMsg))
+    return {};
+  return std::string(reinterpret_cast<const char*>(reply.payload.data()) + sizeof(protocol::ErrorMsg),
+                     reply.payload.size() - sizeof(protocol::ErrorMsg));
+}
+
+// A module with no code for the device: say why (the server's explanation names
+// what the image holds and what the device is), as the driver's JIT log would.
+CUresult explain_load_failure(CUresult rc, const std::string& why) {
+  if ((rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) && !why.empty())
+    log_error("cannot load a module (CUresult %d): %s", static_cast<int>(rc), why.c_str());
+  return rc;
+}
+
+CUresult load_image(const uint8_t* data, size_t size, ModuleObject** out, std::string* why) {
   Connection& c = Connection::instance();
   protocol::ModuleLoadMsg m{};
   m.size = size;
   Reply reply;
   if (size <= kInlineRequestBytes) {
-    if (CUresult rc = c.request(m, &reply, data, static_cast<uint32_t>(size)); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = c.request(m, &reply, data, static_cast<uint32_t>(size)); rc != CUDA_SUCCESS) {
+      *why = server_explanation(reply);
+      return rc;
+    }
   } else {
     std::lock_guard<std::mutex> staging(staging_mutex());
     if (CUresult rc = stage_bytes(data, size); rc != CUDA_SUCCESS) return rc;
     m.staged = 1;
-    if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) {
+      *why = server_explanation(reply);
+      return rc;
+    }
   }
   if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::ModuleLoadReply,
                                             sizeof(protocol::ModuleLoadReplyMsg));
@@ -59,16 +83,18 @@ CUresult load(const void* image, ModuleObject** out) {
   // nvlink's image of a PTX-only -rdc build is a bare header: nothing to try loading.
   constexpr size_t kFatbinHeaderBytes = 16;
   const bool nothing_linked = found.prelinked != nullptr && found.size <= kFatbinHeaderBytes;
-  CUresult rc = nothing_linked ? CUDA_ERROR_NO_BINARY_FOR_GPU : load_image(found.data, found.size, out);
+  std::string why;
+  CUresult rc = nothing_linked ? CUDA_ERROR_NO_BINARY_FOR_GPU : load_image(found.data, found.size, out, &why);
   if ((rc == CUDA_ERROR_NO_BINARY_FOR_GPU || rc == CUDA_ERROR_INVALID_IMAGE) && found.prelinked != nullptr) {
     // An -rdc program: nvlink's device-linked image has nothing this device runs (it
     // holds cubins for the build's architectures, or nothing when built for PTX only),
     // so its relocatable device code is linked from PTX now, as the driver does.
     std::vector<uint8_t> linked;
     if (CUresult link_rc = link_relocatable_fatbins(found.prelinked, &linked); link_rc != CUDA_SUCCESS) return link_rc;
-    rc = load_image(linked.data(), linked.size(), out);
+    why.clear();
+    rc = load_image(linked.data(), linked.size(), out, &why);
   }
-  return rc;
+  return explain_load_failure(rc, why);
 }
 
 CUresult load_file(const char* path, ModuleObject** out) {

@@ -78,6 +78,7 @@ class CudaModule:
 class CudaBackend:
     kind = "cuda"
     errors_are_context_wide = True
+    runs_cubins = True
 
     def __init__(self, device: int = 0):
         _check(cu.cuInit(0))

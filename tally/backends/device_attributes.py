@@ -12,6 +12,10 @@ Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
 """
 from __future__ import annotations
 
+# Shared memory the device keeps per block for itself (cooperative groups' multi-warp
+# tile barriers live there; the emulator gives it to kernels that read its registers).
+RESERVED_SHARED_MEMORY_PER_BLOCK = 1024
+
 # name -> CUdevice_attribute id (cuda.h)
 ATTRIBUTE_IDS = {
     "MAX_THREADS_PER_BLOCK": 1, "MAX_BLOCK_DIM_X": 2, "MAX_BLOCK_DIM_Y": 3, "MAX_BLOCK_DIM_Z": 4,
@@ -63,7 +67,7 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 0,
-        "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
+        "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
         "MPS_ENABLED": 0,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}

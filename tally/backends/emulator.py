@@ -6,13 +6,18 @@ backed by host memory only where a kernel or copy touches it); streams run on
 their own threads; kernels are lowered from PTX at their first launch. A
 kernel that faults (illegal address, divergent barrier, time limit, an
 instruction the emulator lacks) fails that launch only: the error is kept on
-its stream and the device keeps working.
+its stream and the device keeps working. A failed device assert fails it with
+CUDA_ERROR_ASSERT, its message (CUDA's format) in the DeviceError's `stderr`.
 
 Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
 
 Options: total_memory (bytes of address space to hand out, backed only where
-touched), sm_count (what %nsmid and the device attributes say), launch_timeout_s
+touched), sm_count (what %nsmid and the device attributes say),
+compute_capability (what the device reports, (9, 0) by default: modules load
+only PTX for it or older; `tally-server --emulate-cc`), driver_version (the
+CUDA version cuDriverGetVersion reports, 13000 by default: modules load only PTX
+of an ISA version that release knows; `--emulate-driver`), launch_timeout_s
 and max_warp_instructions (per-launch limits; 0 = none), printf_to_stdout.
 `stats` counts launches and executed thread/warp instructions.
 """
@@ -42,6 +47,8 @@ from tally.emulator.streams import EmulatorEvent, EmulatorStream
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 227 * 1024
+DEFAULT_COMPUTE_CAPABILITY = (9, 0)
+DEFAULT_DRIVER_VERSION = 13000      # CUDA 13.0: loads PTX up to ISA 9.0
 
 
 def _memory_call(fn, *args):
@@ -58,11 +65,16 @@ def _memory_call(fn, *args):
 class EmulatorBackend(NoHostRegistration):
     kind = "emulator"
     errors_are_context_wide = False
+    runs_cubins = False
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
-                 max_warp_instructions: int = 0, printf_to_stdout: bool = True):
+                 max_warp_instructions: int = 0, printf_to_stdout: bool = True,
+                 compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY,
+                 driver_version: int = DEFAULT_DRIVER_VERSION):
         self._memory = core.DeviceMemory(total_memory)
         self._sm_count = sm_count
+        self._cc = tuple(compute_capability)
+        self._driver_version = driver_version
         self.launch_timeout_s = launch_timeout_s
         self.max_warp_instructions = max_warp_instructions
         self._printf_to_stdout = printf_to_stdout
@@ -74,10 +86,11 @@ class EmulatorBackend(NoHostRegistration):
         self.stats = {"launches": 0, "thread_instructions": 0, "warp_instructions": 0}
 
     def describe(self) -> DeviceDescription:
-        cc = (9, 0)
+        cc = self._cc
         return DeviceDescription(name="tally emulator", uuid=self._uuid, total_memory=self._memory.capacity,
                                  compute_capability=cc, sm_count=self._sm_count,
-                                 attributes=synthetic_attributes(cc, self._sm_count))
+                                 attributes=synthetic_attributes(cc, self._sm_count),
+                                 driver_version=self._driver_version)
 
     # ------------------------------------------------------------------ memory
 
@@ -215,7 +228,8 @@ class EmulatorBackend(NoHostRegistration):
             if result.printf_output:
                 self._emit_printf(stream, result.printf_output)
             if result.code:
-                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}")
+                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}",
+                                  stderr=result.assert_output)
 
         stream.submit(run)
 

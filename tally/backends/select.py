@@ -32,9 +32,15 @@ def real_driver_present() -> bool:
         return False
 
 
-def make_backend(name: str, device: int = 0, **options):
+def resolve_backend(name: str) -> str:
+    """The backend `auto` stands for here (cuda with a GPU, else the emulator)."""
     if name == "auto":
-        name = "cuda" if real_driver_present() else "emulator"
+        return "cuda" if real_driver_present() else "emulator"
+    return name
+
+
+def make_backend(name: str, device: int = 0, **options):
+    name = resolve_backend(name)
     if name == "null":
         from tally.backends.null import NullBackend
         return NullBackend()

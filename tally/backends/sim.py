@@ -60,6 +60,7 @@ _ATTR_MAX_BLOCKS_PER_SM = 106
 class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     kind = "sim"
     errors_are_context_wide = False
+    runs_cubins = True
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
                  realtime: bool = False, eager: bool = False):

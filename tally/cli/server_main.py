@@ -1,6 +1,7 @@
 """tally-server: own one GPU and run every job's work on it.
 
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
+                 [--emulate-cc 9.0] [--emulate-driver 13.0]
     tally-server status [--socket PATH] [--json]
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.select import BACKENDS, BackendUnavailable, make_backend
+from tally.backends.select import BACKENDS, BackendUnavailable, make_backend, resolve_backend
 from tally.protocol.framing import recv_record, send_record
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
@@ -43,8 +44,30 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--spin-us", type=float, default=None,
                    help="how long a client's server thread spins for its next request before sleeping "
                         "(default: 1000 on a GPU, 20 on the CPU backends)")
+    p.add_argument("--emulate-cc", type=compute_capability, default=None, metavar="MAJOR.MINOR",
+                   help="the compute capability the emulator reports (default 9.0): modules load only PTX "
+                        "for it or older, so match the PTX your libraries ship (e.g. 12.0)")
+    p.add_argument("--emulate-driver", type=cuda_version, default=None, metavar="MAJOR.MINOR",
+                   help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
+                        "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
+
+
+def _major_minor(text: str, what: str) -> tuple[int, int]:
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit() and len(minor) == 1 and 1 <= int(major) <= 99):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return int(major), int(minor)
+
+
+def compute_capability(text: str) -> tuple[int, int]:
+    return _major_minor(text, "a compute capability like 9.0 or 12.0")
+
+
+def cuda_version(text: str) -> int:
+    major, minor = _major_minor(text, "a CUDA version like 13.0 or 13.2")
+    return major * 1000 + minor * 10
 
 
 def status_parser() -> argparse.ArgumentParser:
@@ -68,8 +91,18 @@ def serve_main(argv: list[str]) -> int:
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
     socket_path = paths.server_socket(args.socket, args.device)
+    options = {}
+    if args.emulate_cc is not None:
+        options["compute_capability"] = args.emulate_cc
+    if args.emulate_driver is not None:
+        options["driver_version"] = args.emulate_driver
+    if options and resolve_backend(args.backend) != "emulator":
+        print(f"tally-server: --emulate-cc and --emulate-driver set what the emulator reports; the "
+              f"{resolve_backend(args.backend)} backend reports its own device and driver (use --backend emulator)",
+              file=sys.stderr)
+        return 2
     try:
-        backend = make_backend(args.backend, args.device)
+        backend = make_backend(args.backend, args.device, **options)
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
@@ -91,7 +124,8 @@ def serve_main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     d = server.description
     print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
-          f"policy {args.policy})", flush=True)
+          f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
+          flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
     server.serve_forever()
     print("tally-server: stopped", flush=True)
@@ -136,7 +170,9 @@ def format_status(status: dict) -> str:
     s = status["server"]
     lines = [
         f"server   pid {s['pid']}  socket {s['socket']}  backend {s['backend']}  policy {s['policy']}",
-        f"device   {s['device']}: {s['device_name']}  memory {_gib(s['memory_total'] - s['memory_free'])} "
+        f"device   {s['device']}: {s['device_name']}  compute capability {s['compute_capability']}  "
+        f"CUDA {s['driver_version'] // 1000}.{s['driver_version'] % 1000 // 10}  "
+        f"memory {_gib(s['memory_total'] - s['memory_free'])} "
         f"used of {_gib(s['memory_total'])}  uptime {s['uptime_s']:.0f} s",
         f"clients  {len(status['clients'])}",
     ]

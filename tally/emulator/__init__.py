@@ -40,7 +40,14 @@ Errors (DeviceError codes, all for the failing launch only)
 - out-of-range or freed addresses: CUDA_ERROR_ILLEGAL_ADDRESS; misaligned ones:
   CUDA_ERROR_MISALIGNED_ADDRESS (address, thread, block and PTX line named);
 - divergent barriers, trap, call stack overflow, brx.idx past its table:
-  CUDA_ERROR_LAUNCH_FAILED; time or instruction limit: CUDA_ERROR_LAUNCH_TIMEOUT.
+  CUDA_ERROR_LAUNCH_FAILED; time or instruction limit: CUDA_ERROR_LAUNCH_TIMEOUT;
+- a failed device assert (__assertfail): CUDA_ERROR_ASSERT, with CUDA's message
+  for each failing thread of the warp (LaunchResult.assert_output).
+
+Reserved shared memory: a kernel that reads %reserved_smem_offset_* or
+%aggr_smem_size (cooperative groups do, for tiles larger than a warp) gets a
+1 KiB region after its own shared memory (slot 0 its first half, slot 1 the
+second); WARP_SZ is the constant 32.
 
 Not supported (each reported as above): textures and surfaces, tensor-core
 instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,

@@ -23,6 +23,8 @@ NO_SLOT = core.NO_SLOT
 FLAGS = core.FLAGS
 FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"})
 DYNAMIC_SPECIALS = {"%clock": "clock", "%clock64": "clock64", "%globaltimer": "globaltimer"}
+# Constants PTX names as operands (`mov.u32 %r1, WARP_SZ;` is what nvcc emits for warpSize).
+PTX_CONSTANTS = {"WARP_SZ": core.WARP_SIZE}
 
 Lowerer = Callable[["FunctionLowering", ir.Instruction], None]
 LOWERERS: dict[str, Lowerer] = {}
@@ -37,14 +39,16 @@ def lowers(*opcodes: str):
 
 
 class LoweringError(Exception):
-    """A PTX construct the emulator cannot run; names the instruction and its line."""
+    """A PTX construct the emulator cannot run; names the instruction and its line.
+    `construct` is what is missing, without where (for tools that count them)."""
 
-    def __init__(self, message: str, line: int = 0, text: str = ""):
+    def __init__(self, message: str, line: int = 0, text: str = "", construct: str = ""):
         text = " ".join(text.split())
         where = f" (PTX line {line}: `{text}`)" if line else (f" (`{text}`)" if text else "")
         super().__init__(message + where)
         self.line = line
         self.text = text
+        self.construct = construct or message
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ class FunctionLowering:
     def unsupported(self, what: str) -> LoweringError:
         ins = self.ins
         return LoweringError(f"the emulator does not support {what} in {self.fn.name}",
-                             ins.line if ins else 0, str(ins) if ins else "")
+                             ins.line if ins else 0, str(ins) if ins else "", construct=what)
 
     # ------------------------------------------------------------------ names
 
@@ -156,6 +160,8 @@ class FunctionLowering:
         if isinstance(op, ir.SpecialReg):
             return self.special(op)
         if isinstance(op, ir.Symbol):
+            if op.name in PTX_CONSTANTS:
+                return self.const(PTX_CONSTANTS[op.name])
             return self.symbol_value(op.name)
         raise self.unsupported(f"the operand {op}")
 

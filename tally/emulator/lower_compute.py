@@ -80,7 +80,9 @@ def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
         if not variant:
             raise cx.unsupported(f"{ins.full_opcode} without .lo/.hi/.wide")
         if op == "mad" and ins.has("cc"):
-            raise cx.unsupported(f"{ins.full_opcode}")
+            if variant == ".wide":
+                raise cx.unsupported(f"{ins.full_opcode}")
+            return _carry(cx, ins, f"mad{variant}.cc.{t}", sources=3)
     ops = _sources(cx, ins, t, ARITY[op])
     cx.emit(f"{op}{variant}.{t}", ops)
 
@@ -91,9 +93,18 @@ def lower_carry_in(cx: FunctionLowering, ins: ir.Instruction) -> None:
     _carry(cx, ins, f"{ins.opcode}{'.cc' if ins.has('cc') else ''}.{t}")
 
 
-def _carry(cx: FunctionLowering, ins: ir.Instruction, key: str) -> None:
+@lowers("madc")
+def lower_madc(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    t = _type(cx, ins)
+    half = next((h for h in ("lo", "hi") if ins.has(h)), None)
+    if t not in INT_TYPES or half is None:
+        raise cx.unsupported(ins.full_opcode)
+    _carry(cx, ins, f"madc.{half}{'.cc' if ins.has('cc') else ''}.{arith_type(t)}", sources=3)
+
+
+def _carry(cx: FunctionLowering, ins: ir.Instruction, key: str, sources: int = 2) -> None:
     t = key.rsplit(".", 1)[1]
-    ops = _sources(cx, ins, t, 2)
+    ops = _sources(cx, ins, t, sources)
     cx.emit(key, ops + [cx.carry_slot()])
 
 
@@ -134,6 +145,14 @@ def lower_bfe(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, a, b, c = ins.operands
     cx.emit(f"bfe.{t}", [cx.dst(d), cx.src(a, t), cx.src(b, "u32"), cx.src(c, "u32")])
+
+
+@lowers("bmsk")
+def lower_bmsk(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    mode = next((m for m in ("clamp", "wrap") if ins.has(m)), None)
+    if mode is None or ins.type != "b32":
+        raise cx.unsupported(ins.full_opcode)
+    cx.emit(f"bmsk.{mode}.b32", _sources(cx, ins, "u32", 2))
 
 
 @lowers("bfi")

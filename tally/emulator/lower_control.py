@@ -3,7 +3,8 @@ exit, trap, bar/barrier, shfl, vote, match, redux, elect, activemask.
 
 A call to a `.func` becomes `call` (copy the argument bytes into the callee's
 frame, push the return address) plus, when there are return values, a
-`retcopy` right after it, where the callee returns to. `vprintf` is built in.
+`retcopy` right after it, where the callee returns to. `vprintf` and
+`__assertfail` (a failed device assert) are built in.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
 from tally.emulator.layout import FrameLayout, var_size
 
 MASK = core.MEMBER_MASK_OPERAND
-BUILTINS = ("vprintf",)
+BUILTINS = ("vprintf", "__assertfail")
 
 
 @lowers("bra")
@@ -139,6 +140,12 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
              rets: list[tuple[int, int]]) -> None:
     if callee.name == "vprintf" and len(args) == 2:
         cx.emit("vprintf", [], imm=args[0][0], imm2=args[1][0], target=rets[0][0] if rets else -1)
+        return
+    if callee.name == "__assertfail" and len(args) == 5:
+        # (message, file, line, function, char size): the handler reads the first four
+        # from the frame; their offsets go two to an immediate.
+        (message, _), (file, _), (line, _), (function, _) = args[:4]
+        cx.emit("assertfail", [], imm=message | file << 32, imm2=line | function << 32)
         return
     raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")
 

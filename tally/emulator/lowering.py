@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ptx_passes import ir
 from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
+from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
 from tally.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
 from tally.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
 from tally.emulator.layout import (
@@ -43,6 +44,11 @@ from tally.emulator.layout import (
 )
 
 DEFAULT_MAX_CALL_DEPTH = 64
+# Special registers that describe the block's reserved shared memory: a kernel that
+# reads one gets the region (csrc/src/emulator/emu_types.h, Special).
+RESERVED_SHARED_SPECIALS = frozenset({
+    "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
+    "%reserved_smem_offset_0", "%reserved_smem_offset_1", "%aggr_smem_size"})
 
 
 @dataclass
@@ -57,8 +63,11 @@ class KernelLowering:
     """Kernel-wide state: the program being built, constants, special-register
     slots, the shared layout, module symbols and where each function starts."""
 
-    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int]):
+    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int],
+                 collect: list[LoweringError] | None = None):
         self.module = module
+        # Where unsupported instructions go instead of ending the lowering (tools/ptx_sweep.py).
+        self.collect = collect
         self.entry = entry
         self.global_addresses = global_addresses
         self.program = core.Program(entry.name)
@@ -67,6 +76,7 @@ class KernelLowering:
         self.param_offsets = [slot.offset for slot in param_layout(entry)]
         self._constants: dict[int, int] = {}
         self._specials: dict[str, int] = {}
+        self.reserved_shared_bytes = 0
         self.frames: dict[str, FrameLayout] = {fn.name: function_frame(fn) for fn in self.functions}
         self.function_pcs: dict[str, int] = {}
         self.call_fixups: list[tuple[int, str]] = []
@@ -108,6 +118,8 @@ class KernelLowering:
             slot = (core.BANK_WARP << core.BANK_SHIFT) | len(self._specials)
             self.program.add_special(slot, core.SPECIALS[name])
             self._specials[name] = slot
+            if name in RESERVED_SHARED_SPECIALS:
+                self.reserved_shared_bytes = RESERVED_SHARED_MEMORY_PER_BLOCK
         return slot
 
     def run(self) -> LoweredKernel:
@@ -129,6 +141,7 @@ class KernelLowering:
         p.warp_slots = len(self._specials)
         p.local_frame_bytes = align_up(frame_bytes, 16)
         p.static_shared_bytes = self.shared.dynamic_offset if self.shared.static_bytes else 0
+        p.reserved_shared_bytes = self.reserved_shared_bytes
         p.param_bytes = param_bytes(self.entry)
         p.entry_pc = 0
         p.max_call_depth = DEFAULT_MAX_CALL_DEPTH
@@ -159,14 +172,12 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
         for s in block.statements:
             if isinstance(s, ir.Instruction):
                 lowering.ins = s
-                lowerer = LOWERERS.get(s.opcode)
-                if lowerer is None:
-                    raise lowering.unsupported(f"the instruction {s.full_opcode}")
                 try:
-                    lowerer(lowering, s)
-                except (ValueError, TypeError, IndexError, AttributeError) as e:
-                    # operand counts/kinds a valid PTX instruction of this form cannot have
-                    raise lowering.unsupported(f"{s.full_opcode} with these operands ({type(e).__name__}: {e})") from None
+                    _lower_instruction(lowering, s)
+                except LoweringError as e:
+                    if lowering.kernel.collect is None:
+                        raise
+                    lowering.kernel.collect.append(e)
             elif isinstance(s, ir.RegDecl):
                 if s.vector:
                     raise LoweringError(f"vector registers (.v{s.vector} {s.name}) are not supported by the emulator")
@@ -186,8 +197,22 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
         lowering.scopes.pop()
 
 
-def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int]) -> LoweredKernel:
-    """Lowers kernel `name` of `module`; raises LoweringError for what the emulator cannot run."""
+def _lower_instruction(lowering: FunctionLowering, s: ir.Instruction) -> None:
+    lowerer = LOWERERS.get(s.opcode)
+    if lowerer is None:
+        raise lowering.unsupported(f"the instruction {s.full_opcode}")
+    try:
+        lowerer(lowering, s)
+    except (ValueError, TypeError, IndexError, AttributeError) as e:
+        # operand counts/kinds a valid PTX instruction of this form cannot have
+        raise lowering.unsupported(f"{s.full_opcode} with these operands ({type(e).__name__}: {e})") from None
+
+
+def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int],
+                 collect: list[LoweringError] | None = None) -> LoweredKernel:
+    """Lowers kernel `name` of `module`; raises LoweringError for what the emulator cannot run.
+    With `collect`, unsupported instructions are appended to it and lowering goes on
+    (the program is then not runnable: for counting what is missing)."""
     try:
         entry = module.function(name)
     except KeyError:
@@ -195,7 +220,7 @@ def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int])
     if not entry.is_entry or entry.body is None:
         raise LoweringError(f"{name!r} is not a kernel with a body")
     try:
-        return KernelLowering(module, entry, global_addresses).run()
+        return KernelLowering(module, entry, global_addresses, collect).run()
     except LayoutError as e:
         raise LoweringError(f"{e} (kernel {name})") from None
 

@@ -268,4 +268,7 @@ MESSAGES = (
     Message("KernelOutput", 21, "server -> client on the completion ring (tag 0), before the reply to a "
             "synchronizing call: what the client's kernels printed (device printf) on the streams it "
             "waited for; the client writes it to its own stdout", tail="UTF-8 text"),
+    Message("KernelStderr", 190, "server -> client on the completion ring (tag 0), right before the Error "
+            "record it belongs to: what the device wrote for the job's stderr (a failed device assert's "
+            "message, in CUDA's format); the client writes it to its own stderr", tail="UTF-8 text"),
 ) + DRIVER_MESSAGES

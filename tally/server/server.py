@@ -329,6 +329,8 @@ class TallyServer:
                 "backend": self.backend.kind,
                 "device": self.config.device,
                 "device_name": d.name,
+                "compute_capability": "%d.%d" % d.compute_capability,
+                "driver_version": d.driver_version,
                 "policy": self.config.policy,
                 "be_transform": self.config.be_transform,
                 "scheduler": self.executor.counters(),

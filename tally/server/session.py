@@ -6,6 +6,11 @@ completion ring: their reply, or an Error record. Asynchronous requests
 (tag == 0) are never answered; when one fails, its error is kept and returned
 by the client's next synchronizing call, as CUDA does with its deferred errors.
 
+A failed device assert (CUDA_ERROR_ASSERT) leaves the job's context unusable, as
+on a GPU: once the job has been told, every later driver request fails with it
+(other jobs carry on). What the device wrote for the job's stderr with an error
+(the assert's message) reaches the job once, right before the error.
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: device memory,
 driver objects registered with `add_cleanup`, and the shared segment.
@@ -22,13 +27,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN, DeviceError
+from tally.backends.base import (CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
+                                 CUDA_ERROR_UNKNOWN, DeviceError)
 from tally.server.dispatch import HANDLERS
 from tally.server.ownership import Allocations
 
 log = logging.getLogger("tally.server")
 
 ERROR = protocol.codec("Error")
+KERNEL_STDERR = protocol.codec("KernelStderr")
+STDERR_CHUNK = 16 << 10     # well under the completion ring's record limit
+# Errors after which the job's context is unusable (a GPU's sticky errors; the emulator
+# keeps its other faults to the failing launch).
+STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
+# What a job with an unusable context may still send: keep-alives, its goodbye, and the
+# completion of host functions the device waits for.
+ALLOWED_AFTER_STICKY = frozenset(protocol.codec(name).kind
+                                  for name in ("Ping", "Notify", "Goodbye", "HostFuncDone"))
 POP_BATCH = 64
 # Bounds how long a session thread sleeps in the ring before noticing a close
 # request from another thread; the ring itself wakes it at once for requests.
@@ -59,6 +74,7 @@ class Session:
         self.counters = SessionCounters()
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
+        self.sticky_error: DeviceError | None = None   # set once the job was told of one
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
@@ -146,6 +162,14 @@ class Session:
         self.push_completion(c.kind, tag, c.pack(tail, **fields))
 
     def reply_error(self, tag: int, error: DeviceError) -> None:
+        if error.stderr:
+            data, error.stderr = error.stderr.encode(), ""     # once, even if the error is raised again
+            for start in range(0, len(data), STDERR_CHUNK):
+                chunk = data[start:start + STDERR_CHUNK]
+                self.push_completion(KERNEL_STDERR.kind, 0, KERNEL_STDERR.pack(chunk))
+        if error.code in STICKY_CODES and self.sticky_error is None:
+            self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
+                                                        f"{error.message}")
         self.push_completion(ERROR.kind, tag,
                              ERROR.pack(error.message.encode()[:4000], status=error.code))
 
@@ -187,6 +211,10 @@ class Session:
         if tag:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
+        if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
+            counters.errors += 1
+            self._fail(tag, self.sticky_error)
+            return
         try:
             if entry is None:
                 raise protocol.ProtocolError(f"unknown message kind {kind}")

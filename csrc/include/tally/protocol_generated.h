@@ -56,6 +56,7 @@ enum class MessageKind : uint32_t {
   Goodbye = 19,
   Error = 20,
   KernelOutput = 21,
+  KernelStderr = 190,
   Done = 100,
   MemAlloc = 101,
   MemAllocReply = 102,
@@ -264,6 +265,14 @@ struct KernelOutputMsg {
 };
 static_assert(sizeof(KernelOutputMsg) == 1, "KernelOutputMsg layout differs from the Python codec");
 constexpr uint32_t kKernelOutputSize = 0;  // bytes on the wire (0: empty)
+
+// server -> client on the completion ring (tag 0), right before the Error record it belongs to: what the device wrote for the job's stderr (a failed device assert's message, in CUDA's format); the client writes it to its own stderr; tail: UTF-8 text
+struct KernelStderrMsg {
+  static constexpr MessageKind kKind = MessageKind::KernelStderr;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(KernelStderrMsg) == 1, "KernelStderrMsg layout differs from the Python codec");
+constexpr uint32_t kKernelStderrSize = 0;  // bytes on the wire (0: empty)
 
 // server -> client: the request with this tag succeeded; nothing to return
 struct DoneMsg {

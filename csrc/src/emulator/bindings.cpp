@@ -37,6 +37,11 @@ class BufferView {
   Py_buffer view_{};
 };
 
+// Device output as Python text; bytes that are not UTF-8 become U+FFFD.
+py::str utf8(const std::string& s) {
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+}
+
 struct CancelFlag {
   std::atomic<bool> value{false};
 };
@@ -147,6 +152,7 @@ void bind_program(py::module_& m) {
       .def_readwrite("warp_slots", &Program::warp_slots)
       .def_readwrite("local_frame_bytes", &Program::local_frame_bytes)
       .def_readwrite("static_shared_bytes", &Program::static_shared_bytes)
+      .def_readwrite("reserved_shared_bytes", &Program::reserved_shared_bytes)
       .def_readwrite("param_bytes", &Program::param_bytes)
       .def_readwrite("entry_pc", &Program::entry_pc)
       .def_readwrite("max_call_depth", &Program::max_call_depth);
@@ -165,10 +171,8 @@ void bind_launch(py::module_& m) {
   py::class_<LaunchResult>(m, "LaunchResult")
       .def_readonly("code", &LaunchResult::code)
       .def_readonly("message", &LaunchResult::message)
-      .def_property_readonly("printf_output", [](const LaunchResult& r) {
-        return py::str(PyUnicode_DecodeUTF8(r.printf_output.data(), static_cast<Py_ssize_t>(r.printf_output.size()),
-                                            "replace"));
-      })
+      .def_property_readonly("printf_output", [](const LaunchResult& r) { return utf8(r.printf_output); })
+      .def_property_readonly("assert_output", [](const LaunchResult& r) { return utf8(r.assert_output); })
       .def_readonly("warp_steps", &LaunchResult::warp_steps)
       .def_readonly("thread_instructions", &LaunchResult::thread_instructions);
   m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
@@ -252,7 +256,9 @@ void bind_constants(py::module_& m) {
       "%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
       "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid",
       "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge",
-      "%dynamic_smem_size", "%total_smem_size"};
+      "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
+      "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
+      "%reserved_smem_offset_0", "%reserved_smem_offset_1"};
   for (uint32_t i = 0; i < kSpecialCount; ++i) specials[names[i]] = i;
   m.attr("SPECIALS") = specials;
   m.attr("BANK_SHIFT") = kBankShift;
@@ -265,6 +271,7 @@ void bind_constants(py::module_& m) {
   m.attr("LOCAL_WINDOW") = kLocalWindow;
   m.attr("PARAM_WINDOW") = kParamWindow;
   m.attr("CODE_WINDOW") = kCodeWindow;
+  m.attr("WARP_SIZE") = kWarpSize;
   m.attr("WINDOW_SIZE") = kWindowSize;
 }
 

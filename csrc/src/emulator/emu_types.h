@@ -53,6 +53,7 @@ enum ErrorCode : int {
   kAlreadyMapped = 208,  // CUDA_ERROR_ALREADY_MAPPED
   kIllegalAddress = 700,
   kLaunchTimeout = 702,
+  kAssert = 710,         // CUDA_ERROR_ASSERT: a device-side assert failed
   kIllegalInstruction = 715,
   kMisalignedAddress = 716,
   kLaunchFailed = 719,
@@ -150,11 +151,17 @@ enum TypeCode : uint32_t {
 };
 
 // Special registers the scheduler writes into the per-warp bank at block start.
+// The reserved shared-memory registers (cooperative groups keep their multi-warp
+// tile barriers there) describe a region after the kernel's own shared memory;
+// it exists only in launches of programs that read one of them
+// (Program::reserved_shared_bytes).
 enum Special : uint32_t {
   kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ,
   kNctaidX, kNctaidY, kNctaidZ, kLaneId, kWarpId, kNWarpId, kSmId, kNSmId, kGridId,
   kLanemaskEq, kLanemaskLt, kLanemaskLe, kLanemaskGt, kLanemaskGe,
-  kDynamicSmemSize, kTotalSmemSize, kSpecialCount
+  kDynamicSmemSize, kTotalSmemSize, kAggrSmemSize,
+  kReservedSmemBegin, kReservedSmemEnd, kReservedSmemCap, kReservedSmemOffset0, kReservedSmemOffset1,
+  kSpecialCount
 };
 
 // ---------------------------------------------------------------- instructions

@@ -30,6 +30,7 @@ struct LaunchResult {
   int code = kSuccess;
   std::string message;
   std::string printf_output;
+  std::string assert_output;   // what failed device asserts print (a GPU writes it to stderr)
   uint64_t warp_steps = 0;
   uint64_t thread_instructions = 0;
 };
@@ -91,8 +92,15 @@ struct Launch {
   uint64_t cache_end = 0;
   uint8_t* cache_host = nullptr;
   std::string printf_output;
+  std::string assert_output;
   uint64_t warp_steps = 0;
   uint64_t thread_instructions = 0;
+  // Where the reserved shared-memory region starts in the block's shared memory.
+  uint32_t reserved_shared_begin() const {
+    uint32_t used = prog.static_shared_bytes + cfg.dynamic_shared;
+    return (used + kReservedSharedAlign - 1) / kReservedSharedAlign * kReservedSharedAlign;
+  }
+  static constexpr uint32_t kReservedSharedAlign = 128;
 };
 
 [[noreturn]] void fault(int code, const std::string& message, int lane);

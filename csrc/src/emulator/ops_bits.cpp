@@ -197,7 +197,28 @@ EMU_HANDLER(h_shf) {
   });
 }
 
+// bmsk.{clamp,wrap}.b32 d, a, b: b one-bits starting at bit a (CUB's radix sort
+// makes its digit masks with it). .wrap takes a and b mod 32; .clamp limits them
+// to 32, so a start of 32 or more gives 0.
+template <bool kWrap> EMU_HANDLER(h_bmsk) {
+  uint64_t* d = e.lanes(in.op[0]);
+  const uint64_t* a = e.lanes(in.op[1]);
+  const uint64_t* b = e.lanes(in.op[2]);
+  for_lanes(m, [&](int l) {
+    uint64_t start = static_cast<uint32_t>(a[l]), width = static_cast<uint32_t>(b[l]);
+    if (kWrap) {
+      start &= 31;
+      width &= 31;
+    } else {
+      start = std::min<uint64_t>(start, 32);
+      width = std::min<uint64_t>(width, 32);
+    }
+    d[l] = static_cast<uint32_t>(((uint64_t{1} << width) - 1) << start);
+  });
+}
+
 const HandlerRegistrar registrar{
+    EMU_ENTRY("bmsk.clamp.b32", h_bmsk<false>), EMU_ENTRY("bmsk.wrap.b32", h_bmsk<true>),
     EMU_BITS_ENTRIES("and", h_and), EMU_BITS_ENTRIES("or", h_or), EMU_BITS_ENTRIES("xor", h_xor),
     EMU_BITS_ENTRIES("not", h_not), EMU_BITS_ENTRIES("cnot", h_cnot),
     EMU_ENTRY("and.pred", h_and_pred), EMU_ENTRY("or.pred", h_or_pred), EMU_ENTRY("xor.pred", h_xor_pred),

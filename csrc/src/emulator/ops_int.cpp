@@ -145,6 +145,28 @@ EMU_HANDLER(h_carry) {
   });
 }
 
+// Multiply-add in carry chains (extended-precision multiplication, as NVVM emits for
+// 64-bit products and math library range reduction): d = (lo or hi half of a * b) +
+// c (+ CC.CF for madc), carry out into CC.CF with .cc. op[4] is the CC.CF register.
+template <class T, bool kHi, bool kAddIn, bool kCarryOut>
+EMU_HANDLER(h_mad_carry) {
+  using U = Unsigned<T>;
+  using W = typename Wider<U>::type;
+  constexpr unsigned kBits = 8 * sizeof(T);
+  uint64_t* d = e.lanes(in.op[0]);
+  const uint64_t* a = e.lanes(in.op[1]);
+  const uint64_t* b = e.lanes(in.op[2]);
+  const uint64_t* c = e.lanes(in.op[3]);
+  uint64_t* cc = e.lanes(in.op[4]);
+  for_lanes(m, [&](int l) {
+    U half = kHi ? static_cast<U>(mul_hi<T>(static_cast<T>(a[l]), static_cast<T>(b[l])))
+                 : static_cast<U>(wrap_mul<T>(static_cast<T>(a[l]), static_cast<T>(b[l])));
+    W sum = static_cast<W>(half) + static_cast<W>(static_cast<U>(c[l])) + (kAddIn ? (cc[l] & 1) : 0);
+    d[l] = put<T>(static_cast<T>(static_cast<U>(sum)));
+    if (kCarryOut) cc[l] = static_cast<uint64_t>(sum >> kBits) & 1;
+  });
+}
+
 // dp4a d, a, b, c: c + the dot product of a's and b's four bytes; dp2a: a's two
 // halves with two bytes of b (low or high pair). Signedness per operand.
 template <int kPairs> EMU_HANDLER(h_dot) {
@@ -173,6 +195,12 @@ template <int kPairs> EMU_HANDLER(h_dot) {
       EMU_ENTRY(key ".u64", (h_carry<uint64_t, add_in, sub, carry_out>)),                  \
       EMU_ENTRY(key ".s64", (h_carry<int64_t, add_in, sub, carry_out>))
 
+#define MAD_CARRY_ENTRIES(key, hi, add_in, carry_out)                                     \
+  EMU_ENTRY(key ".u32", (h_mad_carry<uint32_t, hi, add_in, carry_out>)),                   \
+      EMU_ENTRY(key ".s32", (h_mad_carry<int32_t, hi, add_in, carry_out>)),                \
+      EMU_ENTRY(key ".u64", (h_mad_carry<uint64_t, hi, add_in, carry_out>)),               \
+      EMU_ENTRY(key ".s64", (h_mad_carry<int64_t, hi, add_in, carry_out>))
+
 const HandlerRegistrar registrar{
     EMU_INT_ENTRIES("add", h_add), EMU_INT_ENTRIES("sub", h_sub),
     EMU_INT_ENTRIES("mul.lo", h_mul_lo), EMU_INT_ENTRIES("mul.hi", h_mul_hi),
@@ -193,6 +221,9 @@ const HandlerRegistrar registrar{
     CARRY_ENTRIES("addc.cc", true, false, true), CARRY_ENTRIES("sub.cc", false, true, true),
     CARRY_ENTRIES("subc", true, true, false), CARRY_ENTRIES("subc.cc", true, true, true),
     EMU_ENTRY("dp4a", h_dot<4>), EMU_ENTRY("dp2a", h_dot<2>),
+    MAD_CARRY_ENTRIES("mad.lo.cc", false, false, true), MAD_CARRY_ENTRIES("mad.hi.cc", true, false, true),
+    MAD_CARRY_ENTRIES("madc.lo", false, true, false), MAD_CARRY_ENTRIES("madc.hi", true, true, false),
+    MAD_CARRY_ENTRIES("madc.lo.cc", false, true, true), MAD_CARRY_ENTRIES("madc.hi.cc", true, true, true),
 };
 
 }  // namespace

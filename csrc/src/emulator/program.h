@@ -52,6 +52,7 @@ struct Program {
   uint32_t local_frame_bytes = 0; // local memory per call frame (max over functions)
   uint32_t static_shared_bytes = 0;
   uint32_t dynamic_shared_align = 16;  // where `extern .shared` arrays start
+  uint32_t reserved_shared_bytes = 0;  // the reserved region (0: the kernel never reads its registers)
   uint32_t param_bytes = 0;
   int32_t entry_pc = 0;
   uint32_t max_call_depth = 64;

@@ -75,7 +75,10 @@ void Runner::start_block(uint64_t linear) {
   B.ctaid[0] = static_cast<uint32_t>(linear % c.grid[0]);
   B.ctaid[1] = static_cast<uint32_t>((linear / c.grid[0]) % c.grid[1]);
   B.ctaid[2] = static_cast<uint32_t>(linear / (static_cast<uint64_t>(c.grid[0]) * c.grid[1]));
-  B.shared.assign(static_cast<size_t>(prog_.static_shared_bytes) + c.dynamic_shared, 0);
+  size_t shared_end = prog_.reserved_shared_bytes
+                          ? static_cast<size_t>(L_.reserved_shared_begin()) + prog_.reserved_shared_bytes
+                          : static_cast<size_t>(prog_.static_shared_bytes) + c.dynamic_shared;
+  B.shared.assign(shared_end, 0);
   B.live_threads = L_.threads_per_block;
   for (auto& bar : B.barriers) bar = Barrier{};
   for (Warp& w : L_.warps) {
@@ -128,6 +131,14 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
     case kLanemaskGe: return ~(lane_bit - 1) & 0xffffffffull;
     case kDynamicSmemSize: return c.dynamic_shared;
     case kTotalSmemSize: return prog_.static_shared_bytes + c.dynamic_shared;
+    case kAggrSmemSize: return B.shared.size();
+    // Slot 0 takes the first half of the region, slot 1 (cooperative groups' scratch,
+    // at most 288 bytes) the second.
+    case kReservedSmemBegin:
+    case kReservedSmemOffset0: return L_.reserved_shared_begin();
+    case kReservedSmemOffset1: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes / 2;
+    case kReservedSmemEnd: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes;
+    case kReservedSmemCap: return prog_.reserved_shared_bytes;
     default: return 0;
   }
 }
@@ -251,6 +262,7 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
     result.message = f.message;
   }
   result.printf_output = std::move(launch.printf_output);
+  result.assert_output = std::move(launch.assert_output);
   result.warp_steps = launch.warp_steps;
   result.thread_instructions = launch.thread_instructions;
   return result;

@@ -18,12 +18,13 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.variants import VariantsResult
 from tally.scheduler.variants import PTBVariant, SlicedVariant
+from tally.server.driver.code_choice import module_source
 from tally.backends.base import (
     CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
     DeviceError,
     KernelParam,
     ModuleSource,
@@ -60,21 +61,6 @@ class LoadedFunction:
         return tuple(self.backend_function.params)
 
 
-def module_source(image: bytes, compute_capability: tuple[int, int]) -> ModuleSource:
-    """Split an image into PTX (the one closest to the device) and cubins."""
-    try:
-        entries = read_fatbin_entries(image)
-    except FatbinError as e:
-        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
-    arch = compute_capability[0] * 10 + compute_capability[1]
-    try:
-        ptx = ptx_of(entries, prefer_arch=arch)
-        cubins = cubins_of(entries)
-    except FatbinError as e:
-        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
-    return ModuleSource(original=image, ptx=ptx, cubins=cubins)
-
-
 class ModuleRegistry:
     def __init__(self, backend, variant_provider=None):
         self.backend = backend
@@ -91,7 +77,12 @@ class ModuleRegistry:
         self._detached: list[LoadedModule] = []           # unloaded by the client, awaiting release
 
     def load(self, image: bytes) -> LoadedModule:
-        source = module_source(image, self.backend.describe().compute_capability)
+        try:
+            source = module_source(image, self.backend.describe(), getattr(self.backend, "runs_cubins", True))
+        except DeviceError as e:
+            if e.code in (CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION):
+                log.warning("a module failed to load: %s", e.message)
+            raise
         variants = None
         if self.variant_provider is not None and source.ptx is not None:
             variants = self.variant_provider.prepare(source.ptx)
