@@ -3,6 +3,8 @@
     tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
+    tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
+    tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tally.bench import plan_compare, profile
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
 from tally.bench.process_jobs import (
     BEST_EFFORT,
@@ -64,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
+    plan_compare.add_parser(sub)
+    profile.add_parser(sub)
     return parser
 
 
@@ -164,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "colocate":
         return colocate(args)
+    if args.command == "plan":
+        return plan_compare.main(args)
+    if args.command == "profile":
+        return profile.main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)
