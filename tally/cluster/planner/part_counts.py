@@ -37,8 +37,9 @@ class PartCounts:
 
 
 def solve_part_counts(problem: Problem, time_limit: float, max_gpus: int | None = None,
-                      at_least: int = 0) -> PartCounts | None:
-    """None when HiGHS found no integer solution (infeasible budget or no time).
+                      at_least: int = 0) -> tuple[PartCounts | None, bool]:
+    """The plan HiGHS found (None if none) and whether it proved there is none
+    (no plan within max_gpus), as opposed to running out of time.
     `at_least` is a known lower bound on the GPUs (the pattern LP's, rounded
     up): as a constraint it lets HiGHS stop as soon as it meets it."""
     n, sizes, layouts = problem.n, len(problem.partitions), len(problem.layouts)
@@ -72,11 +73,10 @@ def solve_part_counts(problem: Problem, time_limit: float, max_gpus: int | None 
                bounds=Bounds(0, np.concatenate([y_upper, np.full(layouts, np.inf)])),
                options={"time_limit": max(0.5, time_limit), "mip_rel_gap": 1e-6})
     if res.x is None:
-        return None
+        return None, res.status == 2
     x = np.round(res.x).astype(int)
-    return PartCounts(x[y_count:], x[:y_count].reshape(n, sizes),
-                      "optimal" if res.status == 0 else "time limit",
-                      getattr(res, "mip_dual_bound", None), res.message)
+    return PartCounts(x[y_count:], x[:y_count].reshape(n, sizes), "optimal" if res.status == 0 else "time limit",
+                      getattr(res, "mip_dual_bound", None), res.message), False
 
 
 def deal_out(problem: Problem, counts: PartCounts) -> list[tuple[GpuConfig, int]]:
@@ -92,3 +92,17 @@ def deal_out(problem: Problem, counts: PartCounts) -> list[tuple[GpuConfig, int]
             config = GpuConfig(layout, services)
             grouped[config] = grouped.get(config, 0) + 1
     return list(grouped.items())
+
+
+def solve_layouts(problem: Problem, parts: np.ndarray, time_limit: float) -> PartCounts | None:
+    """The fewest GPUs whose layouts hold the given parts (services x sizes):
+    the second half of rounding the pattern LP."""
+    need = parts.sum(axis=0)
+    layouts = len(problem.layouts)
+    res = milp(np.ones(layouts), integrality=np.ones(layouts), bounds=Bounds(0, np.inf),
+               constraints=[LinearConstraint(problem.layout_counts.T, lb=need, ub=np.inf)],
+               options={"time_limit": max(0.5, time_limit)})
+    if res.x is None:
+        return None
+    return PartCounts(np.round(res.x).astype(int), parts, "optimal" if res.status == 0 else "time limit",
+                      None, res.message)

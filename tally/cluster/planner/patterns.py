@@ -14,7 +14,9 @@ the Dantzig-Wolfe reformulation of part_counts.py's MIP by service. Its LP
 relaxation keeps each service's parts whole, so it bounds the integer optimum
 much more tightly. Patterns are generated: a service's best new pattern is the
 cheapest integer cover of its demand at the part prices mu (a one-row integer
-knapsack, solved by HiGHS through scipy.optimize.milp). Layouts are few (13 MIG,
+knapsack, solved by HiGHS through scipy.optimize.milp; the part prices mostly
+settle at once, at each size's share of the GPU, so answers are cached by
+price vector and the confirming round costs no solves). Layouts are few (13 MIG,
 42 for 10% SM shares) and all present from the start. If the deadline stops it
 early, the bound is the Lagrangian one, LP value + sum_i min(0, reduced cost_i),
 which is valid at any iteration.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -52,10 +55,17 @@ def _cheapest_cover(problem: Problem, i: int, prices: np.ndarray) -> np.ndarray:
     return np.round(res.x)
 
 
-def pattern_bound(problem: Problem, deadline: float) -> tuple[float, dict]:
-    """A lower bound on the GPUs any plan needs, and statistics."""
+@dataclass
+class PatternBound:
+    bound: float                 # no plan needs fewer GPUs
+    chosen: np.ndarray           # services x sizes: each service's heaviest pattern in the LP optimum
+    stats: dict
+
+
+def pattern_bound(problem: Problem, deadline: float) -> PatternBound:
     n, sizes, layouts = problem.n, len(problem.partitions), len(problem.layouts)
     patterns = _initial_patterns(problem)
+    cache: dict[tuple[int, bytes], np.ndarray] = {}
     rounds = 0
     while True:
         rounds += 1
@@ -71,8 +81,11 @@ def pattern_bound(problem: Problem, deadline: float) -> tuple[float, dict]:
             raise RuntimeError(f"the pattern LP failed: {res.message}")
         prices, sigma = -res.ineqlin.marginals, res.eqlin.marginals
         reduced = np.zeros(n)
+        key = np.round(prices, 9).tobytes()
         for i in range(n):
-            y = _cheapest_cover(problem, i, prices)
+            y = cache.get((i, key))
+            if y is None:
+                y = cache[(i, key)] = _cheapest_cover(problem, i, prices)
             reduced[i] = prices @ y - sigma[i]
             if reduced[i] < -1e-7:
                 patterns[i].append(y)
@@ -80,4 +93,10 @@ def pattern_bound(problem: Problem, deadline: float) -> tuple[float, dict]:
         if converged or time.monotonic() > deadline:
             break
     bound = float(res.fun) + (0.0 if converged else float(np.minimum(reduced, 0).sum()))
-    return bound, {"pattern_rounds": rounds, "patterns": len(owners), "pattern_lp_converged": converged}
+    weights = res.x[layouts:]
+    chosen = np.zeros((n, sizes))
+    for i in range(n):
+        mine = [k for k, owner in enumerate(owners) if owner == i]
+        chosen[i] = columns[:, mine[int(np.argmax(weights[mine]))]]
+    return PatternBound(bound, chosen.astype(int),
+                        {"pattern_rounds": rounds, "patterns": len(owners), "pattern_lp_converged": converged})

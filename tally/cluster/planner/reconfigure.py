@@ -38,12 +38,12 @@ from tally.cluster.planner.services import PlanRequest
 class Step:
     action: str                  # configure | drain | release | borrow
     gpu: int
-    parts: list[str] = field(default_factory=list)
+    parts: list[PartPlan] = field(default_factory=list)     # configured, or stopped by a drain / release
     floor_met: bool = True       # every service at or above its floor after this step
 
     def describe(self) -> str:
         what = {"configure": "configure", "drain": "drain", "release": "release", "borrow": "borrow spare"}[self.action]
-        return f"{what} GPU {self.gpu}" + (": " + " | ".join(self.parts) if self.parts else "")
+        return f"{what} GPU {self.gpu}" + (": " + " | ".join(_describe(self.parts)) if self.parts else "")
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Reconfiguration:
 
     def to_dict(self) -> dict:
         return {"summary": self.summary,
-                "steps": [{"action": s.action, "gpu": s.gpu, "parts": s.parts, "floor_met": s.floor_met}
+                "steps": [{"action": s.action, "gpu": s.gpu, "parts": _describe(s.parts), "floor_met": s.floor_met}
                           for s in self.steps],
                 "deployment": self.target.to_dict()}
 
@@ -200,7 +200,7 @@ def _sequence(problem: Problem, current: Deployment, kept: list[GpuPlan], changi
             for s, v in contribution(parts).items():
                 capacity[s] = capacity.get(s, 0.0) + v
             placed.append(GpuPlan(gpu, parts))
-            steps.append(Step("configure", gpu, _describe(parts), floors_met()))
+            steps.append(Step("configure", gpu, parts, floors_met()))
             continue
         if to_drain:
             def slack_after(gpu: GpuPlan) -> float:
@@ -212,8 +212,7 @@ def _sequence(problem: Problem, current: Deployment, kept: list[GpuPlan], changi
                 to_drain.remove(best)
                 for s, v in contribution(best.parts).items():
                     capacity[s] = capacity.get(s, 0.0) - v
-                steps.append(Step("drain" if pending else "release", best.index, _describe(best.parts),
-                                  floors_met()))
+                steps.append(Step("drain" if pending else "release", best.index, best.parts, floors_met()))
                 if pending:
                     free.append(best.index)
                 continue
