@@ -241,13 +241,19 @@ def _replay(current: Deployment, steps, new_services) -> None:
 
     start = capacity()
     floor = {n: min(required_old.get(n, 0), required_new.get(n, 0), start.get(n, 0)) for n in required_new}
-    for step in steps:
-        if step.action in ("drain", "release"):
-            on_gpu.pop(step.gpu, None)
-        elif step.action == "configure":
-            on_gpu[step.gpu] = list(step.parts)
+    def floors_hold():
         now = capacity()
-        assert all(now.get(n, 0.0) >= f * (1 - 1e-9) for n, f in floor.items()), step.describe()
+        return all(now.get(n, 0.0) >= f * (1 - 1e-9) - 1e-9 for n, f in floor.items())
+
+    for step in steps:
+        parts = on_gpu.get(step.gpu, [])
+        assert all(p in parts for p in step.stopped + step.kept), step.describe()
+        on_gpu[step.gpu] = [p for p in parts if p not in step.stopped]
+        assert floors_hold(), step.describe()                      # the step's low point
+        on_gpu[step.gpu] += step.started
+        if step.action == "release":
+            assert not on_gpu.pop(step.gpu)
+        assert floors_hold(), step.describe()
     final = capacity()
     assert all(final.get(n, 0.0) >= r * (1 - 1e-9) for n, r in required_new.items())
 

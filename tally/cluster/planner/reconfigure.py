@@ -9,17 +9,19 @@ what it must serve during the move.
    touched: max(current GPUs changed, new configurations placed), since a
    changed GPU is reused for a new configuration. A kept part counts only if
    its batch still meets the service's new SLO.
-2. Steps. While the move lasts every service keeps at least min(old required,
-   new required) throughput (its floor). New configurations go first onto
-   GPUs that are free (new machines when the plan grows); then a GPU to
-   change is drained only when the others cover every floor without it, and
-   is configured anew; if no GPU can be drained safely, a spare GPU is
-   borrowed (reported: it is the cost of moving without a dip).
+2. Steps (reconfigure_steps.py). While the move lasts every service keeps at
+   least min(old required, new required, what it ran before) throughput (its
+   floor). New configurations go first onto GPUs that are free (new machines
+   when the plan grows); then GPUs change in place, keeping the instances the
+   new configuration shares with the old one running, one GPU at a time and
+   only when the others cover every floor during the change; if nothing can
+   change safely, a spare GPU is borrowed (reported: the price of moving
+   without a dip).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -31,19 +33,8 @@ from tally.cluster.planner.optimizer import optimize
 from tally.cluster.planner.part_counts import PartCounts, deal_out
 from tally.cluster.planner.plan import summarize
 from tally.cluster.planner.problem import GpuConfig, Problem
+from tally.cluster.planner.reconfigure_steps import Step, sequence
 from tally.cluster.planner.services import PlanRequest
-
-
-@dataclass
-class Step:
-    action: str                  # configure | drain | release | borrow
-    gpu: int
-    parts: list[PartPlan] = field(default_factory=list)     # configured, or stopped by a drain / release
-    floor_met: bool = True       # every service at or above its floor after this step
-
-    def describe(self) -> str:
-        what = {"configure": "configure", "drain": "drain", "release": "release", "borrow": "borrow spare"}[self.action]
-        return f"{what} GPU {self.gpu}" + (": " + " | ".join(_describe(self.parts)) if self.parts else "")
 
 
 @dataclass
@@ -54,8 +45,8 @@ class Reconfiguration:
 
     def to_dict(self) -> dict:
         return {"summary": self.summary,
-                "steps": [{"action": s.action, "gpu": s.gpu, "parts": _describe(s.parts), "floor_met": s.floor_met}
-                          for s in self.steps],
+                "steps": [{"action": s.action, "gpu": s.gpu, "kept": _describe(s.kept), "stopped": _describe(s.stopped),
+                           "started": _describe(s.started), "floor_met": s.floor_met} for s in self.steps],
                 "deployment": self.target.to_dict()}
 
 
@@ -141,7 +132,16 @@ def reconfigure(current: Deployment, request: PlanRequest, time_limit: float = 6
     kept = [gpu for gpus, k in zip(members, keep) for gpu in gpus[:k]]
     changing = [gpu for gpus, k in zip(members, keep) for gpu in gpus[k:]]
     new_configs: list[GpuConfig] = [c for c, number in deal_out(problem, counts) for _ in range(number)]
-    steps, placed, borrowed = _sequence(problem, current, kept, changing, new_configs)
+    old_required = {s["name"]: float(s["throughput"]) for s in current.services}
+    demand = {s.name: s.throughput for s in problem.services}
+    running: dict[str, float] = {}
+    for gpu in current.gpus:
+        for part in gpu.parts:
+            running[part.service] = running.get(part.service, 0.0) + part.throughput
+    floor = {name: min(old_required.get(name, 0.0), demand[name], running.get(name, 0.0)) for name in demand}
+    first_free = max((g.index for g in current.gpus), default=-1) + 1
+    steps, placed, borrowed = sequence(request.gpu, request.kind, floor, demand, kept, changing,
+                                       [config_parts(problem, c) for c in new_configs], first_free)
 
     gpus = sorted([GpuPlan(g.index, g.parts) for g in kept] + placed, key=lambda g: g.index)
     capacity = {s.name: 0.0 for s in problem.services}
@@ -160,66 +160,3 @@ def reconfigure(current: Deployment, request: PlanRequest, time_limit: float = 6
                         {**summarize(problem, fresh, compare=False), "gpus": len(gpus),
                          "algorithm": "reconfiguration"})
     return Reconfiguration(target, steps, summary)
-
-
-def _sequence(problem: Problem, current: Deployment, kept: list[GpuPlan], changing: list[GpuPlan],
-              new_configs: list[GpuConfig]) -> tuple[list[Step], list[GpuPlan], int]:
-    old_required = {s["name"]: float(s["throughput"]) for s in current.services}
-    demand = {s.name: s.throughput for s in problem.services}
-    capacity: dict[str, float] = {}
-    for gpu in kept + changing:
-        for part in gpu.parts:
-            capacity[part.service] = capacity.get(part.service, 0.0) + part.throughput
-    floor = {name: min(old_required.get(name, 0.0), demand.get(name, 0.0), capacity.get(name, 0.0))
-             for name in set(capacity) | set(demand)}
-
-    def contribution(parts: list[PartPlan]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for part in parts:
-            out[part.service] = out.get(part.service, 0.0) + part.throughput
-        return out
-
-    def floors_met() -> bool:
-        return all(capacity.get(name, 0.0) >= f * (1 - 1e-9) for name, f in floor.items())
-
-    pending = [config_parts(problem, config) for config in new_configs]
-    next_id = max((g.index for g in current.gpus), default=-1) + 1
-    free = list(range(next_id, next_id + max(0, len(pending) - len(changing))))
-    next_id += len(free)
-    to_drain = list(changing)
-    steps: list[Step] = []
-    placed: list[GpuPlan] = []
-    borrowed = 0
-    while pending or to_drain:
-        if free and pending:
-            def helps(parts: list[PartPlan]) -> float:
-                gain = contribution(parts)
-                return sum(min(v, max(0.0, demand[s] - capacity.get(s, 0.0))) / demand[s] for s, v in gain.items())
-            parts = pending.pop(max(range(len(pending)), key=lambda k: helps(pending[k])))
-            gpu = free.pop(0)
-            for s, v in contribution(parts).items():
-                capacity[s] = capacity.get(s, 0.0) + v
-            placed.append(GpuPlan(gpu, parts))
-            steps.append(Step("configure", gpu, parts, floors_met()))
-            continue
-        if to_drain:
-            def slack_after(gpu: GpuPlan) -> float:
-                loss = contribution(gpu.parts)
-                return min(((capacity.get(s, 0.0) - v - floor.get(s, 0.0)) / max(demand.get(s, v), 1e-9)
-                            for s, v in loss.items()), default=1.0)
-            best = max(to_drain, key=slack_after)
-            if slack_after(best) >= -1e-9 or not pending:
-                to_drain.remove(best)
-                for s, v in contribution(best.parts).items():
-                    capacity[s] = capacity.get(s, 0.0) - v
-                steps.append(Step("drain" if pending else "release", best.index, best.parts, floors_met()))
-                if pending:
-                    free.append(best.index)
-                continue
-        free.append(next_id)
-        steps.append(Step("borrow", next_id, [], floors_met()))
-        next_id += 1
-        borrowed += 1
-    for gpu in free:
-        steps.append(Step("release", gpu, [], floors_met()))
-    return steps, placed, borrowed
