@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tally.cluster.planner.gpus import gpu_type
 from tally.cluster.planner.layouts import PartitionScheme
 from tally.cluster.planner.profiles import ProfileTable
 from tally.cluster.planner.services import Service
@@ -57,7 +58,7 @@ def generate(shape: WorkloadShape | str, profile: ProfileTable, seed: int = 0,
     if isinstance(shape, str):
         shape = SHAPES[shape]
     rng = np.random.default_rng(seed)
-    whole = PartitionScheme(_gpu_of(profile), profile.partitions, profile.step_percent).whole
+    whole = PartitionScheme(gpu_type(profile.gpu), profile.partitions, profile.step_percent).whole
     names = models or profile.models
     count = max(1, round(shape.services * scale))
     shape = WorkloadShape(shape.name, count, shape.distribution, shape.mean, shape.sigma)
@@ -71,8 +72,3 @@ def generate(shape: WorkloadShape | str, profile: ProfileTable, seed: int = 0,
         services.append(Service(f"{shape.name}-{n:03d}-{model}", model,
                                 round(float(gpus[n]) * best.throughput, 1), round(slo, 3)))
     return services
-
-
-def _gpu_of(profile: ProfileTable):
-    from tally.cluster.planner.gpus import gpu_type
-    return gpu_type(profile.gpu)

@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _layouts(gpu: str) -> str:
     layouts = mig_layouts(gpu_type(gpu))
-    lines = [f"{len(layouts)} full MIG layouts of {gpu} ({len({l.sizes for l in layouts})} distinct size sets); "
+    lines = [f"{len(layouts)} full MIG layouts of {gpu} ({len({layout.sizes for layout in layouts})} distinct size sets); "
              f"instance@first memory slice:"]
     for layout in layouts:
         lines.append("  " + "  ".join(f"{gpu_type(gpu).mig_profile(p.partition).name}@{p.start}"

@@ -67,7 +67,8 @@ def _solve_master_lp(matrix: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]
     return float(res.fun), res.x, -res.ineqlin.marginals
 
 
-def generate_columns(problem: Problem, deadline: float, per_round: int = 4) -> tuple[ColumnPool, float, np.ndarray, dict]:
+def generate_columns(problem: Problem, deadline: float,
+                     per_round: int = 4) -> tuple[ColumnPool, float, np.ndarray, dict]:
     """Column generation to LP optimality (or the deadline). Returns the pool,
     a valid lower bound, the last LP solution and statistics."""
     pool = ColumnPool(problem)

@@ -84,7 +84,8 @@ def _target_mip(problem: Problem, groups: list[tuple[np.ndarray, int]], total: i
 
     for i in range(n):
         add([(k, cov[i] / problem.demand[i]) for k, (cov, _) in enumerate(groups) if cov[i] > 0]
-            + [(y0 + i * sizes + p, problem.cap[i, p] / problem.demand[i]) for p in range(sizes) if problem.cap[i, p] > 0],
+            + [(y0 + i * sizes + p, problem.cap[i, p] / problem.demand[i])
+               for p in range(sizes) if problem.cap[i, p] > 0],
             1 - 1e-9, np.inf)
     for p in range(sizes):
         add([(y0 + i * sizes + p, 1.0) for i in range(n)]
