@@ -52,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _layouts(gpu: str) -> str:
     layouts = mig_layouts(gpu_type(gpu))
-    lines = [f"{len(layouts)} full MIG layouts of {gpu} ({len({layout.sizes for layout in layouts})} distinct size sets); "
-             f"instance@first memory slice:"]
+    distinct = len({layout.sizes for layout in layouts})
+    lines = [f"{len(layouts)} full MIG layouts of {gpu} ({distinct} distinct size sets); instance@first memory slice:"]
     for layout in layouts:
         lines.append("  " + "  ".join(f"{gpu_type(gpu).mig_profile(p.partition).name}@{p.start}"
                                       for p in layout.parts))
