@@ -54,8 +54,8 @@ def table(deployment: Deployment) -> str:
     for group in _groups(deployment):
         parts = " | ".join(f"{p.profile}: {p.service} ({p.model}, b{p.batch}, {p.throughput:.0f}/s)"
                            for p in group[0].parts)
-        label = f"{_ranges([g.index for g in group])}"
-        lines.append(f"{label:<12} {parts}" + (f"   x{len(group)}" if len(group) > 1 else ""))
+        label = _ranges([g.index for g in group]) + (f" (x{len(group)})" if len(group) > 1 else "")
+        lines.append(f"{label:<12} {parts}")
     lines += ["", f"{'service':<28} {'model':<13} {'required/s':>10} {'capacity/s':>10} {'p99 SLO ms':>10}"]
     for s in deployment.services:
         lines.append(f"{s['name']:<28} {s['model']:<13} {s['throughput']:>10.1f} {s['capacity']:>10.1f} "
