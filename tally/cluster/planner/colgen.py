@@ -14,7 +14,6 @@ solved by HiGHS (scipy.optimize.linprog).
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -59,18 +58,17 @@ class ColumnPool:
         return np.column_stack(self._columns)
 
 
-def _solve_master_lp(matrix: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def _solve_master_lp(matrix: np.ndarray) -> tuple[float, np.ndarray]:
     n, m = matrix.shape
     res = linprog(np.ones(m), A_ub=-matrix, b_ub=-np.ones(n), bounds=(0, None), method="highs")
     if res.status != 0:
         raise RuntimeError(f"the master LP failed: {res.message}")
-    return float(res.fun), res.x, -res.ineqlin.marginals
+    return float(res.fun), -res.ineqlin.marginals
 
 
-def generate_columns(problem: Problem, deadline: float,
-                     per_round: int = 4) -> tuple[ColumnPool, float, np.ndarray, dict]:
-    """Column generation to LP optimality (or the deadline). Returns the pool,
-    a valid lower bound, the last LP solution and statistics."""
+def generate_columns(problem: Problem, deadline: float, per_round: int = 4) -> tuple[ColumnPool, float, dict]:
+    """Column generation to LP optimality (or the deadline). Returns the
+    columns, a valid lower bound and statistics."""
     pool = ColumnPool(problem)
     for config in _single_service_columns(problem):
         pool.add(config)
@@ -78,7 +76,7 @@ def generate_columns(problem: Problem, deadline: float,
     rounds, converged = 0, False
     while True:
         rounds += 1
-        lp_value, x, prices = _solve_master_lp(pool.matrix())
+        lp_value, prices = _solve_master_lp(pool.matrix())
         weighted = prices[:, None] * cap_over_demand           # value of service i on one part of size p
         best_service = weighted.argmax(axis=0)
         best_value = weighted.max(axis=0)
@@ -97,8 +95,4 @@ def generate_columns(problem: Problem, deadline: float,
             converged = True
             break
     bound = lp_value if converged else lp_value / best
-    return pool, bound, x, {"rounds": rounds, "columns": len(pool.configs), "lp_converged": converged}
-
-
-def round_up(pool: ColumnPool, x: np.ndarray) -> list[tuple[GpuConfig, int]]:
-    return [(c, math.ceil(v - 1e-9)) for c, v in zip(pool.configs, x) if math.ceil(v - 1e-9) > 0]
+    return pool, bound, {"rounds": rounds, "columns": len(pool.configs), "lp_converged": converged}

@@ -12,11 +12,15 @@ MIG facts (the one place they are kept; everything else derives from them):
   reports them ({start}:size); the guide draws the same grid. Two instances may
   not share a memory slice, and a GPU has 7 compute slices.
 - SMs per instance: the SM column of `nvidia-smi mig -lgip` (A100: 14 per slice,
-  98 in a 7g; H100 SXM5: 16/32/60/64/132). Only the sim-derived profiles use them.
+  98 in a 7g, as in the output quoted in NVIDIA/mig-parted#97 and NVIDIA's NVML
+  mock tables; H100: 16/32/60/64 as printed for the same GH100 die in
+  NVIDIA/mig-parted#120, and all 132 SMs in a 7g, assumed). Only the sim-derived
+  profiles use them.
 - One rule the placement grid does not express: a 4g and a 3g instance never
-  share a GPU. MIG-serving (Tan et al., "Serving DNN Models with Multi-Instance
-  GPUs", 2021, section 2) lists it among MIG's partition rules; with it the A100
-  has the 18 distinct full layouts that paper counts, without it 19.
+  share a GPU (the grid alone would allow 4g@0 + 3g@4). MIG-serving (Tan et al.,
+  "Serving DNN Models with Multi-Instance GPUs", 2021) lists it among MIG's
+  partition rules; with it the A100 has the 18 distinct full layouts that paper
+  counts, without it 19. We apply it to the H100 too, whose grid is the same.
 
 Only the base profile of each compute size is listed (1g.5gb, not 1g.10gb or
 1g.5gb+me): the planner chooses compute sizes; the media-engine and

@@ -38,7 +38,7 @@ def _budget_error(need: int, bound: float, budget: int, why: str) -> PlanInputEr
 
 def optimize(problem: Problem, time_limit: float = 60.0, max_gpus: int | None = None) -> PlanResult:
     started = time.monotonic()
-    _, config_bound, _, stats = generate_columns(problem, deadline=started + CONFIG_CG_SHARE * time_limit)
+    _, config_bound, stats = generate_columns(problem, deadline=started + CONFIG_CG_SHARE * time_limit)
     patterns = pattern_bound(problem, deadline=started + (CONFIG_CG_SHARE + PATTERN_CG_SHARE) * time_limit)
     bound = max(patterns.bound, config_bound)
     stats.update(patterns.stats, config_lp_bound=config_bound, bounds_seconds=round(time.monotonic() - started, 3))
