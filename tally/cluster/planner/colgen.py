@@ -1,4 +1,4 @@
-"""Column generation over GPU configurations: the LP lower bound.
+"""Column generation over GPU configurations: the configuration-LP lower bound.
 
 The problem is a cutting-stock problem: choose how many GPUs get each
 configuration (layout + service per part) so every service's throughput is
