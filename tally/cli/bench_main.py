@@ -3,6 +3,8 @@
     tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
+    tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
+    tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tally.cli import extras
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
 from tally.bench.process_jobs import (
     BEST_EFFORT,
@@ -64,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
+    if not extras.missing("cluster"):
+        from tally.bench import plan_compare, profile
+        plan_compare.add_parser(sub)
+        profile.add_parser(sub)
+    else:   # listed, so `tally-bench plan` says what to install instead of "invalid choice"
+        sub.add_parser("plan", help="(needs pip install 'tally[cluster]')")
+        sub.add_parser("profile", help="(needs pip install 'tally[cluster]')")
     return parser
 
 
@@ -161,24 +171,20 @@ def colocate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _missing_plot_library(args: argparse.Namespace) -> bool:
-    """--png needs matplotlib, an optional dependency: say so before a long run, not after."""
-    if getattr(args, "png", None) is None:
-        return False
-    import importlib.util
-    if importlib.util.find_spec("matplotlib") is not None:
-        return False
-    print("tally-bench: --png needs matplotlib, which is not installed: pip install 'tally[plot]' "
-          "(or pip install matplotlib)", file=sys.stderr)
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if _missing_plot_library(args):
-        return 2
+    if getattr(args, "png", None) is not None:   # say so before a long run, not after it
+        extras.require("plot", "tally-bench --png")
     if args.command == "colocate":
         return colocate(args)
+    if args.command == "plan":
+        extras.require("cluster", "tally-bench plan")
+        from tally.bench import plan_compare
+        return plan_compare.main(args)
+    if args.command == "profile":
+        extras.require("cluster", "tally-bench profile")
+        from tally.bench import profile
+        return profile.main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)
