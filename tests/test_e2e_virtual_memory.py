@@ -43,7 +43,7 @@ def test_reserve_create_map_access_unmap(nvcc, server):
 
 
 def test_physical_memory_counts_against_the_quota(server):
-    job = run_job(server.socket, build_driver_c("virtual_memory.c"), "quota", quota=str(2 * GRANULARITY + 8192))
+    job = run_job(server.socket, build_driver_c("virtual_memory.c"), "quota", quota=f"{2 * GRANULARITY + 8192}B")
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("create_over_quota", "create_after_release") == [CUDA_ERROR_OUT_OF_MEMORY, 0]
 
