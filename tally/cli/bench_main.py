@@ -3,6 +3,7 @@
     tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
+    tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
 """
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
+    from tally.bench.cluster_args import add_cluster_parser
+    add_cluster_parser(sub)
     return parser
 
 
@@ -164,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "colocate":
         return colocate(args)
+    if args.command == "cluster":
+        from tally.bench.cluster_args import cluster_main
+        return cluster_main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)
