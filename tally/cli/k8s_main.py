@@ -83,10 +83,15 @@ def _gpu_count(text: str) -> int:
 
 def servers_main(args) -> int:
     extra = args.server_args[1:] if args.server_args[:1] == ["--"] else args.server_args
+    folders = [args.servers_dir / f"gpu{n}" for n in range(_gpu_count(args.gpus))]
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"tally-k8s servers: cannot create {folder} ({e}); is --servers-dir right?", file=sys.stderr)
+            return 2
     procs = []
-    for n in range(_gpu_count(args.gpus)):
-        folder = args.servers_dir / f"gpu{n}"
-        folder.mkdir(parents=True, exist_ok=True)
+    for n, folder in enumerate(folders):
         procs.append(subprocess.Popen([sys.executable, "-m", "tally.cli.server_main", "--device", str(n),
                                        "--socket", str(folder / "server.sock"), *extra]))
     stop = _stop_on_signals()
