@@ -39,8 +39,9 @@ NODE = "node-a"
 MOUNT_ROOTS = ("/run", "/usr/local")    # the "image's" folders: fresh tmpfs inside the job's namespace
 
 
-def container_command(response, program: Path) -> list[str]:
-    """A shell in a new mount namespace that makes the response's mounts, then execs the program."""
+def container_command(response, program: Path, own_pids: bool = False) -> list[str]:
+    """A shell in a new mount namespace (and pid namespace when own_pids, as a container has)
+    that makes the response's mounts, then execs the program."""
     steps = [f"mount -t tmpfs tmpfs {root}" for root in MOUNT_ROOTS]
     for m in response.mounts:
         steps.append(f"mkdir -p {shlex.quote(m.container_path)}")
@@ -48,7 +49,7 @@ def container_command(response, program: Path) -> list[str]:
         if m.read_only:
             steps.append(f"mount -o remount,bind,ro {shlex.quote(m.container_path)}")
     steps.append(f"exec {shlex.quote(str(program))}")
-    unshare = ["unshare", "--mount", "--propagation", "private"]
+    unshare = ["unshare", "--mount", "--propagation", "private", *(["--pid", "--fork"] if own_pids else [])]
     if os.geteuid() != 0:
         unshare[1:1] = ["--user", "--map-root-user"]
     return [*unshare, "sh", "-ec", " && ".join(steps)]
@@ -89,6 +90,17 @@ def server_status(socket: Path) -> dict:
 @pytest.mark.parametrize("priority,quota,quota_bytes", [
     (BEST_EFFORT, "64M", 64 << 20), (HIGH, "128M", 128 << 20)])
 def test_allocated_container_runs_under_tally(node, nvcc, priority, quota, quota_bytes):
+    run_allocated_job(node, nvcc, priority, quota, quota_bytes)
+
+
+@pytest.mark.xfail(strict=True, reason="client and server watch each other by pid, and a container's pid namespace "
+                                       "hides the server's pid: the client reports 'lost tally-server' at once. "
+                                       "Needs a namespace-proof peer watch (e.g. pidfds passed over the socket)")
+def test_allocated_container_with_its_own_pid_namespace(node, nvcc):
+    run_allocated_job(node, nvcc, BEST_EFFORT, "64M", 64 << 20, own_pids=True)
+
+
+def run_allocated_job(node, nvcc, priority, quota, quota_bytes, own_pids: bool = False):
     kubelet, api, server = node
     resource = RESOURCES[priority]
     api.add_pod("job", node=NODE, resources={resource: 1},
@@ -100,7 +112,7 @@ def test_allocated_container_runs_under_tally(node, nvcc, priority, quota, quota
     env = {**job_env(), **dict(response.envs)}
     for var in ("LD_LIBRARY_PATH", "LD_PRELOAD"):       # the container has only what Allocate set
         env[var] = response.envs[var]
-    job = subprocess.Popen(container_command(response, program), env=env, stdin=subprocess.PIPE,
+    job = subprocess.Popen(container_command(response, program, own_pids), env=env, stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = job.stdout.readline()
