@@ -42,6 +42,7 @@ class ClusterConfig:
     interval_s: float = 60.0
     seed: int = 0
     workers: int = 0                     # processes measuring pairs (0: every core)
+    predictor_iterations: int = 2000     # L-BFGS iterations training the MLP
 
     def validate(self) -> None:
         if self.gpus < 1 or self.jobs < 1:
@@ -53,6 +54,10 @@ class ClusterConfig:
             raise ValueError(f"unknown GPU {self.gpu!r}; choose one of {', '.join(GPU_PRESETS)}")
         if self.online_types < 1 or self.best_effort_types < 2:
             raise ValueError("need at least 1 online and 2 best-effort job types")
+        if self.predictor_iterations < 1:
+            raise ValueError(f"--predictor-iterations must be >= 1, got {self.predictor_iterations}")
+        if not self.pair_seconds > 0:
+            raise ValueError(f"--pair-seconds must be > 0, got {self.pair_seconds}")
         if len(self.loads) < 2 or list(self.loads) != sorted(self.loads) or not 0 < self.loads[0] < self.loads[-1] < 1:
             raise ValueError(f"--loads must be at least two ascending values in (0, 1), got {self.loads}")
 
@@ -82,14 +87,14 @@ def split(pairs: PairSet, seed: int) -> tuple[list, list]:
     return [pairs.pairs[k] for k in order[:cut]], [pairs.pairs[k] for k in order[cut:]]
 
 
-def held_out_jobs_error(pairs: PairSet, seed: int) -> dict:
+def held_out_jobs_error(pairs: PairSet, seed: int, max_iter: int) -> dict:
     """Error on the pairs of a quarter of the best-effort jobs, by a predictor trained without them."""
     names = sorted({p.best_effort for p in pairs.pairs})
     rng = np.random.default_rng(seed + 7)
     unseen = set(rng.choice(names, max(1, len(names) // 4), replace=False))
     train = [p for p in pairs.pairs if p.best_effort not in unseen]
     test = [p for p in pairs.pairs if p.best_effort in unseen]
-    model = SpeedPredictor.train(pairs.gpu, train, pairs.profiles, seed=seed)
+    model = SpeedPredictor.train(pairs.gpu, train, pairs.profiles, seed=seed, max_iter=max_iter)
     return {**model.errors(test, pairs.profiles), "unseen_jobs": sorted(unseen)}
 
 
@@ -130,7 +135,8 @@ def run_cluster(config: ClusterConfig, cache_dir: Path | None = paths.cache_dir(
     if predictor_in is not None:
         predictor = SpeedPredictor.load(predictor_in)
     else:
-        predictor = SpeedPredictor.train(pairs.gpu, train, pairs.profiles, seed=config.seed)
+        predictor = SpeedPredictor.train(pairs.gpu, train, pairs.profiles, seed=config.seed,
+                                         max_iter=config.predictor_iterations)
     train_seconds = time.perf_counter() - started
     if predictor_out is not None:
         predictor.save(predictor_out)
@@ -139,7 +145,7 @@ def run_cluster(config: ClusterConfig, cache_dir: Path | None = paths.cache_dir(
         "pairs": {"count": len(pairs.pairs), "seconds": pair_seconds, "from_cache": cached},
         "predictor": {"hidden_layers": [64, 64, 64, 64], "trained_pairs": predictor.trained_pairs,
                       "train_seconds": train_seconds, "held_out_pairs": predictor.errors(test, pairs.profiles),
-                      "held_out_jobs": held_out_jobs_error(pairs, config.seed)},
+                      "held_out_jobs": held_out_jobs_error(pairs, config.seed, config.predictor_iterations)},
         "policies": {},
     }
     started = time.perf_counter()

@@ -20,9 +20,12 @@ def add_cluster_parser(sub) -> None:
     c.add_argument("--gpu", choices=("a100", "h100"), default="a100", help="simulated GPU type")
     c.add_argument("--online-types", type=int, default=6)
     c.add_argument("--best-effort-types", type=int, default=16)
+    c.add_argument("--loads", default="0.15,0.35,0.55", help="online loads the pairs are measured at")
+    c.add_argument("--pair-seconds", type=float, default=0.3, help="virtual seconds per measured pair")
     c.add_argument("--arrival-hours", type=float, default=3.0, help="jobs arrive over this many hours")
     c.add_argument("--median-job-minutes", type=float, default=20.0, help="median job length alone")
     c.add_argument("--outages-per-gpu-day", type=float, default=0.5, help="GPUs going unhealthy")
+    c.add_argument("--predictor-iterations", type=int, default=2000, help="L-BFGS iterations training the MLP")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--workers", type=int, default=0, help="processes measuring pairs (default: every core)")
     c.add_argument("--no-cache", action="store_true", help="measure the pairs again instead of reading the cache")
@@ -43,13 +46,14 @@ def cluster_main(args: argparse.Namespace) -> int:
     from tally.bench.cluster import ClusterConfig, run_cluster, summary
     from tally.cluster.placement.predictor import PredictorVersionError
     try:
-        config = ClusterConfig(gpus=args.gpus, jobs=args.jobs,
+        loads = tuple(float(x) for x in args.loads.split(",") if x.strip())
+        config = ClusterConfig(gpus=args.gpus, jobs=args.jobs, loads=loads, pair_seconds=args.pair_seconds,
                                policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
                                gpu=args.gpu, online_types=args.online_types,
                                best_effort_types=args.best_effort_types, arrival_hours=args.arrival_hours,
                                median_job_minutes=args.median_job_minutes,
                                outage_rate_per_gpu_day=args.outages_per_gpu_day, seed=args.seed,
-                               workers=args.workers)
+                               workers=args.workers, predictor_iterations=args.predictor_iterations)
         config.validate()
         kwargs = {"predictor_in": args.predictor_in, "predictor_out": args.predictor_out}
         if args.no_cache:

@@ -8,7 +8,8 @@ a StandardScaler, trained on pairs measured on tally's sim backend (pairs.py).
 The saved file (joblib) holds a format version, the GPU type, the feature names
 and the fitted pipeline; loading a file of another format version is refused with
 a message saying how to retrain, and predicting for another GPU type than the
-one it was trained on is refused too.
+one it was trained on is refused too. The file is a pickle: load only files you
+made or trust, as with any joblib file.
 """
 from __future__ import annotations
 
@@ -93,7 +94,13 @@ class SpeedPredictor:
     @classmethod
     def load(cls, path: Path) -> "SpeedPredictor":
         import joblib
-        data = joblib.load(path)
+        try:
+            data = joblib.load(path)
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever unpickling a foreign file raises
+            raise PredictorVersionError(f"{path} is not a speed predictor file ({type(e).__name__}: {e}); "
+                                        f"train one with tally-bench cluster --predictor-out {path}") from None
         version = data.get("format_version") if isinstance(data, dict) else None
         if version != FORMAT_VERSION:
             raise PredictorVersionError(f"{path} is a speed predictor of format version {version}, this tally "
