@@ -21,7 +21,8 @@ def plot_cluster(report: dict, path: Path) -> None:
         jct = r["jct_hours_sorted"]
         if jct:
             axes[2].plot(jct, [(k + 1) / len(jct) for k in range(len(jct))], label=name)
-    axes[2].set_xlabel("JCT (hours)")
+    axes[2].set_xscale("log")
+    axes[2].set_xlabel("JCT (hours, log scale)")
     axes[2].set_ylabel("fraction of jobs")
     axes[2].legend()
     for ax in axes[:2]:
