@@ -32,6 +32,13 @@ class PredictorVersionError(RuntimeError):
     pass
 
 
+def _one_blas_thread():
+    """The MLP's matrices are 64 wide: BLAS threads only add contention (measured on the
+    2-core VM with other load: a 200-iteration fit took 67 s threaded, 1 s on one thread)."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def features(online: ProfileRecord, load: float, be: ProfileRecord, sm_percent: float) -> list[float]:
     return [load, online_activity(online, load), online.sm_activity, np.log1p(online.mean_kernel_ms),
             np.log1p(online.mean_block_us), be.sm_activity, be.gpu_util, np.log1p(be.mean_kernel_ms),
@@ -61,11 +68,13 @@ class SpeedPredictor:
         x, y = pair_matrix(pairs, profiles)
         model = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=HIDDEN_LAYERS, solver="lbfgs",
                                                              alpha=1e-3, max_iter=max_iter, random_state=seed))
-        model.fit(x, y)
+        with _one_blas_thread():
+            model.fit(x, y)
         return cls(gpu, model, len(pairs))
 
     def predict_rows(self, x: np.ndarray) -> np.ndarray:
-        return np.clip(self.model.predict(np.asarray(x, dtype=float)), 0.0, 1.0)
+        with _one_blas_thread():
+            return np.clip(self.model.predict(np.asarray(x, dtype=float)), 0.0, 1.0)
 
     def predict(self, online: ProfileRecord, load: float, be: ProfileRecord, sm_percent: float,
                 gpu: str | None = None) -> float:
