@@ -5,6 +5,9 @@ Both land inside the package (tally/_core*.so and tally/lib/libcuda.so.1), so an
 editable install (`pip install -e .`) and a regular one find them the same way.
 An editable install is a developer's: it also builds the C++ unit tests and the
 transport benchmark's bindings (TALLY_DEV_BUILD), which a user's wheel leaves out.
+build_py also generates the kubelet device-plugin gRPC stubs from their .proto
+(grpcio-tools, a build requirement) next to it in the source tree, so both kinds
+of install carry them.
 """
 import os
 import shutil
@@ -15,10 +18,35 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 from build_progress import BuildProgress  # noqa: E402
+
+PROTOS = ["tally/cluster/k8s/deviceplugin_v1beta1.proto"]
+
+
+def generate_grpc_stubs() -> None:
+    """<name>_pb2.py and <name>_pb2_grpc.py beside each .proto, imported by package path."""
+    try:
+        from grpc_tools import protoc
+    except ImportError as e:
+        raise SystemExit(f"building tally needs grpcio-tools to generate the device-plugin stubs ({e}); "
+                         f"pip install grpcio-tools, or build with build isolation (plain pip install)")
+    import grpc_tools
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    for proto in PROTOS:
+        args = ["grpc_tools.protoc", f"-I{ROOT}", f"-I{well_known}", f"--python_out={ROOT}",
+                f"--grpc_python_out={ROOT}", str(ROOT / proto)]
+        if protoc.main(args) != 0:
+            raise SystemExit(f"protoc failed: {' '.join(args)}")
+
+
+class BuildPyWithStubs(build_py):
+    def run(self) -> None:
+        generate_grpc_stubs()     # before build_py lists the package's modules
+        super().run()
 
 
 class CMakeExtension(Extension):
@@ -60,4 +88,4 @@ class CMakeBuild(build_ext):
             shutil.copytree(package_dir / "lib", source_package / "lib", symlinks=True)
 
 
-setup(ext_modules=[CMakeExtension("tally._core")], cmdclass={"build_ext": CMakeBuild})
+setup(ext_modules=[CMakeExtension("tally._core")], cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithStubs})

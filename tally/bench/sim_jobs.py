@@ -108,11 +108,11 @@ class InferenceJob:
 
 class TrainingJob:
     def __init__(self, sim: SimBackend, executor: StreamExecutor, client_id: str,
-                 model: TrainingModel, stop_at: float):
+                 model: TrainingModel, stop_at: float, sm_percent: float | None = None):
         self.sim, self.executor, self.client_id = sim, executor, client_id
         self.stop_at = stop_at
         self.iterations_done_at: list[float] = []
-        executor.add_client(client_id, "best-effort")
+        executor.add_client(client_id, "best-effort", sm_percent)
         self._batch = bytes(model.batch_bytes)
         in_ptr = sim.mem_alloc(max(model.batch_bytes, 8))
         out_ptr = sim.mem_alloc(8)

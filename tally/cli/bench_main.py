@@ -5,6 +5,7 @@
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
+    tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
 """
 from __future__ import annotations
 
@@ -69,11 +70,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
     if not extras.missing("cluster"):
         from tally.bench import plan_compare, profile
+        from tally.bench.cluster_args import add_cluster_parser
         plan_compare.add_parser(sub)
         profile.add_parser(sub)
+        add_cluster_parser(sub)
     else:   # listed, so `tally-bench plan` says what to install instead of "invalid choice"
-        sub.add_parser("plan", help="(needs pip install 'tally[cluster]')")
-        sub.add_parser("profile", help="(needs pip install 'tally[cluster]')")
+        for name in ("plan", "profile", "cluster"):
+            sub.add_parser(name, help="(needs pip install 'tally[cluster]')")
     return parser
 
 
@@ -177,14 +180,17 @@ def main(argv: list[str] | None = None) -> int:
         extras.require("plot", "tally-bench --png")
     if args.command == "colocate":
         return colocate(args)
+    if args.command in ("plan", "profile", "cluster"):
+        extras.require("cluster", f"tally-bench {args.command}")
     if args.command == "plan":
-        extras.require("cluster", "tally-bench plan")
         from tally.bench import plan_compare
         return plan_compare.main(args)
     if args.command == "profile":
-        extras.require("cluster", "tally-bench profile")
         from tally.bench import profile
         return profile.main(args)
+    if args.command == "cluster":
+        from tally.bench.cluster_args import cluster_main
+        return cluster_main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-EXTRA_MODULES = {"cluster": ("scipy", "yaml"), "plot": ("matplotlib",)}
+EXTRA_MODULES = {"cluster": ("scipy", "yaml", "grpc", "sklearn", "kubernetes", "joblib"), "plot": ("matplotlib",)}
 
 
 def missing(extra: str) -> list[str]:
