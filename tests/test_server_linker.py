@@ -21,6 +21,7 @@ from tally.server.driver.linker import (
     INPUT_LIBRARY,
     INPUT_NVVM,
     INPUT_PTX,
+    NothingForThisDevice,
     input_ptx,
 )
 
@@ -62,3 +63,15 @@ def test_bad_inputs(kind, data, code, message):
 
 def test_ptx_input_loses_its_terminating_nuls():
     assert input_ptx(INPUT_PTX, b".version 8.0\n\0\0", "x", CC) == ".version 8.0\n"
+
+
+def test_a_fatbin_with_only_sass_for_the_device_is_left_out_not_its_newer_ptx_used(nvcc):
+    # The shape of CUDA 13's device runtime (linked into every -rdc program): cubins up to
+    # sm_90 and beyond, PTX only for a newer architecture. Its PTX must never be chosen.
+    fatbin = build_device_code(nvcc, "link_functions.cu", "fatbin",
+                               ("-rdc=true", "-gencode", "arch=compute_90,code=sm_90",
+                                "-gencode", "arch=compute_120,code=compute_120"))
+    with pytest.raises(NothingForThisDevice, match="SASS only.*compute_120, newer than the device"):
+        input_ptx(INPUT_FATBINARY, fatbin.read_bytes(), "devrt-like.fatbin", CC)
+    ptx = input_ptx(INPUT_FATBINARY, fatbin.read_bytes(), "devrt-like.fatbin", (12, 0))
+    assert read_link_input("x", ptx).module.targets == ("sm_120",)   # a device that new takes it

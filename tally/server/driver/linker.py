@@ -46,25 +46,43 @@ CUDA_SUCCESS = 0
 class LinkState:
     inputs: list[LinkInput] = field(default_factory=list)
     bytes: int = 0
+    notes: list[str] = field(default_factory=list)    # inputs left out, and why (the info log)
+
+
+class NothingForThisDevice(Exception):
+    """A fatbin whose code for this device is SASS only: its PTX is for a newer
+    architecture. nvcc links the device runtime (cudadevrt: cubins for sm_75..sm_121,
+    PTX for compute_121 only) into every -rdc program; a driver uses its sm_90 cubin,
+    a PTX-only device can use none of it, and the program needs it only if it calls it."""
 
 
 def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, int]) -> str:
     """The PTX an input contributes: PTX itself, or the PTX of a fatbin / host object
-    closest to the device. Raises DeviceError saying why an input has none."""
+    closest to the device (never newer than it: a driver does not JIT PTX for a newer
+    architecture). Raises NothingForThisDevice for a fatbin with only SASS that fits the
+    device, DeviceError saying why for an input with nothing usable."""
     if kind == INPUT_PTX:
         try:
             return data.rstrip(b"\0").decode("utf-8")
         except UnicodeDecodeError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: PTX input is not UTF-8 text ({e})") from None
     if kind in (INPUT_FATBINARY, INPUT_OBJECT, INPUT_CUBIN):
+        device_arch = compute_capability[0] * 10 + compute_capability[1]
         try:
             entries = read_fatbin_entries(data)
-            ptx = ptx_of(entries, prefer_arch=compute_capability[0] * 10 + compute_capability[1])
+            fitting = [e for e in entries if e.kind == "ptx" and e.arch <= device_arch]
+            ptx = ptx_of(fitting, prefer_arch=device_arch)
             cubins = cubins_of(entries)
         except FatbinError as e:
             raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"{name}: input not understood: {e}") from None
         if ptx is not None:
             return ptx
+        newer = sorted({e.arch for e in entries if e.kind == "ptx"})
+        if newer and any(a // 10 == compute_capability[0] and a <= device_arch for a in cubins):
+            raise NothingForThisDevice(
+                f"{name}: left out: its code for this device (compute capability {compute_capability[0]}."
+                f"{compute_capability[1]}) is SASS only, which tally links no further, and its PTX is for "
+                f"{', '.join(f'compute_{a}' for a in newer)}, newer than the device")
         archs = ", ".join(f"sm_{a}" for a in cubins) or "none"
         raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU,
                           f"{name}: holds no PTX (cubins: {archs}); tally's linker links PTX: build the input with "
@@ -95,7 +113,15 @@ def link_add(session, fields, tail, tag):
     link = state.links.setdefault(fields["link"], LinkState())
     if link.bytes + len(data) > MAX_IMAGE_BYTES:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
-    text = input_ptx(fields["type"], data, name, session.backend.describe().compute_capability)
+    try:
+        text = input_ptx(fields["type"], data, name, session.backend.describe().compute_capability)
+    except NothingForThisDevice as e:
+        # Not an error unless the program needs its symbols: cuLinkComplete then names them.
+        link.notes.append(str(e))
+        link.bytes += len(data)
+        if tag:
+            session.reply("Done", tag)
+        return
     try:
         link.inputs.append(read_link_input(name, text))
     except PtxParseError as e:
@@ -117,9 +143,9 @@ def link_complete(session, fields, tail, tag):
         try:
             linked = link_inputs(link.inputs, verbose)
         except LinkError as e:
-            _reply(session, state, tag, CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join(e.problems))
+            _reply(session, state, tag, CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *link.notes]))
             return
-        info = list(linked.log)
+        info = [*link.notes, *linked.log]
         if verbose:
             info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
         _reply(session, state, tag, CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
