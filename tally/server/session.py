@@ -61,6 +61,7 @@ class Session:
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
+        self._segment_closed = False           # under _reply_lock: later completions go nowhere
         self._closing = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -101,12 +102,14 @@ class Session:
                 self.free_allocation(ptr)
             except DeviceError as e:
                 log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
-        try:
-            self.segment.mark_closed()
-        except Exception:
-            pass
-        self.segment.unlink()
-        self.segment.close()
+        with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
+            self._segment_closed = True
+            try:
+                self.segment.mark_closed()
+            except Exception:
+                pass
+            self.segment.unlink()
+            self.segment.close()
         try:
             self.connection.close()
         except OSError:
@@ -136,7 +139,11 @@ class Session:
                              ERROR.pack(error.message.encode()[:4000], status=error.code))
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
+        """Send a record to the client; once the session closed (the client is gone)
+        it goes nowhere, silently: answers of requests that outlived their job."""
         with self._reply_lock:
+            if self._segment_closed:
+                return
             self.segment.completion_ring.push(kind, tag, payload)
 
     def take_deferred_error(self) -> DeviceError | None:

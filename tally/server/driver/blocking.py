@@ -5,6 +5,10 @@ waits in cuStreamSynchronize: the work it waits for may be held behind a host
 function whose HostFuncDone arrives on that same ring. So a handler that has to
 wait hands the rest of its work to a small per-session pool and returns; the
 pool thread sends the answer (or the Error record) when the wait is over.
+
+A job can die while it waits (killed in cuStreamSynchronize, say): the executor
+then drops its work and the waiting request ends with ClientGone, quietly, with
+no answer (nobody is left to read it).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+from tally.scheduler.executor import ClientGone
 
 log = logging.getLogger("tally.server")
 
@@ -51,6 +56,8 @@ class BlockingCalls:
         try:
             try:
                 work()
+            except ClientGone as e:
+                log.debug("client %d is gone; a request it waited on ends unanswered (%s)", session.client_id, e)
             except DeviceError as e:
                 if tag:
                     session.reply_error(tag, e)
