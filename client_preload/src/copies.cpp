@@ -147,7 +147,7 @@ CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t 
     }
     if (async) return CUDA_SUCCESS;
     Reply reply;
-    CUresult rc = c.wait(tag, &reply);
+    CUresult rc = c.wait(tag, static_cast<uint32_t>(m.kKind), &reply);
     return rc == CUDA_SUCCESS ? Connection::expect_kind(reply, protocol::MessageKind::Done, 0) : rc;
   });
 }

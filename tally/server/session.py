@@ -23,6 +23,7 @@ from typing import Callable
 from tally import _core, protocol
 from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
 from tally.server.dispatch import HANDLERS
+from tally.server.failures import FailureLog
 from tally.server.ownership import Allocations
 
 log = logging.getLogger("tally.server")
@@ -56,6 +57,8 @@ class Session:
         self.connection = connection          # the handshake socket; its EOF means the client is gone
         self.allocations = Allocations(quota_bytes)
         self.counters = SessionCounters()
+        self.failures = FailureLog(client_id)
+        self.current_request = ""              # the request the session thread is handling
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
         self.close_reason: str | None = None
@@ -114,6 +117,7 @@ class Session:
             self.connection.close()
         except OSError:
             pass
+        self.failures.log_repeats()
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
@@ -180,6 +184,7 @@ class Session:
         if tag:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
+        self.current_request = entry[0].message.name if entry is not None else f"kind {kind}"
         try:
             if entry is None:
                 raise protocol.ProtocolError(f"unknown message kind {kind}")
@@ -189,24 +194,27 @@ class Session:
             fn(self, fields, tail, tag)
         except DeviceError as e:
             counters.errors += 1
-            self._fail(tag, e)
+            self.fail(tag, self.current_request, e)
         except protocol.ProtocolError as e:
             counters.protocol_errors += 1
             log.warning("client %d sent a bad request: %s", self.client_id, e)
-            self._fail(tag, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
+            self.fail(tag, self.current_request, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
         except Exception as e:  # a server bug must not take the client or the server down
             counters.errors += 1
             log.error("client %d: handler for kind %d crashed:\n%s", self.client_id, kind,
                       traceback.format_exc())
-            self._fail(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+            self.fail(tag, self.current_request, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
 
-    def _fail(self, tag: int, error: DeviceError) -> None:
+    def fail(self, tag: int, request: str, error: DeviceError) -> None:
+        """A request failed: a synchronous one gets the Error record now; an
+        asynchronous one's error, saying which request it was, waits for the
+        client's next synchronizing call (as CUDA's deferred errors do)."""
+        self.failures.record(request, error)
         if tag:
             self.reply_error(tag, error)
         else:
-            log.debug("client %d: asynchronous request failed, reported at its next sync: %s",
-                      self.client_id, error.message)
-            self.defer_error(error)
+            self.defer_error(self.failures.logged(
+                DeviceError(error.code, f"an earlier asynchronous {request} failed: {error.message}")))
 
     # ---- status ------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
-        self._pool.submit(self._answer, tag, work)
+        self._pool.submit(self._answer, tag, self._session.current_request, work)
 
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
@@ -51,7 +51,7 @@ class BlockingCalls:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _answer(self, tag: int, work: Callable[[], None]) -> None:
+    def _answer(self, tag: int, request: str, work: Callable[[], None]) -> None:
         session = self._session
         try:
             try:
@@ -59,10 +59,7 @@ class BlockingCalls:
             except ClientGone as e:
                 log.debug("client %d is gone; a request it waited on ends unanswered (%s)", session.client_id, e)
             except DeviceError as e:
-                if tag:
-                    session.reply_error(tag, e)
-                else:
-                    session.defer_error(e)
+                session.fail(tag, request, e)
             except Exception as e:  # noqa: BLE001 - a server bug must not leave the client waiting forever
                 log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
                 if tag:
