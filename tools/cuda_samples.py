@@ -57,7 +57,7 @@ ERROR_WORDS = re.compile(r"error|fail|assert|abort|illegal|not supported|waived|
 @dataclass
 class Result:
     sample: str
-    built: bool = False
+    built: bool | None = None     # None: not attempted
     result: str = "-"
     note: str = ""
     seconds: float = 0.0
@@ -233,7 +233,8 @@ def markdown(results: list[Result]) -> str:
     rows = ["| sample | build | result | seconds | first line of the problem |", "|---|---|---|---|---|"]
     for r in results:
         note = r.note.replace("|", "\\|")[:200]
-        rows.append(f"| {r.sample} | {'ok' if r.built else 'failed'} | {r.result} | "
+        built = "-" if r.built is None else "ok" if r.built else "failed"
+        rows.append(f"| {r.sample} | {built} | {r.result} | "
                     f"{r.seconds:.1f} | {note} |")
     counts = {k: sum(r.result == k for r in results) for k in ("pass", "fail", "timeout", "waived")}
     summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
@@ -263,15 +264,16 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             directory = find_sample(tree, name)
             if directory is None:
-                result.note = f"no sample named {name} in {tree / 'Samples'}"
+                result.built, result.note = False, f"no sample named {name} in {tree / 'Samples'}"
+                continue
+            run_args = sample_args(tree, name)
+            if run_args is None:
+                result.result, result.note = "skipped", "NVIDIA's test_args.json skips it"
                 continue
             sample = read_cmake(name, directory)
             out = work / "build" / name
             result.built, result.note = build(sample, tree / "Common", args.nvcc, out)
-            run_args = sample_args(tree, name)
-            if result.built and run_args is None:
-                result.result, result.note = "skipped", "NVIDIA's test_args.json skips it"
-            elif result.built:
+            if result.built:
                 run(sample, out, run_args, args.timeout, result)
             print(f"{name}: build {'ok' if result.built else 'failed'}, {result.result} "
                   f"({result.seconds:.1f} s) {result.note}", file=sys.stderr, flush=True)
