@@ -208,8 +208,11 @@ class Session:
     def fail(self, tag: int, request: str, error: DeviceError) -> None:
         """A request failed: a synchronous one gets the Error record now; an
         asynchronous one's error, saying which request it was, waits for the
-        client's next synchronizing call (as CUDA's deferred errors do)."""
-        self.failures.record(request, error)
+        client's next synchronizing call (as CUDA's deferred errors do). Once the
+        client is gone its requests' failures (e.g. a wait that outlived it) are
+        nobody's concern and are not logged."""
+        if not self.closed:
+            self.failures.record(request, error)
         if tag:
             self.reply_error(tag, error)
         else:
