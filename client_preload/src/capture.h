@@ -44,16 +44,6 @@ bool captured(uint64_t stream, bool async, CUresult* rc, Describe&& describe) {
   return capture_detail::record(stream, async, DescribeNode(std::forward<Describe>(describe)), rc);
 }
 
-// The same for an operation that is nothing but its replay.
-template <class MakeReplay>
-bool captured_op(uint64_t stream, bool async, CUresult* rc, CUgraphNodeType type, MakeReplay&& make) {
-  if (capture_detail::g_active.load(std::memory_order_acquire) == 0) return false;
-  return captured(stream, async, rc, [type, &make](GraphNode& node) {
-    node.type = type;
-    node.ops.push_back(make());
-  });
-}
-
 // A synchronizing call on `stream` (query, synchronize): refused while it is captured.
 bool refused_while_capturing(uint64_t stream, CUresult* rc);
 
