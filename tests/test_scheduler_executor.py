@@ -13,7 +13,7 @@ from tally.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
 from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim_model import KernelCost
 from tally.backends.sim_variants import SimVariantProvider
-from tally.scheduler import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD, MemcpyDtoH,
+from tally.scheduler import (ClientGone, EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD, MemcpyDtoH,
                              MemcpyHtoD, Memset, StreamExecutor, StreamWaitEvent, make_policy)
 from tally.scheduler.policy import PolicyError, Schedule, Start
 
@@ -305,6 +305,42 @@ def test_real_time_sim_with_client_threads():
         assert not thread.is_alive() and errors == []
         assert u32(sim, buf, 20_000) == [3] * 20_000
         assert ex.counters()["units_in_flight"] == 0
+        ex.close()
+    finally:
+        sim.close()
+
+
+def test_a_wait_for_a_client_removed_meanwhile_ends_with_client_gone():
+    """A job killed while it waits: the waiting thread is told its client is gone
+    (never that its stream completed), and later calls naming the client are too."""
+    import threading
+    import time
+
+    sim = SimBackend(realtime=True)
+    try:
+        ex = StreamExecutor(sim, make_policy("priority"), clock=sim.clock)
+        ex.add_client("be")
+        ex.submit("be", 0, GatedCallback(lambda: None, HostGate()))    # holds the stream: never opened
+        outcome = []
+
+        def wait():
+            try:
+                ex.synchronize_stream("be", 0)
+                outcome.append("completed")
+            except ClientGone:
+                outcome.append("gone")
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.2)
+        assert waiter.is_alive() and outcome == []
+        ex.remove_client("be")
+        waiter.join(timeout=10)
+        assert outcome == ["gone"]
+        for call in (lambda: ex.synchronize_stream("be", 0), lambda: ex.take_kernel_output("be", 0),
+                     lambda: ex.submit("be", 0, HostCallback(lambda: None))):
+            with pytest.raises(ClientGone, match="unknown client"):
+                call()
         ex.close()
     finally:
         sim.close()

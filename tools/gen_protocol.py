@@ -56,6 +56,11 @@ def generate() -> str:
     lines.append("enum class MessageKind : uint32_t {")
     lines += [f"  {m.name} = {m.kind}," for m in spec.MESSAGES]
     lines += ["};", ""]
+    lines.append("// A message kind's name (for messages to users), or nullptr for an unknown kind.")
+    lines.append("inline const char* message_name(uint32_t kind) {")
+    lines.append("  switch (static_cast<MessageKind>(kind)) {")
+    lines += [f"    case MessageKind::{m.name}: return \"{m.name}\";" for m in spec.MESSAGES]
+    lines += ["    default: return nullptr;", "  }", "}", ""]
     for m in spec.MESSAGES:
         fmt = "<" + "".join(
             (f"{f.count}s" if f.type == "u8" and f.count > 1 else f"{f.count}{spec.SCALARS[f.type][1]}")

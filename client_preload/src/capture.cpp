@@ -1,11 +1,13 @@
 // Stream capture state (capture.h): which streams and events belong to which capture.
 #include "capture.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "connection.h"
+#include "graph_nodes.h"
 #include "stream_ids.h"
 
 namespace tally::client {
@@ -21,11 +23,30 @@ struct Capture {
   uint64_t id = 0;
   uint64_t origin = 0;  // the stream that began it; only it may end it
   bool invalidated = false;
-  ReplayList ops;
   GraphObject* graph = nullptr;  // what cuStreamGetCaptureInfo names, and cuStreamEndCapture returns
-  std::unordered_set<uint64_t> streams;
-  std::unordered_set<uint64_t> events;  // recorded in it, not since re-recorded elsewhere
+  // Per stream in the capture: the nodes its next operation depends on.
+  std::unordered_map<uint64_t, std::vector<GraphNode*>> tips;
+  // Per event recorded in it (not since re-recorded elsewhere): the tips of its stream then.
+  std::unordered_map<uint64_t, std::vector<GraphNode*>> event_tips;
+
+  // A new node on `stream`, after what the stream did before.
+  GraphNode* add_node(uint64_t stream) {
+    auto* node = new GraphNode();
+    node->graph = graph;
+    std::vector<GraphNode*>& before = tips[stream];
+    node->depends_on = before;
+    before.assign(1, node);
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    graph->nodes.push_back(node);
+    return node;
+  }
 };
+
+// Adds the nodes of `more` that `into` lacks.
+void merge_tips(std::vector<GraphNode*>* into, const std::vector<GraphNode*>& more) {
+  for (GraphNode* node : more)
+    if (std::find(into->begin(), into->end(), node) == into->end()) into->push_back(node);
+}
 
 class Captures {
  public:
@@ -49,7 +70,7 @@ class Captures {
 
 namespace capture_detail {
 
-bool record(uint64_t stream, bool async, const std::function<Replay()>& make, CUresult* rc) {
+bool record(uint64_t stream, bool async, const DescribeNode& describe, CUresult* rc) {
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
   std::shared_ptr<Capture> capture = all.of_stream(stream);
@@ -63,7 +84,7 @@ bool record(uint64_t stream, bool async, const std::function<Replay()>& make, CU
     *rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return true;
   }
-  capture->ops.push_back(make());
+  describe(*capture->add_node(stream));
   *rc = CUDA_SUCCESS;
   return true;
 }
@@ -71,32 +92,37 @@ bool record(uint64_t stream, bool async, const std::function<Replay()>& make, CU
 }  // namespace capture_detail
 
 bool refused_while_capturing(uint64_t stream, CUresult* rc) {
-  return captured(stream, false, rc, [] { return Replay(); });
+  return captured(stream, false, rc, [](GraphNode&) {});
 }
 
-bool captured_event_record(uint64_t stream, uint64_t event, unsigned flags, CUresult* rc) {
+bool captured_event_record(uint64_t stream, const EventObject* handle, unsigned flags, CUresult* rc) {
   if (g_active.load(std::memory_order_acquire) == 0) return false;  // then no event belongs to a capture
+  const uint64_t event = handle->id;
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
   if (auto old = all.by_event.find(event); old != all.by_event.end()) {
-    old->second->events.erase(event);
+    old->second->event_tips.erase(event);
     all.by_event.erase(old);
   }
   std::shared_ptr<Capture> capture = all.of_stream(stream);
   if (capture == nullptr) return false;
-  capture->events.insert(event);
-  all.by_event[event] = capture;
   *rc = CUDA_SUCCESS;
-  if (flags & CU_EVENT_RECORD_EXTERNAL) {
-    capture->ops.push_back([event](uint64_t target) {
+  if (flags & CU_EVENT_RECORD_EXTERNAL) {  // a node of its own, replayed each launch
+    GraphNode* node = capture->add_node(stream);
+    node->type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    node->event = reinterpret_cast<CUevent>(const_cast<EventObject*>(handle));
+    node->ops.push_back([event](uint64_t target) {
       return Connection::instance().send(protocol::EventRecordMsg{event, target});
     });
   }
+  capture->event_tips[event] = capture->tips[stream];
+  all.by_event[event] = capture;
   return true;
 }
 
-bool captured_stream_wait(uint64_t stream, uint64_t event, CUresult* rc) {
+bool captured_stream_wait(uint64_t stream, const EventObject* handle, CUresult* rc) {
   if (g_active.load(std::memory_order_acquire) == 0) return false;
+  const uint64_t event = handle->id;
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
   std::shared_ptr<Capture> mine = all.of_stream(stream);
@@ -105,16 +131,21 @@ bool captured_stream_wait(uint64_t stream, uint64_t event, CUresult* rc) {
     std::shared_ptr<Capture> theirs = recorded_in->second;
     *rc = CUDA_SUCCESS;
     if (mine == nullptr) {  // joins the capture
-      theirs->streams.insert(stream);
+      theirs->tips[stream] = theirs->event_tips[event];
       all.by_stream[stream] = theirs;
     } else if (mine != theirs) {  // CUDA cannot merge two captures either
       mine->invalidated = theirs->invalidated = true;
       *rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    } else {  // within one capture: the stream's next node also waits for the event's
+      merge_tips(&mine->tips[stream], mine->event_tips[event]);
     }
-    return true;  // within one capture, the capture order already holds the dependency
+    return true;
   }
   if (mine == nullptr) return false;
-  mine->ops.push_back([event](uint64_t target) {
+  GraphNode* node = mine->add_node(stream);
+  node->type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  node->event = reinterpret_cast<CUevent>(const_cast<EventObject*>(handle));
+  node->ops.push_back([event](uint64_t target) {
     return Connection::instance().send(protocol::StreamWaitEventMsg{target, event});
   });
   *rc = CUDA_SUCCESS;
@@ -133,7 +164,8 @@ CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode) {
   capture->id = all.next_id++;
   capture->origin = stream;
   capture->graph = new GraphObject();
-  capture->streams.insert(stream);
+  capture->graph->capturing.store(true);
+  capture->tips[stream];
   all.by_stream[stream] = capture;
   g_active.fetch_add(1, std::memory_order_release);
   return CUDA_SUCCESS;
@@ -145,21 +177,20 @@ CUresult end_capture(uint64_t stream, GraphObject** graph) {
   std::shared_ptr<Capture> capture = all.of_stream(stream);
   if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
   if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-  for (uint64_t s : capture->streams) all.by_stream.erase(s);
-  for (uint64_t e : capture->events) all.by_event.erase(e);
+  for (const auto& [s, tips] : capture->tips) all.by_stream.erase(s);
+  for (const auto& [e, tips] : capture->event_tips) all.by_event.erase(e);
   g_active.fetch_sub(1, std::memory_order_release);
   if (capture->invalidated) {
-    capture->graph->tag.store(ObjectTag::kDead);
+    destroy_graph(capture->graph);
     *graph = nullptr;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
-  std::atomic_store(&capture->graph->ops, std::shared_ptr<const ReplayList>(
-                                              std::make_shared<const ReplayList>(std::move(capture->ops))));
+  capture->graph->capturing.store(false, std::memory_order_release);
   *graph = capture->graph;
   return CUDA_SUCCESS;
 }
 
-CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, ReplayList* out) {
+CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, GraphNode* into) {
   // One stream object per thread, known to no server: every operation on it is captured.
   static std::atomic<uint64_t> next{1};
   thread_local StreamObject* stream = [] {
@@ -173,8 +204,16 @@ CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue
   CUresult ended = end_capture(stream->id, &graph);
   if (issued != CUDA_SUCCESS) return issued;
   if (ended != CUDA_SUCCESS) return ended;
-  *out = *std::atomic_load(&graph->ops);
-  delete graph;  // never handed out
+  // One operation on one stream: a chain of nodes (a copy may take several), in order.
+  for (GraphNode* node : graph->nodes) {
+    into->ops.insert(into->ops.end(), node->ops.begin(), node->ops.end());
+    if (node == graph->nodes.front()) {
+      into->copy = node->copy;
+      into->memset = node->memset;
+    }
+    delete node;  // never handed out
+  }
+  delete graph;
   return CUDA_SUCCESS;
 }
 
@@ -187,6 +226,9 @@ CaptureInfo capture_info(uint64_t stream) {
     info.status = capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     info.id = capture->id;
     info.graph = capture->graph;
+    const std::vector<GraphNode*>& tips = capture->tips[stream];
+    info.dependencies = reinterpret_cast<const CUgraphNode*>(tips.data());
+    info.dependency_count = tips.size();
   }
   return info;
 }

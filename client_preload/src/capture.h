@@ -1,10 +1,12 @@
 // Stream capture (cuStreamBeginCapture ... cuStreamEndCapture) and the graphs it
 // makes. A stream being captured sends nothing: each operation on it becomes a
-// Replay, a closure that performs the same operation on a given stream later.
-// cuGraphLaunch replays a graph's operations, in the order they were captured, on
-// the launch stream. That order is a valid execution order of the captured graph
-// (an operation can only depend on operations captured before it), so results
-// are those of the graph; branches that CUDA could run concurrently run one after
+// node of the capture's graph (graph_objects.h) holding a Replay, a closure that
+// performs the same operation on a given stream later. A node depends on what its
+// stream did before it (the stream's "tips"); a stream that waits on an event
+// recorded in the capture takes on the event's tips, so edges are those CUDA's
+// capture makes. cuGraphLaunch replays the graph's nodes, in an order that
+// respects every edge (for a captured graph: the order they were captured), on
+// the launch stream; branches that CUDA could run concurrently run one after
 // another. Operations are then scheduled by the server like any other, so a
 // high-priority job's graphs keep their priority.
 //
@@ -15,56 +17,31 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <mutex>
-#include <unordered_map>
-#include <vector>
+#include <utility>
 
 #include "driver_headers.h"
-#include "driver_objects.h"
+#include "graph_objects.h"
 
 namespace tally::client {
 
-using Replay = std::function<CUresult(uint64_t stream)>;
-using ReplayList = std::vector<Replay>;
-
-struct GraphNode;  // graph_nodes.h
-
-// A graph made by capture (`ops`, set when the capture ends) or built node by node
-// (cuGraphCreate: `built`, its nodes under `mutex`).
-struct GraphObject {
-  std::atomic<ObjectTag> tag{ObjectTag::kGraph};
-  std::shared_ptr<const ReplayList> ops;
-  bool built = false;
-  std::mutex mutex;
-  std::vector<GraphNode*> nodes;  // in the order they were added; never freed (see driver_objects.h)
-};
-
-struct GraphExecObject {
-  std::atomic<ObjectTag> tag{ObjectTag::kGraphExec};
-  std::shared_ptr<const ReplayList> ops;
-  std::mutex mutex;                                        // serializes node updates
-  std::unordered_map<const GraphNode*, size_t> first_op;  // built graphs: where each node's ops start
-};
-
-inline GraphObject* as_graph(CUgraph g) { return live_object<GraphObject, ObjectTag::kGraph>(g); }
-inline GraphExecObject* as_graph_exec(CUgraphExec g) {
-  return live_object<GraphExecObject, ObjectTag::kGraphExec>(g);
-}
+// Fills in a captured operation's node: its type, its replay (node.ops) and what
+// the graph APIs report about it. Called only while the stream is being captured.
+using DescribeNode = std::function<void(GraphNode& node)>;
 
 namespace capture_detail {
 extern std::atomic<int> g_active;  // captures in progress in the process
-bool record(uint64_t stream, bool async, const std::function<Replay()>& make, CUresult* rc);
+bool record(uint64_t stream, bool async, const DescribeNode& describe, CUresult* rc);
 }  // namespace capture_detail
 
-// If `stream` is being captured: an asynchronous operation is recorded (make()
-// builds its Replay) and a synchronous one invalidates the capture; either way
-// returns true with the call's result in *rc. False (and nothing done) otherwise.
-// One atomic load when no capture is in progress.
-template <class MakeReplay>
-bool captured(uint64_t stream, bool async, CUresult* rc, MakeReplay&& make) {
+// If `stream` is being captured: an asynchronous operation becomes a node of the
+// capture's graph (describe() fills it in), depending on what the stream did
+// before, and a synchronous one invalidates the capture; either way returns true
+// with the call's result in *rc. False (and nothing done) otherwise. One atomic
+// load when no capture is in progress.
+template <class Describe>
+bool captured(uint64_t stream, bool async, CUresult* rc, Describe&& describe) {
   if (capture_detail::g_active.load(std::memory_order_acquire) == 0) return false;
-  return capture_detail::record(stream, async, std::function<Replay()>(std::forward<MakeReplay>(make)), rc);
+  return capture_detail::record(stream, async, DescribeNode(std::forward<Describe>(describe)), rc);
 }
 
 // A synchronizing call on `stream` (query, synchronize): refused while it is captured.
@@ -74,17 +51,17 @@ bool refused_while_capturing(uint64_t stream, CUresult* rc);
 // (what later waits on it join) and nothing is sent, unless the record is
 // external (CU_EVENT_RECORD_EXTERNAL), which is replayed. Off capture, the event
 // stops belonging to any capture and false is returned.
-bool captured_event_record(uint64_t stream, uint64_t event, unsigned flags, CUresult* rc);
+bool captured_event_record(uint64_t stream, const EventObject* event, unsigned flags, CUresult* rc);
 
 // cuStreamWaitEvent: waiting on an event recorded in a capture makes the stream
 // join that capture (nothing to send). A capturing stream waiting on any other
 // event records the wait.
-bool captured_stream_wait(uint64_t stream, uint64_t event, CUresult* rc);
+bool captured_stream_wait(uint64_t stream, const EventObject* event, CUresult* rc);
 
 // What `issue` does on a stream of its own, recorded as a capture records it and
 // sent nowhere: how a node added to a graph (graph_nodes.cpp) gets the same
-// replays as the stream operation it stands for.
-CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, ReplayList* out);
+// replays (and copy or memset shape) as the stream operation it stands for.
+CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, GraphNode* into);
 
 // Capture control, for the entry points in graphs.cpp.
 CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode);
@@ -93,6 +70,10 @@ struct CaptureInfo {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   uint64_t id = 0;
   GraphObject* graph = nullptr;
+  // The nodes the stream's next operation will depend on (valid until the stream's
+  // next captured operation, as CUDA documents).
+  const CUgraphNode* dependencies = nullptr;
+  size_t dependency_count = 0;
 };
 CaptureInfo capture_info(uint64_t stream);
 

@@ -10,6 +10,7 @@
 #include "handshake.h"
 #include "log.h"
 #include "tally/segment.h"
+#include "failure_reports.h"
 #include "trace.h"
 
 namespace tally::client {
@@ -191,10 +192,10 @@ CUresult Connection::call(uint32_t kind, const void* msg, uint32_t msg_size, con
                           Reply* reply) {
   uint64_t tag = 0;
   if (CUresult rc = post(kind, msg, msg_size, tail, tail_size, &tag); rc != CUDA_SUCCESS) return rc;
-  return wait(tag, reply);
+  return wait(tag, kind, reply);
 }
 
-CUresult Connection::wait(uint64_t tag, Reply* reply) {
+CUresult Connection::wait(uint64_t tag, uint32_t request_kind, Reply* reply) {
   CUresult rc = wait_reply(tag, reply);
   if (rc != CUDA_SUCCESS) return rc;
   if (reply->kind == static_cast<uint32_t>(protocol::MessageKind::Error)) {
@@ -205,7 +206,9 @@ CUresult Connection::wait(uint64_t tag, Reply* reply) {
                      reply->payload.size() - sizeof error);
     trace_line("request %llu failed on the server: status %u: %s", static_cast<unsigned long long>(tag),
                error.status, text.c_str());
-    return error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
+    const CUresult status = error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
+    report_failure(request_kind, status, text);
+    return status;
   }
   // An earlier asynchronous failure the client noticed itself surfaces here, at the
   // next synchronous call, as CUDA reports deferred errors.

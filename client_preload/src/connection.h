@@ -68,10 +68,11 @@ class Connection {
   // to wait() on.
   CUresult post(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
                 uint64_t* tag_out);
-  // Waits for the record answering `tag`. An Error record becomes its status (its
-  // text goes to the trace log); otherwise a deferred client-side error, if one is
-  // pending, is returned.
-  CUresult wait(uint64_t tag, Reply* reply);
+  // Waits for the record answering `tag`, a request of `request_kind`. An Error
+  // record becomes its status (its text goes to the trace log, and the first
+  // failure of each kind to stderr: failure_reports.h); otherwise a deferred
+  // client-side error, if one is pending, is returned.
+  CUresult wait(uint64_t tag, uint32_t request_kind, Reply* reply);
 
   CUresult send_async(uint32_t kind, const void* payload, uint32_t size) {
     return post(kind, payload, size, nullptr, 0, nullptr);

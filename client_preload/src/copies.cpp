@@ -69,6 +69,12 @@ CUresult send_or_wait(const protocol::MemcpyHtoDMsg& m, bool async, const void* 
   return async ? c.send(m, tail, tail_size) : c.request_done(m, tail, tail_size);
 }
 
+// A captured copy's node: what cuGraphExecUpdate checks and cuGraphDebugDotPrint shows.
+void describe_copy(GraphNode* node, CUmemorytype from, CUmemorytype to, size_t width, size_t height) {
+  node->type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  node->copy = CopyNodeShape{from, to, width, height};
+}
+
 }  // namespace
 
 // Addresses the job names that are neither its device memory nor mapped in this
@@ -88,8 +94,9 @@ CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t 
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc; captured(stream, async, &rc, [=] {
-        return Replay([=](uint64_t s) { return copy_host_to_device(dst, src, width, height, s, true); });
+  if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
+        describe_copy(&node, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, width, height);
+        node.ops.push_back([=](uint64_t s) { return copy_host_to_device(dst, src, width, height, s, true); });
       }))
     return rc;
   if (height == 1) src.pitch = dst.pitch = width;
@@ -140,7 +147,7 @@ CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t 
     }
     if (async) return CUDA_SUCCESS;
     Reply reply;
-    CUresult rc = c.wait(tag, &reply);
+    CUresult rc = c.wait(tag, static_cast<uint32_t>(m.kKind), &reply);
     return rc == CUDA_SUCCESS ? Connection::expect_kind(reply, protocol::MessageKind::Done, 0) : rc;
   });
 }
@@ -149,8 +156,9 @@ CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc; captured(stream, async, &rc, [=] {
-        return Replay([=](uint64_t s) { return copy_device_to_host(dst, src, width, height, s, true); });
+  if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
+        describe_copy(&node, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, width, height);
+        node.ops.push_back([=](uint64_t s) { return copy_device_to_host(dst, src, width, height, s, true); });
       }))
     return rc;
   if (height == 1) src.pitch = dst.pitch = width;
@@ -203,8 +211,9 @@ CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size
 CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                                bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
-  if (CUresult rc; captured(stream, async, &rc, [=] {
-        return Replay([=](uint64_t s) { return copy_device_to_device(dst, src, width, height, s, true); });
+  if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
+        describe_copy(&node, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE, width, height);
+        node.ops.push_back([=](uint64_t s) { return copy_device_to_device(dst, src, width, height, s, true); });
       }))
     return rc;
   if (height == 1) src.pitch = dst.pitch = width;
@@ -218,8 +227,9 @@ CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, siz
 CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t height, uint64_t stream) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr || src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc; captured(stream, true, &rc, [=] {
-        return Replay([=](uint64_t s) { return copy_host_to_host(dst, src, width, height, s); });
+  if (CUresult rc; captured(stream, true, &rc, [=](GraphNode& node) {
+        describe_copy(&node, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_HOST, width, height);
+        node.ops.push_back([=](uint64_t s) { return copy_host_to_host(dst, src, width, height, s); });
       }))
     return rc;
   // Earlier work on the stream may still write either buffer (pinned memory).
@@ -235,8 +245,10 @@ CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t h
 CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
                        uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
-  if (CUresult rc; captured(stream, async, &rc, [=] {
-        return Replay([=](uint64_t s) { return memset_device(dst, value, element_size, width, height, s, true); });
+  if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
+        node.type = CU_GRAPH_NODE_TYPE_MEMSET;
+        node.memset = MemsetNodeShape{dst.address, dst.pitch, value, element_size, width, height};
+        node.ops.push_back([=](uint64_t s) { return memset_device(dst, value, element_size, width, height, s, true); });
       }))
     return rc;
   if (height == 1) dst.pitch = width * element_size;

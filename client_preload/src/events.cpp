@@ -25,7 +25,7 @@ CUresult record(CUevent event, CUstream stream, unsigned flags, bool per_thread)
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   protocol::EventRecordMsg m{e->id, 0};
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc; captured_event_record(m.stream, e->id, flags, &rc)) return rc;
+  if (CUresult rc; captured_event_record(m.stream, e, flags, &rc)) return rc;
   return Connection::instance().send(m);
 }
 

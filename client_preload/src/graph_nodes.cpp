@@ -1,15 +1,13 @@
 // Graphs built node by node: cuGraphCreate, cuGraphAdd{Kernel,Memcpy,Memset,Host,
-// Empty,ChildGraph,EventRecord,EventWait}Node, cuGraphAddNode, dependencies and
-// the queries on them, kernel-node parameters (also in an instantiated graph).
+// Empty,ChildGraph,EventRecord,EventWait}Node, cuGraphAddNode, dependencies,
+// kernel-node parameters (also in an instantiated graph), destroying a node; and
+// the order an instantiation runs a graph's nodes in (order_graph).
 //
 // A node holds the replays its stream operation would have recorded in a capture
 // (capture.h: record_on_private_stream issues the operation on a stream only the
 // client knows, so every check of the direct call applies and nothing is sent).
-// Instantiation puts the nodes in an order that respects every dependency
-// (order_graph), and a launch replays them in that order on the launch stream, as
-// for captured graphs: results are the graph's, and the server schedules the work
-// like any other. Memory-allocation, conditional, batch-memop and external-
-// semaphore nodes stay unsupported, as does cuGraphExecUpdate.
+// Memory-allocation, conditional, batch-memop and external-semaphore nodes stay
+// unsupported.
 #include "graph_nodes.h"
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <mutex>
 #include <queue>
 
+#include "capture.h"
 #include "connection.h"
 #include "contexts.h"
 #include "copies.h"
@@ -71,7 +70,8 @@ CUresult copy_launch(const KernelNodeFields& f, KernelNodeLaunch* out) {
 }
 
 CUresult record_launch(const KernelNodeLaunch& k, ReplayList* ops) {
-  return record_on_private_stream(
+  GraphNode recorded;
+  CUresult rc = record_on_private_stream(
       [&k](CUstream s) {
         void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(k.params.data()),
                          CU_LAUNCH_PARAM_BUFFER_SIZE, nullptr, CU_LAUNCH_PARAM_END};
@@ -80,7 +80,9 @@ CUresult record_launch(const KernelNodeLaunch& k, ReplayList* ops) {
         return tally_entry_cuLaunchKernel_v4000(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
                                                 k.block[2], k.shared_bytes, s, nullptr, extra);
       },
-      ops);
+      &recorded);
+  *ops = std::move(recorded.ops);
+  return rc;
 }
 
 CUresult check_dependencies(GraphObject* g, const CUgraphNode* deps, size_t n, std::vector<GraphNode*>* out) {
@@ -101,7 +103,7 @@ CUresult add_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   GraphObject* g = as_graph(graph);
-  if (g == nullptr || !g->built) return CUDA_ERROR_INVALID_VALUE;
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* node = new GraphNode();
   node->graph = g;
   node->type = type;
@@ -138,7 +140,7 @@ CUresult add_memset(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, si
           if (CUresult rc = stream_id(s, false, &id); rc != CUDA_SUCCESS) return rc;
           return memset_device({dst, pitch}, value, element_size, width, height, id, true);
         },
-        &node->ops);
+        node);
   });
 }
 
@@ -147,15 +149,17 @@ CUresult add_memcpy(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, si
   const CUDA_MEMCPY3D params = *copy;
   return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, [&](GraphNode* node) {
     return record_on_private_stream([&](CUstream s) { return tally_entry_cuMemcpy3DAsync_v3020(&params, s); },
-                                    &node->ops);
+                                    node);
   });
 }
 
 CUresult add_host(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUhostFn fn, void* data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_HOST, [&](GraphNode* node) {
+    node->host_fn = fn;
+    node->host_data = data;
     return record_on_private_stream([&](CUstream s) { return tally_entry_cuLaunchHostFunc_v10000(s, fn, data); },
-                                    &node->ops);
+                                    node);
   });
 }
 
@@ -170,23 +174,18 @@ CUresult add_event(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, siz
                           return record ? tally_entry_cuEventRecordWithFlags_v11010(event, s, CU_EVENT_RECORD_EXTERNAL)
                                         : tally_entry_cuStreamWaitEvent_v3020(s, event, 0);
                         },
-                        &node->ops);
+                        node);
                   });
 }
 
 CUresult add_child(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUgraph child) {
   GraphObject* c = as_graph(child);
-  if (c == nullptr || c == as_graph(graph)) return CUDA_ERROR_INVALID_VALUE;
+  if (c == nullptr || c == as_graph(graph) || c->capturing.load(std::memory_order_acquire))
+    return CUDA_ERROR_INVALID_VALUE;
   return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, [&](GraphNode* node) {
-    // The child is copied as it is now (CUDA clones it); later changes to it do not count.
-    if (!c->built) {
-      std::shared_ptr<const ReplayList> ops = std::atomic_load(&c->ops);
-      if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
-      node->ops = *ops;
-      return CUDA_SUCCESS;
-    }
-    std::unordered_map<const GraphNode*, size_t> unused;
-    return order_graph(c, &node->ops, &unused);
+    // The node runs a copy of the child as it is now (CUDA clones it); later changes to the child do not count.
+    node->child = clone_graph(c);
+    return CUDA_SUCCESS;
   });
 }
 
@@ -220,7 +219,7 @@ CUresult add_generic(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
 // Edges: `to` depends on `from`, for each pair.
 CUresult change_dependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t n, bool add) {
   GraphObject* g = as_graph(graph);
-  if (g == nullptr || !g->built || (n > 0 && (from == nullptr || to == nullptr))) return CUDA_ERROR_INVALID_VALUE;
+  if (g == nullptr || (n > 0 && (from == nullptr || to == nullptr))) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g->mutex);
   for (size_t i = 0; i < n; ++i) {
     GraphNode *a = as_graph_node(from[i]), *b = as_graph_node(to[i]);
@@ -233,55 +232,6 @@ CUresult change_dependencies(CUgraph graph, const CUgraphNode* from, const CUgra
       b->depends_on.erase(it);
     }
   }
-  return CUDA_SUCCESS;
-}
-
-// Writes up to *count handles (all of them when `out` is NULL: just the count).
-CUresult list_nodes(const std::vector<GraphNode*>& nodes, CUgraphNode* out, CUgraphEdgeData* edges, size_t* count) {
-  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (out == nullptr) {
-    *count = nodes.size();
-    return CUDA_SUCCESS;
-  }
-  const size_t room = *count;
-  for (size_t i = 0; i < room; ++i) {
-    out[i] = i < nodes.size() ? reinterpret_cast<CUgraphNode>(nodes[i]) : nullptr;
-    if (edges != nullptr) edges[i] = CUgraphEdgeData{};  // default edges only
-  }
-  *count = std::min(room, nodes.size());
-  return CUDA_SUCCESS;
-}
-
-std::vector<GraphNode*> dependents_of(const GraphNode* node) {
-  std::vector<GraphNode*> found;
-  for (GraphNode* other : node->graph->nodes) {
-    if (std::find(other->depends_on.begin(), other->depends_on.end(), node) != other->depends_on.end())
-      found.push_back(other);
-  }
-  return found;
-}
-
-void name_function(CUDA_KERNEL_NODE_PARAMS_v1* p, const KernelNodeLaunch& k) { p->func = k.function; }
-// A CUfunction and a CUkernel are one object here; cudart finds its kernel again
-// by the CUkernel (with the function alone it answers cudaErrorInvalidDeviceFunction).
-void name_function(CUDA_KERNEL_NODE_PARAMS_v2* p, const KernelNodeLaunch& k) {
-  primary_context(0, &p->ctx);
-  p->func = k.function;
-  p->kern = reinterpret_cast<CUkernel>(k.function);
-}
-
-template <class Params>
-CUresult get_kernel_params(CUgraphNode n, Params* p) {
-  GraphNode* node = as_graph_node(n);
-  if (node == nullptr || p == nullptr || node->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(node->graph->mutex);
-  const KernelNodeLaunch& k = node->kernel;
-  std::memset(p, 0, sizeof *p);
-  name_function(p, k);
-  p->gridDimX = k.grid[0], p->gridDimY = k.grid[1], p->gridDimZ = k.grid[2];
-  p->blockDimX = k.block[0], p->blockDimY = k.block[1], p->blockDimZ = k.block[2];
-  p->sharedMemBytes = k.shared_bytes;
-  p->kernelParams = const_cast<void**>(k.pointers.data());  // valid while the node lives, as in CUDA
   return CUDA_SUCCESS;
 }
 
@@ -309,15 +259,17 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
     return CUDA_ERROR_INVALID_VALUE;
   KernelNodeLaunch k;
   if (CUresult rc = copy_launch(kernel_fields(*p, func), &k); rc != CUDA_SUCCESS) return rc;
-  if (k.function != node->kernel.function) return CUDA_ERROR_INVALID_VALUE;  // CUDA allows no change of function
   ReplayList ops;
   if (CUresult rc = record_launch(k, &ops); rc != CUDA_SUCCESS) return rc;
   std::lock_guard<std::mutex> lock(e->mutex);
-  auto at = e->first_op.find(node);
+  auto at = e->index.find(node);
+  if (at == e->index.end()) return CUDA_ERROR_INVALID_VALUE;  // not a node of the instantiated graph
+  const ExecNode& entry = e->nodes[at->second];
+  if (k.function != entry.function) return CUDA_ERROR_INVALID_VALUE;  // CUDA allows no change of function here
   std::shared_ptr<const ReplayList> old = std::atomic_load(&e->ops);
-  if (at == e->first_op.end() || old == nullptr || ops.size() != 1) return CUDA_ERROR_INVALID_VALUE;
+  if (old == nullptr || ops.size() != 1 || entry.op_count != 1) return CUDA_ERROR_INVALID_VALUE;
   auto updated = std::make_shared<ReplayList>(*old);
-  (*updated)[at->second] = ops.front();
+  (*updated)[entry.first_op] = ops.front();
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
   return CUDA_SUCCESS;
 }
@@ -327,6 +279,19 @@ CUfunction function_of(const CUDA_KERNEL_NODE_PARAMS_v2& p) {
 }
 
 }  // namespace
+
+KernelNodeLaunch& KernelNodeLaunch::operator=(const KernelNodeLaunch& other) {
+  if (this == &other) return *this;
+  function = other.function;
+  std::copy(other.grid, other.grid + 3, grid);
+  std::copy(other.block, other.block + 3, block);
+  shared_bytes = other.shared_bytes;
+  params = other.params;
+  pointers.clear();
+  for (void* p : other.pointers)
+    pointers.push_back(params.data() + (static_cast<const uint8_t*>(p) - other.params.data()));
+  return *this;
+}
 
 CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op) {
   std::lock_guard<std::mutex> lock(graph->mutex);
@@ -339,7 +304,8 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
     waiting[i] = nodes[i]->depends_on.size();
     for (const GraphNode* d : nodes[i]->depends_on) dependents[index.at(d)].push_back(i);
   }
-  // Kahn's algorithm, always taking the earliest-added node that is ready.
+  // Kahn's algorithm, always taking the earliest-added node that is ready. For a
+  // captured graph (nodes added after their dependencies) that is capture order.
   std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
   for (size_t i = 0; i < nodes.size(); ++i)
     if (waiting[i] == 0) ready.push(i);
@@ -351,11 +317,52 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
     ready.pop();
     ++placed;
     (*first_op)[nodes[i]] = ops->size();
-    ops->insert(ops->end(), nodes[i]->ops.begin(), nodes[i]->ops.end());
+    if (GraphObject* child = nodes[i]->child) {  // runs the child as it is now
+      ReplayList child_ops;
+      std::unordered_map<const GraphNode*, size_t> unused;
+      if (CUresult rc = order_graph(child, &child_ops, &unused); rc != CUDA_SUCCESS) return rc;
+      ops->insert(ops->end(), child_ops.begin(), child_ops.end());
+    } else {
+      ops->insert(ops->end(), nodes[i]->ops.begin(), nodes[i]->ops.end());
+    }
     for (size_t j : dependents[i])
       if (--waiting[j] == 0) ready.push(j);
   }
   return placed == nodes.size() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;  // else a cycle
+}
+
+namespace {
+
+std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_map<const GraphNode*, size_t>& first_op) {
+  std::lock_guard<std::mutex> lock(graph->mutex);
+  std::unordered_map<const GraphNode*, size_t> index;
+  for (size_t i = 0; i < graph->nodes.size(); ++i) index[graph->nodes[i]] = i;
+  std::vector<ExecNode> out;
+  for (const GraphNode* node : graph->nodes) {
+    ExecNode e;
+    e.source = node;
+    e.type = node->type;
+    for (const GraphNode* d : node->depends_on) e.depends_on.push_back(index.at(d));
+    auto at = first_op.find(node);
+    e.first_op = at == first_op.end() ? 0 : at->second;
+    e.op_count = node->ops.size();
+    e.function = node->kernel.function;
+    e.copy = node->copy;
+    e.memset = node->memset;
+    if (node->child != nullptr) e.child = std::make_shared<const std::vector<ExecNode>>(describe_nodes(node->child, {}));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
+CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<ExecNode>* nodes) {
+  if (graph->capturing.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
+  std::unordered_map<const GraphNode*, size_t> first_op;
+  if (CUresult rc = order_graph(graph, ops, &first_op); rc != CUDA_SUCCESS) return rc;
+  *nodes = describe_nodes(graph, first_op);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace tally::client
@@ -366,7 +373,6 @@ TALLY_ENTRY(cuGraphCreate_v10000)(CUgraph* phGraph, unsigned int flags) {
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   auto* g = new GraphObject();
-  g->built = true;
   *phGraph = reinterpret_cast<CUgraph>(g);
   return CUDA_SUCCESS;
 }
@@ -447,71 +453,6 @@ TALLY_ENTRY(cuGraphRemoveDependencies_v12030)(CUgraph hGraph, const CUgraphNode*
   return change_dependencies(hGraph, from, to, numDependencies, false);
 }
 
-TALLY_ENTRY(cuGraphGetRootNodes_v10000)(CUgraph hGraph, CUgraphNode* rootNodes, size_t* numRootNodes) {
-  GraphObject* g = as_graph(hGraph);
-  if (g == nullptr || !g->built) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(g->mutex);
-  std::vector<GraphNode*> roots;
-  for (GraphNode* node : g->nodes)
-    if (node->depends_on.empty()) roots.push_back(node);
-  return list_nodes(roots, rootNodes, nullptr, numRootNodes);
-}
-
-TALLY_ENTRY(cuGraphGetEdges_v10000)(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to, size_t* numEdges) {
-  GraphObject* g = as_graph(hGraph);
-  if (g == nullptr || !g->built || numEdges == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(g->mutex);
-  std::vector<std::pair<GraphNode*, GraphNode*>> edges;
-  for (GraphNode* node : g->nodes)
-    for (GraphNode* d : node->depends_on) edges.emplace_back(d, node);
-  if (from == nullptr || to == nullptr) {
-    *numEdges = edges.size();
-    return (from == nullptr) == (to == nullptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  }
-  const size_t room = *numEdges;
-  for (size_t i = 0; i < room; ++i) {
-    from[i] = i < edges.size() ? reinterpret_cast<CUgraphNode>(edges[i].first) : nullptr;
-    to[i] = i < edges.size() ? reinterpret_cast<CUgraphNode>(edges[i].second) : nullptr;
-  }
-  *numEdges = std::min(room, edges.size());
-  return CUDA_SUCCESS;
-}
-
-TALLY_ENTRY(cuGraphNodeGetType_v10000)(CUgraphNode hNode, CUgraphNodeType* type) {
-  GraphNode* node = as_graph_node(hNode);
-  if (node == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *type = node->type;
-  return CUDA_SUCCESS;
-}
-
-TALLY_ENTRY(cuGraphNodeGetDependencies_v10000)(CUgraphNode hNode, CUgraphNode* dependencies, size_t* numDependencies) {
-  GraphNode* node = as_graph_node(hNode);
-  if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(node->graph->mutex);
-  return list_nodes(node->depends_on, dependencies, nullptr, numDependencies);
-}
-TALLY_ENTRY(cuGraphNodeGetDependencies_v12030)(CUgraphNode hNode, CUgraphNode* dependencies, CUgraphEdgeData* edgeData,
-                                               size_t* numDependencies) {
-  GraphNode* node = as_graph_node(hNode);
-  if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(node->graph->mutex);
-  return list_nodes(node->depends_on, dependencies, edgeData, numDependencies);
-}
-TALLY_ENTRY(cuGraphNodeGetDependentNodes_v10000)(CUgraphNode hNode, CUgraphNode* dependentNodes,
-                                                 size_t* numDependentNodes) {
-  GraphNode* node = as_graph_node(hNode);
-  if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(node->graph->mutex);
-  return list_nodes(dependents_of(node), dependentNodes, nullptr, numDependentNodes);
-}
-TALLY_ENTRY(cuGraphNodeGetDependentNodes_v12030)(CUgraphNode hNode, CUgraphNode* dependentNodes,
-                                                 CUgraphEdgeData* edgeData, size_t* numDependentNodes) {
-  GraphNode* node = as_graph_node(hNode);
-  if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(node->graph->mutex);
-  return list_nodes(dependents_of(node), dependentNodes, edgeData, numDependentNodes);
-}
-
 // The node and its edges go; instantiated graphs keep what they were made from.
 TALLY_ENTRY(cuGraphDestroyNode_v10000)(CUgraphNode hNode) {
   GraphNode* node = as_graph_node(hNode);
@@ -526,15 +467,11 @@ TALLY_ENTRY(cuGraphDestroyNode_v10000)(CUgraphNode hNode) {
     deps.erase(std::remove(deps.begin(), deps.end(), node), deps.end());
   }
   node->ops.clear();
+  node->kernel = KernelNodeLaunch();
+  if (node->child != nullptr) destroy_graph(node->child);
   return CUDA_SUCCESS;
 }
 
-TALLY_ENTRY(cuGraphKernelNodeGetParams_v10000)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
-  return get_kernel_params(hNode, nodeParams);
-}
-TALLY_ENTRY(cuGraphKernelNodeGetParams_v12000)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2* nodeParams) {
-  return get_kernel_params(hNode, nodeParams);
-}
 TALLY_ENTRY(cuGraphKernelNodeSetParams_v10000)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   return set_kernel_params(hNode, nodeParams, nodeParams == nullptr ? nullptr : nodeParams->func);
 }

@@ -1,6 +1,6 @@
-// Graphs made by stream capture (capture.h): begin and end capture, capture
-// status; instantiation and launch of any graph (graph_nodes.cpp builds graphs
-// node by node). Whole-graph updates (cuGraphExecUpdate) remain unsupported.
+// Graphs made by stream capture (capture.h): begin and end capture; instantiation,
+// launch and destruction of any graph (graph_nodes.cpp builds graphs node by node,
+// graph_update.cpp updates instantiated ones).
 #include <memory>
 
 #include "capture.h"
@@ -34,14 +34,6 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphObject* g = as_graph(graph);
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<const ReplayList> ops = std::atomic_load(&g->ops);
-  std::unordered_map<const GraphNode*, size_t> first_op;
-  if (g->built) {
-    auto ordered = std::make_shared<ReplayList>();
-    if (CUresult rc = order_graph(g, ordered.get(), &first_op); rc != CUDA_SUCCESS) return rc;
-    ops = std::move(ordered);
-  }
-  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;  // a capture still in progress
   // Auto-free and node priorities have nothing to act on in a captured graph
   // without memory nodes; upload is a no-op (nothing lives on the device).
   constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
@@ -49,9 +41,14 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
                                         CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
   if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) return CUDA_ERROR_NOT_SUPPORTED;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  auto ops = std::make_shared<ReplayList>();
+  std::vector<ExecNode> nodes;
+  if (CUresult rc = instantiate_graph(g, ops.get(), &nodes); rc != CUDA_SUCCESS) return rc;
   auto* made = new GraphExecObject();
   made->ops = std::move(ops);
-  made->first_op = std::move(first_op);
+  made->nodes = std::move(nodes);
+  for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
+  made->flags = flags;
   *exec = reinterpret_cast<CUgraphExec>(made);
   return CUDA_SUCCESS;
 }
@@ -148,48 +145,19 @@ TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ObjectTag expected = ObjectTag::kGraph;
   if (!g->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
-  std::atomic_store(&g->ops, std::shared_ptr<const ReplayList>());
-  std::lock_guard<std::mutex> lock(g->mutex);
-  for (GraphNode* node : g->nodes) {
-    node->tag.store(ObjectTag::kDead);
-    node->ops.clear();
-  }
+  destroy_graph(g);
   return CUDA_SUCCESS;
 }
 
-// A built graph's nodes. A captured graph's operations, as opaque handles
-// (addresses of its operations, valid while the graph lives): PyTorch counts them
-// after a capture to warn about empty graphs; no node-level API accepts them.
-TALLY_ENTRY(cuGraphGetNodes_v10000)(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
-  if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  GraphObject* g = as_graph(hGraph);
-  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (g->built) {
-    std::lock_guard<std::mutex> lock(g->mutex);
-    const size_t count = g->nodes.size();
-    if (nodes == nullptr) {
-      *numNodes = count;
-      return CUDA_SUCCESS;
-    }
-    for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < count ? reinterpret_cast<CUgraphNode>(g->nodes[i]) : nullptr;
-    *numNodes = *numNodes < count ? *numNodes : count;
-    return CUDA_SUCCESS;
-  }
-  std::shared_ptr<const ReplayList> ops = std::atomic_load(&g->ops);
-  const size_t count = ops == nullptr ? 0 : ops->size();
-  if (nodes == nullptr) {
-    *numNodes = count;
-    return CUDA_SUCCESS;
-  }
-  const size_t room = *numNodes;
-  for (size_t i = 0; i < room; ++i)
-    nodes[i] = i < count ? reinterpret_cast<CUgraphNode>(const_cast<Replay*>(&(*ops)[i])) : nullptr;
-  *numNodes = room < count ? room : count;
+TALLY_ENTRY(cuGraphExecGetFlags_v12000)(CUgraphExec hGraphExec, cuuint64_t* flags) {
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  if (e == nullptr || flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = e->flags;
   return CUDA_SUCCESS;
 }
 
-// Graph memory (what memory-allocation nodes hold): tally's graphs come from
-// capture, which refuses stream-ordered allocation, so there is never any.
+// Graph memory (what memory-allocation nodes hold): tally's graphs have no
+// memory-allocation nodes (capture refuses stream-ordered allocation), so there is never any.
 TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;

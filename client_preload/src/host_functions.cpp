@@ -42,8 +42,11 @@ class HostFunctionRunner {
     uint64_t id = 0;
     if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
     // A captured host function runs once per replay of its graph.
-    if (CUresult rc; captured(id, true, &rc, [this, callback] {
-          return Replay([this, callback](uint64_t s) { return launch_on(s, callback); });
+    if (CUresult rc; captured(id, true, &rc, [this, callback](GraphNode& node) {
+          node.type = CU_GRAPH_NODE_TYPE_HOST;
+          node.host_fn = callback.host_fn;
+          node.host_data = callback.user_data;
+          node.ops.push_back([this, callback](uint64_t s) { return launch_on(s, callback); });
         }))
       return rc;
     return launch_on(id, callback);

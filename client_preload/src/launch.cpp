@@ -63,15 +63,28 @@ CUresult check_configuration(const FunctionObject* fn, unsigned gx, unsigned gy,
   return CUDA_SUCCESS;
 }
 
+// What the graph APIs report about a captured launch (cuGraphKernelNodeGetParams...).
+void describe_kernel(KernelNodeLaunch* k, const LaunchRecord& r, CUfunction f, const uint8_t* params) {
+  k->function = f;
+  std::copy(r.msg.grid, r.msg.grid + 3, k->grid);
+  std::copy(r.msg.block, r.msg.block + 3, k->block);
+  k->shared_bytes = r.msg.shared_bytes;
+  k->params.assign(params, params + r.param_bytes);
+  k->pointers.clear();
+  for (const ParamSlot& slot : r.fn->params) k->pointers.push_back(k->params.data() + slot.offset);
+}
+
 // Sends the launch, or records it when its stream is being captured: the
 // parameter block is laid out now (the job's parameter values at capture time,
 // as CUDA keeps them) and sent again, unchanged, on each replay's stream.
 CUresult submit(const LaunchRecord& r, CUfunction f) {
   CUresult rc;
-  if (captured(r.msg.stream, true, &rc, [&r, f] {
+  if (captured(r.msg.stream, true, &rc, [&r, f](GraphNode& node) {
         auto block = std::make_shared<std::vector<uint8_t>>(sizeof r.msg + r.param_bytes);
         fill_launch(block->data(), &r);
-        return Replay([block, f](uint64_t stream) {
+        node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+        describe_kernel(&node.kernel, r, f, block->data() + sizeof r.msg);
+        node.ops.push_back([block, f](uint64_t stream) {
           const FunctionObject* fn = as_function(f);
           if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;  // its module was unloaded
           LaunchRecord again{};

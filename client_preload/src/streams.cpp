@@ -67,7 +67,7 @@ CUresult wait_event(CUstream stream, CUevent event, unsigned flags, bool per_thr
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   protocol::StreamWaitEventMsg m{0, e->id};
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc; captured_stream_wait(m.stream, e->id, &rc)) return rc;
+  if (CUresult rc; captured_stream_wait(m.stream, e, &rc)) return rc;
   return Connection::instance().send(m);
 }
 
@@ -104,7 +104,8 @@ CUresult stream_id_of(CUstream stream, bool per_thread, unsigned long long* out)
 
 // Whether the stream is being captured (capture.h), and into what.
 CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus* status, cuuint64_t* id_out = nullptr,
-                        CUgraph* graph_out = nullptr) {
+                        CUgraph* graph_out = nullptr, const CUgraphNode** dependencies_out = nullptr,
+                        size_t* dependency_count_out = nullptr) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   uint64_t id = 0;
@@ -113,6 +114,8 @@ CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus*
   *status = info.status;
   if (id_out != nullptr) *id_out = info.id;
   if (graph_out != nullptr) *graph_out = reinterpret_cast<CUgraph>(info.graph);
+  if (dependencies_out != nullptr) *dependencies_out = info.dependencies;
+  if (dependency_count_out != nullptr) *dependency_count_out = info.dependency_count;
   return CUDA_SUCCESS;
 }
 
@@ -233,18 +236,12 @@ TALLY_ENTRY(cuStreamGetCaptureInfo_v10010_ptsz)(CUstream hStream, CUstreamCaptur
 TALLY_ENTRY(cuStreamGetCaptureInfo_v11030)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,
                                            const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
-  if (dependencies_out != nullptr) *dependencies_out = nullptr;
-  if (numDependencies_out != nullptr) *numDependencies_out = 0;
-  // A capture is a sequence, not a node graph: no dependency nodes to report.
-  return capture_status(hStream, false, captureStatus_out, id_out, graph_out);
+  return capture_status(hStream, false, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v11030_ptsz)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                 cuuint64_t* id_out, CUgraph* graph_out,
                                                 const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
-  if (dependencies_out != nullptr) *dependencies_out = nullptr;
-  if (numDependencies_out != nullptr) *numDependencies_out = 0;
-  // A capture is a sequence, not a node graph: no dependency nodes to report.
-  return capture_status(hStream, true, captureStatus_out, id_out, graph_out);
+  return capture_status(hStream, true, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
 }
 TALLY_ENTRY(cuStreamGetCaptureInfo_v12030)(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,

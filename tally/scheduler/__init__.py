@@ -1,7 +1,7 @@
 """Scheduling: the stream executor every client operation goes through, the
 policies that decide when kernels run, and the transparent profiler."""
 from tally.scheduler.clock import Clock, WallClock
-from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor
+from tally.scheduler.executor import BE_TRANSFORMS, ClientGone, StreamExecutor
 from tally.scheduler.executor_state import ExecutorEvent
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent)
@@ -12,7 +12,7 @@ from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS, RunConfig,
 from tally.scheduler.variants import PTBVariant, SlicedVariant, VariantProvider
 
 __all__ = [
-    "BE_TRANSFORMS", "BEST_EFFORT", "Clock", "DEFAULT_TURNAROUND_THRESHOLD_MS", "EventRecord",
+    "BE_TRANSFORMS", "BEST_EFFORT", "ClientGone", "Clock", "DEFAULT_TURNAROUND_THRESHOLD_MS", "EventRecord",
     "ExecutorEvent", "GatedCallback", "HIGH", "HostCallback", "HostGate", "Launch", "MemcpyDtoD", "MemcpyDtoH", "MemcpyHtoD",
     "Memset", "Op", "POLICIES", "PTBVariant", "ProfileCache", "RunConfig", "SlicedVariant",
     "StreamExecutor", "StreamWaitEvent", "TransparentProfiler", "VariantProvider", "WallClock",

@@ -34,7 +34,14 @@ from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, Scheduler
 from tally.scheduler.profiler import TransparentProfiler
 from tally.scheduler.variants import VariantProvider
 
-__all__ = ["BE_TRANSFORMS", "StreamExecutor"]
+__all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
+
+
+class ClientGone(ValueError):
+    """The call names a client that was removed, or is being removed (its job died or
+    left): whatever it waited for was dropped, and nobody is left to answer. Callers
+    that wait on a client's behalf end quietly on it; a ValueError, as for any
+    unknown client."""
 
 
 class StreamExecutor:
@@ -112,7 +119,7 @@ class StreamExecutor:
         with self._lock:
             client = self._client(client_id)
             if client.removing:
-                raise ValueError(f"client {client_id!r} is being removed")
+                raise ClientGone(f"client {client_id!r} is being removed")
             stream = client.streams.get(stream_key) or self._create_stream(client, stream_key)
             now = self.clock.now()
             if isinstance(op, Launch):
@@ -150,7 +157,8 @@ class StreamExecutor:
 
     def synchronize_stream(self, client_id: Hashable, stream_key: Hashable) -> None:
         """Block until everything submitted to the stream completed; raise its
-        first pending DeviceError (once)."""
+        first pending DeviceError (once). ClientGone if the client is removed
+        meanwhile (once its work left the device)."""
         with self._lock:
             stream = self._client(client_id).streams.get(stream_key)
         if stream is not None:
@@ -283,7 +291,7 @@ class StreamExecutor:
     def _client(self, client_id: Hashable) -> ClientState:
         client = self._clients.get(client_id)
         if client is None:
-            raise ValueError(f"unknown client {client_id!r}: call add_client first")
+            raise ClientGone(f"unknown client {client_id!r}: it was removed, or add_client was never called")
         return client
 
     def _create_stream(self, client: ClientState, key: Hashable) -> StreamState:
@@ -307,9 +315,13 @@ class StreamExecutor:
         self._cond.notify_all()
 
     def _synchronize(self, stream: StreamState) -> DeviceError | None:
-        """Wait for the stream; return its first pending error (taken off it)."""
+        """Wait for the stream; return its first pending error (taken off it). When
+        the client is removed meanwhile, its queued work is dropped and the wait
+        ends with ClientGone once its running work left the device."""
         with self._lock:
-            self.clock.wait_for(self._cond, lambda: stream.drained or stream.client.removing)
+            self.clock.wait_for(self._cond, lambda: stream.drained)
+            if stream.client.removing:
+                raise ClientGone(f"client {stream.client.client_id!r} was removed while waiting for its stream")
             if stream.released:           # released after its work drained: nothing left on the device
                 return stream.errors.popleft() if stream.errors else None
             stream.backend_syncs += 1

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
-from tally.backends.base import (CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
-                                 CUDA_ERROR_UNKNOWN, DeviceError)
+from tally.backends.base import CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
 from tally.server.dispatch import HANDLERS
+from tally.server.failures import FailureLog
 from tally.server.ownership import Allocations
 
 log = logging.getLogger("tally.server")
@@ -72,12 +72,15 @@ class Session:
         self.connection = connection          # the handshake socket; its EOF means the client is gone
         self.allocations = Allocations(quota_bytes)
         self.counters = SessionCounters()
+        self.failures = FailureLog(client_id)
+        self.current_request = ""              # the request the session thread is handling
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
         self.sticky_error: DeviceError | None = None   # set once the job was told of one
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
+        self._segment_closed = False           # under _reply_lock: later completions go nowhere
         self._closing = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -118,16 +121,19 @@ class Session:
                 self.free_allocation(ptr)
             except DeviceError as e:
                 log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
-        try:
-            self.segment.mark_closed()
-        except Exception:
-            pass
-        self.segment.unlink()
-        self.segment.close()
+        with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
+            self._segment_closed = True
+            try:
+                self.segment.mark_closed()
+            except Exception:
+                pass
+            self.segment.unlink()
+            self.segment.close()
         try:
             self.connection.close()
         except OSError:
             pass
+        self.failures.log_repeats()
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
@@ -174,7 +180,11 @@ class Session:
                              ERROR.pack(error.message.encode()[:4000], status=error.code))
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
+        """Send a record to the client; once the session closed (the client is gone)
+        it goes nowhere, silently: answers of requests that outlived their job."""
         with self._reply_lock:
+            if self._segment_closed:
+                return
             self.segment.completion_ring.push(kind, tag, payload)
 
     def take_deferred_error(self) -> DeviceError | None:
@@ -211,9 +221,10 @@ class Session:
         if tag:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
+        self.current_request = entry[0].message.name if entry is not None else f"kind {kind}"
         if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
             counters.errors += 1
-            self._fail(tag, self.sticky_error)
+            self.fail(tag, self.current_request, self.sticky_error)
             return
         try:
             if entry is None:
@@ -224,26 +235,30 @@ class Session:
             fn(self, fields, tail, tag)
         except DeviceError as e:
             counters.errors += 1
-            if e.code == CUDA_ERROR_OUT_OF_MEMORY:   # an operator wants to know which limit bit
-                log.info("client %d (pid %d, %s): %s", self.client_id, self.pid, self.program, e.message)
-            self._fail(tag, e)
+            self.fail(tag, self.current_request, e)   # logged at INFO (memory refusals name their limit)
         except protocol.ProtocolError as e:
             counters.protocol_errors += 1
             log.warning("client %d sent a bad request: %s", self.client_id, e)
-            self._fail(tag, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
+            self.fail(tag, self.current_request, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
         except Exception as e:  # a server bug must not take the client or the server down
             counters.errors += 1
             log.error("client %d: handler for kind %d crashed:\n%s", self.client_id, kind,
                       traceback.format_exc())
-            self._fail(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+            self.fail(tag, self.current_request, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
 
-    def _fail(self, tag: int, error: DeviceError) -> None:
+    def fail(self, tag: int, request: str, error: DeviceError) -> None:
+        """A request failed: a synchronous one gets the Error record now; an
+        asynchronous one's error, saying which request it was, waits for the
+        client's next synchronizing call (as CUDA's deferred errors do). Once the
+        client is gone its requests' failures (e.g. a wait that outlived it) are
+        nobody's concern and are not logged."""
+        if not self.closed:
+            self.failures.record(request, error)
         if tag:
             self.reply_error(tag, error)
         else:
-            log.debug("client %d: asynchronous request failed, reported at its next sync: %s",
-                      self.client_id, error.message)
-            self.defer_error(error)
+            self.defer_error(self.failures.logged(
+                DeviceError(error.code, f"an earlier asynchronous {request} failed: {error.message}")))
 
     # ---- status ------------------------------------------------------------------
 

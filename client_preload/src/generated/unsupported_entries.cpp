@@ -401,37 +401,17 @@ CUresult tally_entry_cuGraphMemcpyNodeSetParams_v10000(CUgraphNode hNode, const 
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeSetParams");
 }
-CUresult tally_entry_cuGraphMemsetNodeGetParams_v10000(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeGetParams");
-}
 CUresult tally_entry_cuGraphMemsetNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeSetParams");
-}
-CUresult tally_entry_cuGraphHostNodeGetParams_v10000(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphHostNodeGetParams");
 }
 CUresult tally_entry_cuGraphHostNodeSetParams_v10000(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphHostNodeSetParams");
 }
-CUresult tally_entry_cuGraphChildGraphNodeGetGraph_v10000(CUgraphNode hNode, CUgraph *phGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphChildGraphNodeGetGraph");
-}
-CUresult tally_entry_cuGraphEventRecordNodeGetEvent_v11010(CUgraphNode hNode, CUevent *event_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeGetEvent");
-}
 CUresult tally_entry_cuGraphEventRecordNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeSetEvent");
-}
-CUresult tally_entry_cuGraphEventWaitNodeGetEvent_v11010(CUgraphNode hNode, CUevent *event_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventWaitNodeGetEvent");
 }
 CUresult tally_entry_cuGraphEventWaitNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
@@ -477,22 +457,6 @@ CUresult tally_entry_cuGraphExecBatchMemOpNodeSetParams_v11070(CUgraphExec graph
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecBatchMemOpNodeSetParams");
 }
-CUresult tally_entry_cuGraphClone_v10000(CUgraph *phGraphClone, CUgraph originalGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphClone");
-}
-CUresult tally_entry_cuGraphNodeFindInClone_v10000(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeFindInClone");
-}
-CUresult tally_entry_cuGraphGetEdges_v12030(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphGetEdges_v2");
-}
-CUresult tally_entry_cuGraphExecGetFlags_v12000(CUgraphExec hGraphExec, cuuint64_t *flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecGetFlags");
-}
 CUresult tally_entry_cuGraphExecMemcpyNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecMemcpyNodeSetParams");
@@ -525,14 +489,6 @@ CUresult tally_entry_cuGraphExecExternalSemaphoresWaitNodeSetParams_v11020(CUgra
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresWaitNodeSetParams");
 }
-CUresult tally_entry_cuGraphExecUpdate_v10020(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecUpdate");
-}
-CUresult tally_entry_cuGraphExecUpdate_v12000(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecUpdate_v2");
-}
 CUresult tally_entry_cuGraphKernelNodeCopyAttributes_v11000(CUgraphNode dst, CUgraphNode src) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphKernelNodeCopyAttributes");
@@ -544,10 +500,6 @@ CUresult tally_entry_cuGraphKernelNodeGetAttribute_v11000(CUgraphNode hNode, CUk
 CUresult tally_entry_cuGraphKernelNodeSetAttribute_v11000(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue_v1 *value) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute");
-}
-CUresult tally_entry_cuGraphDebugDotPrint_v11030(CUgraph hGraph, const char *path, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphDebugDotPrint");
 }
 CUresult tally_entry_cuGraphAddMemAllocNode_v11040(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
   static tally::client::OnceFlag logged;

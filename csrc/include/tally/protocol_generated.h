@@ -120,6 +120,86 @@ enum class MessageKind : uint32_t {
   LinkDestroy = 163,
 };
 
+// A message kind's name (for messages to users), or nullptr for an unknown kind.
+inline const char* message_name(uint32_t kind) {
+  switch (static_cast<MessageKind>(kind)) {
+    case MessageKind::Hello: return "Hello";
+    case MessageKind::HelloReply: return "HelloReply";
+    case MessageKind::DeviceInfo: return "DeviceInfo";
+    case MessageKind::StatusRequest: return "StatusRequest";
+    case MessageKind::StatusReply: return "StatusReply";
+    case MessageKind::Ping: return "Ping";
+    case MessageKind::Pong: return "Pong";
+    case MessageKind::Notify: return "Notify";
+    case MessageKind::Goodbye: return "Goodbye";
+    case MessageKind::Error: return "Error";
+    case MessageKind::KernelOutput: return "KernelOutput";
+    case MessageKind::KernelStderr: return "KernelStderr";
+    case MessageKind::Done: return "Done";
+    case MessageKind::MemAlloc: return "MemAlloc";
+    case MessageKind::MemAllocReply: return "MemAllocReply";
+    case MessageKind::MemFree: return "MemFree";
+    case MessageKind::MemFreeAsync: return "MemFreeAsync";
+    case MessageKind::MemGetInfo: return "MemGetInfo";
+    case MessageKind::MemInfoReply: return "MemInfoReply";
+    case MessageKind::Memset: return "Memset";
+    case MessageKind::MemcpyHtoD: return "MemcpyHtoD";
+    case MessageKind::MemcpyDtoH: return "MemcpyDtoH";
+    case MessageKind::MemcpyDtoHReply: return "MemcpyDtoHReply";
+    case MessageKind::MemcpyDtoD: return "MemcpyDtoD";
+    case MessageKind::StageBytes: return "StageBytes";
+    case MessageKind::ModuleLoad: return "ModuleLoad";
+    case MessageKind::ModuleLoadReply: return "ModuleLoadReply";
+    case MessageKind::ModuleUnload: return "ModuleUnload";
+    case MessageKind::GetFunction: return "GetFunction";
+    case MessageKind::FunctionReply: return "FunctionReply";
+    case MessageKind::GetGlobal: return "GetGlobal";
+    case MessageKind::GlobalReply: return "GlobalReply";
+    case MessageKind::LaunchKernel: return "LaunchKernel";
+    case MessageKind::CtxSynchronize: return "CtxSynchronize";
+    case MessageKind::StreamCreate: return "StreamCreate";
+    case MessageKind::StreamDestroy: return "StreamDestroy";
+    case MessageKind::StreamQuery: return "StreamQuery";
+    case MessageKind::StreamSynchronize: return "StreamSynchronize";
+    case MessageKind::StreamWaitEvent: return "StreamWaitEvent";
+    case MessageKind::EventCreate: return "EventCreate";
+    case MessageKind::EventRecord: return "EventRecord";
+    case MessageKind::EventQuery: return "EventQuery";
+    case MessageKind::EventSynchronize: return "EventSynchronize";
+    case MessageKind::EventElapsedTime: return "EventElapsedTime";
+    case MessageKind::ElapsedTimeReply: return "ElapsedTimeReply";
+    case MessageKind::EventDestroy: return "EventDestroy";
+    case MessageKind::HostRegister: return "HostRegister";
+    case MessageKind::HostRegisterReply: return "HostRegisterReply";
+    case MessageKind::HostUnregister: return "HostUnregister";
+    case MessageKind::LaunchHostFunc: return "LaunchHostFunc";
+    case MessageKind::HostFuncReady: return "HostFuncReady";
+    case MessageKind::HostFuncDone: return "HostFuncDone";
+    case MessageKind::MemAddressReserve: return "MemAddressReserve";
+    case MessageKind::MemAddressReply: return "MemAddressReply";
+    case MessageKind::MemAddressFree: return "MemAddressFree";
+    case MessageKind::MemCreate: return "MemCreate";
+    case MessageKind::MemCreateReply: return "MemCreateReply";
+    case MessageKind::MemRelease: return "MemRelease";
+    case MessageKind::MemMap: return "MemMap";
+    case MessageKind::MemUnmap: return "MemUnmap";
+    case MessageKind::MemSetAccess: return "MemSetAccess";
+    case MessageKind::IpcGetMemHandle: return "IpcGetMemHandle";
+    case MessageKind::IpcHandleReply: return "IpcHandleReply";
+    case MessageKind::IpcOpenMemHandle: return "IpcOpenMemHandle";
+    case MessageKind::IpcOpenMemReply: return "IpcOpenMemReply";
+    case MessageKind::IpcCloseMemHandle: return "IpcCloseMemHandle";
+    case MessageKind::IpcGetEventHandle: return "IpcGetEventHandle";
+    case MessageKind::IpcOpenEventHandle: return "IpcOpenEventHandle";
+    case MessageKind::MemAllocManaged: return "MemAllocManaged";
+    case MessageKind::LinkAdd: return "LinkAdd";
+    case MessageKind::LinkComplete: return "LinkComplete";
+    case MessageKind::LinkReply: return "LinkReply";
+    case MessageKind::LinkDestroy: return "LinkDestroy";
+    default: return nullptr;
+  }
+}
+
 // client -> server over the socket: first record of a connection
 struct HelloMsg {
   static constexpr MessageKind kKind = MessageKind::Hello;

@@ -5,6 +5,10 @@ waits in cuStreamSynchronize: the work it waits for may be held behind a host
 function whose HostFuncDone arrives on that same ring. So a handler that has to
 wait hands the rest of its work to a small per-session pool and returns; the
 pool thread sends the answer (or the Error record) when the wait is over.
+
+A job can die while it waits (killed in cuStreamSynchronize, say): the executor
+then drops its work and the waiting request ends with ClientGone, quietly, with
+no answer (nobody is left to read it).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+from tally.scheduler.executor import ClientGone
 
 log = logging.getLogger("tally.server")
 
@@ -37,7 +42,7 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
-        self._pool.submit(self._answer, tag, work)
+        self._pool.submit(self._answer, tag, self._session.current_request, work)
 
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
@@ -46,16 +51,15 @@ class BlockingCalls:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _answer(self, tag: int, work: Callable[[], None]) -> None:
+    def _answer(self, tag: int, request: str, work: Callable[[], None]) -> None:
         session = self._session
         try:
             try:
                 work()
+            except ClientGone as e:
+                log.debug("client %d is gone; a request it waited on ends unanswered (%s)", session.client_id, e)
             except DeviceError as e:
-                if tag:
-                    session.reply_error(tag, e)
-                else:
-                    session.defer_error(e)
+                session.fail(tag, request, e)
             except Exception as e:  # noqa: BLE001 - a server bug must not leave the client waiting forever
                 log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
                 if tag:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tally import protocol
 from tally.backends.base import DeviceError
+from tally.scheduler.executor import ClientGone
 
 KERNEL_OUTPUT = protocol.codec("KernelOutput")
 # Keeps each KernelOutput record well under the completion ring's record limit.
@@ -60,12 +61,15 @@ def keep_kernel_output(state, key: int) -> None:
 
 def drain_quietly(state, keys: list[int]) -> None:
     """Wait for the streams without reporting: their errors stay for the job's
-    next synchronizing call (used before freeing memory the work may use)."""
+    next synchronizing call (used before freeing memory the work may use). A job
+    that died meanwhile has no work left on the device once this returns."""
     for key in keys:
         try:
             state.executor.synchronize_stream(state.client_id, key)
         except DeviceError as e:
             state.session.defer_error(e)
+        except ClientGone:
+            pass        # its queued work was dropped and its running work has ended
 
 
 def when_idle(state, tag: int, fn) -> None:
