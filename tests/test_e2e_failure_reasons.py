@@ -27,7 +27,7 @@ def test_first_failure_of_each_kind_is_explained_once(nvcc, server):
                             "_Z10write_wildPi failed: illegal address 0x10")
     assert "by thread (0,0,0) of block (0,0,0)" in fault
 
-    server.wait_for(lambda s: not s["clients"], what="the job to leave")
+    server.wait_for(lambda s: not s["clients"] and not s["server"]["clients_leaving"], what="the job to leave")
     log = server.process.log()
     logged = [line for line in log.splitlines() if " failed with " in line]
     assert [line.split(": ", 2)[1] for line in logged] == [

@@ -194,5 +194,6 @@ def server():
 
 
 def idle(status: dict) -> bool:
-    """No client left, and all device memory free."""
-    return not status["clients"] and status["server"]["memory_free"] == status["server"]["memory_total"]
+    """No client left (nor one still being released), and all device memory free."""
+    server = status["server"]
+    return not status["clients"] and not server["clients_leaving"] and server["memory_free"] == server["memory_total"]

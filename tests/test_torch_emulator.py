@@ -82,7 +82,7 @@ def test_pytorch_allocators_under_tally(allocator):
         assert got["backend"] == backend, got
         if allocator == "expandable_segments":
             assert got["reserved_mib"] >= 52 and got["reserved_after_empty_cache"] == 0, got
-        status = server.wait_for(lambda s: not s["clients"], what="the job to go")
+        status = server.wait_for(lambda s: not s["clients"] and not s["server"]["clients_leaving"], what="the job to go")
         assert status["server"]["memory_free"] == status["server"]["memory_total"]
     finally:
         server.stop()
@@ -101,7 +101,7 @@ def test_pytorch_shares_a_cuda_tensor_with_another_process():
         assert "not supported" not in job.stderr, job.stderr
         got = json.loads(job.stdout.strip().splitlines()[-1])
         assert got == {"consumer_saw_the_tensor": True, "consumer_exit": 0}, got
-        status = server.wait_for(lambda s: not s["clients"], what="both processes to go")
+        status = server.wait_for(lambda s: not s["clients"] and not s["server"]["clients_leaving"], what="both processes to go")
         assert status["server"]["memory_free"] == status["server"]["memory_total"]
     finally:
         server.stop()

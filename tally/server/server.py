@@ -321,7 +321,8 @@ class TallyServer:
         d = self.description
         free, total = self.backend.mem_info()
         with self._sessions_lock:
-            sessions = [s for s in self.sessions.values() if not s.gone()]
+            everyone = list(self.sessions.values())
+        sessions = [s for s in everyone if not s.gone()]
         return {
             "server": {
                 "pid": os.getpid(),
@@ -339,6 +340,8 @@ class TallyServer:
                 "memory_total": total,
                 "protocol_version": protocol.PROTOCOL_VERSION,
                 "dropped_connections": self.dropped_connections.snapshot(),
+                # Jobs that have left (so no longer listed) whose release is still under way.
+                "clients_leaving": len(everyone) - len(sessions),
             },
             "clients": [s.status() for s in sessions],
         }
