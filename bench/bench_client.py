@@ -32,7 +32,7 @@ from tally import _core
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from server_harness import ServerProcess
-from test_e2e_helpers import build_device_code, build_driver_c, job_command, job_env
+from e2e_helpers import build_device_code, build_driver_c, job_command, job_env
 
 SPAWN = multiprocessing.get_context("spawn")
 ROUNDS, BATCH, SYNCS = 30, 2000, 5000

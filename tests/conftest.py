@@ -1,4 +1,8 @@
-"""Shared fixtures: nvcc/ptxas discovery and the GPU marker's skip logic."""
+"""Shared fixtures: nvcc/ptxas discovery and private caches for the tests' servers.
+
+The `gpu`, `torch` and `cupy` markers are excluded by pyproject's addopts; a run that
+selects them skips, with the reason, the tests whose GPU, PyTorch or CuPy is missing
+(each test asks for itself), and a skip is not a pass."""
 from __future__ import annotations
 
 import os

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tally.backends.base import DeviceError
+from tally.protocol.errors import DeviceError
 
 # --------------------------------------------------------------------------- exact references
 

@@ -18,7 +18,7 @@ from tally import protocol
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.null import NullBackend
 from tally.protocol.framing import recv_record, send_record
-from test_client_helpers import (LIB_DIR, CLIENT_LIBRARY, build_c, null_server, run_client,  # noqa: F401
+from client_helpers import (LIB_DIR, CLIENT_LIBRARY, build_c, null_server, run_client,  # noqa: F401
                                  shared_null_server)
 
 CUDA_ERROR_NOT_INITIALIZED = 3

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tally.backends.null import NullBackend
-from test_client_helpers import build_cu, run_client, shared_null_server  # noqa: F401 (fixture)
+from client_helpers import build_cu, run_client, shared_null_server  # noqa: F401 (fixture)
 
 CUDA_ERROR_NO_DEVICE = 100
 CUDART_INTEGRITY_FAILURE = 103  # cudaErrorSoftwareValidityNotEstablished

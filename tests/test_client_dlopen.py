@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_client_helpers import build_c, run_client
+from client_helpers import build_c, run_client
 
 DRIVER_PATHS = ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so", "libcuda.so",
                 "/opt/nvidia/libcuda.so.580.65.06"]

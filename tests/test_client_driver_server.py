@@ -12,7 +12,7 @@ import time
 
 import pytest
 from server_harness import PyClient
-from test_e2e_helpers import emulator_server_process
+from e2e_helpers import emulator_server_process
 
 from tally import protocol
 from tally.protocol.spec import (

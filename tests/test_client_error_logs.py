@@ -3,7 +3,7 @@ callbacks an application registers and the dump calls, as the driver documents
 them (PyTorch registers a callback when it initializes CUDA)."""
 from __future__ import annotations
 
-from test_client_helpers import build_c, run_client
+from client_helpers import build_c, run_client
 
 CUDA_ERROR_INVALID_VALUE = 1
 ARRAY_CREATE = "cuArrayCreate_v2 is not supported by tally yet"

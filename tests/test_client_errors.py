@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from test_client_helpers import CUDA_HOME, build_c, run_client
+from client_helpers import CUDA_HOME, build_c, run_client
 
 
 def documented_codes() -> dict[int, str]:

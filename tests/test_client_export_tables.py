@@ -5,7 +5,7 @@ calls runtime-interface slot 12, which CUDA 13.0's cudart never did; before the
 padding that call jumped to the next table's size field and crashed the job."""
 from __future__ import annotations
 
-from test_client_helpers import build_c, run_client
+from client_helpers import build_c, run_client
 
 SLOTS = 32
 TABLES = {"runtime_interface": 9, "tools_runtime_hooks": 7, "tools_tls": 1, "context_local_storage": 3,

@@ -12,7 +12,7 @@ import struct
 import pytest
 from Crypto.Hash import HMAC, MD2
 
-from test_client_helpers import build_c, run_client, shared_null_server  # noqa: F401 (fixture)
+from client_helpers import build_c, run_client, shared_null_server  # noqa: F401 (fixture)
 
 KEY = bytes.fromhex("146addae53a9a752aa0841360bf55a9f")
 FIXED = {0: (0x3341181C03CB675C, 0x8ED383AA1F4CD1E8), 1: (0x1841181C03CB675C, 0x8ED383AA1F4CD1E8)}

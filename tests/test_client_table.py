@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from test_client_helpers import CLIENT_LIBRARY, CUDA_HOME, ROOT, build_c, run_client
+from client_helpers import CLIENT_LIBRARY, CUDA_HOME, ROOT, build_c, run_client
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1

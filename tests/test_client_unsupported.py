@@ -2,7 +2,7 @@
 stderr per function however often and from however many threads it is called."""
 from __future__ import annotations
 
-from test_client_helpers import build_c, run_client
+from client_helpers import build_c, run_client
 
 CUDA_ERROR_NOT_SUPPORTED = 801
 

@@ -5,15 +5,15 @@ Argument order, argument types (enums where ints are expected), and the shapes
 of the returned tuples are checked by a real driver-API implementation."""
 from __future__ import annotations
 
-import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
-from test_e2e_helpers import emulator_server, run_job  # noqa: F401  (fixture)
+from e2e_helpers import emulator_server, run_job  # noqa: F401  (fixture)
 
 import cuda.bindings.driver  # noqa: E402,F401  (a test dependency: this file must run, not skip)
 
 JOB = r"""
 import array, struct, sys
-from tally.backends.base import DeviceError, ModuleSource
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import DeviceError
 from tally.backends.cuda import CudaBackend
 
 b = CudaBackend(0)

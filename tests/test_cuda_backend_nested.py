@@ -23,7 +23,7 @@ from test_e2e_gpu import (  # noqa: F401
     test_illegal_address_on_the_gpu,
     test_programs_on_the_gpu,
 )
-from test_e2e_helpers import (
+from e2e_helpers import (
     Server,
     build_cuda,
     emulator_server_process,

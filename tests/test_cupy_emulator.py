@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from server_harness import ServerProcess
-from test_e2e_helpers import PROGRAMS, job_env
+from e2e_helpers import PROGRAMS, job_env
 
 pytestmark = pytest.mark.cupy
 

@@ -3,7 +3,7 @@ CUDA 13 program: cuCtxCreate is cuCtxCreate_v4): created contexts are current, k
 their own settings, run their own modules, and cuCtxDestroy releases what they made."""
 from __future__ import annotations
 
-from test_e2e_helpers import build_device_code, build_driver_c, emulator_server, run_job  # noqa: F401
+from e2e_helpers import build_device_code, build_driver_c, emulator_server, run_job  # noqa: F401
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_CONTEXT = 201

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from server_harness import ServerProcess
-from test_e2e_helpers import PROGRAMS, build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import PROGRAMS, build_cuda, emulator_server, run_job  # noqa: F401
 
 from tally.cli.server_main import query_status
 

@@ -5,7 +5,7 @@ synchronizing call that returns them); repeats print nothing. The server logs
 each kind once at INFO and counts the repeats."""
 from __future__ import annotations
 
-from test_e2e_helpers import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, build_cuda, run_job, server  # noqa: F401
+from e2e_helpers import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, build_cuda, run_job, server  # noqa: F401
 
 
 def test_first_failure_of_each_kind_is_explained_once(nvcc, server):

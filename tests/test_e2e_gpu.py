@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e_helpers import (
+from e2e_helpers import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     PROGRAMS,

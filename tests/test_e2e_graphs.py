@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pydot
 import pytest
-from test_e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
 
 CUDARTS = pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
 

@@ -5,7 +5,7 @@ an owner frees while another job holds it stays valid for that job and is given
 back when the last holder closes it."""
 from __future__ import annotations
 
-from test_e2e_helpers import (
+from e2e_helpers import (
     CUDA_ERROR_INVALID_VALUE,
     build_driver_c,
     finish,

@@ -13,7 +13,7 @@ import re
 import signal
 import time
 
-from test_e2e_helpers import build_cuda, finish, idle, run_job, server, start_job  # noqa: F401
+from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job  # noqa: F401
 
 WAITS = ["ctx", "stream", "event", "memcpy_pageable", "memcpy_pinned", "free", "free_host", "host_func"]
 VICTIM_ITERATIONS = 1000

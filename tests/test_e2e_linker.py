@@ -5,7 +5,7 @@ the driver its relocatable device code, which tally links when it loads)."""
 from __future__ import annotations
 
 import pytest
-from test_e2e_helpers import build_cuda, build_device_code, build_driver_c, emulator_server, run_job  # noqa: F401
+from e2e_helpers import build_cuda, build_device_code, build_driver_c, emulator_server, run_job  # noqa: F401
 
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_IMAGE = 200

@@ -5,7 +5,7 @@ accepted and read back; it counts against the quota; another job cannot touch
 it; a job that exits without freeing it gets it given back."""
 from __future__ import annotations
 
-from test_e2e_helpers import (
+from e2e_helpers import (
     CUDA_ERROR_INVALID_VALUE,
     build_cuda,
     build_driver_c,

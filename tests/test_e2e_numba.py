@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from test_e2e_helpers import PROGRAMS, emulator_server, run_job  # noqa: F401
+from e2e_helpers import PROGRAMS, emulator_server, run_job  # noqa: F401
 
 
 def test_numba_kernels(emulator_server):

@@ -1,7 +1,7 @@
 """Device printf reaches the job that printed it, not the server."""
 from __future__ import annotations
 
-from test_e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401  (fixture)
+from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401  (fixture)
 
 
 def test_kernel_printf_goes_to_the_jobs_stdout_in_order(nvcc, emulator_server):

@@ -4,7 +4,7 @@ tally-server with the emulator backend and print correct results."""
 from __future__ import annotations
 
 import pytest
-from test_e2e_helpers import (  # noqa: F401
+from e2e_helpers import (  # noqa: F401
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from test_e2e_helpers import (
+from e2e_helpers import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     build_cuda,
@@ -105,7 +105,7 @@ def test_memory_of_another_job_is_out_of_reach(server):
 
 
 def test_addresses_the_job_does_not_own(nvcc, server):
-    from test_e2e_helpers import build_device_code
+    from e2e_helpers import build_device_code
 
     ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     fatbin = build_device_code(nvcc, "driver_kernels.cu", "fatbin")

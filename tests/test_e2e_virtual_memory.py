@@ -7,7 +7,7 @@ physical memory counts against the quota; another job cannot touch it; a job
 that exits without unmapping gets everything given back."""
 from __future__ import annotations
 
-from test_e2e_helpers import (
+from e2e_helpers import (
     CUDA_ERROR_INVALID_VALUE,
     build_device_code,
     build_driver_c,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from ptx_corpus import cache_dir, compile_ptx
 
-from tally.backends.base import CUDA_ERROR_ASSERT, DeviceError, ModuleSource
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import CUDA_ERROR_ASSERT, DeviceError
 from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
 from tally.backends.emulator import EmulatorBackend
 

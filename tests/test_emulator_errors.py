@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
 
-from tally.backends.base import (
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_ILLEGAL_INSTRUCTION,
     CUDA_ERROR_INVALID_HANDLE,
@@ -22,7 +23,6 @@ from tally.backends.base import (
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     CUDA_ERROR_NOT_FOUND,
     DeviceError,
-    ModuleSource,
 )
 from tally.backends.emulator import EmulatorBackend
 

@@ -13,7 +13,8 @@ import pytest
 from emulator_corpus import CASES, CASES_BY_ID, Case, check_case, run_case
 from emulator_variants import PTBRunner, launch_sliced, launch_variant, transformed_ptx
 
-from tally.backends.base import CUDA_ERROR_LAUNCH_FAILED, DeviceError, ModuleSource
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import CUDA_ERROR_LAUNCH_FAILED, DeviceError
 from tally.backends.emulator import EmulatorBackend
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
 
-from tally.backends.base import (
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_LAUNCH_FAILED,
     CUDA_ERROR_NOT_READY,
     CUDA_ERROR_UNKNOWN,
     DeviceError,
-    ModuleSource,
 )
 from tally.backends.emulator import EmulatorBackend
 

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 from ptx_corpus import TRITON_DIR
 
-from tally.backends.base import (
-    CUDA_ERROR_ILLEGAL_INSTRUCTION,
-    CUDA_ERROR_INVALID_VALUE,
-    DeviceError,
-    ModuleSource,
-)
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.backends.emulator import EmulatorBackend
 
 ARCHS = ["sm_80", "sm_90"]

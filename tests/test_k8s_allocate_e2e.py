@@ -26,7 +26,7 @@ import pytest
 from k8s_support import gpu_server
 from kube_api_standin import KubeApiStandIn
 from kubelet_standin import KubeletStandIn
-from test_e2e_helpers import build_cuda, job_env
+from e2e_helpers import build_cuda, job_env
 
 from tally import paths
 from tally.cluster.k8s.allocation import BEST_EFFORT, HIGH, RESOURCES, Layout

@@ -6,12 +6,8 @@ import pytest
 from ptx_corpus import CORPUS_DIR, compile_ptx
 
 from ptx_passes.fatbin import FatbinEntry
-from tally.backends.base import (
-    CUDA_ERROR_NO_BINARY_FOR_GPU,
-    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
-    DeviceDescription,
-    DeviceError,
-)
+from tally.backends.base import DeviceDescription
+from tally.protocol.errors import CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION, DeviceError
 from tally.backends.emulator import EmulatorBackend
 from tally.server.driver.code_choice import choose_code, module_source
 from tally.server.driver.module_registry import ModuleRegistry

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ptx_corpus import compile_ptx
 
-from tally.backends.base import CUDA_ERROR_INVALID_PTX, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_PTX, DeviceError
 from tally.backends.null import NullBackend
 from tally.server.driver.module_registry import ModuleRegistry
 from tally.server.kernel_variants import PtxVariantProvider

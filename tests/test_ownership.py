@@ -1,6 +1,6 @@
 import pytest
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.server.ownership import Allocations
 
 

@@ -18,7 +18,8 @@ from emulator_variants import PTBRunner, launch_sliced, launch_variant
 
 from ptx_passes import parse_module, print_module
 from ptx_passes.pipeline import transform_module
-from tally.backends.base import DeviceError, ModuleSource
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import DeviceError
 from tally.backends.emulator import EmulatorBackend
 
 SLOTS = 6                      # u32 outputs per thread

@@ -16,7 +16,8 @@ from passes_support import ALL_PASSES, pass_kernel_ptx
 
 from ptx_passes import parse_module, print_module
 from ptx_passes.pipeline import transform_module
-from tally.backends.base import CUDA_ERROR_LAUNCH_FAILED, DeviceError, ModuleSource
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import CUDA_ERROR_LAUNCH_FAILED, DeviceError
 from tally.backends.emulator import EmulatorBackend
 
 

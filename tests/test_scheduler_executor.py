@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from tally.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
+from tally.protocol.errors import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
 from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim_model import KernelCost
 from tally.backends.sim_variants import SimVariantProvider

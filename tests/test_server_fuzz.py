@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_harness import PyClient
-from test_e2e_helpers import Server, emulator_server_process, idle
+from e2e_helpers import Server, emulator_server_process, idle
 
 from tally import protocol
 from tally.protocol import spec

@@ -4,10 +4,10 @@ for inputs tally cannot link."""
 from __future__ import annotations
 
 import pytest
-from test_e2e_helpers import build_device_code
+from e2e_helpers import build_device_code
 
 from ptx_passes.linking import link_inputs, read_link_input
-from tally.backends.base import (
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_PTX,
     CUDA_ERROR_INVALID_VALUE,

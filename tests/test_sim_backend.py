@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 
 from ptx_passes.launch_plan import PTB_STATE_BYTES
-from tally.backends.base import (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE,
-                                 CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_READY, DeviceError, ModuleSource)
+from tally.backends.base import ModuleSource
+from tally.protocol.errors import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    DeviceError,
+)
 from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim_loop import SimDeadlock
 from tally.backends.sim_model import A100_SXM4_40GB, KernelCost

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from test_e2e_helpers import Server, build_cuda, finish, run_job, start_job
+from e2e_helpers import Server, build_cuda, finish, run_job, start_job
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e_helpers import PROGRAMS, Server, job_env
+from e2e_helpers import PROGRAMS, Server, job_env
 
 pytestmark = pytest.mark.torch
 

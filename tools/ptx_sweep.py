@@ -24,7 +24,6 @@ listed apart. Exit status 0 (a report, not a check).
 from __future__ import annotations
 
 import argparse
-import collections
 import concurrent.futures
 import hashlib
 import os
@@ -117,7 +116,8 @@ def numba_modules() -> list[Module]:
 def analyse(module: Module, report: Report, short: str) -> None:
     from ptx_passes import PtxParseError, parse_module
     from tally._core import emulator as core
-    from tally.backends.base import DeviceError, ModuleSource
+    from tally.backends.base import ModuleSource
+    from tally.protocol.errors import DeviceError
     from tally.emulator.lowering import LoweringError, lower_kernel
     from tally.emulator.module import EmulatorModule
 

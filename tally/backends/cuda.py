@@ -18,9 +18,15 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY,
-                                 CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY, DeviceDescription,
-                                 DeviceError, KernelParam, ModuleSource)
+from tally.backends.base import DeviceDescription, KernelParam, ModuleSource
+from tally.protocol.errors import (
+    CUDA_ERROR_ALREADY_MAPPED,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    DeviceError,
+)
 
 try:
     from cuda.bindings import driver as cu

@@ -29,16 +29,13 @@ import uuid as uuidlib
 from collections.abc import Callable
 
 from tally._core import emulator as core
-from tally.backends.base import (
+from tally.backends.base import DeviceDescription, Dim3, ModuleSource, NoHostRegistration
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_READY,
-    DeviceDescription,
     DeviceError,
-    Dim3,
-    ModuleSource,
-    NoHostRegistration,
 )
 from tally.backends.device_attributes import synthetic_attributes
 from tally.emulator.module import EmulatorFunction, EmulatorModule

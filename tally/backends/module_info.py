@@ -6,7 +6,8 @@ answers the layout when the client resolves a function").
 """
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_IMAGE, DeviceError, KernelParam, ModuleSource
+from tally.backends.base import KernelParam, ModuleSource
+from tally.protocol.errors import CUDA_ERROR_INVALID_IMAGE, DeviceError
 
 
 def kernel_layouts(source: ModuleSource) -> dict[str, tuple[KernelParam, ...]]:

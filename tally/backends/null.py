@@ -12,9 +12,14 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tally.backends.base import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
-                                 CUDA_ERROR_OUT_OF_MEMORY, DeviceDescription, DeviceError, KernelParam,
-                                 ModuleSource, NoHostRegistration)
+from tally.backends.base import DeviceDescription, KernelParam, ModuleSource, NoHostRegistration
+from tally.protocol.errors import (
+    CUDA_ERROR_ALREADY_MAPPED,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    DeviceError,
+)
 from tally.backends.device_attributes import synthetic_attributes
 
 ALIGNMENT = 256

@@ -30,10 +30,21 @@ from __future__ import annotations
 import uuid
 from typing import Callable
 
-from tally.backends.base import (CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE,
-                                 CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_READY, DeviceDescription,
-                                 DeviceError, Dim3, ModuleSource, NoHostRegistration, NoManagedMemory,
-                                 NoVirtualMemory)
+from tally.backends.base import (
+    DeviceDescription,
+    Dim3,
+    ModuleSource,
+    NoHostRegistration,
+    NoManagedMemory,
+    NoVirtualMemory,
+)
+from tally.protocol.errors import (
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    DeviceError,
+)
 from tally.backends.sim_device import SimDevice
 from tally.backends.sim_loop import SimClock, SimLoop
 from tally.backends.sim_memory import SimMemory

@@ -12,8 +12,12 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE,
-                                 CUDA_ERROR_OUT_OF_MEMORY, DeviceError)
+from tally.protocol.errors import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    DeviceError,
+)
 
 BASE_ADDRESS = 0x7F00_0000_0000
 ALIGNMENT = 512

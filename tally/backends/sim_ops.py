@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ptx_passes.launch_plan import PTB_EXTRA, PTB_STATE_BYTES, SLICE_EXTRA, extra_params_offset, total_blocks
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError, Dim3
+from tally.backends.base import Dim3
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.backends.sim_device import SM_UNITS, KernelRun
 from tally.backends.sim_model import resident_blocks_per_sm
 from tally.backends.sim_objects import SimEvent, SimFunction, SimStream

@@ -64,15 +64,6 @@ def is_extern_shared(decl: ir.VarDecl) -> bool:
 # --------------------------------------------------------------------------- call graph
 
 
-def call_target(ins: ir.Instruction) -> str | None:
-    """Name of the function a direct `call` names (None for indirect calls)."""
-    for op in ins.operands:
-        if isinstance(op, ir.ParenList):
-            continue
-        return op.name if isinstance(op, ir.Symbol) else None
-    return None
-
-
 def function_indices(module: ir.Module) -> dict[str, int]:
     """Index of each function of the module: function pointers are CODE_WINDOW + index,
     so a pointer stored in memory means the same function in every kernel."""

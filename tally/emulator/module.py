@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from ptx_passes import PtxParseError, ir, parse_module
 from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
-from tally.backends.base import (
+from tally.backends.base import KernelParam, ModuleSource
+from tally.protocol.errors import (
     CUDA_ERROR_ILLEGAL_INSTRUCTION,
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_PTX,
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     DeviceError,
-    KernelParam,
-    ModuleSource,
 )
 from tally.emulator.layout import (
     LayoutError,

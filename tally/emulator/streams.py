@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+from tally.protocol.errors import CUDA_ERROR_UNKNOWN, DeviceError
 
 _STOP = object()
 _names = itertools.count()

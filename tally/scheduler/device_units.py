@@ -34,7 +34,8 @@ import itertools
 from typing import Callable
 
 from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES, SliceLaunch, transformable_grid
-from tally.backends.base import DeviceBackend, DeviceError
+from tally.backends.base import DeviceBackend
+from tally.protocol.errors import DeviceError
 from tally.scheduler.clock import Clock
 from tally.scheduler.executor_state import KernelTask, Unit
 from tally.scheduler.pinned_pool import PinnedPool

@@ -22,7 +22,8 @@ import itertools
 import threading
 from typing import Hashable
 
-from tally.backends.base import CUDA_ERROR_NOT_READY, DeviceBackend, DeviceError
+from tally.backends.base import DeviceBackend
+from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.device_units import BE_TRANSFORMS, DeviceUnits
 from tally.scheduler.executor_state import (ClientState, ExecutorEvent, KernelTask, OpItem,

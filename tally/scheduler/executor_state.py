@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from ptx_passes.launch_plan import SliceLaunch, total_blocks
-from tally.backends.base import DeviceError
+from tally.protocol.errors import DeviceError
 from tally.scheduler.ops import Launch, Op
 from tally.scheduler.policy import ClientView, RunningUnit
 from tally.scheduler.profiler import RunConfig, kernel_key

@@ -13,12 +13,12 @@ import collections
 import logging
 import threading
 
-from tally.backends import base
-from tally.backends.base import CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_NOT_READY, DeviceError
+from tally.protocol import errors
+from tally.protocol.errors import CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_NOT_READY, DeviceError
 
 log = logging.getLogger("tally.server")
 
-ERROR_NAMES = {value: name for name, value in vars(base).items() if name.startswith("CUDA_ERROR_")}
+ERROR_NAMES = {value: name for name, value in vars(errors).items() if name.startswith("CUDA_ERROR_")}
 
 
 def error_name(code: int) -> str:

@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import threading
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.units import format_bytes
 
 

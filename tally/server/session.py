@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
-from tally.backends.base import CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
+from tally.protocol.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
 from tally.server.dispatch import HANDLERS
 from tally.server.failures import FailureLog
 from tally.server.ownership import Allocations

@@ -10,7 +10,8 @@ import bisect
 import threading
 from dataclasses import dataclass
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, VMM_GRANULARITY, DeviceError
+from tally.backends.base import VMM_GRANULARITY
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 
 # How much device address space one job may reserve, in multiples of device memory.
 RESERVE_LIMIT_FACTOR = 4

@@ -73,6 +73,3 @@ class ResNet50(nn.Module):
         x = self.stages(self.stem(x))
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tally.backends.base import CUDA_ERROR_UNKNOWN, DeviceError
+from tally.protocol.errors import CUDA_ERROR_UNKNOWN, DeviceError
 from tally.scheduler.executor import ClientGone
 
 log = logging.getLogger("tally.server")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 

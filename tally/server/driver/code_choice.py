@@ -18,13 +18,12 @@ from __future__ import annotations
 from cuda.bindings.utils import get_minimal_required_cuda_ver_from_ptx_ver
 
 from ptx_passes.fatbin import FatbinEntry, FatbinError, cubins_of, ptx_of, read_fatbin_entries
-from tally.backends.base import (
+from tally.backends.base import DeviceDescription, ModuleSource
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
-    DeviceDescription,
     DeviceError,
-    ModuleSource,
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tally import _core
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import (
     DEST_ARENA,
     DEST_PINNED,

@@ -2,11 +2,7 @@
 order through the executor."""
 from __future__ import annotations
 
-from tally.backends.base import (
-    CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_NOT_READY,
-    DeviceError,
-)
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.ops import EventRecord, StreamWaitEvent
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state

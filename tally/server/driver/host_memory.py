@@ -18,11 +18,7 @@ import stat
 import threading
 from dataclasses import dataclass
 
-from tally.backends.base import (
-    CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_INVALID_VALUE,
-    DeviceError,
-)
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 
 SHM_DIR = "/dev/shm"
 

@@ -3,7 +3,7 @@ cuIpcGetEventHandle / cuIpcOpenEventHandle: what jobs export to each other
 (tally.server.ipc.IpcRegistry, one per server)."""
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 from tally.server.driver.sync import when_idle

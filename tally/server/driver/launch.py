@@ -2,7 +2,7 @@
 by the client from the layout its FunctionReply gave."""
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.scheduler.ops import Launch
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state

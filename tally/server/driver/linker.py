@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ptx_passes.errors import PtxParseError
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
-from tally.backends.base import (
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_PTX,
     CUDA_ERROR_INVALID_VALUE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.modules import _name
 from tally.server.driver.state import driver_state

@@ -6,7 +6,7 @@ CUDA_ERROR_INVALID_VALUE and touches nothing.
 """
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.scheduler.ops import EventRecord, Memset
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from ptx_passes.variants import VariantsResult
 from tally.scheduler.variants import PTBVariant, SlicedVariant
 from tally.server.driver.code_choice import module_source
-from tally.backends.base import (
+from tally.backends.base import KernelParam, ModuleSource
+from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
     DeviceError,
-    KernelParam,
-    ModuleSource,
 )
 
 log = logging.getLogger("tally.server")

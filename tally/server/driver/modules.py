@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import FUNC_ATTRIBUTE_SLOTS
 from tally.server.dispatch import handler
 from tally.server.driver.copies import take_upload

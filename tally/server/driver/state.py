@@ -10,11 +10,7 @@ from __future__ import annotations
 import threading
 
 from tally.protocol import Priority
-from tally.backends.base import (
-    CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_INVALID_VALUE,
-    DeviceError,
-)
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.driver.blocking import BlockingCalls
 from tally.server.driver.host_functions import HostFunctions
 from tally.server.driver.host_memory import PinnedRegions

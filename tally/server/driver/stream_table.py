@@ -13,11 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tally.backends.base import (
-    CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_INVALID_VALUE,
-    DeviceError,
-)
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
 from tally.scheduler.ops import EventRecord, StreamWaitEvent
 

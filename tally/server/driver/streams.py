@@ -7,7 +7,7 @@ the session's blocking pool.
 """
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_NOT_READY, DeviceError
+from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 from tally.server.driver.sync import (

@@ -9,7 +9,7 @@ same time are kept for the next synchronizing call, never dropped.
 from __future__ import annotations
 
 from tally import protocol
-from tally.backends.base import DeviceError
+from tally.protocol.errors import DeviceError
 from tally.scheduler.executor import ClientGone
 
 KERNEL_OUTPUT = protocol.codec("KernelOutput")

@@ -9,7 +9,7 @@ goes.
 """
 from __future__ import annotations
 
-from tally.backends.base import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
 from tally.server.driver.state import driver_state
 from tally.server.driver.sync import when_idle

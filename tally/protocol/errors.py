@@ -1,0 +1,42 @@
+"""CUDA error codes (CUresult, as cuda.h numbers them) and the exception that carries
+one: what every layer, from a backend to a handler, raises when a call fails the way
+a driver call would. The job sees exactly this code.
+"""
+from __future__ import annotations
+
+# CUresult values the server and backends use by name (cuda.h).
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_INVALID_IMAGE = 200
+CUDA_ERROR_ALREADY_MAPPED = 208
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_NO_BINARY_FOR_GPU = 209
+CUDA_ERROR_INVALID_PTX = 218
+CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222
+CUDA_ERROR_INVALID_SOURCE = 300
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
+CUDA_ERROR_LAUNCH_TIMEOUT = 702
+CUDA_ERROR_ASSERT = 710
+CUDA_ERROR_ILLEGAL_INSTRUCTION = 715
+CUDA_ERROR_MISALIGNED_ADDRESS = 716
+CUDA_ERROR_LAUNCH_FAILED = 719
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_UNKNOWN = 999
+
+
+class DeviceError(Exception):
+    """A CUDA-style failure: `code` is the CUresult the job will see. `stderr` is
+    text the device wrote for the job's stderr with it (what failed device asserts
+    print), delivered once, ahead of the error."""
+
+    def __init__(self, code: int, message: str, stderr: str = ""):
+        super().__init__(f"{message} (CUresult {code})")
+        self.code = code
+        self.message = message
+        self.stderr = stderr
