@@ -93,10 +93,9 @@ def test_allocated_container_runs_under_tally(node, nvcc, priority, quota, quota
     run_allocated_job(node, nvcc, priority, quota, quota_bytes)
 
 
-@pytest.mark.xfail(strict=True, reason="client and server watch each other by pid, and a container's pid namespace "
-                                       "hides the server's pid: the client reports 'lost tally-server' at once. "
-                                       "Needs a namespace-proof peer watch (e.g. pidfds passed over the socket)")
 def test_allocated_container_with_its_own_pid_namespace(node, nvcc):
+    # Client and server each watch the other's end of the handshake socket, not its pid,
+    # which a container's pid namespace hides (the client once reported "lost tally-server" at once).
     run_allocated_job(node, nvcc, BEST_EFFORT, "64M", 64 << 20, own_pids=True)
 
 

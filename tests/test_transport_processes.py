@@ -236,3 +236,23 @@ def test_second_live_client_is_refused(server_segment):
     child.join(10)
     with _core.Segment.open(seg.name):  # the dead client's slot is free again
         assert seg.client_pid == os.getpid()
+
+
+def test_a_watched_socket_decides_liveness_not_the_pid(server_segment):
+    # A job in its own pid namespace (a container) writes a pid the server cannot see;
+    # the socket both sides hold says who is still there. Here the client is this very
+    # process, alive throughout: only the socket's hang-up ends it.
+    import socket
+    seg = server_segment()
+    with _core.Segment.open(seg.name):
+        server_end, client_end = socket.socketpair()
+        seg.watch_peer_socket(server_end.fileno())
+        client_end.sendall(b"unread data does not count as a hang-up")
+        assert seg.peer_alive()
+        client_end.close()
+        t0 = time.monotonic()
+        with pytest.raises(_core.PeerDead):
+            seg.request_ring.pop()
+        assert time.monotonic() - t0 < 0.5
+        assert not seg.peer_alive()
+        server_end.close()

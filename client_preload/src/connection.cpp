@@ -99,6 +99,9 @@ CUresult Connection::connect_locked() {
   // it here means a server that is SIGKILLed later leaves nothing in /dev/shm (the
   // memory goes when the last mapping does). The server unlinks too (ENOENT is fine).
   shm_unlink(segment_name.c_str());
+  // The server's liveness is its end of the handshake socket, not its pid, which a
+  // job in its own pid namespace (a container) cannot see.
+  segment_->watch_peer_socket(hs.socket_fd);
   socket_fd_ = hs.socket_fd;
   client_id_ = hs.reply.client_id;
   device_ = hs.device;

@@ -316,6 +316,10 @@ void bind_transport(py::module_& m) {
       .def_property_readonly("download", arena(Part::kDownload))
       .def("peer_alive", [](const SegmentHandle& h) { return h.get()->peer_alive(); },
            "Whether the other side's process exists and has not marked its side closed.")
+      .def("watch_peer_socket", [](const SegmentHandle& h, int fd) { h.get()->watch_peer_socket(fd); },
+           py::arg("fd"),
+           "Judge the peer alive by this connected socket (which must stay open) instead of its pid: "
+           "works across pid namespaces.")
       .def("mark_closed", [](const SegmentHandle& h) { h.get()->mark_closed(); },
            "Tells the peer this side is done: its blocked calls fail with PeerDead once drained.")
       .def("unlink", [](const SegmentHandle& h) { return h.get()->unlink(); },

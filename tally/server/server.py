@@ -241,6 +241,9 @@ class TallyServer:
                          f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
                          hello["pid"])
             return
+        # The job's liveness is its end of this socket, not its pid (which may be in
+        # another pid namespace: a container's).
+        segment.watch_peer_socket(conn.fileno())
         priority, quota, program = admission.priority, admission.quota_bytes, admission.program
         session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
         with self._admit_lock:

@@ -132,10 +132,12 @@ inline bool process_alive(pid_t pid) {
 }
 
 // Answers "is the other side still there?" from the header: its closed flag, then
-// its process. A pidfd is immune to pid reuse and turns readable at exit, even
-// while the process is an unreaped zombie; without pidfd support, kill(pid, 0)
-// plus the /proc state. A pid in another pid namespace cannot be checked this way
-// (a known limit; both sides are expected to share one namespace).
+// the connection both sides hold when one was named (watch_socket): the kernel
+// hangs it up when the peer process ends, however it ends, and that works across
+// pid namespaces (a job in a container cannot see the server's pid, nor the
+// server the job's). Without a socket, its process: a pidfd is immune to pid
+// reuse and turns readable at exit, even while the process is an unreaped zombie;
+// without pidfd support, kill(pid, 0) plus the /proc state.
 class PeerWatch : public PeerProbe {
  public:
   PeerWatch(SegmentHeader* header, Side self) : header_(header), self_(self) {}
@@ -156,8 +158,17 @@ class PeerWatch : public PeerProbe {
 
   void set_creator_pid(pid_t pid) { creator_pid_ = pid; }
 
+  // Watch this connected socket (not owned) instead of the peer's pid.
+  void watch_socket(int fd) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    socket_fd_ = fd;
+    watched_alive_ = true;
+    probed_at_ns_ = INT64_MIN / 2;
+  }
+
   bool alive() override {
     if (peer_closed()) return false;
+    if (socket_fd_ >= 0) return socket_alive();
     const pid_t pid = peer_pid();
     if (pid <= 0 || pid == getpid()) return true;  // not attached yet, or ourselves
     std::lock_guard<std::mutex> lock(mutex_);     // several threads may wait on one segment
@@ -183,9 +194,20 @@ class PeerWatch : public PeerProbe {
   }
 
  private:
+  bool socket_alive() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t now = monotonic_ns();
+    if (!watched_alive_ || now - probed_at_ns_ < kMinProbeIntervalNs) return watched_alive_;
+    probed_at_ns_ = now;
+    pollfd p{socket_fd_, POLLRDHUP, 0};   // data waiting (POLLIN) says nothing either way
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) watched_alive_ = false;
+    return watched_alive_;
+  }
+
   SegmentHeader* header_;
   Side self_;
   pid_t creator_pid_ = 0;
+  int socket_fd_ = -1;
   static constexpr int64_t kMinProbeIntervalNs = 1'000'000;
   std::mutex mutex_;
   pid_t watched_pid_ = 0;
@@ -306,6 +328,8 @@ class Segment {
   ByteArena& download() { return download_; }            // server produces, client consumes
 
   bool peer_alive() { return peer_.alive(); }
+  // The peer is this socket's other end: its hang-up means the peer is gone (see PeerWatch).
+  void watch_peer_socket(int fd) { peer_.watch_socket(fd); }
 
   // This side will not touch the segment again: a peer blocked on it wakes and
   // fails with PeerDead once it has drained what is there.
