@@ -273,7 +273,7 @@ def gen_entry_points(entries: list[Entry], cuda_version: int) -> str:
     lines = [
         HEADER_NOTE.format(src=SOURCES),
         "// Every driver entry point, named after its cudaTypedefs.h typedef without PFN_.",
-        "// Implement one with TALLY_ENTRY(<name>)(<exact parameters>) { ... } (entry_point.h);",
+        "// Implement one with TALLY_ENTRY(<name>)(<exact parameters>) { ... } (entry_points/entry_point.h);",
         "// the generator then drops its NOT_SUPPORTED stand-in.",
         "#pragma once",
         '#include "driver_headers.h"',
