@@ -227,7 +227,7 @@ def c_string(text: str) -> str:
 def gen_result_codes(codes: list[tuple[int, str, str]]) -> str:
     lines = [
         HEADER_NOTE.format(src="cuda.h"),
-        '#include "result_codes.h"',
+        '#include "logging/result_codes.h"',
         "",
         "namespace tally::client {",
         "",
@@ -273,7 +273,7 @@ def gen_entry_points(entries: list[Entry], cuda_version: int) -> str:
     lines = [
         HEADER_NOTE.format(src=SOURCES),
         "// Every driver entry point, named after its cudaTypedefs.h typedef without PFN_.",
-        "// Implement one with TALLY_ENTRY(<name>)(<exact parameters>) { ... } (entry_point.h);",
+        "// Implement one with TALLY_ENTRY(<name>)(<exact parameters>) { ... } (entry_points/entry_point.h);",
         "// the generator then drops its NOT_SUPPORTED stand-in.",
         "#pragma once",
         '#include "driver_headers.h"',
@@ -301,9 +301,9 @@ def gen_entry_table(entries: list[Entry]) -> str:
     rows = sorted(entries, key=lambda e: (e.name, e.per_thread, e.version))
     lines = [
         HEADER_NOTE.format(src=SOURCES),
-        '#include "entry_table.h"',
+        '#include "entry_points/entry_table.h"',
         '#include "generated/entry_points.h"',
-        '#include "trace.h"',
+        '#include "logging/trace.h"',
         "",
         "// Traced twins: cuGetProcAddress hands these out while TALLY_CLIENT_TRACE is set.",
         'extern "C" {',
@@ -337,7 +337,7 @@ def gen_unsupported(entries: list[Entry]) -> str:
         "// Entry points tally does not implement: each logs its name once and returns",
         "// CUDA_ERROR_NOT_SUPPORTED, so a job sees a clean error instead of a crash.",
         '#include "generated/entry_points.h"',
-        '#include "unsupported.h"',
+        '#include "entry_points/unsupported.h"',
         "",
         'extern "C" {',
     ]
@@ -359,7 +359,7 @@ def gen_exports(entries: list[Entry]) -> str:
         "// driver_headers.h declares each one as cuda.h does, so a signature that differs",
         "// from the PFN typedef it forwards to fails to compile here.",
         '#include "generated/entry_points.h"',
-        '#include "trace.h"',
+        '#include "logging/trace.h"',
         "",
         "#pragma GCC visibility push(default)",
         'extern "C" {',

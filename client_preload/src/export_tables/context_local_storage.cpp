@@ -10,11 +10,11 @@
 #include <mutex>
 #include <utility>
 
-#include "contexts.h"
-#include "entry_point.h"
+#include "contexts/contexts.h"
+#include "entry_points/entry_point.h"
 #include "export_tables/export_tables.h"
 #include "export_tables/unknown_slot.h"
-#include "trace.h"
+#include "logging/trace.h"
 
 namespace tally::client::export_tables {
 namespace {

@@ -19,11 +19,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "connection.h"
-#include "driver_version.h"
+#include "connection/connection.h"
+#include "contexts/driver_version.h"
 #include "export_tables/export_tables.h"
 #include "export_tables/unknown_slot.h"
-#include "trace.h"
+#include "logging/trace.h"
 
 namespace tally::client::export_tables {
 namespace {

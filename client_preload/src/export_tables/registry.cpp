@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "entry_point.h"
+#include "entry_points/entry_point.h"
 #include "export_tables/export_tables.h"
-#include "trace.h"
+#include "logging/trace.h"
 
 namespace tally::client::export_tables {
 namespace {

@@ -4,11 +4,11 @@
 // Slot 12 is new in cudart 13.2 (see slot12).
 // Slots 1, 6 and 8 load a module straight from a fat binary (older cudart; CUDA 13
 // uses cuLibraryLoadData instead); they fail cleanly until module loading exists.
-#include "contexts.h"
+#include "contexts/contexts.h"
 #include "export_tables/export_tables.h"
 #include "export_tables/unknown_slot.h"
-#include "trace.h"
-#include "unsupported.h"
+#include "logging/trace.h"
+#include "entry_points/unsupported.h"
 
 namespace tally::client::export_tables {
 namespace {

@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "driver_headers.h"
-#include "log.h"
-#include "unsupported.h"
+#include "logging/log.h"
+#include "entry_points/unsupported.h"
 
 namespace tally::client::export_tables {
 

@@ -3,7 +3,7 @@
 // driver_headers.h declares each one as cuda.h does, so a signature that differs
 // from the PFN typedef it forwards to fails to compile here.
 #include "generated/entry_points.h"
-#include "trace.h"
+#include "logging/trace.h"
 
 #pragma GCC visibility push(default)
 extern "C" {

@@ -2,7 +2,7 @@
 // Entry points tally does not implement: each logs its name once and returns
 // CUDA_ERROR_NOT_SUPPORTED, so a job sees a clean error instead of a crash.
 #include "generated/entry_points.h"
-#include "unsupported.h"
+#include "entry_points/unsupported.h"
 
 extern "C" {
 CUresult tally_entry_cuDeviceGetLuid_v10000(char *luid, unsigned int *deviceNodeMask, CUdevice_v1 dev) {

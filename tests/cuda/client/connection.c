@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// tally's own exports (diagnostics.cpp)
+// tally's own exports (client_preload/src/connection/diagnostics.cpp)
 int tally_client_ping(uint64_t value, uint64_t* echoed);
 int tally_client_notify(uint64_t value);
 

@@ -1,0 +1,78 @@
+// cuGraphClone and cuGraphNodeFindInClone, and destroying a graph (graph_nodes.h).
+// A clone copies every node's parameters and replays (replays hold their values,
+// never references into the original), its edges in the same order, and child
+// graphs recursively, so the original and the clone change independently.
+#include <mutex>
+#include <unordered_map>
+
+#include "connection/connection.h"
+#include "entry_points/entry_point.h"
+#include "graphs/graph_nodes.h"
+
+namespace tally::client {
+
+GraphObject* clone_graph(GraphObject* original) {
+  auto* copy = new GraphObject();
+  copy->cloned_from = original;
+  std::lock_guard<std::mutex> lock(original->mutex);
+  std::unordered_map<const GraphNode*, GraphNode*> copy_of;
+  for (const GraphNode* node : original->nodes) {
+    auto* c = new GraphNode();
+    c->graph = copy;
+    c->type = node->type;
+    c->ops = node->ops;
+    c->kernel = node->kernel;
+    c->copy = node->copy;
+    c->memset = node->memset;
+    c->host_fn = node->host_fn;
+    c->host_data = node->host_data;
+    c->event = node->event;
+    c->original = node;
+    if (node->child != nullptr) c->child = clone_graph(node->child);
+    copy_of[node] = c;
+    copy->nodes.push_back(c);
+  }
+  // Edges may name nodes added later (cuGraphAddDependencies): mapped once every node has its copy.
+  for (size_t i = 0; i < original->nodes.size(); ++i)
+    for (const GraphNode* d : original->nodes[i]->depends_on) copy->nodes[i]->depends_on.push_back(copy_of.at(d));
+  return copy;
+}
+
+void destroy_graph(GraphObject* graph) {
+  graph->tag.store(ObjectTag::kDead, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(graph->mutex);
+  for (GraphNode* node : graph->nodes) {
+    node->tag.store(ObjectTag::kDead, std::memory_order_release);
+    node->ops.clear();
+    node->kernel = KernelNodeLaunch();
+    if (node->child != nullptr) destroy_graph(node->child);
+  }
+}
+
+}  // namespace tally::client
+
+using namespace tally::client;
+
+TALLY_ENTRY(cuGraphClone_v10000)(CUgraph* phGraphClone, CUgraph originalGraph) {
+  if (phGraphClone == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphObject* g = as_graph(originalGraph);
+  if (g == nullptr || g->capturing.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphClone = handle_of(clone_graph(g));
+  return CUDA_SUCCESS;
+}
+
+TALLY_ENTRY(cuGraphNodeFindInClone_v10000)(CUgraphNode* phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph) {
+  GraphObject* clone = as_graph(hClonedGraph);
+  GraphNode* original = as_graph_node(hOriginalNode);
+  if (phNode == nullptr || clone == nullptr || original == nullptr || clone->cloned_from != original->graph)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(clone->mutex);
+  for (GraphNode* node : clone->nodes) {
+    if (node->original == original) {
+      *phNode = handle_of(node);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;  // the original was added after the clone, or its copy was destroyed
+}

@@ -1,0 +1,34 @@
+// What the graph entry points share (graph_nodes.cpp builds graphs node by node,
+// graphs.cpp instantiates and launches them, graph_clone.cpp copies them,
+// graph_update.cpp updates instantiated ones, graph_dot.cpp prints them).
+#pragma once
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "driver_headers.h"
+#include "graphs/graph_objects.h"
+
+namespace tally::client {
+
+// A graph's operations in an order that respects every dependency (nodes that
+// could run side by side run in the order they were added), and where each
+// node's operations start in that list. CUDA_ERROR_INVALID_VALUE for a cycle.
+CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op);
+
+// What instantiating `graph` makes: its operations in order (order_graph) and its
+// nodes as the instantiation sees them (graph_objects.h: ExecNode), in the order
+// they were added. A graph still being captured cannot be instantiated.
+CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<ExecNode>* nodes);
+
+// A copy of `original` with every node's parameters (child graphs copied too);
+// each copy remembers its original (cuGraphNodeFindInClone).
+GraphObject* clone_graph(GraphObject* original);
+
+// Marks the graph and its nodes destroyed and lets go of what they hold.
+void destroy_graph(GraphObject* graph);
+
+// The name of a node type as the driver's DOT output and tally's messages write it.
+const char* node_type_name(CUgraphNodeType type);
+
+}  // namespace tally::client

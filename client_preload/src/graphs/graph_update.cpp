@@ -1,0 +1,120 @@
+// cuGraphExecUpdate: an instantiated graph takes the node parameters of a graph of
+// the same topology, as CUDA documents it. Nodes are paired by the order they were
+// added (for captured graphs: the order they were captured); the update is refused
+// (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, with the documented result and error
+// nodes) when the node count, a node's dependencies or a node's type differ, when
+// a memcpy node's source or destination memory type changes, or when a 2-D memset
+// changes shape. A kernel node may change function (the driver allows it within a
+// context, and a job has one). The updated graph runs from its next launch; a
+// launch already issued keeps what it had.
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "connection/connection.h"
+#include "entry_points/entry_point.h"
+#include "graphs/graph_nodes.h"
+
+namespace tally::client {
+namespace {
+
+struct UpdateOutcome {
+  CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  const GraphNode* error_node = nullptr;  // from the new graph
+  const GraphNode* error_from = nullptr;  // the mismatched dependency, for a changed edge
+};
+
+UpdateOutcome refused(CUgraphExecUpdateResult result, const GraphNode* node, const GraphNode* from = nullptr) {
+  return UpdateOutcome{result, node, from};
+}
+
+// A 1-D memset may change its dimensions; a 2-D one only its address and value.
+bool memset_shape_kept(const MemsetNodeShape& was, const MemsetNodeShape& now) {
+  if (was.height <= 1) return true;
+  return was.width == now.width && was.height == now.height && was.pitch == now.pitch &&
+         was.element_size == now.element_size;
+}
+
+// Whether `now` (the new graph's nodes) can replace `was` (the instantiated ones).
+UpdateOutcome compare(const std::vector<ExecNode>& was, const std::vector<ExecNode>& now) {
+  if (was.size() != now.size()) return refused(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, nullptr);
+  for (size_t i = 0; i < now.size(); ++i) {
+    const std::vector<size_t>& old_deps = was[i].depends_on;
+    if (now[i].depends_on.size() != old_deps.size())
+      return refused(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now[i].source);
+    for (size_t d : now[i].depends_on) {
+      if (std::find(old_deps.begin(), old_deps.end(), d) == old_deps.end())
+        return refused(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now[i].source, now[d].source);
+    }
+  }
+  for (size_t i = 0; i < now.size(); ++i) {
+    const ExecNode &a = was[i], &b = now[i];
+    if (a.type != b.type) return refused(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, b.source);
+    switch (b.type) {
+      case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (a.copy.from != b.copy.from || a.copy.to != b.copy.to)
+          return refused(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, b.source);
+        break;
+      case CU_GRAPH_NODE_TYPE_MEMSET:
+        if (!memset_shape_kept(a.memset, b.memset))
+          return refused(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, b.source);
+        break;
+      case CU_GRAPH_NODE_TYPE_GRAPH: {
+        UpdateOutcome inner = compare(*a.child, *b.child);
+        if (inner.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+          if (inner.error_node == nullptr) inner.error_node = b.source;  // the child's node count changed
+          return inner;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return UpdateOutcome{};
+}
+
+CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) {
+  outcome->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  GraphObject* g = as_graph(hGraph);
+  if (e == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto ops = std::make_shared<ReplayList>();
+  std::vector<ExecNode> nodes;
+  if (CUresult rc = instantiate_graph(g, ops.get(), &nodes); rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(e->mutex);
+  *outcome = compare(e->nodes, nodes);
+  if (outcome->result != CU_GRAPH_EXEC_UPDATE_SUCCESS) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  // Node-level calls on the exec keep naming the nodes it was instantiated from.
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
+  e->nodes = std::move(nodes);
+  std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace tally::client
+
+using namespace tally::client;
+
+TALLY_ENTRY(cuGraphExecUpdate_v12000)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo* resultInfo) {
+  if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  UpdateOutcome outcome;
+  CUresult rc = update(hGraphExec, hGraph, &outcome);
+  resultInfo->result = outcome.result;
+  resultInfo->errorNode = handle_of(outcome.error_node);
+  resultInfo->errorFromNode = handle_of(outcome.error_from);
+  return rc;
+}
+
+TALLY_ENTRY(cuGraphExecUpdate_v10020)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode* hErrorNode_out,
+                                      CUgraphExecUpdateResult* updateResult_out) {
+  if (updateResult_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  UpdateOutcome outcome;
+  CUresult rc = update(hGraphExec, hGraph, &outcome);
+  *updateResult_out = outcome.result;
+  if (hErrorNode_out != nullptr) *hErrorNode_out = handle_of(outcome.error_node);
+  return rc;
+}

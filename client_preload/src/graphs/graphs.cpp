@@ -1,0 +1,185 @@
+// Graphs made by stream capture (capture.h): begin and end capture; instantiation,
+// launch and destruction of any graph (graph_nodes.cpp builds graphs node by node,
+// graph_update.cpp updates instantiated ones).
+#include <memory>
+
+#include "graphs/capture.h"
+#include "connection/connection.h"
+#include "graphs/graph_nodes.h"
+#include "entry_points/entry_point.h"
+#include "streams/stream_ids.h"
+
+namespace tally::client {
+namespace {
+
+CUresult begin(CUstream stream, CUstreamCaptureMode mode, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  return begin_capture(id, mode);
+}
+
+CUresult end(CUstream stream, CUgraph* graph, bool per_thread) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  GraphObject* made = nullptr;
+  CUresult rc = end_capture(id, &made);
+  *graph = reinterpret_cast<CUgraph>(made);
+  return rc;
+}
+
+CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphObject* g = as_graph(graph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Auto-free and node priorities have nothing to act on in a captured graph
+  // without memory nodes; upload is a no-op (nothing lives on the device).
+  constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+                                        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) return CUDA_ERROR_NOT_SUPPORTED;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  auto ops = std::make_shared<ReplayList>();
+  std::vector<ExecNode> nodes;
+  if (CUresult rc = instantiate_graph(g, ops.get(), &nodes); rc != CUDA_SUCCESS) return rc;
+  auto* made = new GraphExecObject();
+  made->ops = std::move(ops);
+  made->nodes = std::move(nodes);
+  for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
+  made->flags = flags;
+  *exec = reinterpret_cast<CUgraphExec>(made);
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* e = as_graph_exec(exec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
+  if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const Replay& op : *ops) {
+    if (CUresult rc = op(id); rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult upload(CUgraphExec exec, CUstream stream, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (as_graph_exec(exec) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  return stream_id(stream, per_thread, &id);
+}
+
+}  // namespace
+}  // namespace tally::client
+
+using namespace tally::client;
+
+TALLY_ENTRY(cuStreamBeginCapture_v10000)(CUstream hStream) {
+  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10000_ptsz)(CUstream hStream) {
+  return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10010)(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin(hStream, mode, false);
+}
+TALLY_ENTRY(cuStreamBeginCapture_v10010_ptsz)(CUstream hStream, CUstreamCaptureMode mode) {
+  return begin(hStream, mode, true);
+}
+TALLY_ENTRY(cuStreamEndCapture_v10000)(CUstream hStream, CUgraph* phGraph) { return end(hStream, phGraph, false); }
+TALLY_ENTRY(cuStreamEndCapture_v10000_ptsz)(CUstream hStream, CUgraph* phGraph) {
+  return end(hStream, phGraph, true);
+}
+
+TALLY_ENTRY(cuGraphInstantiateWithFlags_v11040)(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
+  return instantiate(phGraphExec, hGraph, flags);
+}
+TALLY_ENTRY(cuGraphInstantiate_v10000)(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                       char* logBuffer, size_t bufferSize) {
+  if (phErrorNode != nullptr) *phErrorNode = nullptr;
+  if (logBuffer != nullptr && bufferSize > 0) logBuffer[0] = '\0';
+  return instantiate(phGraphExec, hGraph, 0);
+}
+TALLY_ENTRY(cuGraphInstantiate_v11000)(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                       char* logBuffer, size_t bufferSize) {
+  return tally_entry_cuGraphInstantiate_v10000(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+TALLY_ENTRY(cuGraphInstantiateWithParams_v12000)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  params->hErrNode_out = nullptr;
+  CUresult rc = instantiate(phGraphExec, hGraph, params->flags);
+  params->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return rc;
+}
+TALLY_ENTRY(cuGraphInstantiateWithParams_v12000_ptsz)(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return tally_entry_cuGraphInstantiateWithParams_v12000(phGraphExec, hGraph, params);
+}
+
+TALLY_ENTRY(cuGraphLaunch_v10000)(CUgraphExec hGraph, CUstream hStream) { return launch(hGraph, hStream, false); }
+TALLY_ENTRY(cuGraphLaunch_v10000_ptsz)(CUgraphExec hGraph, CUstream hStream) {
+  return launch(hGraph, hStream, true);
+}
+TALLY_ENTRY(cuGraphUpload_v11010)(CUgraphExec hGraph, CUstream hStream) { return upload(hGraph, hStream, false); }
+TALLY_ENTRY(cuGraphUpload_v11010_ptsz)(CUgraphExec hGraphExec, CUstream hStream) {
+  return upload(hGraphExec, hStream, true);
+}
+
+// Destroying frees the captured operations; the handle stays invalid afterwards.
+TALLY_ENTRY(cuGraphExecDestroy_v10000)(CUgraphExec hGraphExec) {
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ObjectTag expected = ObjectTag::kGraphExec;
+  if (!e->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
+  std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>());
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {
+  GraphObject* g = as_graph(hGraph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ObjectTag expected = ObjectTag::kGraph;
+  if (!g->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
+  destroy_graph(g);
+  return CUDA_SUCCESS;
+}
+
+TALLY_ENTRY(cuGraphExecGetFlags_v12000)(CUgraphExec hGraphExec, cuuint64_t* flags) {
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  if (e == nullptr || flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = e->flags;
+  return CUDA_SUCCESS;
+}
+
+// Graph memory (what memory-allocation nodes hold): tally's graphs have no
+// memory-allocation nodes (capture refuses stream-ordered allocation), so there is never any.
+TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = 0;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+TALLY_ENTRY(cuDeviceSetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+  // Only the high-water marks can be set, and only reset to 0 (as in CUDA).
+  if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+    return CUDA_ERROR_INVALID_VALUE;
+  return *static_cast<const cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+TALLY_ENTRY(cuDeviceGraphMemTrim_v11040)(CUdevice device) {
+  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
