@@ -25,8 +25,8 @@ import time
 import pytest
 
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_model import KernelCost
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import KernelCost
+from tally.backends.sim.variants import SimVariantProvider
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
 from tally.scheduler import Launch, StreamExecutor, make_policy
 

@@ -24,8 +24,8 @@ from typing import Protocol
 import numpy as np
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import GPU_PRESETS
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import GPU_PRESETS
+from tally.backends.sim.variants import SimVariantProvider
 from tally.bench import traces
 from tally.bench.sim_jobs import InferenceJob, TrainingJob
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS

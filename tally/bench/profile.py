@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Protocol
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import GPU_PRESETS, GiB, SimGPU
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import GPU_PRESETS, GiB, SimGPU
+from tally.backends.sim.variants import SimVariantProvider
 from tally.bench.profile_models import MODEL_MEMORY_GB, PROFILE_MODELS, batched
 from tally.bench.sim_jobs import InferenceJob
 from tally.bench.workloads import InferenceModel
@@ -63,7 +63,7 @@ class ProfileRunner(Protocol):
 
 
 class SimProfileRunner:
-    source = ("tally-bench profile --backend sim: the sim backend's cost model (tally/backends/sim_model.py) "
+    source = ("tally-bench profile --backend sim: the sim backend's cost model (tally/backends/sim/model.py) "
               "running the kernel-level models of tally/bench/profile_models.py, one batch at a time on a "
               "simulated GPU with the partition's SMs")
 

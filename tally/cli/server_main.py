@@ -17,7 +17,7 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.select import BACKENDS, BackendUnavailable, make_backend, resolve_backend
+from tally.backends.registry import BACKENDS, BackendUnavailable, make_backend, resolve_backend
 from tally.protocol.framing import recv_record, send_record
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")

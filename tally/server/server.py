@@ -352,9 +352,9 @@ def make_variant_provider(backend):
     The sim backend models variants and keeps its own clock; every other backend
     runs the PTX passes on the jobs' modules and schedules by the wall clock."""
     if backend.kind == "sim":
-        from tally.backends.sim_variants import SimVariantProvider
+        from tally.backends.sim.variants import SimVariantProvider
         return SimVariantProvider(), backend.clock
-    from tally.server.kernel_variants import PtxVariantProvider
+    from tally.backends.ptx_variants import PtxVariantProvider
     return PtxVariantProvider(), None
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import SimGPU
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import SimGPU
+from tally.backends.sim.variants import SimVariantProvider
 from tally.bench import traces
 from tally.bench.sim_jobs import InferenceJob, TrainingJob
 from tally.cluster.placement.catalog import BestEffortJob, OnlineJob

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_variants import SimVariantProvider
-from tally.backends.sim_model import SimGPU
+from tally.backends.sim.variants import SimVariantProvider
+from tally.backends.sim.model import SimGPU
 from tally.bench.sim_jobs import TrainingJob, alone_time
 from tally.bench.workloads import KernelShape
 from tally.cluster.placement.catalog import BestEffortJob, OnlineJob

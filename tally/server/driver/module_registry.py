@@ -7,7 +7,7 @@ answers where a backend Function comes from (`origin`).
 
 For a best-effort job (a registry made with a variant provider) a module with
 PTX is loaded as the provider's prepared text: the original kernels plus their
-sliced and PTB versions in one module (tally/server/kernel_variants.py), and
+sliced and PTB versions in one module (tally/backends/ptx_variants.py), and
 each resolved kernel's variants are registered with the provider.
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ class LoadedFunction:
 class ModuleRegistry:
     def __init__(self, backend, variant_provider=None):
         self.backend = backend
-        # PtxVariantProvider (tally/server/kernel_variants.py) for best-effort jobs, else None;
+        # PtxVariantProvider (tally/backends/ptx_variants.py) for best-effort jobs, else None;
         # providers that model variants themselves (the sim's) have no `prepare`.
         self.variant_provider = variant_provider if hasattr(variant_provider, "prepare") else None
         self._lock = threading.Lock()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ptx_passes import ir
 from tally._core import emulator as core
-from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
-from tally.emulator.layout import FrameLayout, var_size
+from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
+from tally.backends.emulator.layout import FrameLayout, var_size
 
 MASK = core.MEMBER_MASK_OPERAND
 BUILTINS = ("vprintf", "__assertfail")

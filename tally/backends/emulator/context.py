@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from ptx_passes import ir
 from tally._core import emulator as core
-from tally.emulator.layout import FrameLayout, float_bits
+from tally.backends.emulator.layout import FrameLayout, float_bits
 
 if TYPE_CHECKING:
-    from tally.emulator.lowering import KernelLowering
+    from tally.backends.emulator.lowering import KernelLowering
 
 NO_SLOT = core.NO_SLOT
 FLAGS = core.FLAGS

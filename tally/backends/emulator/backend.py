@@ -1,4 +1,4 @@
-"""The `emulator` device: a CPU that runs PTX (tally/emulator/, hot loop in
+"""The `emulator` device: a CPU that runs PTX (this package, hot loop in
 csrc/src/emulator/).
 
 Memory is real (allocations at device-like addresses from 0x7f00_0000_0000,
@@ -38,8 +38,8 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.device_attributes import synthetic_attributes
-from tally.emulator.module import EmulatorFunction, EmulatorModule
-from tally.emulator.streams import EmulatorEvent, EmulatorStream
+from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
+from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)

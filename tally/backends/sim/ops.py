@@ -1,5 +1,5 @@
 """What the `sim` backend's streams execute: one class per operation kind,
-and how a kernel launch becomes a run on the SM model (sim_device.py)."""
+and how a kernel launch becomes a run on the SM model (device.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Callable
 from ptx_passes.launch_plan import PTB_EXTRA, PTB_STATE_BYTES, SLICE_EXTRA, extra_params_offset, total_blocks
 from tally.backends.base import Dim3
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.backends.sim_device import SM_UNITS, KernelRun
-from tally.backends.sim_model import resident_blocks_per_sm
-from tally.backends.sim_objects import SimEvent, SimFunction, SimStream
+from tally.backends.sim.device import SM_UNITS, KernelRun
+from tally.backends.sim.model import resident_blocks_per_sm
+from tally.backends.sim.objects import SimEvent, SimFunction, SimStream
 
 if TYPE_CHECKING:
-    from tally.backends.sim import SimBackend
+    from tally.backends.sim.backend import SimBackend
 
 
 def kernel_arrives(backend: "SimBackend", stream: SimStream, op: "KernelOp") -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ptx_passes import ir
 from ptx_passes.ir import TYPE_SIZES
 from tally._core import emulator as core
-from tally.emulator.context import (
+from tally.backends.emulator.context import (
     FLAGS,
     NO_SLOT,
     FunctionLowering,

@@ -5,9 +5,9 @@ it makes scheduler behaviour (the high-priority job's tail latency under
 interference) testable deterministically on a machine without a GPU.
 
 - Streams execute their operations in order; kernels go to the SM model in
-  sim_device.py (waves of thread blocks, stream priorities, PTB workers);
+  device.py (waves of thread blocks, stream priorities, PTB workers);
   copies take latency + bytes / bandwidth on copy engines (no SMs).
-- Memory operations really move bytes (sim_memory.py). Kernels compute nothing
+- Memory operations really move bytes (memory.py). Kernels compute nothing
   unless their definition carries an `effect(memory, params, grid, block,
   blocks)` that applies the original kernel's work to a range of linear block
   indices; sliced and PTB launches call it for exactly the blocks they ran,
@@ -21,8 +21,8 @@ interference) testable deterministically on a machine without a GPU.
   clock, for `tally-server --backend sim`.
 
 Kernel identities: a function's cost comes from the definition registered under
-its name (`define_kernel`) or the backend's KernelCostTable (sim_model.py).
-Modules are real PTX (entries read by sim_ptx.py) or sim manifests made by
+its name (`define_kernel`) or the backend's KernelCostTable (model.py).
+Modules are real PTX (entries read by ptx.py) or sim manifests made by
 `sim_module_source(*names)`.
 """
 from __future__ import annotations
@@ -45,15 +45,15 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
-from tally.backends.sim_device import SimDevice
-from tally.backends.sim_loop import SimClock, SimLoop
-from tally.backends.sim_memory import SimMemory
-from tally.backends.sim_model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, KernelCostTable, SimGPU
-from tally.backends.sim_objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
+from tally.backends.sim.device import SimDevice
+from tally.backends.sim.loop import SimClock, SimLoop
+from tally.backends.sim.memory import SimMemory
+from tally.backends.sim.model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, KernelCostTable, SimGPU
+from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
                                         SimKernelDef, SimModule, SimStream, packed_params,
                                         sim_module_source)
-from tally.backends.sim_ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
-from tally.backends.sim_ptx import entry_params, global_sizes
+from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
+from tally.backends.sim.ptx import entry_params, global_sizes
 
 __all__ = ["KernelEffect", "SimBackend", "SimFunction", "sim_module_source"]
 

@@ -30,9 +30,9 @@ from ptx_passes import ir
 from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
 from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
-from tally.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
-from tally.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
-from tally.emulator.layout import (
+from tally.backends.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
+from tally.backends.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
+from tally.backends.emulator.layout import (
     DYNAMIC_SHARED_ALIGN,
     FrameLayout,
     LayoutError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ptx_passes import ir
 from tally._core import emulator as core
-from tally.emulator.context import FLAGS, FLOAT_TYPES, NO_SLOT, FunctionLowering, lowers
+from tally.backends.emulator.context import FLAGS, FLOAT_TYPES, NO_SLOT, FunctionLowering, lowers
 
 INT_TYPES = frozenset({"s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64"})
 HALF_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2"})
