@@ -1,14 +1,29 @@
-"""Pick and construct a device backend by name (`tally-server --backend`)."""
+"""Device backends by name (`tally-server --backend NAME`).
+
+Each backend is imported only when it is made: the cuda backend needs
+cuda-bindings, the emulator a build with the C++ interpreter.
+"""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import inspect
+from typing import Callable
 
-BACKENDS = ("auto", "cuda", "emulator", "null", "sim")
+from tally.backends.base import DeviceBackend
 
 
 class BackendUnavailable(Exception):
     pass
+
+
+class BackendOptionsRefused(BackendUnavailable):
+    """Options the named backend does not take (e.g. the emulator's device settings
+    given to another backend)."""
+
+    def __init__(self, backend: str, options: list[str]):
+        super().__init__(f"the {backend} backend takes no option(s) {', '.join(options)}")
+        self.backend = backend
+        self.options = options
 
 
 def real_driver_present() -> bool:
@@ -32,6 +47,45 @@ def real_driver_present() -> bool:
         return False
 
 
+def _cuda(device: int) -> DeviceBackend:
+    if not real_driver_present():
+        raise BackendUnavailable(
+            "no NVIDIA driver or GPU found (libcuda.so.1 with a device); "
+            "use --backend emulator to run on the CPU")
+    from tally.backends.cuda import CudaBackend
+    return CudaBackend(device)
+
+
+def _emulator(device: int, **options) -> DeviceBackend:
+    try:
+        from tally.backends.emulator import EmulatorBackend
+    except ImportError as e:
+        raise BackendUnavailable(f"the emulator backend is not available in this build: {e}") from e
+    # Device printf goes to the job that printed it (at its synchronizing calls), not to
+    # the server's own stdout.
+    return EmulatorBackend(**{"printf_to_stdout": False, **options})
+
+
+def _null(device: int) -> DeviceBackend:
+    from tally.backends.null import NullBackend
+    return NullBackend()
+
+
+def _sim(device: int) -> DeviceBackend:
+    from tally.backends.sim import SimBackend
+    return SimBackend.realtime()
+
+
+# name -> factory(device, **options); options are what the backend's constructor takes.
+BACKENDS: dict[str, Callable[..., DeviceBackend]] = {
+    "cuda": _cuda,
+    "emulator": _emulator,
+    "null": _null,
+    "sim": _sim,
+}
+CHOICES = ("auto", *BACKENDS)
+
+
 def resolve_backend(name: str) -> str:
     """The backend `auto` stands for here (cuda with a GPU, else the emulator)."""
     if name == "auto":
@@ -39,27 +93,13 @@ def resolve_backend(name: str) -> str:
     return name
 
 
-def make_backend(name: str, device: int = 0, **options):
+def make_backend(name: str, device: int = 0, **options) -> DeviceBackend:
     name = resolve_backend(name)
-    if name == "null":
-        from tally.backends.null import NullBackend
-        return NullBackend()
-    if name == "emulator":
-        try:
-            from tally.backends.emulator import EmulatorBackend
-        except ImportError as e:
-            raise BackendUnavailable(f"the emulator backend is not available in this build: {e}") from e
-        # Device printf goes to the job that printed it (at its synchronizing calls), not to
-        # the server's own stdout.
-        return EmulatorBackend(**{"printf_to_stdout": False, **options})
-    if name == "sim":
-        from tally.backends.sim import SimBackend
-        return SimBackend.realtime(**options)
-    if name == "cuda":
-        if not real_driver_present():
-            raise BackendUnavailable(
-                "no NVIDIA driver or GPU found (libcuda.so.1 with a device); "
-                "use --backend emulator to run on the CPU")
-        from tally.backends.cuda import CudaBackend
-        return CudaBackend(device, **options)
-    raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    factory = BACKENDS.get(name)
+    if factory is None:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(CHOICES)}")
+    try:
+        inspect.signature(factory).bind(device, **options)
+    except TypeError:
+        raise BackendOptionsRefused(name, sorted(options)) from None
+    return factory(device, **options)

@@ -26,7 +26,6 @@ from typing import Protocol
 
 from tally.backends.sim import SimBackend
 from tally.backends.sim.model import GPU_PRESETS, GiB, SimGPU
-from tally.backends.sim.variants import SimVariantProvider
 from tally.bench.profile_models import MODEL_MEMORY_GB, PROFILE_MODELS, batched
 from tally.bench.sim_jobs import InferenceJob
 from tally.bench.workloads import InferenceModel
@@ -72,7 +71,7 @@ class SimProfileRunner:
 
     def measure(self, model: InferenceModel, sms: int, batch: int) -> Measurement:
         sim = SimBackend(dataclasses.replace(self.gpu, sm_count=sms))
-        executor = StreamExecutor(sim, make_policy("fifo"), SimVariantProvider(), TransparentProfiler(sms),
+        executor = StreamExecutor(sim, make_policy("fifo"), sim.variant_provider(), TransparentProfiler(sms),
                                   clock=sim.clock)
         job = InferenceJob(sim, executor, "profiled", batched(model, batch), [0.0])
         job.start()

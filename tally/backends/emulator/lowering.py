@@ -27,28 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ptx_passes import ir
-from ptx_passes.params import param_bytes, param_layout
-from tally._core import emulator as core
-from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
-from tally.backends.emulator import lower_compute, lower_control, lower_memory  # noqa: F401  (register lowerers)
-from tally.backends.emulator.context import LOWERERS, Binding, FunctionLowering, LoweringError
-from tally.backends.emulator.layout import (
-    DYNAMIC_SHARED_ALIGN,
-    FrameLayout,
-    LayoutError,
-    align_up,
-    function_frame,
-    function_indices,
-    reachable_functions,
-    shared_layout,
-)
+from tally.backends.emulator import lower_compute, lower_control, lower_memory
+from tally.backends.emulator.context import FunctionLowering, KernelLowering, Lowerers, LoweringError
+from tally.backends.emulator.layout import DYNAMIC_SHARED_ALIGN, LayoutError
 
-DEFAULT_MAX_CALL_DEPTH = 64
-# Special registers that describe the block's reserved shared memory: a kernel that
-# reads one gets the region (csrc/src/emulator/emu_types.h, Special).
-RESERVED_SHARED_SPECIALS = frozenset({
-    "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
-    "%reserved_smem_offset_0", "%reserved_smem_offset_1", "%aggr_smem_size"})
+# Every instruction the emulator runs, by opcode: the families' tables, joined here.
+LOWERERS = Lowerers.join(lower_compute.COMPUTE, lower_control.CONTROL, lower_memory.MEMORY)
 
 
 @dataclass
@@ -59,93 +43,20 @@ class LoweredKernel:
     static_shared_bytes: int
 
 
-class KernelLowering:
-    """Kernel-wide state: the program being built, constants, special-register
-    slots, the shared layout, module symbols and where each function starts."""
-
-    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int],
-                 collect: list[LoweringError] | None = None):
-        self.module = module
-        # Where unsupported instructions go instead of ending the lowering (tools/ptx_sweep.py).
-        self.collect = collect
-        self.entry = entry
-        self.global_addresses = global_addresses
-        self.program = core.Program(entry.name)
-        self.functions = reachable_functions(module, entry)
-        self.shared = shared_layout(module, self.functions)
-        self.param_offsets = [slot.offset for slot in param_layout(entry)]
-        self._constants: dict[int, int] = {}
-        self._specials: dict[str, int] = {}
-        self.reserved_shared_bytes = 0
-        self.frames: dict[str, FrameLayout] = {fn.name: function_frame(fn) for fn in self.functions}
-        self.function_pcs: dict[str, int] = {}
-        self.call_fixups: list[tuple[int, str]] = []
-        self.function_index = function_indices(module)
-        self._module_scope: dict[str, Binding] = {}
-        for g in module.globals():
-            if g.space in ("global", "const") and g.name in global_addresses:
-                self._module_scope[g.name] = Binding("global", global_addresses[g.name], g)
-            elif g.space.startswith("shared") and id(g) in self.shared.offsets:
-                self._module_scope[g.name] = Binding("shared", self.shared.offsets[id(g)], g)
-        for f in module.functions():
-            self._module_scope.setdefault(f.name, Binding("function", 0, f))
-
-    def module_binding(self, name: str) -> Binding | None:
-        return self._module_scope.get(name)
-
-    def function_global(self, decl: ir.VarDecl) -> int:
-        """Address of a .global/.const variable declared inside a function (allocated at load)."""
-        address = self.global_addresses.get(f"{decl.name}")
-        if address is None:
-            raise LoweringError(f"the function-scope variable {decl.name} has no storage")
-        return address
-
-    def constant(self, value: int) -> int:
-        value &= 0xFFFF_FFFF_FFFF_FFFF
-        slot = self._constants.get(value)
-        if slot is None:
-            slot = self.program.add_constant(value)
-            self._constants[value] = slot
-        return slot
-
-    def function_pointer(self, name: str) -> int:
-        """Slot holding the function's pointer: CODE_WINDOW + its index in the module."""
-        return self.constant(core.CODE_WINDOW + self.function_index[name])
-
-    def special_slot(self, name: str) -> int:
-        slot = self._specials.get(name)
-        if slot is None:
-            slot = (core.BANK_WARP << core.BANK_SHIFT) | len(self._specials)
-            self.program.add_special(slot, core.SPECIALS[name])
-            self._specials[name] = slot
-            if name in RESERVED_SHARED_SPECIALS:
-                self.reserved_shared_bytes = RESERVED_SHARED_MEMORY_PER_BLOCK
-        return slot
-
-    def run(self) -> LoweredKernel:
-        frame_registers = 0
-        frame_bytes = 0
-        for fn in self.functions:
-            if fn.body is None:
-                continue  # extern declarations (vprintf) are built in; calls check
-            self.function_pcs[fn.name] = len(self.program)
-            lowering = FunctionLowering(self, fn, self.frames[fn.name])
-            lower_function_body(lowering)
-            frame_registers = max(frame_registers, lowering.registers)
-            frame_bytes = max(frame_bytes, lowering.frame.size)
-        for pc, name in self.call_fixups:
-            self.program.patch_target(pc, self.function_pcs[name])
-        self.program.set_function_table([self.function_pcs.get(name, -1) for name in self.function_index])
-        p = self.program
-        p.frame_registers = frame_registers
-        p.warp_slots = len(self._specials)
-        p.local_frame_bytes = align_up(frame_bytes, 16)
-        p.static_shared_bytes = self.shared.dynamic_offset if self.shared.static_bytes else 0
-        p.reserved_shared_bytes = self.reserved_shared_bytes
-        p.param_bytes = param_bytes(self.entry)
-        p.entry_pc = 0
-        p.max_call_depth = DEFAULT_MAX_CALL_DEPTH
-        return LoweredKernel(self.entry.name, p, p.param_bytes, self.shared.static_bytes)
+def _lower(kernel: KernelLowering) -> LoweredKernel:
+    """Lowers every function the kernel reaches into its program."""
+    frame_registers = 0
+    frame_bytes = 0
+    for fn in kernel.functions:
+        if fn.body is None:
+            continue  # extern declarations (vprintf) are built in; calls check
+        kernel.function_pcs[fn.name] = len(kernel.program)
+        lowering = FunctionLowering(kernel, fn, kernel.frames[fn.name])
+        lower_function_body(lowering)
+        frame_registers = max(frame_registers, lowering.registers)
+        frame_bytes = max(frame_bytes, lowering.frame.size)
+    p = kernel.finish(frame_registers, frame_bytes)
+    return LoweredKernel(kernel.entry.name, p, p.param_bytes, kernel.shared.static_bytes)
 
 
 def lower_function_body(lowering: FunctionLowering) -> None:
@@ -220,7 +131,7 @@ def lower_kernel(module: ir.Module, name: str, global_addresses: dict[str, int],
     if not entry.is_entry or entry.body is None:
         raise LoweringError(f"{name!r} is not a kernel with a body")
     try:
-        return KernelLowering(module, entry, global_addresses, collect).run()
+        return _lower(KernelLowering(module, entry, global_addresses, collect))
     except LayoutError as e:
         raise LoweringError(f"{e} (kernel {name})") from None
 

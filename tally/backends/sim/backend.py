@@ -31,6 +31,7 @@ import uuid
 from typing import Callable
 
 from tally.backends.base import (
+    BackendTraits,
     DeviceDescription,
     Dim3,
     ModuleSource,
@@ -54,6 +55,7 @@ from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEv
                                         sim_module_source)
 from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
 from tally.backends.sim.ptx import entry_params, global_sizes
+from tally.backends.sim.variants import SimVariantProvider
 
 __all__ = ["KernelEffect", "SimBackend", "SimFunction", "sim_module_source"]
 
@@ -70,8 +72,9 @@ _ATTR_MAX_BLOCKS_PER_SM = 106
 
 class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     kind = "sim"
-    errors_are_context_wide = False
-    runs_cubins = True
+    traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
+                           executes_work=True, virtual_clock=True, printf_per_stream=False,
+                           variants_from_ptx=False)
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
                  realtime: bool = False, eager: bool = False):
@@ -95,6 +98,10 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
                 raise ValueError(f"unknown simulated GPU {gpu!r}; choose one of {', '.join(GPU_PRESETS)}")
             gpu = GPU_PRESETS[gpu]
         return cls(gpu, realtime=True, **options)
+
+    def variant_provider(self) -> SimVariantProvider:
+        """Sliced and PTB kernels modeled on the cost model, not built from PTX."""
+        return SimVariantProvider()
 
     # kernel definitions ----------------------------------------------------------
     def define_kernel(self, name: str, param_sizes: tuple[int, ...] | None = None,

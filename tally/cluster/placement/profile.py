@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim.variants import SimVariantProvider
 from tally.backends.sim.model import SimGPU
 from tally.bench.sim_jobs import TrainingJob, alone_time
 from tally.bench.workloads import KernelShape
@@ -62,7 +61,7 @@ def _kernel_stats(gpu: SimGPU, kernels: tuple[KernelShape, ...]) -> dict:
 
 def _solo_training_rate(gpu: SimGPU, job: BestEffortJob, seconds: float) -> float:
     sim = SimBackend(gpu)
-    executor = StreamExecutor(sim, make_policy("fifo"), SimVariantProvider(),
+    executor = StreamExecutor(sim, make_policy("fifo"), sim.variant_provider(),
                               TransparentProfiler(gpu.sm_count), clock=sim.clock)
     train = TrainingJob(sim, executor, "be", job.model, stop_at=seconds)
     train.start()
