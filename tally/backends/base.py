@@ -199,6 +199,9 @@ class DeviceBackend(Protocol):
     def event_elapsed_ms(self, start: Event, end: Event) -> float: ...
     def synchronize(self) -> None: ...
 
+    # Backends with `traits.printf_per_stream` also have take_printf(stream) -> str:
+    # what the stream's kernels printed since the last call.
+
     def close(self) -> None: ...
 
 
