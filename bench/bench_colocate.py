@@ -25,8 +25,7 @@ import time
 import pytest
 
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_model import KernelCost
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import KernelCost
 from tally.bench.colocate import ALL_POLICIES, ColocateConfig, run_colocate
 from tally.scheduler import Launch, StreamExecutor, make_policy
 
@@ -66,7 +65,7 @@ def _direct():
 
 def _through_executor(policy: str, priority: str):
     sim, fn = _sim()
-    ex = StreamExecutor(sim, make_policy(policy), SimVariantProvider(), clock=sim.clock)
+    ex = StreamExecutor(sim, make_policy(policy), sim.variant_provider(), clock=sim.clock)
     ex.add_client("job", priority)
     op = Launch(fn, (432, 1, 1), (256, 1, 1), 0, struct.pack("<Q", 0))
 

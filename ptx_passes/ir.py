@@ -393,8 +393,14 @@ class Instruction:
         return tuple(out)
 
     def __str__(self) -> str:
-        from .printer import format_instruction
-        return format_instruction(self)
+        """One instruction without indentation: `@%p1 bra.uni \t$L__BB0_2;` (operands
+        format themselves; the printer lays instructions out in functions)."""
+        head = self.opcode if not self.modifiers else self.opcode + "." + ".".join(self.modifiers)
+        if self.guard is not None:
+            head = f"{self.guard} {head}"
+        if not self.operands:
+            return head + ";"
+        return f"{head} \t{', '.join(map(str, self.operands))};"
 
 
 def _registers_in(op: Operand, destination: bool) -> Iterator[Register]:

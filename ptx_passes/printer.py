@@ -31,16 +31,6 @@ def print_module(module: ir.Module) -> str:
     return "\n".join(out)
 
 
-def format_instruction(ins: ir.Instruction) -> str:
-    """One instruction without indentation: `@%p1 bra.uni \t$L__BB0_2;`."""
-    head = ins.opcode if not ins.modifiers else ins.opcode + "." + ".".join(ins.modifiers)
-    if ins.guard is not None:
-        head = f"{ins.guard} {head}"
-    if not ins.operands:
-        return head + ";"
-    return f"{head} \t{', '.join(map(str, ins.operands))};"
-
-
 def format_param(p: ir.Param) -> str:
     parts = [f".{p.space}"]
     if p.align is not None:
@@ -151,7 +141,7 @@ def _function_directive(d: ir.FunctionDirective) -> str:
 def _statements(block: ir.Block, depth: int, out: list[str]) -> None:
     indent = "\t" * depth
     append = out.append
-    fmt = format_instruction
+    fmt = ir.Instruction.__str__
     in_declarations = True
     for index, s in enumerate(block.statements):
         t = type(s)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tally import paths
-from tally.backends.select import real_driver_present
+from tally.backends.registry import real_driver_present
 from tally.bench.jobs import job_protocol
 from tally.bench.process_group import JobFailed
 from tally.bench.process_results import (

@@ -187,7 +187,7 @@ CU_FUNC_ATTRIBUTE = {"max_threads": 0, "static_shared": 1, "frame_size": 3, "reg
 
 @pytest.mark.gpu
 def test_driver_agrees(compile_cubin):
-    from tally.backends.select import real_driver_present
+    from tally.backends.registry import real_driver_present
     if not real_driver_present():
         pytest.skip("no NVIDIA driver with a GPU on this machine")
     cuda = ctypes.CDLL("libcuda.so.1")

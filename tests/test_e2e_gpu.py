@@ -20,7 +20,7 @@ from e2e_helpers import (
     run_job,
 )
 
-from tally.backends.select import real_driver_present
+from tally.backends.registry import real_driver_present
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import joblib
 import numpy as np
 import pytest
 
-from tally.backends.sim_model import GPU_PRESETS
+from tally.backends.sim.model import GPU_PRESETS
 from tally.bench.workloads import TRAINING_MODELS
 from tally.cluster.placement import catalog
 from tally.cluster.placement.matching import UNUSABLE, greedy, match, random_fit, usable_edges

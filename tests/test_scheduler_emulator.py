@@ -16,7 +16,7 @@ from tally.scheduler.profiler import TransparentProfiler
 
 import tally.backends.emulator as emulator  # noqa: E402
 from tally.server.driver.module_registry import ModuleRegistry  # noqa: E402
-from tally.server.kernel_variants import PtxVariantProvider  # noqa: E402
+from tally.backends.ptx_variants import PtxVariantProvider  # noqa: E402
 
 N, BLOCK = 65536, 128                # saxpy: one element per thread, 512 blocks
 ALPHAS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)

@@ -11,8 +11,8 @@ import pytest
 
 from tally.protocol.errors import CUDA_ERROR_ILLEGAL_ADDRESS, DeviceError
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_model import KernelCost
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import KernelCost
+from tally.backends.sim.variants import SimVariantProvider
 from tally.scheduler import (ClientGone, EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD, MemcpyDtoH,
                              MemcpyHtoD, Memset, StreamExecutor, StreamWaitEvent, make_policy)
 from tally.scheduler.policy import PolicyError, Schedule, Start

@@ -7,8 +7,8 @@ import struct
 
 
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_model import KernelCost
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import KernelCost
+from tally.backends.sim.variants import SimVariantProvider
 from tally.scheduler import Launch, ProfileCache, StreamExecutor, TransparentProfiler, make_policy
 from tally.scheduler.profile_cache import default_cache_directory
 from tally.scheduler.profiler import ORIGINAL, RunConfig, candidates

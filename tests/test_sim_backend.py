@@ -19,9 +19,9 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_loop import SimDeadlock
-from tally.backends.sim_model import A100_SXM4_40GB, KernelCost
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.loop import SimDeadlock
+from tally.backends.sim.model import A100_SXM4_40GB, KernelCost
+from tally.backends.sim.variants import SimVariantProvider
 
 PTX = """
 .version 8.0
@@ -306,7 +306,7 @@ def test_realtime_blocking_host_callbacks_do_not_hold_up_other_streams():
 
 
 def test_kernel_costs_come_from_names():
-    from tally.backends.sim_model import DEFAULT_KERNEL_COST, KernelCostTable
+    from tally.backends.sim.model import DEFAULT_KERNEL_COST, KernelCostTable
 
     table = KernelCostTable()
     assert not table.lookup("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32").transformable

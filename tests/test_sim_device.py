@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.backends.sim_device import SM_UNITS, KernelRun, SimDevice
-from tally.backends.sim_loop import SimLoop
+from tally.backends.sim.device import SM_UNITS, KernelRun, SimDevice
+from tally.backends.sim.loop import SimLoop
 
 
 def _device(sm_count=4, eager=False):

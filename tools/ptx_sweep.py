@@ -15,7 +15,7 @@ Sources:
 Compiled PTX is cached under --cache (default <tmp>/tally-ptx-sweep), keyed by the
 source text and the command.
 
-Each module is parsed (ptx_passes) and each kernel lowered (tally/emulator) with
+Each module is parsed (ptx_passes) and each kernel lowered (tally/backends/emulator) with
 unsupported instructions collected rather than fatal, so one kernel reports all
 it lacks. The table counts each construct by kernels and modules and names
 where it was seen; sources nvcc cannot compile here (no OpenGL, MPI, ...) are
@@ -118,8 +118,8 @@ def analyse(module: Module, report: Report, short: str) -> None:
     from tally._core import emulator as core
     from tally.backends.base import ModuleSource
     from tally.protocol.errors import DeviceError
-    from tally.emulator.lowering import LoweringError, lower_kernel
-    from tally.emulator.module import EmulatorModule
+    from tally.backends.emulator.lowering import LoweringError, lower_kernel
+    from tally.backends.emulator.module import EmulatorModule
 
     report.modules += 1
     try:

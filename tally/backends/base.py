@@ -13,10 +13,12 @@ Contracts shared by all backends:
   unknown instruction) does not raise where it was enqueued: the error is kept
   on its stream and raised, once, by the next stream_synchronize/stream_query on
   that stream (and by synchronize for any stream). Other streams are unaffected
-  unless the backend says otherwise (`errors_are_context_wide`).
+  unless the backend says otherwise (its traits' `errors_are_context_wide`).
 - Calls that fail immediately (bad argument, out of memory) raise DeviceError.
 - Every method may be called from any server thread; backends do their own
   locking.
+- What differs between backends and matters to the server and the scheduler is
+  in their `traits` (BackendTraits): nobody asks a backend its name to decide.
 """
 from __future__ import annotations
 
@@ -24,6 +26,37 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
 from tally.protocol.errors import CUDA_ERROR_NOT_SUPPORTED, DeviceError
+
+@dataclass(frozen=True, kw_only=True)
+class BackendTraits:
+    """What a backend is and does, as far as the server and the executor care;
+    each backend class sets one (`traits`), and they read it instead of asking
+    the backend's name or probing for methods."""
+
+    # Which code images it runs: False where only PTX runs (the emulator), so a
+    # module needs PTX for the device.
+    runs_cubins: bool
+    # A device fault poisons every stream of every job (a real GPU's context),
+    # not just the stream it happened on.
+    errors_are_context_wide: bool
+    # How long a session thread spins on its job's request ring before sleeping,
+    # unless tally-server --spin-us says otherwise: long on a GPU (a synchronous
+    # call then costs ~3 us), short where kernels need the cores a spinning thread
+    # would take (the CPU-bound backends).
+    session_spin_us: float
+    # False: launches, copies and memsets complete without doing anything (null).
+    executes_work: bool
+    # Time is the backend's own (the sim's virtual clock): the executor schedules
+    # by the backend's `clock` instead of the wall clock.
+    virtual_clock: bool
+    # Kernels' printf output is kept per stream for the job that printed it
+    # (`take_printf`); otherwise it goes wherever the device puts it.
+    printf_per_stream: bool
+    # The executor's sliced and PTB kernels come from the PTX passes run on the
+    # jobs' modules (tally/backends/ptx_variants.py); False where the backend
+    # models them itself (the sim).
+    variants_from_ptx: bool
+
 
 @dataclass(frozen=True)
 class DeviceDescription:
@@ -85,11 +118,16 @@ Dim3 = tuple[int, int, int]
 
 
 class DeviceBackend(Protocol):
-    kind: str                        # "cuda" | "emulator" | "null" | "sim"
-    errors_are_context_wide: bool    # True for cuda: a device fault poisons every stream
-    runs_cubins: bool                # False where only PTX can run (the emulator): modules then need PTX
+    kind: str                        # its name: "cuda" | "emulator" | "null" | "sim" (for people to read)
+    traits: BackendTraits
 
     def describe(self) -> DeviceDescription: ...
+
+    # Where the executor gets the sliced and PTB versions of kernels: a fresh
+    # tally.scheduler.variants.VariantProvider (the PTX passes' unless the backend
+    # models them). Backends with `traits.virtual_clock` also have `clock`, the
+    # tally.scheduler.clock.Clock the executor then schedules by.
+    def variant_provider(self) -> object: ...
 
     # memory
     def mem_alloc(self, nbytes: int) -> int: ...
@@ -160,6 +198,9 @@ class DeviceBackend(Protocol):
     def event_query(self, event: Event) -> bool: ...
     def event_elapsed_ms(self, start: Event, end: Event) -> float: ...
     def synchronize(self) -> None: ...
+
+    # Backends with `traits.printf_per_stream` also have take_printf(stream) -> str:
+    # what the stream's kernels printed since the last call.
 
     def close(self) -> None: ...
 

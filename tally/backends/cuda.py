@@ -6,8 +6,8 @@ context current before calling the driver. Client streams map to driver
 streams created with the priority the scheduler asks for.
 
 On a real GPU a device fault (illegal address...) is sticky for the whole
-context: every stream of every client sees it. `errors_are_context_wide` tells
-the server so.
+context: every stream of every client sees it. The traits'
+`errors_are_context_wide` tell the server so.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import DeviceDescription, KernelParam, ModuleSource
+from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource
+from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
     CUDA_ERROR_INVALID_VALUE,
@@ -81,10 +82,11 @@ class CudaModule:
     image: bytes   # the driver reads the image during load only, but keep it for reloads
 
 
-class CudaBackend:
+class CudaBackend(PtxVariants):
     kind = "cuda"
-    errors_are_context_wide = True
-    runs_cubins = True
+    traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
+                           executes_work=True, virtual_clock=False, printf_per_stream=False,
+                           variants_from_ptx=True)
 
     def __init__(self, device: int = 0):
         _check(cu.cuInit(0))

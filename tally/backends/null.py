@@ -12,7 +12,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tally.backends.base import DeviceDescription, KernelParam, ModuleSource, NoHostRegistration
+from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, NoHostRegistration
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
     CUDA_ERROR_INVALID_VALUE,
@@ -21,6 +21,7 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.device_attributes import synthetic_attributes
+from tally.backends.ptx_variants import PtxVariants
 
 ALIGNMENT = 256
 BASE_ADDRESS = 0x7F00_0000_0000
@@ -46,10 +47,11 @@ class NullEvent:
     pass
 
 
-class NullBackend(NoHostRegistration):
+class NullBackend(NoHostRegistration, PtxVariants):
     kind = "null"
-    errors_are_context_wide = False
-    runs_cubins = True
+    traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
+                           executes_work=False, virtual_clock=False, printf_per_stream=False,
+                           variants_from_ptx=True)
 
     def __init__(self, total_memory: int = 80 << 30, sm_count: int = 132):
         self._total = total_memory

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tally import paths
-from tally.backends.sim_model import GPU_PRESETS
+from tally.backends.sim.model import GPU_PRESETS
 from tally.bench.cluster_sim import POLICIES, ClusterModel, make_workload, simulate
 from tally.cluster.placement import catalog
 from tally.cluster.placement.pairs import FIXED_SM_PERCENT, PairSet, cached_pairs, dynamic_sm_percent, measure_pairs

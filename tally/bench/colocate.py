@@ -24,8 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import GPU_PRESETS
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import GPU_PRESETS
 from tally.bench import traces
 from tally.bench.sim_jobs import InferenceJob, TrainingJob
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
@@ -102,7 +101,7 @@ class SimRunner:
         c = self.config
         options = {"quantum_ms": c.time_slice_ms} if policy == "time-slice" else {}
         profiler = TransparentProfiler(self.gpu.sm_count, c.turnaround_threshold_ms)
-        return StreamExecutor(sim, make_policy(policy, **options), SimVariantProvider(), profiler,
+        return StreamExecutor(sim, make_policy(policy, **options), sim.variant_provider(), profiler,
                               clock=sim.clock, be_transform=c.be_transform)
 
     def service_time(self) -> float:

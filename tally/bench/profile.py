@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import GPU_PRESETS, GiB, SimGPU
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import GPU_PRESETS, GiB, SimGPU
 from tally.bench.profile_models import MODEL_MEMORY_GB, PROFILE_MODELS, batched
 from tally.bench.sim_jobs import InferenceJob
 from tally.bench.workloads import InferenceModel
@@ -63,7 +62,7 @@ class ProfileRunner(Protocol):
 
 
 class SimProfileRunner:
-    source = ("tally-bench profile --backend sim: the sim backend's cost model (tally/backends/sim_model.py) "
+    source = ("tally-bench profile --backend sim: the sim backend's cost model (tally/backends/sim/model.py) "
               "running the kernel-level models of tally/bench/profile_models.py, one batch at a time on a "
               "simulated GPU with the partition's SMs")
 
@@ -72,7 +71,7 @@ class SimProfileRunner:
 
     def measure(self, model: InferenceModel, sms: int, batch: int) -> Measurement:
         sim = SimBackend(dataclasses.replace(self.gpu, sm_count=sms))
-        executor = StreamExecutor(sim, make_policy("fifo"), SimVariantProvider(), TransparentProfiler(sms),
+        executor = StreamExecutor(sim, make_policy("fifo"), sim.variant_provider(), TransparentProfiler(sms),
                                   clock=sim.clock)
         job = InferenceJob(sim, executor, "profiled", batched(model, batch), [0.0])
         job.start()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from tally.backends.sim_model import KernelCost
+from tally.backends.sim.model import KernelCost
 from tally.bench.workloads import INFERENCE_MODELS, InferenceModel, KernelShape
 
 

@@ -18,7 +18,7 @@ import collections
 import struct
 
 from tally.backends.sim import SimBackend, sim_module_source
-from tally.backends.sim_model import SimGPU, resident_blocks_per_sm
+from tally.backends.sim.model import SimGPU, resident_blocks_per_sm
 from tally.bench.workloads import InferenceModel, KernelShape, TrainingModel
 from tally.scheduler.executor import StreamExecutor
 from tally.scheduler.ops import HostCallback, Launch, MemcpyDtoH, MemcpyHtoD

@@ -1,7 +1,7 @@
 """Kernel-level shapes of the jobs the co-location benchmark simulates.
 
 These are models, not measurements: each job is a fixed sequence of kernels
-with grid sizes, block sizes and per-block times (tally.backends.sim_model
+with grid sizes, block sizes and per-block times (tally.backends.sim.model
 KernelCost) chosen to reproduce what matters for scheduling, as the Tally paper
 describes its workloads on an A100 (108 SMs):
 - inference requests are a few milliseconds of many short kernels (each at most
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tally.backends.sim_model import KernelCost
+from tally.backends.sim.model import KernelCost
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def colocate_processes(args: argparse.Namespace) -> int:
 def _gpu_present() -> bool:
     # asked in a child process: cuInit here would initialize the driver in the
     # process that forks every server and job
-    probe = "from tally.backends.select import real_driver_present as p; raise SystemExit(0 if p() else 1)"
+    probe = "from tally.backends.registry import real_driver_present as p; raise SystemExit(0 if p() else 1)"
     from tally.cli.commands import python_code
     return subprocess.run(python_code(probe), check=False).returncode == 0
 

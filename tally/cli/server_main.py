@@ -17,7 +17,7 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.select import BACKENDS, BackendUnavailable, make_backend, resolve_backend
+from tally.backends.registry import CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend
 from tally.protocol.framing import recv_record, send_record
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
@@ -29,7 +29,7 @@ def serve_parser() -> argparse.ArgumentParser:
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
                     "Subcommand: `tally-server status` reports connected clients.")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
+    p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
     p.add_argument("--socket", help=f"unix socket to listen on (default ${paths.SERVER_ENV} or "
                                     f"{paths.default_socket()})")
@@ -96,13 +96,13 @@ def serve_main(argv: list[str]) -> int:
         options["compute_capability"] = args.emulate_cc
     if args.emulate_driver is not None:
         options["driver_version"] = args.emulate_driver
-    if options and resolve_backend(args.backend) != "emulator":
-        print(f"tally-server: --emulate-cc and --emulate-driver set what the emulator reports; the "
-              f"{resolve_backend(args.backend)} backend reports its own device and driver (use --backend emulator)",
-              file=sys.stderr)
-        return 2
     try:
         backend = make_backend(args.backend, args.device, **options)
+    except BackendOptionsRefused as e:
+        print(f"tally-server: --emulate-cc and --emulate-driver set what the emulator reports; the "
+              f"{e.backend} backend reports its own device and driver (use --backend emulator)",
+              file=sys.stderr)
+        return 2
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2

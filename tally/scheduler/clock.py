@@ -2,7 +2,7 @@
 
 The executor never reads time.monotonic or sleeps itself; it asks its Clock,
 so the same code runs on the wall clock (real backends) and on the sim's
-virtual clock (tally.backends.sim_loop.SimClock), where waiting means
+virtual clock (tally.backends.sim.loop.SimClock), where waiting means
 processing simulated events rather than blocking a thread.
 """
 from __future__ import annotations

@@ -199,7 +199,7 @@ class StreamExecutor:
     def take_kernel_output(self, client_id: Hashable, stream_key: Hashable) -> str:
         """What kernels printed on the stream since the last call, for backends that
         keep device printf output per stream (the emulator); "" otherwise."""
-        take = getattr(self.backend, "take_printf", None)
+        take = self.backend.take_printf if self.backend.traits.printf_per_stream else None
         with self._lock:
             stream = self._client(client_id).streams.get(stream_key)
         if take is None or stream is None:

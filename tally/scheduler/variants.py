@@ -4,7 +4,7 @@ A provider answers, for a backend Function, the sliced or PTB version of the
 same kernel: the launch contract (ptx_passes.launch_plan) plus the backend
 Function that runs it, or None when the kernel cannot be transformed (no PTX,
 grid-wide sync, ...). The real provider runs the PTX passes on the server's
-modules; the sim backend models variants (tally.backends.sim_variants).
+modules; the sim backend models variants (tally.backends.sim.variants).
 
 Contract: answers are stable (same function -> same answer) and cheap after the
 first call (providers cache); a provider never launches anything itself.

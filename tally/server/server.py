@@ -23,6 +23,7 @@ from pathlib import Path
 import msgpack
 
 from tally import _core, protocol
+from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.admission import Refused, admit
@@ -63,16 +64,15 @@ class ServerConfig:
     turnaround_threshold_ms: float = 0.0316
     # How long a session thread spins on its request ring before sleeping on the
     # futex; a request after a longer gap pays a wake-up (~25 us on a VM). None:
-    # 1000 us on a real GPU (a synchronous call then costs ~3 us), 20 us on the
-    # CPU-bound backends, whose kernels need the cores a spinning thread would take.
+    # what the backend's traits say (session_spin_us).
     spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
 
-    def session_spin_us(self, backend_kind: str) -> float:
+    def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
             return self.spin_us
-        return 1000.0 if backend_kind == "cuda" else 20.0
+        return traits.session_spin_us
 
 
 class ServerError(Exception):
@@ -235,7 +235,7 @@ class TallyServer:
         sizes = self.config.segment_sizes
         try:
             segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                           spin_us=self.config.session_spin_us(self.backend.kind))
+                                           spin_us=self.config.session_spin_us(self.backend.traits))
         except (_core.TransportError, OSError) as e:
             self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                          f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
@@ -351,14 +351,10 @@ class TallyServer:
 
 
 def make_variant_provider(backend):
-    """Where the executor gets sliced/PTB kernels, and the clock it schedules by.
-    The sim backend models variants and keeps its own clock; every other backend
-    runs the PTX passes on the jobs' modules and schedules by the wall clock."""
-    if backend.kind == "sim":
-        from tally.backends.sim_variants import SimVariantProvider
-        return SimVariantProvider(), backend.clock
-    from tally.server.kernel_variants import PtxVariantProvider
-    return PtxVariantProvider(), None
+    """Where the executor gets sliced/PTB kernels (the backend says), and the clock
+    it schedules by: the backend's own where it keeps virtual time (the sim), else
+    the wall clock (None)."""
+    return backend.variant_provider(), backend.clock if backend.traits.virtual_clock else None
 
 
 def make_executor(config: ServerConfig, backend, description, variants, clock):

@@ -95,7 +95,7 @@ void bind_memory(py::module_& m) {
 }
 
 void bind_program(py::module_& m) {
-  py::class_<Program, std::shared_ptr<Program>>(m, "Program", "A lowered kernel (see tally/emulator/lowering.py).")
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program", "A lowered kernel (see tally/backends/emulator/lowering.py).")
       .def(py::init([](const std::string& name) {
              auto p = std::make_shared<Program>();
              p->name = name;
@@ -276,7 +276,7 @@ void bind_constants(py::module_& m) {
 }
 
 const ModuleRegistrar registrar("emulator", [](py::module_& parent) {
-  py::module_ m = parent.def_submodule("emulator", "The PTX emulator's C++ interpreter (see tally/emulator/).");
+  py::module_ m = parent.def_submodule("emulator", "The PTX emulator's C++ interpreter (see tally/backends/emulator/).");
   memory_error_type = PyErr_NewException("tally._core.emulator.MemoryError", PyExc_RuntimeError, nullptr);
   m.attr("MemoryError") = py::handle(memory_error_type);
   py::register_local_exception_translator([](std::exception_ptr p) {

@@ -1,7 +1,7 @@
 // Core types of the PTX emulator: the pre-decoded instruction, operand slots,
 // address-space windows, faults and the flag bits the Python lowering sets.
 //
-// The Python side (tally/emulator/lowering.py) turns each PTX instruction into
+// The Python side (tally/backends/emulator/lowering.py) turns each PTX instruction into
 // one `Instr`: a handler looked up by key ("add.s32", "ld.global", "shfl"...),
 // operand slots, an immediate and flag bits. The bit layouts below are exported
 // to Python by bindings.cpp (so there is one definition of them).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tally.backends.sim_model import KernelCost
+from tally.backends.sim.model import KernelCost
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS, InferenceModel, KernelShape, TrainingModel
 
 GiB = 1 << 30

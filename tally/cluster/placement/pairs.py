@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_model import SimGPU
-from tally.backends.sim_variants import SimVariantProvider
+from tally.backends.sim.model import SimGPU
 from tally.bench import traces
 from tally.bench.sim_jobs import InferenceJob, TrainingJob
 from tally.cluster.placement.catalog import BestEffortJob, OnlineJob
@@ -59,7 +58,7 @@ class PairResult:
 
 
 def _executor(sim: SimBackend, gpu: SimGPU, policy: str) -> StreamExecutor:
-    return StreamExecutor(sim, make_policy(policy), SimVariantProvider(), TransparentProfiler(gpu.sm_count),
+    return StreamExecutor(sim, make_policy(policy), sim.variant_provider(), TransparentProfiler(gpu.sm_count),
                           clock=sim.clock)
 
 

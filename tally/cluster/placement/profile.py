@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tally.backends.sim import SimBackend
-from tally.backends.sim_variants import SimVariantProvider
-from tally.backends.sim_model import SimGPU
+from tally.backends.sim.model import SimGPU
 from tally.bench.sim_jobs import TrainingJob, alone_time
 from tally.bench.workloads import KernelShape
 from tally.cluster.placement.catalog import BestEffortJob, OnlineJob
@@ -62,7 +61,7 @@ def _kernel_stats(gpu: SimGPU, kernels: tuple[KernelShape, ...]) -> dict:
 
 def _solo_training_rate(gpu: SimGPU, job: BestEffortJob, seconds: float) -> float:
     sim = SimBackend(gpu)
-    executor = StreamExecutor(sim, make_policy("fifo"), SimVariantProvider(),
+    executor = StreamExecutor(sim, make_policy("fifo"), sim.variant_provider(),
                               TransparentProfiler(gpu.sm_count), clock=sim.clock)
     train = TrainingJob(sim, executor, "be", job.model, stop_at=seconds)
     train.start()

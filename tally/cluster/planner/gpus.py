@@ -60,7 +60,7 @@ class GpuType:
     name: str
     memory_gb: int
     sms: int                                      # the whole GPU without MIG
-    sim_preset: str                               # tally.backends.sim_model.GPU_PRESETS key
+    sim_preset: str                               # tally.backends.sim.model.GPU_PRESETS key
     mig_profiles: tuple[MigProfile, ...]
     mig_exclusive: tuple[frozenset[int], ...]     # compute sizes that never share a GPU
     memory_slices: int = 8

@@ -1,10 +1,9 @@
 """CU_FUNC_ATTRIBUTE_* values of a resolved function, sent with its layout so the
 client answers cuFuncGetAttribute/cuKernelGetAttribute without a round trip.
 
-A backend that knows the real values (the driver does) may provide
-`function_attributes(function) -> dict[int, int]`; otherwise they come from the
-module's cubin for the device (registers, static shared memory, stack, launch
-bounds), and from the device limits where the cubin says nothing.
+They come from the module's cubin for the device (registers, static shared
+memory, stack, launch bounds), and from the device limits where the cubin says
+nothing.
 """
 from __future__ import annotations
 
@@ -54,11 +53,6 @@ def function_attributes(backend, fn: LoadedFunction) -> list[int]:
     # Without an opt-in, a launch may use the default per-block shared memory.
     per_block = attrs.get(_DEV_MAX_SHARED_PER_BLOCK, _DEFAULT_SHARED_PER_BLOCK)
     values[MAX_DYNAMIC_SHARED_SIZE_BYTES] = max(per_block - static_shared, 0)
-    provided = getattr(backend, "function_attributes", None)
-    if provided is not None:
-        for attr, value in provided(fn.backend_function).items():
-            if 0 <= attr < FUNC_ATTRIBUTE_SLOTS:
-                values[attr] = int(value)
     return values
 
 

@@ -7,7 +7,7 @@ answers where a backend Function comes from (`origin`).
 
 For a best-effort job (a registry made with a variant provider) a module with
 PTX is loaded as the provider's prepared text: the original kernels plus their
-sliced and PTB versions in one module (tally/server/kernel_variants.py), and
+sliced and PTB versions in one module (tally/backends/ptx_variants.py), and
 each resolved kernel's variants are registered with the provider.
 """
 from __future__ import annotations
@@ -63,9 +63,9 @@ class LoadedFunction:
 class ModuleRegistry:
     def __init__(self, backend, variant_provider=None):
         self.backend = backend
-        # PtxVariantProvider (tally/server/kernel_variants.py) for best-effort jobs, else None;
-        # providers that model variants themselves (the sim's) have no `prepare`.
-        self.variant_provider = variant_provider if hasattr(variant_provider, "prepare") else None
+        # PtxVariantProvider (tally/backends/ptx_variants.py) for best-effort jobs, else None;
+        # a backend that models variants itself (the sim) has nothing to build at load.
+        self.variant_provider = variant_provider if backend.traits.variants_from_ptx else None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._modules: dict[int, LoadedModule] = {}
@@ -77,7 +77,7 @@ class ModuleRegistry:
 
     def load(self, image: bytes) -> LoadedModule:
         try:
-            source = module_source(image, self.backend.describe(), getattr(self.backend, "runs_cubins", True))
+            source = module_source(image, self.backend.describe(), self.backend.traits.runs_cubins)
         except DeviceError as e:
             if e.code in (CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION):
                 log.warning("a module failed to load: %s", e.message)

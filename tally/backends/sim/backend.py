@@ -5,9 +5,9 @@ it makes scheduler behaviour (the high-priority job's tail latency under
 interference) testable deterministically on a machine without a GPU.
 
 - Streams execute their operations in order; kernels go to the SM model in
-  sim_device.py (waves of thread blocks, stream priorities, PTB workers);
+  device.py (waves of thread blocks, stream priorities, PTB workers);
   copies take latency + bytes / bandwidth on copy engines (no SMs).
-- Memory operations really move bytes (sim_memory.py). Kernels compute nothing
+- Memory operations really move bytes (memory.py). Kernels compute nothing
   unless their definition carries an `effect(memory, params, grid, block,
   blocks)` that applies the original kernel's work to a range of linear block
   indices; sliced and PTB launches call it for exactly the blocks they ran,
@@ -21,8 +21,8 @@ interference) testable deterministically on a machine without a GPU.
   clock, for `tally-server --backend sim`.
 
 Kernel identities: a function's cost comes from the definition registered under
-its name (`define_kernel`) or the backend's KernelCostTable (sim_model.py).
-Modules are real PTX (entries read by sim_ptx.py) or sim manifests made by
+its name (`define_kernel`) or the backend's KernelCostTable (model.py).
+Modules are real PTX (entries read by ptx.py) or sim manifests made by
 `sim_module_source(*names)`.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ import uuid
 from typing import Callable
 
 from tally.backends.base import (
+    BackendTraits,
     DeviceDescription,
     Dim3,
     ModuleSource,
@@ -45,15 +46,16 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
-from tally.backends.sim_device import SimDevice
-from tally.backends.sim_loop import SimClock, SimLoop
-from tally.backends.sim_memory import SimMemory
-from tally.backends.sim_model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, KernelCostTable, SimGPU
-from tally.backends.sim_objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
+from tally.backends.sim.device import SimDevice
+from tally.backends.sim.loop import SimClock, SimLoop
+from tally.backends.sim.memory import SimMemory
+from tally.backends.sim.model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, KernelCostTable, SimGPU
+from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
                                         SimKernelDef, SimModule, SimStream, packed_params,
                                         sim_module_source)
-from tally.backends.sim_ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
-from tally.backends.sim_ptx import entry_params, global_sizes
+from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
+from tally.backends.sim.ptx import entry_params, global_sizes
+from tally.backends.sim.variants import SimVariantProvider
 
 __all__ = ["KernelEffect", "SimBackend", "SimFunction", "sim_module_source"]
 
@@ -70,8 +72,9 @@ _ATTR_MAX_BLOCKS_PER_SM = 106
 
 class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     kind = "sim"
-    errors_are_context_wide = False
-    runs_cubins = True
+    traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
+                           executes_work=True, virtual_clock=True, printf_per_stream=False,
+                           variants_from_ptx=False)
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
                  realtime: bool = False, eager: bool = False):
@@ -95,6 +98,10 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
                 raise ValueError(f"unknown simulated GPU {gpu!r}; choose one of {', '.join(GPU_PRESETS)}")
             gpu = GPU_PRESETS[gpu]
         return cls(gpu, realtime=True, **options)
+
+    def variant_provider(self) -> SimVariantProvider:
+        """Sliced and PTB kernels modeled on the cost model, not built from PTX."""
+        return SimVariantProvider()
 
     # kernel definitions ----------------------------------------------------------
     def define_kernel(self, name: str, param_sizes: tuple[int, ...] | None = None,

@@ -10,13 +10,16 @@ from __future__ import annotations
 from ptx_passes import ir
 from ptx_passes.ir import TYPE_SIZES
 from tally._core import emulator as core
-from tally.emulator.context import (
+from tally.backends.emulator.context import (
     FLAGS,
     NO_SLOT,
     FunctionLowering,
-    lowers,
+    Lowerers,
     normalize_space,
 )
+
+# This family's instructions by opcode (lowering.py joins the families).
+MEMORY = Lowerers()
 
 SIGNED_TYPES = frozenset({"s8", "s16", "s32", "s64"})
 
@@ -36,7 +39,7 @@ def _element(cx: FunctionLowering, ins: ir.Instruction) -> tuple[str, int]:
     return t, size
 
 
-@lowers("ld", "ldu")
+@MEMORY.lowers("ld", "ldu")
 def lower_ld(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t, size = _element(cx, ins)
     width = ins.vector_width
@@ -53,7 +56,7 @@ def lower_ld(cx: FunctionLowering, ins: ir.Instruction) -> None:
             width=width, size=size)
 
 
-@lowers("st")
+@MEMORY.lowers("st")
 def lower_st(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t, size = _element(cx, ins)
     width = ins.vector_width
@@ -73,7 +76,7 @@ ATOM_TYPE_CODES = {"b16": "u16", "u16": "u16", "b32": "u32", "u32": "u32", "s32"
                    "u64": "u64", "s64": "s64", "f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16"}
 
 
-@lowers("atom", "red")
+@MEMORY.lowers("atom", "red")
 def lower_atom(cx: FunctionLowering, ins: ir.Instruction) -> None:
     op = ins.atomic_operation
     t = ins.type
@@ -100,7 +103,7 @@ def lower_atom(cx: FunctionLowering, ins: ir.Instruction) -> None:
             size=TYPE_SIZES[t])
 
 
-@lowers("cvta")
+@MEMORY.lowers("cvta")
 def lower_cvta(cx: FunctionLowering, ins: ir.Instruction) -> None:
     d, a = ins.operands
     to = ins.has("to")
@@ -118,7 +121,7 @@ def lower_cvta(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"cvta.{'to.' if to else ''}{space}", [cx.dst(d), cx.src(a)])
 
 
-@lowers("isspacep")
+@MEMORY.lowers("isspacep")
 def lower_isspacep(cx: FunctionLowering, ins: ir.Instruction) -> None:
     space = normalize_space(ins.state_space)
     if space not in ("global", "shared", "local", "param"):
@@ -127,14 +130,14 @@ def lower_isspacep(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"isspacep.{space}", [cx.dst(d), cx.src(a)])
 
 
-@lowers("membar", "fence")
+@MEMORY.lowers("membar", "fence")
 def lower_fence(cx: FunctionLowering, ins: ir.Instruction) -> None:
     # The interpreter's memory is sequentially consistent between its threads
     # once fenced; proxy fences order nothing we model.
     cx.emit("nop" if ins.has("proxy") else "fence", [])
 
 
-@lowers("prefetch", "prefetchu", "applypriority", "discard", "pmevent", "nanosleep", "brkpt",
+@MEMORY.lowers("prefetch", "prefetchu", "applypriority", "discard", "pmevent", "nanosleep", "brkpt",
         "griddepcontrol", "createpolicy")
 def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if ins.opcode == "createpolicy":
@@ -143,7 +146,7 @@ def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("nop", [])
 
 
-@lowers("cp")
+@MEMORY.lowers("cp")
 def lower_cp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     """cp.async (Ampere's asynchronous global-to-shared copy), done at once; its
     commit/wait group instructions then have nothing to wait for."""

@@ -1,14 +1,14 @@
 """Modeled kernel variants for the `sim` backend: the VariantProvider the
 executor uses when the device is simulated. A sim kernel is transformable
 unless its cost says otherwise (cubin-only kernels); the variant functions run
-with the same per-block cost plus the transformation's overhead (sim_model.py)."""
+with the same per-block cost plus the transformation's overhead (model.py)."""
 from __future__ import annotations
 
 import dataclasses
 
 from ptx_passes.launch_plan import PTB_EXTRA, SLICE_EXTRA, PTBKernel, SlicedKernel, extra_params_offset
 from tally.backends.base import Function, KernelParam
-from tally.backends.sim import SimFunction
+from tally.backends.sim.objects import SimFunction
 from tally.scheduler.variants import PTBVariant, SlicedVariant
 
 

@@ -1,6 +1,9 @@
-"""The PTX emulator behind the `emulator` device backend (tally/backends/emulator.py).
+"""The `emulator` device backend: PTX interpreted on the CPU, so CI runs real
+nvcc-compiled CUDA programs without a GPU.
 
 How it is built
+- backend.py: EmulatorBackend, the DeviceBackend (memory, modules, streams,
+  events, device printf per stream).
 - module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
   its .global/.const variables, and lowers each kernel at its first launch.
 - lowering.py (+ context.py and one lowerer per family: lower_compute.py,
@@ -53,3 +56,6 @@ Not supported (each reported as above): textures and surfaces, tensor-core
 instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,
 vector registers, packed f16x2 atomics, video instructions, dynamic parallelism.
 """
+from tally.backends.emulator.backend import EmulatorBackend
+
+__all__ = ["EmulatorBackend"]

@@ -1,4 +1,4 @@
-"""The `emulator` device: a CPU that runs PTX (tally/emulator/, hot loop in
+"""The `emulator` device: a CPU that runs PTX (this package, hot loop in
 csrc/src/emulator/).
 
 Memory is real (allocations at device-like addresses from 0x7f00_0000_0000,
@@ -29,7 +29,7 @@ import uuid as uuidlib
 from collections.abc import Callable
 
 from tally._core import emulator as core
-from tally.backends.base import DeviceDescription, Dim3, ModuleSource, NoHostRegistration
+from tally.backends.base import BackendTraits, DeviceDescription, Dim3, ModuleSource, NoHostRegistration
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
@@ -38,8 +38,9 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.device_attributes import synthetic_attributes
-from tally.emulator.module import EmulatorFunction, EmulatorModule
-from tally.emulator.streams import EmulatorEvent, EmulatorStream
+from tally.backends.ptx_variants import PtxVariants
+from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
+from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -59,10 +60,11 @@ def _memory_call(fn, *args):
         raise DeviceError(code, message) from None
 
 
-class EmulatorBackend(NoHostRegistration):
+class EmulatorBackend(NoHostRegistration, PtxVariants):
     kind = "emulator"
-    errors_are_context_wide = False
-    runs_cubins = False
+    traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
+                           executes_work=True, virtual_clock=False, printf_per_stream=True,
+                           variants_from_ptx=True)
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,

@@ -1,23 +1,32 @@
-"""The state of lowering one function of a kernel: scoped names, operand
-slots, address resolution, and `emit`, which appends one interpreter
-instruction with the current PTX instruction's guard, line and text.
+"""The state of lowering a kernel (KernelLowering: the program being built,
+constants, special registers, shared layout, module symbols) and one function
+of it (FunctionLowering: scoped names, operand slots, address resolution, and
+`emit`, which appends one interpreter instruction with the current PTX
+instruction's guard, line and text).
 
 Instruction lowerers (lower_compute.py, lower_memory.py, lower_control.py)
-register themselves per opcode with `@lowers("add", "sub")` and receive this
-context and the IR instruction.
+receive a FunctionLowering and the IR instruction; each of those modules keeps
+its own table of them by opcode (Lowerers), which lowering.py joins. Nothing
+here knows the lowerers.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ptx_passes import ir
+from ptx_passes.params import param_bytes, param_layout
 from tally._core import emulator as core
-from tally.emulator.layout import FrameLayout, float_bits
-
-if TYPE_CHECKING:
-    from tally.emulator.lowering import KernelLowering
+from tally.backends.device_attributes import RESERVED_SHARED_MEMORY_PER_BLOCK
+from tally.backends.emulator.layout import (
+    FrameLayout,
+    align_up,
+    float_bits,
+    function_frame,
+    function_indices,
+    reachable_functions,
+    shared_layout,
+)
 
 NO_SLOT = core.NO_SLOT
 FLAGS = core.FLAGS
@@ -27,15 +36,28 @@ DYNAMIC_SPECIALS = {"%clock": "clock", "%clock64": "clock64", "%globaltimer": "g
 PTX_CONSTANTS = {"WARP_SZ": core.WARP_SIZE}
 
 Lowerer = Callable[["FunctionLowering", ir.Instruction], None]
-LOWERERS: dict[str, Lowerer] = {}
 
 
-def lowers(*opcodes: str):
-    def register(fn: Lowerer) -> Lowerer:
-        for op in opcodes:
-            LOWERERS[op] = fn
-        return fn
-    return register
+class Lowerers(dict[str, Lowerer]):
+    """Instruction lowerers by PTX opcode. Each family module fills its own table
+    with `@TABLE.lowers("add", "sub")`; lowering.py joins the families' tables."""
+
+    def lowers(self, *opcodes: str) -> Callable[[Lowerer], Lowerer]:
+        def register(fn: Lowerer) -> Lowerer:
+            for op in opcodes:
+                if op in self:
+                    raise ValueError(f"two lowerers for {op}: {self[op].__name__} and {fn.__name__}")
+                self[op] = fn
+            return fn
+        return register
+
+    @classmethod
+    def join(cls, *tables: Lowerers) -> Lowerers:
+        joined = cls()
+        for table in tables:
+            for op, fn in table.items():
+                joined.lowers(op)(fn)
+        return joined
 
 
 class LoweringError(Exception):
@@ -60,6 +82,94 @@ class Binding:
     kind: str
     value: int
     decl: object = None
+
+
+DEFAULT_MAX_CALL_DEPTH = 64
+# Special registers that describe the block's reserved shared memory: a kernel that
+# reads one gets the region (csrc/src/emulator/emu_types.h, Special).
+RESERVED_SHARED_SPECIALS = frozenset({
+    "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
+    "%reserved_smem_offset_0", "%reserved_smem_offset_1", "%aggr_smem_size"})
+
+
+class KernelLowering:
+    """Kernel-wide state: the program being built, constants, special-register
+    slots, the shared layout, module symbols and where each function starts."""
+
+    def __init__(self, module: ir.Module, entry: ir.Function, global_addresses: dict[str, int],
+                 collect: list[LoweringError] | None = None):
+        self.module = module
+        # Where unsupported instructions go instead of ending the lowering (tools/ptx_sweep.py).
+        self.collect = collect
+        self.entry = entry
+        self.global_addresses = global_addresses
+        self.program = core.Program(entry.name)
+        self.functions = reachable_functions(module, entry)
+        self.shared = shared_layout(module, self.functions)
+        self.param_offsets = [slot.offset for slot in param_layout(entry)]
+        self._constants: dict[int, int] = {}
+        self._specials: dict[str, int] = {}
+        self.reserved_shared_bytes = 0
+        self.frames: dict[str, FrameLayout] = {fn.name: function_frame(fn) for fn in self.functions}
+        self.function_pcs: dict[str, int] = {}
+        self.call_fixups: list[tuple[int, str]] = []
+        self.function_index = function_indices(module)
+        self._module_scope: dict[str, Binding] = {}
+        for g in module.globals():
+            if g.space in ("global", "const") and g.name in global_addresses:
+                self._module_scope[g.name] = Binding("global", global_addresses[g.name], g)
+            elif g.space.startswith("shared") and id(g) in self.shared.offsets:
+                self._module_scope[g.name] = Binding("shared", self.shared.offsets[id(g)], g)
+        for f in module.functions():
+            self._module_scope.setdefault(f.name, Binding("function", 0, f))
+
+    def module_binding(self, name: str) -> Binding | None:
+        return self._module_scope.get(name)
+
+    def function_global(self, decl: ir.VarDecl) -> int:
+        """Address of a .global/.const variable declared inside a function (allocated at load)."""
+        address = self.global_addresses.get(f"{decl.name}")
+        if address is None:
+            raise LoweringError(f"the function-scope variable {decl.name} has no storage")
+        return address
+
+    def constant(self, value: int) -> int:
+        value &= 0xFFFF_FFFF_FFFF_FFFF
+        slot = self._constants.get(value)
+        if slot is None:
+            slot = self.program.add_constant(value)
+            self._constants[value] = slot
+        return slot
+
+    def function_pointer(self, name: str) -> int:
+        """Slot holding the function's pointer: CODE_WINDOW + its index in the module."""
+        return self.constant(core.CODE_WINDOW + self.function_index[name])
+
+    def special_slot(self, name: str) -> int:
+        slot = self._specials.get(name)
+        if slot is None:
+            slot = (core.BANK_WARP << core.BANK_SHIFT) | len(self._specials)
+            self.program.add_special(slot, core.SPECIALS[name])
+            self._specials[name] = slot
+            if name in RESERVED_SHARED_SPECIALS:
+                self.reserved_shared_bytes = RESERVED_SHARED_MEMORY_PER_BLOCK
+        return slot
+
+    def finish(self, frame_registers: int, frame_bytes: int) -> object:
+        """The program, once every function is lowered: calls linked, sizes set."""
+        for pc, name in self.call_fixups:
+            self.program.patch_target(pc, self.function_pcs[name])
+        self.program.set_function_table([self.function_pcs.get(name, -1) for name in self.function_index])
+        p = self.program
+        p.frame_registers = frame_registers
+        p.warp_slots = len(self._specials)
+        p.local_frame_bytes = align_up(frame_bytes, 16)
+        p.static_shared_bytes = self.shared.dynamic_offset if self.shared.static_bytes else 0
+        p.reserved_shared_bytes = self.reserved_shared_bytes
+        p.param_bytes = param_bytes(self.entry)
+        p.entry_pc = 0
+        p.max_call_depth = DEFAULT_MAX_CALL_DEPTH
+        return p
 
 
 class FunctionLowering:

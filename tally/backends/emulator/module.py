@@ -18,14 +18,14 @@ from tally.protocol.errors import (
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     DeviceError,
 )
-from tally.emulator.layout import (
+from tally.backends.emulator.layout import (
     LayoutError,
     encode_initializer,
     function_indices,
     var_align,
     var_size,
 )
-from tally.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
+from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Callable
 
 from ptx_passes.launch_plan import PTB_EXTRA, SLICE_EXTRA, extra_params_offset
 from tally.backends.base import Dim3, KernelParam, ModuleSource
-from tally.backends.sim_memory import SimMemory
-from tally.backends.sim_model import KernelCost
+from tally.backends.sim.memory import SimMemory
+from tally.backends.sim.model import KernelCost
 
 KernelEffect = Callable[[SimMemory, bytes, Dim3, Dim3, range], None]
 SIM_MANIFEST_PREFIX = b"tally-sim-module:"

@@ -1,21 +1,41 @@
 """What the `sim` backend's streams execute: one class per operation kind,
-and how a kernel launch becomes a run on the SM model (sim_device.py)."""
+and how a kernel launch becomes a run on the SM model (device.py).
+
+Operations run on a SimMachine: the parts of the simulated GPU they act on
+(SimBackend is one), so this module does not know the backend."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from ptx_passes.launch_plan import PTB_EXTRA, PTB_STATE_BYTES, SLICE_EXTRA, extra_params_offset, total_blocks
 from tally.backends.base import Dim3
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.backends.sim_device import SM_UNITS, KernelRun
-from tally.backends.sim_model import resident_blocks_per_sm
-from tally.backends.sim_objects import SimEvent, SimFunction, SimStream
+from tally.backends.sim.device import SM_UNITS, KernelRun, SimDevice
+from tally.backends.sim.loop import SimLoop
+from tally.backends.sim.memory import SimMemory
+from tally.backends.sim.model import SimGPU, resident_blocks_per_sm
+from tally.backends.sim.objects import SimEvent, SimFunction, SimStream
 
-if TYPE_CHECKING:
-    from tally.backends.sim import SimBackend
+
+class SimMachine(Protocol):
+    """What an operation acts on: the GPU's parameters, its event loop, memory and
+    SMs, the kernel counters, and how a stream goes on after an operation."""
+
+    gpu: SimGPU
+    loop: SimLoop
+    memory: SimMemory
+    device: SimDevice
+    arrivals: int          # kernels handed to the SMs so far (their launch order)
+    kernels_run: int
+
+    def op_done(self, stream: SimStream) -> None:
+        """The stream's current operation finished: start the next ones."""
+
+    def fail(self, stream: SimStream, error: DeviceError) -> None:
+        """Keep `error` on the stream for its next synchronization."""
 
 
-def kernel_arrives(backend: "SimBackend", stream: SimStream, op: "KernelOp") -> None:
+def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> None:
     """The kernel's launch overhead has passed: hand it to the SM model as a
     run of blocks, slices or PTB tasks, per the launch contract."""
     fn = op.fn
@@ -69,7 +89,7 @@ def kernel_arrives(backend: "SimBackend", stream: SimStream, op: "KernelOp") -> 
         rank=rank, unit=unit, task_ns=task_ns, total=len(blocks), max_slots=len(blocks),
         on_finish=lambda _started: _kernel_done(backend, stream, fn, original_params, grid, op.block, blocks)))
 
-def _kernel_done(backend: "SimBackend", stream: SimStream, fn: SimFunction, params: bytes, grid: Dim3,
+def _kernel_done(backend: SimMachine, stream: SimStream, fn: SimFunction, params: bytes, grid: Dim3,
                  block: Dim3, blocks: range) -> None:
     backend.kernels_run += 1
     effect = (fn.original or fn).effect
@@ -80,7 +100,7 @@ def _kernel_done(backend: "SimBackend", stream: SimStream, fn: SimFunction, para
             backend.fail(stream, e)
     backend.op_done(stream)
 
-def record_done(backend: "SimBackend", event: SimEvent, gen: int) -> None:
+def record_done(backend: SimMachine, event: SimEvent, gen: int) -> None:
     event.pending.discard(gen)
     if gen == event.record_gen:
         event.time_ns = backend.loop.now_ns
@@ -97,7 +117,7 @@ def record_done(backend: "SimBackend", event: SimEvent, gen: int) -> None:
 class Op:
     __slots__ = ()
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         """Begin executing; True when the op completed on the spot."""
         raise NotImplementedError
 
@@ -108,7 +128,7 @@ class KernelOp(Op):
     def __init__(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes):
         self.fn, self.grid, self.block, self.params = fn, grid, block, params
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         at = backend.loop.now_ns + int(backend.gpu.launch_overhead_us * 1000)
         backend.loop.schedule(at, lambda: kernel_arrives(backend, stream, self))
         return False
@@ -120,11 +140,11 @@ class CopyOp(Op):
     def __init__(self, kind: str, dst, src, nbytes: int, duration_ns: int):
         self.kind, self.dst, self.src, self.nbytes, self.duration_ns = kind, dst, src, nbytes, duration_ns
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         backend.loop.schedule(backend.loop.now_ns + self.duration_ns, lambda: self._finish(backend, stream))
         return False
 
-    def _finish(self, backend: "SimBackend", stream: SimStream) -> None:
+    def _finish(self, backend: SimMachine, stream: SimStream) -> None:
         mem = backend.memory
         try:
             if self.kind == "htod":
@@ -147,7 +167,7 @@ class RecordOp(Op):
     def __init__(self, event: SimEvent, gen: int):
         self.event, self.gen = event, gen
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         record_done(backend, self.event, self.gen)
         return True
 
@@ -158,7 +178,7 @@ class WaitOp(Op):
     def __init__(self, event: SimEvent, gen: int):
         self.event, self.gen = event, gen
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         if self.gen not in self.event.pending:
             return True
         self.event.waiters.append((self.gen, stream))
@@ -171,7 +191,7 @@ class CallbackOp(Op):
     def __init__(self, fn: Callable[[], None]):
         self.fn = fn
 
-    def start(self, backend: "SimBackend", stream: SimStream) -> bool:
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
         loop = backend.loop
 
         def run_then_resume() -> None:

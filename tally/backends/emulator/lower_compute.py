@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from ptx_passes import ir
 from tally._core import emulator as core
-from tally.emulator.context import FLAGS, FLOAT_TYPES, NO_SLOT, FunctionLowering, lowers
+from tally.backends.emulator.context import FLAGS, FLOAT_TYPES, NO_SLOT, FunctionLowering, Lowerers
+
+# This family's instructions by opcode (lowering.py joins the families).
+COMPUTE = Lowerers()
 
 INT_TYPES = frozenset({"s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64"})
 HALF_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2"})
@@ -57,7 +60,7 @@ ARITY = {"add": 2, "sub": 2, "mul": 2, "mad": 3, "fma": 3, "div": 2, "rem": 2, "
          "sin": 1, "cos": 1, "ex2": 1, "lg2": 1, "tanh": 1, "copysign": 2}
 
 
-@lowers(*ARITY)
+@COMPUTE.lowers(*ARITY)
 def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
     op = ins.opcode
     t = _type(cx, ins)
@@ -87,13 +90,13 @@ def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"{op}{variant}.{t}", ops)
 
 
-@lowers("addc", "subc")
+@COMPUTE.lowers("addc", "subc")
 def lower_carry_in(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = arith_type(_type(cx, ins))
     _carry(cx, ins, f"{ins.opcode}{'.cc' if ins.has('cc') else ''}.{t}")
 
 
-@lowers("madc")
+@COMPUTE.lowers("madc")
 def lower_madc(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     half = next((h for h in ("lo", "hi") if ins.has(h)), None)
@@ -111,13 +114,13 @@ def _carry(cx: FunctionLowering, ins: ir.Instruction, key: str, sources: int = 2
 # --------------------------------------------------------------------------- logic and bits
 
 
-@lowers("and", "or", "xor")
+@COMPUTE.lowers("and", "or", "xor")
 def lower_logic(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     cx.emit(f"{ins.opcode}.{_bits(cx, ins, t)}", _sources(cx, ins, t, 2))
 
 
-@lowers("not", "cnot")
+@COMPUTE.lowers("not", "cnot")
 def lower_not(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     cx.emit(f"{ins.opcode}.{_bits(cx, ins, t)}", _sources(cx, ins, t, 1))
@@ -132,7 +135,7 @@ def _bits(cx: FunctionLowering, ins: ir.Instruction, t: str) -> str:
     return size
 
 
-@lowers("shl", "shr")
+@COMPUTE.lowers("shl", "shr")
 def lower_shift(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, a, b = ins.operands
@@ -140,14 +143,14 @@ def lower_shift(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"{ins.opcode}.{key_type}", [cx.dst(d), cx.src(a, t), cx.src(b, "u32")])
 
 
-@lowers("bfe")
+@COMPUTE.lowers("bfe")
 def lower_bfe(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, a, b, c = ins.operands
     cx.emit(f"bfe.{t}", [cx.dst(d), cx.src(a, t), cx.src(b, "u32"), cx.src(c, "u32")])
 
 
-@lowers("bmsk")
+@COMPUTE.lowers("bmsk")
 def lower_bmsk(cx: FunctionLowering, ins: ir.Instruction) -> None:
     mode = next((m for m in ("clamp", "wrap") if ins.has(m)), None)
     if mode is None or ins.type != "b32":
@@ -155,27 +158,27 @@ def lower_bmsk(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"bmsk.{mode}.b32", _sources(cx, ins, "u32", 2))
 
 
-@lowers("bfi")
+@COMPUTE.lowers("bfi")
 def lower_bfi(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, f, b, c, n = ins.operands
     cx.emit(f"bfi.{t}", [cx.dst(d), cx.src(f, t), cx.src(b, t), cx.src(c, "u32"), cx.src(n, "u32")])
 
 
-@lowers("brev", "clz", "popc")
+@COMPUTE.lowers("brev", "clz", "popc")
 def lower_bit_count(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     cx.emit(f"{ins.opcode}.{t}", _sources(cx, ins, t, 1))
 
 
-@lowers("bfind")
+@COMPUTE.lowers("bfind")
 def lower_bfind(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     flags = FLAGS["SHIFT_AMOUNT"] if ins.has("shiftamt") else 0
     cx.emit(f"bfind.{t}", _sources(cx, ins, t, 1), flags=flags)
 
 
-@lowers("prmt")
+@COMPUTE.lowers("prmt")
 def lower_prmt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     mode = 0
     for name, value in FLAGS["PRMT"].items():
@@ -184,7 +187,7 @@ def lower_prmt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("prmt.b32", _sources(cx, ins, "b32", 3), flags=mode << FLAGS["PRMT_SHIFT"])
 
 
-@lowers("lop3")
+@COMPUTE.lowers("lop3")
 def lower_lop3(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if len(ins.operands) != 5 or not isinstance(ins.operands[4], ir.Immediate):
         raise cx.unsupported("lop3 without an immediate lookup table (or with a predicate output)")
@@ -192,13 +195,13 @@ def lower_lop3(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("lop3.b32", [cx.dst(d), cx.src(a), cx.src(b), cx.src(c)], imm=int(lut.value) & 0xFF)
 
 
-@lowers("shf")
+@COMPUTE.lowers("shf")
 def lower_shf(cx: FunctionLowering, ins: ir.Instruction) -> None:
     flags = (FLAGS["SHF_LEFT"] if ins.has("l") else 0) | (FLAGS["SHF_CLAMP"] if ins.has("clamp") else 0)
     cx.emit("shf.b32", _sources(cx, ins, "b32", 3), flags=flags)
 
 
-@lowers("dp4a", "dp2a")
+@COMPUTE.lowers("dp4a", "dp2a")
 def lower_dot(cx: FunctionLowering, ins: ir.Instruction) -> None:
     types = ins.types
     if len(types) != 2 or len(ins.operands) != 4:
@@ -209,7 +212,7 @@ def lower_dot(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(ins.opcode, _sources(cx, ins, "u32", 3), flags=flags)
 
 
-@lowers("testp")
+@COMPUTE.lowers("testp")
 def lower_testp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     kind = next((k for k in FLAGS["TEST"] if ins.has(k)), None)
@@ -235,7 +238,7 @@ def _compare_flags(cx: FunctionLowering, ins: ir.Instruction) -> int:
     return flags
 
 
-@lowers("setp")
+@COMPUTE.lowers("setp")
 def lower_setp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     flags = _compare_flags(cx, ins)
@@ -250,7 +253,7 @@ def lower_setp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"setp.{t}", [cx.dst(p), cx.dst(q), cx.src(a, t), cx.src(b, t), c_slot], flags=flags)
 
 
-@lowers("set")
+@COMPUTE.lowers("set")
 def lower_set(cx: FunctionLowering, ins: ir.Instruction) -> None:
     types = ins.types
     if len(types) != 2:
@@ -268,14 +271,14 @@ def lower_set(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit(f"set.{stype}", [cx.dst(d), NO_SLOT, cx.src(a, stype), cx.src(b, stype), c_slot], flags=flags)
 
 
-@lowers("selp")
+@COMPUTE.lowers("selp")
 def lower_selp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, a, b, c = ins.operands
     cx.emit("selp", [cx.dst(d), cx.src(a, t), cx.src(b, t), cx.predicate(c)[0]])
 
 
-@lowers("slct")
+@COMPUTE.lowers("slct")
 def lower_slct(cx: FunctionLowering, ins: ir.Instruction) -> None:
     types = ins.types
     dtype, ctype = types[0], types[-1]
@@ -296,7 +299,7 @@ def _type_code(cx: FunctionLowering, t: str) -> int:
     return code
 
 
-@lowers("cvt")
+@COMPUTE.lowers("cvt")
 def lower_cvt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     types = ins.types
     if len(types) != 2:
@@ -315,7 +318,7 @@ def lower_cvt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("cvt", [cx.dst(d), cx.src(a, stype)], flags=flags)
 
 
-@lowers("mov")
+@COMPUTE.lowers("mov")
 def lower_mov(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = _type(cx, ins)
     d, a = ins.operands

@@ -29,7 +29,7 @@ import math
 from functools import reduce
 from typing import Callable
 
-from tally.backends.sim_loop import SimLoop, Timer
+from tally.backends.sim.loop import SimLoop, Timer
 
 SM_UNITS = reduce(math.lcm, range(1, 33))
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from ptx_passes import ir
 from tally._core import emulator as core
-from tally.emulator.context import FLAGS, NO_SLOT, FunctionLowering, lowers
-from tally.emulator.layout import FrameLayout, var_size
+from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering, Lowerers
+from tally.backends.emulator.layout import FrameLayout, var_size
+
+# This family's instructions by opcode (lowering.py joins the families).
+CONTROL = Lowerers()
 
 MASK = core.MEMBER_MASK_OPERAND
 BUILTINS = ("vprintf", "__assertfail")
 
 
-@lowers("bra")
+@CONTROL.lowers("bra")
 def lower_bra(cx: FunctionLowering, ins: ir.Instruction) -> None:
     target = ins.operands[0]
     if not isinstance(target, ir.LabelRef):
@@ -25,7 +28,7 @@ def lower_bra(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("bra", [], label=target.name)
 
 
-@lowers("brx")
+@CONTROL.lowers("brx")
 def lower_brx(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if not ins.has("idx") or len(ins.operands) != 2 or not isinstance(ins.operands[1], ir.LabelRef):
         raise cx.unsupported(ins.full_opcode)
@@ -45,17 +48,17 @@ def _find_statement(fn: ir.Function, kind: type, name: str):
     return None
 
 
-@lowers("ret")
+@CONTROL.lowers("ret")
 def lower_ret(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("ret", [])
 
 
-@lowers("exit")
+@CONTROL.lowers("exit")
 def lower_exit(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("exit", [])
 
 
-@lowers("trap")
+@CONTROL.lowers("trap")
 def lower_trap(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("trap", [])
 
@@ -63,7 +66,7 @@ def lower_trap(cx: FunctionLowering, ins: ir.Instruction) -> None:
 # --------------------------------------------------------------------------- calls
 
 
-@lowers("call")
+@CONTROL.lowers("call")
 def lower_call(cx: FunctionLowering, ins: ir.Instruction) -> None:
     ops = list(ins.operands)
     rets = ops.pop(0).items if ops and isinstance(ops[0], ir.ParenList) else ()
@@ -153,7 +156,7 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
 # --------------------------------------------------------------------------- barriers
 
 
-@lowers("bar", "barrier")
+@CONTROL.lowers("bar", "barrier")
 def lower_barrier(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if ins.has("warp"):
         cx.emit("bar.warp.sync", [NO_SLOT] * MASK + [cx.src(ins.operands[0], "u32")])
@@ -189,7 +192,7 @@ def _with_mask(cx: FunctionLowering, ops: list[int], mask: ir.Operand | None) ->
     return ops + [cx.src(mask, "u32") if mask is not None else NO_SLOT]
 
 
-@lowers("shfl")
+@CONTROL.lowers("shfl")
 def lower_shfl(cx: FunctionLowering, ins: ir.Instruction) -> None:
     mode = next((m for m in FLAGS["SHFL"] if ins.has(m)), None)
     ops = list(ins.operands)
@@ -203,7 +206,7 @@ def lower_shfl(cx: FunctionLowering, ins: ir.Instruction) -> None:
             flags=FLAGS["SHFL"][mode] << FLAGS["SHFL_SHIFT"])
 
 
-@lowers("vote")
+@CONTROL.lowers("vote")
 def lower_vote(cx: FunctionLowering, ins: ir.Instruction) -> None:
     mode = next((m for m in FLAGS["VOTE"] if ins.has(m)), None)
     ops = list(ins.operands)
@@ -215,7 +218,7 @@ def lower_vote(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("vote", _with_mask(cx, [cx.dst(ops[0]), a], ops[2] if synced else None), flags=flags)
 
 
-@lowers("match")
+@CONTROL.lowers("match")
 def lower_match(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t = ins.type
     if t not in ("b32", "b64") or len(ins.operands) != 3:
@@ -227,7 +230,7 @@ def lower_match(cx: FunctionLowering, ins: ir.Instruction) -> None:
             size=4 if t == "b32" else 8)
 
 
-@lowers("redux")
+@CONTROL.lowers("redux")
 def lower_redux(cx: FunctionLowering, ins: ir.Instruction) -> None:
     op = next((o for o in FLAGS["REDUX"] if ins.has(o)), None)
     t = ins.type
@@ -238,13 +241,13 @@ def lower_redux(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("redux", _with_mask(cx, [cx.dst(d), NO_SLOT, cx.src(a, t)], mask), flags=flags)
 
 
-@lowers("elect")
+@CONTROL.lowers("elect")
 def lower_elect(cx: FunctionLowering, ins: ir.Instruction) -> None:
     dest, mask = ins.operands
     d, p = (dest.first, dest.second) if isinstance(dest, ir.PredPair) else (ir.Sink(), dest)
     cx.emit("elect", _with_mask(cx, [cx.dst(d), cx.dst(p)], mask))
 
 
-@lowers("activemask")
+@CONTROL.lowers("activemask")
 def lower_activemask(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("activemask", [cx.dst(ins.operands[0])])

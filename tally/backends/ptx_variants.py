@@ -1,4 +1,6 @@
-"""Sliced and PTB versions of best-effort jobs' kernels, built by the PTX passes.
+"""Sliced and PTB versions of best-effort jobs' kernels, built by the PTX passes:
+the variant provider of every backend that runs the jobs' own code (cuda,
+emulator, null; they mix in PtxVariants).
 
 When a best-effort job loads a module that carries PTX, the module registry
 asks `prepare(ptx)` for ONE module text holding the original kernels plus their
@@ -67,3 +69,10 @@ class PtxVariantProvider:
     def ptb(self, function: Function) -> PTBVariant | None:
         entry = self._answers.get(id(function))
         return entry[2] if entry is not None and entry[0] is function else None
+
+
+class PtxVariants:
+    """For backends whose sliced and PTB kernels come from the jobs' PTX."""
+
+    def variant_provider(self) -> PtxVariantProvider:
+        return PtxVariantProvider()
