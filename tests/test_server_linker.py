@@ -15,7 +15,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_SUPPORTED,
     DeviceError,
 )
-from tally.server.driver.linker import (
+from tally.server.handlers.linker import (
     INPUT_CUBIN,
     INPUT_FATBINARY,
     INPUT_LIBRARY,

@@ -41,7 +41,7 @@ def handler(message_name: str) -> Callable[[Handler], Handler]:
     return register
 
 
-_HANDLER_PACKAGES = ("tally.server.handlers", "tally.server.driver")
+_HANDLER_PACKAGES = ("tally.server.handlers",)
 _loaded = False
 
 

@@ -27,7 +27,7 @@ from tally.protocol.framing import recv_record, send_record
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.admission import Refused, admit
 from tally.server.dispatch import load_handlers
-from tally.server.ipc import IpcRegistry
+from tally.server.ipc_registry import IpcRegistry
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session

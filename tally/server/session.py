@@ -30,7 +30,7 @@ from tally import _core, protocol
 from tally.protocol.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
 from tally.server.dispatch import HANDLERS
 from tally.server.failures import FailureLog
-from tally.server.ownership import Allocations
+from tally.server.client.memory import Allocations
 
 log = logging.getLogger("tally.server")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.scheduler.ops import Launch
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
+from tally.server.client.state import driver_state
 
 
 @handler("LaunchKernel")

@@ -18,8 +18,8 @@ import os
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
-from tally.server.driver.modules import _name
-from tally.server.driver.state import driver_state
+from tally.server.handlers.modules import _name
+from tally.server.client.state import driver_state
 
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_MEM_ATTACH_HOST = 0x2

@@ -1,7 +1,7 @@
 """Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
 cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree), which PyTorch's
 `expandable_segments` allocator uses. What a client owns is
-tally.server.virtual_memory.VirtualMemory (driver_state(session).vmm).
+tally.server.client.virtual_memory.VirtualMemory (driver_state(session).vmm).
 
 Unmapping and freeing a reservation wait for the client's queued work, as
 freeing memory does; everything left is unmapped and released when the client
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import when_idle
+from tally.server.client.state import driver_state
+from tally.server.client.sync import when_idle
 
 
 @handler("MemAddressReserve")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.ops import EventRecord, StreamWaitEvent
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import forward_kernel_output
+from tally.server.client.state import driver_state
+from tally.server.client.sync import forward_kernel_output
 
 CU_EVENT_DISABLE_TIMING = 0x2
 

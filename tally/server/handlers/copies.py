@@ -24,8 +24,8 @@ from tally.protocol.spec import (
 )
 from tally.scheduler.ops import MemcpyDtoD, MemcpyDtoH, MemcpyHtoD
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly, wait_streams
+from tally.server.client.state import driver_state
+from tally.server.client.sync import drain_quietly, wait_streams
 
 
 def take_upload(session, offset: int, nbytes: int) -> bytes:

@@ -11,10 +11,10 @@ import struct
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import FUNC_ATTRIBUTE_SLOTS
 from tally.server.dispatch import handler
-from tally.server.driver.copies import take_upload
-from tally.server.driver.function_attributes import function_attributes
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import drain_quietly
+from tally.server.handlers.copies import take_upload
+from tally.server.client.function_attributes import function_attributes
+from tally.server.client.state import driver_state
+from tally.server.client.sync import drain_quietly
 
 PARAM_SLOT = struct.Struct("<II")
 # A module image is held in memory while it loads; beyond this a client is confused.

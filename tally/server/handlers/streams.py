@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import (
+from tally.server.client.state import driver_state
+from tally.server.client.sync import (
     drain_quietly,
     forward_kernel_output,
     keep_kernel_output,

@@ -5,7 +5,7 @@ import logging
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
+from tally.server.client.state import driver_state
 
 log = logging.getLogger("tally.server")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.scheduler.ops import EventRecord, Memset
 from tally.server.dispatch import handler
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import when_idle
+from tally.server.client.state import driver_state
+from tally.server.client.sync import when_idle
 
 
 @handler("MemAlloc")

@@ -11,12 +11,12 @@ import threading
 
 from tally.protocol import Priority
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.server.driver.blocking import BlockingCalls
-from tally.server.driver.host_functions import HostFunctions
-from tally.server.driver.host_memory import PinnedRegions
-from tally.server.driver.module_registry import ModuleRegistry
-from tally.server.driver.stream_table import StreamTable
-from tally.server.virtual_memory import VirtualMemory
+from tally.server.client.blocking import BlockingCalls
+from tally.server.client.host_functions import HostFunctions
+from tally.server.client.host_memory import PinnedRegions
+from tally.server.client.modules import ModuleRegistry
+from tally.server.client.streams import StreamTable
+from tally.server.client.virtual_memory import VirtualMemory
 
 _create_lock = threading.Lock()
 

@@ -32,8 +32,8 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.server.dispatch import handler
-from tally.server.driver.modules import MAX_IMAGE_BYTES
-from tally.server.driver.state import driver_state
+from tally.server.handlers.modules import MAX_IMAGE_BYTES
+from tally.server.client.state import driver_state
 
 log = logging.getLogger("tally.server")
 

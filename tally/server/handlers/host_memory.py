@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from tally.server.dispatch import handler
-from tally.server.driver.modules import _name
-from tally.server.driver.state import driver_state
-from tally.server.driver.sync import when_idle
+from tally.server.handlers.modules import _name
+from tally.server.client.state import driver_state
+from tally.server.client.sync import when_idle
 
 
 @handler("HostRegister")
