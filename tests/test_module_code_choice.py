@@ -1,4 +1,4 @@
-"""Which code of a module image the device runs (tally/server/driver/code_choice.py):
+"""Which code of a module image the device runs (tally/server/client/code_choice.py):
 the driver's rules, checked on fatbin entries built here and on nvcc's output."""
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
-"""The driver API, executed for a client: the server side of client_preload.
+"""What one job has created through the driver API, and the checks every handler
+needs: its allocations and quota (memory.py), streams and CUDA's default-stream
+rules (streams.py), events (events.py), modules and functions (modules.py, with
+code_choice.py and function_attributes.py), pinned host memory (host_memory.py),
+virtual memory (virtual_memory.py), other jobs' allocations it opened (ipc.py),
+link states (linker.py), host functions (host_functions.py), the pool that answers
+requests that wait (blocking.py), and waiting for its streams (sync.py).
 
-Each module handles one concept (memory, copies, modules, launches, streams,
-events, pinned host memory, host functions) and registers its handlers with
-tally.server.dispatch; `state.driver_state(session)` holds what a session has
-created. Every stream-ordered operation goes through the stream executor
-(`session.server.executor`), never straight to the backend; allocation, module
-loading and function lookup go to `session.backend`.
+`state.ClientState` gathers them; each Session makes one. Every stream-ordered
+operation goes through the stream executor (`ClientState.executor`), never
+straight to the backend; allocation, module loading and function lookup go to
+the backend.
 """

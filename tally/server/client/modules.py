@@ -31,6 +31,9 @@ from tally.protocol.errors import (
 
 log = logging.getLogger("tally.server")
 
+# A module image (or a link's inputs) is held in memory while it loads; beyond this a client is confused.
+MAX_IMAGE_BYTES = 1 << 30
+
 
 @dataclass(eq=False)
 class LoadedModule:

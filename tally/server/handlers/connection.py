@@ -1,22 +1,23 @@
-"""Session-level messages that are not driver calls."""
+"""The session's own messages, not driver calls: keep-alives and the goodbye."""
 from __future__ import annotations
 
-from tally.server.dispatch import handler
+from tally.protocol.messages_generated import Goodbye, Notify, Ping, Pong
+from tally.server.dispatch import ANSWERS_ITSELF
 
 
-@handler("Ping")
-def ping(session, fields, tail, tag):
-    session.reply("Pong", tag, value=fields["value"])
+def ping(session, msg: Ping, tag: int) -> Pong:
+    return Pong(msg.value)
 
 
-@handler("Notify")
-def notify(session, fields, tail, tag):
+def notify(session, msg: Notify, tag: int) -> None:
     # One-way message: counted (the session's counters do that). A client that
     # tags it anyway waits for an answer, like after any other asynchronous request.
-    if tag:
-        session.reply("Done", tag)
+    return None
 
 
-@handler("Goodbye")
-def goodbye(session, fields, tail, tag):
+def goodbye(session, msg: Goodbye, tag: int):
     session.request_close("client said goodbye")
+    return ANSWERS_ITSELF     # the session ends: nobody is left to read an answer
+
+
+HANDLERS = {Ping: ping, Notify: notify, Goodbye: goodbye}

@@ -12,36 +12,12 @@ Where the host bytes live decides when a copy is done with them:
 """
 from __future__ import annotations
 
-from tally import _core
-
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.protocol.spec import (
-    DEST_ARENA,
-    DEST_PINNED,
-    SOURCE_ARENA,
-    SOURCE_INLINE,
-    SOURCE_PINNED,
-)
-from tally.scheduler.ops import MemcpyDtoD, MemcpyDtoH, MemcpyHtoD
-from tally.server.dispatch import handler
-from tally.server.client.state import driver_state
+from tally.protocol.messages_generated import MemcpyDtoD, MemcpyDtoH, MemcpyDtoHReply, MemcpyHtoD
+from tally.protocol.spec import DEST_ARENA, DEST_PINNED, SOURCE_ARENA, SOURCE_INLINE, SOURCE_PINNED
+from tally.scheduler import ops
 from tally.server.client.sync import drain_quietly, wait_streams
-
-
-def take_upload(session, offset: int, nbytes: int) -> bytes:
-    """A copy of an upload-arena chunk, which is released at once (chunks are
-    released in the order the client named them, and it names them in order)."""
-    arena = session.segment.upload
-    if offset + nbytes > arena.capacity:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes} lies outside the arena "
-                                                    f"({arena.capacity} bytes)")
-    try:
-        return bytes(arena.view(offset, nbytes)) if nbytes else b""
-    finally:
-        try:
-            arena.release(offset, nbytes)
-        except _core.CorruptSegment as e:   # a chunk the client never reserved: its own arena's loss
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes}: {e}") from None
+from tally.server.dispatch import ANSWERS_ITSELF
 
 
 def _device_span(width: int, height: int, pitch: int, what: str) -> int:
@@ -62,45 +38,41 @@ def _rows(width: int, height: int, pitch_a: int, pitch_b: int):
     return ((r * pitch_a, r * pitch_b, width) for r in range(height))
 
 
-@handler("MemcpyHtoD")
-def memcpy_htod(session, fields, tail, tag):
-    state = driver_state(session)
-    dst, width, height, pitch, stream = (fields[k] for k in ("dst", "width", "height", "dst_pitch", "stream"))
+def memcpy_htod(session, msg: MemcpyHtoD, tag: int):
+    client = session.client
+    dst, width, height, pitch, stream = msg.dst, msg.width, msg.height, msg.dst_pitch, msg.stream
     nbytes = width * height
-    source = fields["source"]
+    source = msg.source
     if source == SOURCE_INLINE:
-        if len(tail) != nbytes:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"copy of {nbytes} bytes carries {len(tail)}")
-        data = tail
+        if len(msg.tail) != nbytes:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"copy of {nbytes} bytes carries {len(msg.tail)}")
+        data = msg.tail
     elif source == SOURCE_ARENA:
-        data = take_upload(session, fields["arena_offset"], nbytes)
+        data = session.take_upload(msg.arena_offset, nbytes)
     elif source == SOURCE_PINNED:
-        data = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy source")
+        data = client.regions.get(msg.region).span(msg.region_offset, nbytes, "copy source")
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy source kind {source}")
-    state.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
+    client.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
     for dev_off, host_off, n in _rows(width, height, pitch, width):   # host rows are packed
         if n:
-            state.streams.submit(stream, MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
-    if not tag:
-        return
-    if source == SOURCE_PINNED:
-        _reply_when_reached(session, state, tag, stream)
-    else:
-        session.reply("Done", tag)
+            client.streams.submit(stream, ops.MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
+    if source == SOURCE_PINNED and tag:
+        _answer_when_reached(client, tag, stream)
+        return ANSWERS_ITSELF
+    return None
 
 
-@handler("MemcpyDtoH")
-def memcpy_dtoh(session, fields, tail, tag):
-    state = driver_state(session)
-    src, width, height, pitch, stream = (fields[k] for k in ("src", "width", "height", "src_pitch", "stream"))
+def memcpy_dtoh(session, msg: MemcpyDtoH, tag: int):
+    client = session.client
+    src, width, height, pitch, stream = msg.src, msg.width, msg.height, msg.src_pitch, msg.stream
     nbytes = width * height
-    dest = fields["dest"]
+    dest = msg.dest
     if dest not in (DEST_PINNED, DEST_ARENA):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy destination kind {dest}")
-    state.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
+    client.check_device_range(src, _device_span(width, height, pitch, "source"), "copy source")
     if dest == DEST_PINNED:
-        target = state.regions.get(fields["region"]).span(fields["region_offset"], nbytes, "copy destination")
+        target = client.regions.get(msg.region).span(msg.region_offset, nbytes, "copy destination")
     else:
         if not tag:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, "a copy into the download arena must be synchronous")
@@ -114,54 +86,51 @@ def memcpy_dtoh(session, fields, tail, tag):
     try:
         for dev_off, host_off, n in _rows(width, height, pitch, width):
             if n:
-                state.streams.submit(stream, MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
+                client.streams.submit(stream, ops.MemcpyDtoH(target[host_off:host_off + n], src + dev_off, n))
     except BaseException:
         if dest == DEST_ARENA:
-            drain_quietly(state, [stream])   # rows already queued may still write it
+            drain_quietly(client, [stream])   # rows already queued may still write it
             staging.give(target)
         raise
     if not tag:
-        return
+        return None
     if dest == DEST_PINNED:
-        _reply_when_reached(session, state, tag, stream)
-        return
+        _answer_when_reached(client, tag, stream)
+        return ANSWERS_ITSELF
 
-    def deliver() -> None:
+    def deliver():
         # The copy's own stream is enough: on the legacy stream it already waited
         # for the blocking streams' earlier work.
         try:
-            wait_streams(state, [stream])
+            wait_streams(client, [stream])
             arena = session.segment.download
-            with state.download_lock:       # chunks reach the client in the order they were reserved
+            with client.download_lock:       # chunks reach the client in the order they were reserved
                 offset = arena.reserve(nbytes) if nbytes else 0
                 if nbytes:
                     arena.view(offset, nbytes)[:] = target
-                session.reply("MemcpyDtoHReply", tag, arena_offset=offset, size=nbytes)
+                session.reply(tag, MemcpyDtoHReply(arena_offset=offset, size=nbytes))
+            return ANSWERS_ITSELF
         finally:
             staging.give(target)
 
-    state.blocking.run(tag, deliver)
+    client.blocking.run(tag, deliver)
+    return ANSWERS_ITSELF
 
 
-@handler("MemcpyDtoD")
-def memcpy_dtod(session, fields, tail, tag):
-    state = driver_state(session)
-    dst, src, width, height = fields["dst"], fields["src"], fields["width"], fields["height"]
-    dst_pitch, src_pitch = fields["dst_pitch"], fields["src_pitch"]
-    state.check_device_range(dst, _device_span(width, height, dst_pitch, "destination"), "copy destination")
-    state.check_device_range(src, _device_span(width, height, src_pitch, "source"), "copy source")
-    for dst_off, src_off, n in _rows(width, height, dst_pitch, src_pitch):
+def memcpy_dtod(session, msg: MemcpyDtoD, tag: int) -> None:
+    client = session.client
+    dst, src, width, height = msg.dst, msg.src, msg.width, msg.height
+    client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"), "copy destination")
+    client.check_device_range(src, _device_span(width, height, msg.src_pitch, "source"), "copy source")
+    for dst_off, src_off, n in _rows(width, height, msg.dst_pitch, msg.src_pitch):
         if n:
-            state.streams.submit(fields["stream"], MemcpyDtoD(dst + dst_off, src + src_off, n))
-    if tag:
-        session.reply("Done", tag)
+            client.streams.submit(msg.stream, ops.MemcpyDtoD(dst + dst_off, src + src_off, n))
 
 
-def _reply_when_reached(session, state, tag: int, stream: int) -> None:
+def _answer_when_reached(client, tag: int, stream: int) -> None:
     """Answer once the stream ran the copy (a synchronous copy to or from pinned
     memory touches the job's buffer in place)."""
-    def wait() -> None:
-        wait_streams(state, [stream])
-        session.reply("Done", tag)
+    client.blocking.run(tag, lambda: wait_streams(client, [stream]))
 
-    state.blocking.run(tag, wait)
+
+HANDLERS = {MemcpyHtoD: memcpy_htod, MemcpyDtoH: memcpy_dtoh, MemcpyDtoD: memcpy_dtod}

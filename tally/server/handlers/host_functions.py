@@ -1,35 +1,31 @@
-"""Host function requests (see host_functions.py for how they hold a stream)."""
+"""Host function requests (tally/server/client/host_functions.py says how they
+hold a stream)."""
 from __future__ import annotations
 
 import logging
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.server.dispatch import handler
-from tally.server.client.state import driver_state
+from tally.protocol.messages_generated import HostFuncDone, LaunchHostFunc
 
 log = logging.getLogger("tally.server")
 
 
-@handler("LaunchHostFunc")
-def launch_host_func(session, fields, tail, tag):
-    state = driver_state(session)
+def launch_host_func(session, msg: LaunchHostFunc, tag: int) -> None:
+    host_functions = session.client.host_functions
     try:
-        operation = state.host_functions.operation_for(fields["callback"])
+        operation = host_functions.operation_for(msg.callback)
     except ValueError as e:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
     try:
-        state.streams.submit(fields["stream"], operation)
+        session.client.streams.submit(msg.stream, operation)
     except DeviceError:
-        state.host_functions.finished(fields["callback"])
+        host_functions.finished(msg.callback)
         raise
-    if tag:
-        session.reply("Done", tag)
 
 
-@handler("HostFuncDone")
-def host_func_done(session, fields, tail, tag):
-    if not driver_state(session).host_functions.finished(fields["callback"]):
-        log.warning("client %d finished host function %d, which was not waiting", session.client_id,
-                    fields["callback"])
-    if tag:
-        session.reply("Done", tag)
+def host_func_done(session, msg: HostFuncDone, tag: int) -> None:
+    if not session.client.host_functions.finished(msg.callback):
+        log.warning("client %d finished host function %d, which was not waiting", session.client_id, msg.callback)
+
+
+HANDLERS = {LaunchHostFunc: launch_host_func, HostFuncDone: host_func_done}

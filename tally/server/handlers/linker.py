@@ -1,175 +1,62 @@
-"""The JIT linker (cuLinkCreate/AddData/AddFile/Complete/Destroy), server side.
-
-Why the server links, not the client: linking PTX means parsing it, resolving
-symbols across modules and printing the result, which is what ptx_passes (the
-parser, IR and printer the server already runs for every module it loads) does;
-the inputs may be fatbins or host objects that need the fatbin reader and the
-device's compute capability to pick their PTX, both of which live here too. The
-client keeps only what the application sees (option pointers, log buffers, the
-image it hands back). The linked image is NUL-terminated PTX: cuModuleLoadData
-and cuLibraryLoadData accept it like any other PTX, on every backend (the cuda
-backend's driver JIT-compiles it, the emulator runs it).
-
-Each input is read when it is added (as the driver compiles PTX at cuLinkAddData),
-so a bad input fails there with a message; cuLinkComplete links what was added
-and answers with a LinkReply whose status and logs the client passes on.
-"""
+"""The JIT linker's requests (cuLinkAddData/AddFile/Complete/Destroy); a job's
+link states, and why the server links, are in tally/server/client/linker.py."""
 from __future__ import annotations
 
-import logging
-import time
-from dataclasses import dataclass, field
-
-from ptx_passes.errors import PtxParseError
-from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
-from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
-from tally.protocol.errors import (
-    CUDA_ERROR_INVALID_IMAGE,
-    CUDA_ERROR_INVALID_PTX,
-    CUDA_ERROR_INVALID_VALUE,
-    CUDA_ERROR_NO_BINARY_FOR_GPU,
-    CUDA_ERROR_NOT_SUPPORTED,
-    DeviceError,
-)
-from tally.server.dispatch import handler
-from tally.server.handlers.modules import MAX_IMAGE_BYTES
-from tally.server.client.state import driver_state
-
-log = logging.getLogger("tally.server")
-
-# CUjitInputType
-INPUT_CUBIN, INPUT_PTX, INPUT_FATBINARY, INPUT_OBJECT, INPUT_LIBRARY, INPUT_NVVM = range(6)
-CUDA_SUCCESS = 0
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.messages_generated import LinkAdd, LinkComplete, LinkDestroy, LinkReply
+from tally.server.client.linker import LinkResult, LinkState
+from tally.server.dispatch import ANSWERS_ITSELF
 
 
-@dataclass
-class LinkState:
-    inputs: list[LinkInput] = field(default_factory=list)
-    bytes: int = 0
-    notes: list[str] = field(default_factory=list)    # inputs left out, and why (the info log)
-
-
-class NothingForThisDevice(Exception):
-    """A fatbin whose code for this device is SASS only: its PTX is for a newer
-    architecture. nvcc links the device runtime (cudadevrt: cubins for sm_75..sm_121,
-    PTX for compute_121 only) into every -rdc program; a driver uses its sm_90 cubin,
-    a PTX-only device can use none of it, and the program needs it only if it calls it."""
-
-
-def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, int]) -> str:
-    """The PTX an input contributes: PTX itself, or the PTX of a fatbin / host object
-    closest to the device (never newer than it: a driver does not JIT PTX for a newer
-    architecture). Raises NothingForThisDevice for a fatbin with only SASS that fits the
-    device, DeviceError saying why for an input with nothing usable."""
-    if kind == INPUT_PTX:
-        try:
-            return data.rstrip(b"\0").decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: PTX input is not UTF-8 text ({e})") from None
-    if kind in (INPUT_FATBINARY, INPUT_OBJECT, INPUT_CUBIN):
-        device_arch = compute_capability[0] * 10 + compute_capability[1]
-        try:
-            entries = read_fatbin_entries(data)
-            fitting = [e for e in entries if e.kind == "ptx" and e.arch <= device_arch]
-            ptx = ptx_of(fitting, prefer_arch=device_arch)
-            cubins = cubins_of(entries)
-        except FatbinError as e:
-            raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"{name}: input not understood: {e}") from None
-        if ptx is not None:
-            return ptx
-        newer = sorted({e.arch for e in entries if e.kind == "ptx"})
-        if newer and any(a // 10 == compute_capability[0] and a <= device_arch for a in cubins):
-            raise NothingForThisDevice(
-                f"{name}: left out: its code for this device (compute capability {compute_capability[0]}."
-                f"{compute_capability[1]}) is SASS only, which tally links no further, and its PTX is for "
-                f"{', '.join(f'compute_{a}' for a in newer)}, newer than the device")
-        archs = ", ".join(f"sm_{a}" for a in cubins) or "none"
-        raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU,
-                          f"{name}: holds no PTX (cubins: {archs}); tally's linker links PTX: build the input with "
-                          "PTX (e.g. nvcc -gencode arch=compute_80,code=compute_80)")
-    if kind == INPUT_LIBRARY:
-        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: static libraries (CU_JIT_INPUT_LIBRARY) are not linked "
-                                                    "by tally; add the PTX or fatbins of its members instead")
-    if kind == INPUT_NVVM:
-        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally; "
-                                                    "compile it to PTX first")
-    raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: unknown CUjitInputType {kind}")
-
-
-@handler("LinkAdd")
-def link_add(session, fields, tail, tag):
-    state = driver_state(session)
-    name_size = fields["name_size"]
+def link_add(session, msg: LinkAdd, tag: int) -> None:
+    client = session.client
+    tail, name_size = msg.tail, msg.name_size
     if name_size > len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"link input name of {name_size} bytes in a {len(tail)}-byte tail")
-    name = bytes(tail[:name_size]).decode("utf-8", "replace") or f"input {fields['type']}"
-    if fields["staged"]:
-        data, state.staging = bytes(state.staging), bytearray()
+    name = bytes(tail[:name_size]).decode("utf-8", "replace") or f"input {msg.type}"
+    if msg.staged:
+        data, client.staging = bytes(client.staging), bytearray()
     else:
         data = bytes(tail[name_size:])
-    if len(data) != fields["size"]:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {fields['size']} bytes arrived "
+    if len(data) != msg.size:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {msg.size} bytes arrived "
                                                     f"with {len(data)}")
-    link = state.links.setdefault(fields["link"], LinkState())
-    if link.bytes + len(data) > MAX_IMAGE_BYTES:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
-    try:
-        text = input_ptx(fields["type"], data, name, session.backend.describe().compute_capability)
-    except NothingForThisDevice as e:
-        # Not an error unless the program needs its symbols: cuLinkComplete then names them.
-        link.notes.append(str(e))
-        link.bytes += len(data)
-        if tag:
-            session.reply("Done", tag)
-        return
-    try:
-        link.inputs.append(read_link_input(name, text))
-    except PtxParseError as e:
-        raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
-    link.bytes += len(data)
-    if tag:
-        session.reply("Done", tag)
+    link = client.links.setdefault(msg.link, LinkState())
+    link.add(name, msg.type, data, session.backend.describe().compute_capability)
 
 
-@handler("LinkComplete")
-def link_complete(session, fields, tail, tag):
-    state = driver_state(session)
-    link = state.links.get(fields["link"], LinkState())
-    verbose = bool(fields["verbose"])
+def link_complete(session, msg: LinkComplete, tag: int):
+    link = session.client.links.get(msg.link, LinkState())
+    verbose = bool(msg.verbose)
 
-    def complete() -> None:
+    def complete():
         # Off the session thread: a large link takes a while, and the job's other threads go on.
-        started = time.monotonic()
-        try:
-            linked = link_inputs(link.inputs, verbose)
-        except LinkError as e:
-            _reply(session, state, tag, CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *link.notes]))
-            return
-        info = [*link.notes, *linked.log]
-        if verbose:
-            info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
-        _reply(session, state, tag, CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
+        _send_result(session, tag, link.complete(verbose))
+        return ANSWERS_ITSELF
 
-    state.blocking.run(tag, complete)
+    session.client.blocking.run(tag, complete)
+    return ANSWERS_ITSELF
 
 
-def _reply(session, state, tag: int, status: int, image: bytes, info: str, error: str) -> None:
-    info_bytes, error_bytes = info.encode(), error.encode()
-    payload = image + info_bytes + error_bytes
+def _send_result(session, tag: int, result: LinkResult) -> None:
+    """The LinkReply, its image and logs back to back in one download-arena chunk."""
+    info_bytes, error_bytes = result.info_log.encode(), result.error_log.encode()
+    payload = result.image + info_bytes + error_bytes
     arena = session.segment.download
     if len(payload) > arena.capacity:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the linked image ({len(image)} bytes) exceeds the download "
-                                                    f"arena ({arena.capacity} bytes)")
-    with state.download_lock:   # chunks reach the client in the order they were reserved
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the linked image ({len(result.image)} bytes) exceeds the "
+                                                    f"download arena ({arena.capacity} bytes)")
+    with session.client.download_lock:   # chunks reach the client in the order they were reserved
         offset = arena.reserve(len(payload)) if payload else 0
         if payload:
             arena.view(offset, len(payload))[:] = payload
-        session.reply("LinkReply", tag, status=status, image_size=len(image), info_log_size=len(info_bytes),
-                      error_log_size=len(error_bytes), arena_offset=offset, size=len(payload))
+        session.reply(tag, LinkReply(status=result.status, image_size=len(result.image),
+                                     info_log_size=len(info_bytes), error_log_size=len(error_bytes),
+                                     arena_offset=offset, size=len(payload)))
 
 
-@handler("LinkDestroy")
-def link_destroy(session, fields, tail, tag):
-    driver_state(session).links.pop(fields["link"], None)
-    if tag:
-        session.reply("Done", tag)
+def link_destroy(session, msg: LinkDestroy, tag: int) -> None:
+    session.client.links.pop(msg.link, None)
+
+
+HANDLERS = {LinkAdd: link_add, LinkComplete: link_complete, LinkDestroy: link_destroy}

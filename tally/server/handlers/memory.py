@@ -1,91 +1,85 @@
 """Device memory: allocation under the client's quota, freeing, memset.
 
 Every address a client names is checked against what it owns before anything
-is queued (state.check_device_range); a bad one fails with
+is queued (client.check_device_range); a bad one fails with
 CUDA_ERROR_INVALID_VALUE and touches nothing.
 """
 from __future__ import annotations
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
-from tally.scheduler.ops import EventRecord, Memset
-from tally.server.dispatch import handler
-from tally.server.client.state import driver_state
+from tally.protocol.messages_generated import (
+    MemAlloc,
+    MemAllocReply,
+    MemFree,
+    MemFreeAsync,
+    MemGetInfo,
+    MemInfoReply,
+    Memset,
+)
+from tally.scheduler import ops
 from tally.server.client.sync import when_idle
+from tally.server.dispatch import ANSWERS_ITSELF
 
 
-@handler("MemAlloc")
-def mem_alloc(session, fields, tail, tag):
-    nbytes = fields["bytes"]
+def mem_alloc(session, msg: MemAlloc, tag: int) -> MemAllocReply:
+    allocations, backend = session.client.allocations, session.backend
+    nbytes = msg.bytes
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
-    session.allocations.reserve(nbytes)
+    allocations.reserve(nbytes)
     try:
-        ptr = session.backend.mem_alloc(nbytes)
+        ptr = backend.mem_alloc(nbytes)
     except DeviceError as e:
         if e.code != CUDA_ERROR_OUT_OF_MEMORY:
             raise
-        raise session.allocations.device_full(nbytes, *session.backend.mem_info()) from None
-    session.allocations.add(ptr, nbytes)
-    session.reply("MemAllocReply", tag, dptr=ptr)
+        raise allocations.device_full(nbytes, *backend.mem_info()) from None
+    allocations.add(ptr, nbytes)
+    return MemAllocReply(ptr)
 
 
-def _take_allocation(session, ptr: int) -> int:
-    """Forget the allocation at ptr (so no later request may name it); its size."""
-    found = session.allocations.find(ptr)
-    if found is None or found[0] != ptr:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                          f"0x{ptr:x} is not the start of an allocation of this client")
-    return session.allocations.remove(ptr)
+def mem_free(session, msg: MemFree, tag: int):
+    client = session.client
+    ptr = msg.dptr
+    client.take_allocation(ptr)
+    when_idle(client, tag, lambda: client.free_allocation(ptr))
+    return ANSWERS_ITSELF
 
 
-@handler("MemFree")
-def mem_free(session, fields, tail, tag):
-    state = driver_state(session)
-    ptr = fields["dptr"]
-    _take_allocation(session, ptr)
-    when_idle(state, tag, lambda: session.free_allocation(ptr))
-
-
-@handler("MemFreeAsync")
-def mem_free_async(session, fields, tail, tag):
-    state = driver_state(session)
-    ptr = fields["dptr"]
-    size = _take_allocation(session, ptr)
-    reached = state.executor.event_create(state.client_id, timing=False)
+def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
+    client = session.client
+    ptr = msg.dptr
+    size = client.take_allocation(ptr)
+    reached = client.executor.event_create(client.client_id, timing=False)
     try:
-        state.streams.submit(fields["stream"], EventRecord(reached))
+        client.streams.submit(msg.stream, ops.EventRecord(reached))
     except DeviceError:
-        state.executor.event_destroy(reached)
-        session.allocations.add(ptr, size)    # not freed: the job still owns it
+        client.executor.event_destroy(reached)
+        client.allocations.add(ptr, size)    # not freed: the job still owns it
         raise
 
     def free_when_reached() -> None:
         try:
-            state.executor.event_synchronize(reached)
+            client.executor.event_synchronize(reached)
         finally:
-            state.executor.event_destroy(reached)
-        session.free_allocation(ptr)
+            client.executor.event_destroy(reached)
+        client.free_allocation(ptr)
 
-    state.blocking.run(0, free_when_reached)
-    if tag:
-        session.reply("Done", tag)
+    client.blocking.run(0, free_when_reached)
 
 
-@handler("MemGetInfo")
-def mem_get_info(session, fields, tail, tag):
+def mem_get_info(session, msg: MemGetInfo, tag: int) -> MemInfoReply:
+    allocations = session.client.allocations
     free, total = session.backend.mem_info()
-    quota = session.allocations.quota_bytes
+    quota = allocations.quota_bytes
     if quota is not None:
         total = min(total, quota)
-        free = min(free, max(quota - session.allocations.used_bytes, 0))
-    session.reply("MemInfoReply", tag, free=free, total=total)
+        free = min(free, max(quota - allocations.used_bytes, 0))
+    return MemInfoReply(free=free, total=total)
 
 
-@handler("Memset")
-def memset(session, fields, tail, tag):
-    state = driver_state(session)
-    dst, elem, width, height, pitch = (fields[k] for k in ("dst", "element_size", "width", "height", "pitch"))
-    value = fields["value"]
+def memset(session, msg: Memset, tag: int) -> None:
+    client = session.client
+    dst, elem, width, height, pitch, value = msg.dst, msg.element_size, msg.width, msg.height, msg.pitch, msg.value
     if elem not in (1, 2, 4):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset element size must be 1, 2 or 4, not {elem}")
     if value >= 1 << (8 * elem):
@@ -94,11 +88,18 @@ def memset(session, fields, tail, tag):
     if height > 1 and pitch < row_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"pitch {pitch} is smaller than a row ({row_bytes} bytes)")
     if width and height:
-        state.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
+        client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
         if height == 1 or pitch == row_bytes:
-            state.streams.submit(fields["stream"], Memset(dst, value, elem, width * height))
+            client.streams.submit(msg.stream, ops.Memset(dst, value, elem, width * height))
         else:
             for row in range(height):
-                state.streams.submit(fields["stream"], Memset(dst + row * pitch, value, elem, width))
-    if tag:
-        session.reply("Done", tag)
+                client.streams.submit(msg.stream, ops.Memset(dst + row * pitch, value, elem, width))
+
+
+HANDLERS = {
+    MemAlloc: mem_alloc,
+    MemFree: mem_free,
+    MemFreeAsync: mem_free_async,
+    MemGetInfo: mem_get_info,
+    Memset: memset,
+}

@@ -9,84 +9,79 @@ from __future__ import annotations
 import struct
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.messages_generated import (
+    FunctionReply,
+    GetFunction,
+    GetGlobal,
+    GlobalReply,
+    ModuleLoad,
+    ModuleLoadReply,
+    ModuleUnload,
+    StageBytes,
+)
 from tally.protocol.spec import FUNC_ATTRIBUTE_SLOTS
-from tally.server.dispatch import handler
-from tally.server.handlers.copies import take_upload
 from tally.server.client.function_attributes import function_attributes
-from tally.server.client.state import driver_state
+from tally.server.client.modules import MAX_IMAGE_BYTES
 from tally.server.client.sync import drain_quietly
+from tally.server.dispatch import ANSWERS_ITSELF, name_in_tail
 
 PARAM_SLOT = struct.Struct("<II")
-# A module image is held in memory while it loads; beyond this a client is confused.
-MAX_IMAGE_BYTES = 1 << 30
 
 
-@handler("StageBytes")
-def stage_bytes(session, fields, tail, tag):
-    state = driver_state(session)
-    chunk = take_upload(session, fields["arena_offset"], fields["size"])
-    if len(state.staging) + len(chunk) > MAX_IMAGE_BYTES:
-        state.staging = bytearray()
+def stage_bytes(session, msg: StageBytes, tag: int) -> None:
+    client = session.client
+    chunk = session.take_upload(msg.arena_offset, msg.size)
+    if len(client.staging) + len(chunk) > MAX_IMAGE_BYTES:
+        client.staging = bytearray()
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"staged bytes exceed {MAX_IMAGE_BYTES} bytes")
-    state.staging += chunk
-    if tag:
-        session.reply("Done", tag)
+    client.staging += chunk
 
 
-@handler("ModuleLoad")
-def module_load(session, fields, tail, tag):
-    state = driver_state(session)
-    if fields["staged"]:
-        image, state.staging = bytes(state.staging), bytearray()
+def module_load(session, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
+    client = session.client
+    if msg.staged:
+        image, client.staging = bytes(client.staging), bytearray()
     else:
-        image = bytes(tail)
-    if len(image) != fields["size"]:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"module image of {fields['size']} bytes arrived "
-                                                    f"with {len(image)}")
-    module = state.modules.load(image)
-    session.reply("ModuleLoadReply", tag, module=module.module_id)
+        image = bytes(msg.tail)
+    if len(image) != msg.size:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"module image of {msg.size} bytes arrived with {len(image)}")
+    return ModuleLoadReply(client.modules.load(image).module_id)
 
 
-@handler("ModuleUnload")
-def module_unload(session, fields, tail, tag):
-    state = driver_state(session)
-    module = state.modules.detach(fields["module"])
+def module_unload(session, msg: ModuleUnload, tag: int):
+    client = session.client
+    module = client.modules.detach(msg.module)
 
     def unload_when_idle() -> None:
         # Launches of the module may still be queued (a best-effort job's are held
         # back by the scheduler): they run on its code and globals first, as on CUDA.
-        drain_quietly(state, state.streams.keys())
-        state.modules.release(module)
-        if tag:
-            session.reply("Done", tag)
+        drain_quietly(client, client.streams.keys())
+        client.modules.release(module)
 
-    state.blocking.run(tag, unload_when_idle)
-
-
-def _name(tail) -> str:
-    try:
-        name = bytes(tail).decode()
-    except UnicodeDecodeError:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, "symbol name is not UTF-8") from None
-    if not name or "\0" in name:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad symbol name {name!r}")
-    return name
+    client.blocking.run(tag, unload_when_idle)
+    return ANSWERS_ITSELF
 
 
-@handler("GetFunction")
-def get_function(session, fields, tail, tag):
-    state = driver_state(session)
-    fn = state.modules.function(fields["module"], _name(tail))
+def get_function(session, msg: GetFunction, tag: int) -> FunctionReply:
+    fn = session.client.modules.function(msg.module, name_in_tail(msg.tail))
     params = fn.params
     layout = b"".join(PARAM_SLOT.pack(p.offset, p.size) for p in params)
     total = max((p.offset + p.size for p in params), default=0)
     attributes = function_attributes(session.backend, fn)
     assert len(attributes) == FUNC_ATTRIBUTE_SLOTS
-    session.reply("FunctionReply", tag, layout, function=fn.function_id, param_count=len(params),
-                  param_total=total, attributes=attributes)
+    return FunctionReply(function=fn.function_id, param_count=len(params), param_total=total,
+                         attributes=tuple(attributes), tail=layout)
 
 
-@handler("GetGlobal")
-def get_global(session, fields, tail, tag):
-    ptr, size = driver_state(session).modules.global_variable(fields["module"], _name(tail))
-    session.reply("GlobalReply", tag, dptr=ptr, size=size)
+def get_global(session, msg: GetGlobal, tag: int) -> GlobalReply:
+    ptr, size = session.client.modules.global_variable(msg.module, name_in_tail(msg.tail))
+    return GlobalReply(dptr=ptr, size=size)
+
+
+HANDLERS = {
+    StageBytes: stage_bytes,
+    ModuleLoad: module_load,
+    ModuleUnload: module_unload,
+    GetFunction: get_function,
+    GetGlobal: get_global,
+}

@@ -1,0 +1,129 @@
+"""A job's link states for the JIT linker (cuLinkCreate/AddData/AddFile/Complete/Destroy).
+
+Why the server links, not the client: linking PTX means parsing it, resolving
+symbols across modules and printing the result, which is what ptx_passes (the
+parser, IR and printer the server already runs for every module it loads) does;
+the inputs may be fatbins or host objects that need the fatbin reader and the
+device's compute capability to pick their PTX, both of which live here too. The
+client keeps only what the application sees (option pointers, log buffers, the
+image it hands back). The linked image is NUL-terminated PTX: cuModuleLoadData
+and cuLibraryLoadData accept it like any other PTX, on every backend (the cuda
+backend's driver JIT-compiles it, the emulator runs it).
+
+Each input is read when it is added (as the driver compiles PTX at cuLinkAddData),
+so a bad input fails there with a message; cuLinkComplete links what was added
+and answers with a LinkReply whose status and logs the client passes on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ptx_passes.errors import PtxParseError
+from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
+from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
+from tally.protocol.errors import (
+    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_SUCCESS,
+    DeviceError,
+)
+from tally.server.client.modules import MAX_IMAGE_BYTES
+
+# CUjitInputType
+INPUT_CUBIN, INPUT_PTX, INPUT_FATBINARY, INPUT_OBJECT, INPUT_LIBRARY, INPUT_NVVM = range(6)
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    status: int          # CUDA_SUCCESS or why the link failed
+    image: bytes         # NUL-terminated PTX; empty when the link failed
+    info_log: str
+    error_log: str
+
+
+@dataclass
+class LinkState:
+    """One link state's inputs, each read when it is added."""
+
+    inputs: list[LinkInput] = field(default_factory=list)
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)    # inputs left out, and why (the info log)
+
+    def add(self, name: str, kind: int, data: bytes, compute_capability: tuple[int, int]) -> None:
+        """Read one input (a CUjitInputType `kind`); DeviceError says why it cannot be linked."""
+        if self.bytes + len(data) > MAX_IMAGE_BYTES:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
+        try:
+            text = input_ptx(kind, data, name, compute_capability)
+        except NothingForThisDevice as e:
+            # Not an error unless the program needs its symbols: cuLinkComplete then names them.
+            self.notes.append(str(e))
+        else:
+            try:
+                self.inputs.append(read_link_input(name, text))
+            except PtxParseError as e:
+                raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
+        self.bytes += len(data)
+
+    def complete(self, verbose: bool) -> LinkResult:
+        """Link what was added (cuLinkComplete); a failed link is a result, not an exception."""
+        started = time.monotonic()
+        try:
+            linked = link_inputs(self.inputs, verbose)
+        except LinkError as e:
+            return LinkResult(CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *self.notes]))
+        info = [*self.notes, *linked.log]
+        if verbose:
+            info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
+        return LinkResult(CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
+
+
+class NothingForThisDevice(Exception):
+    """A fatbin whose code for this device is SASS only: its PTX is for a newer
+    architecture. nvcc links the device runtime (cudadevrt: cubins for sm_75..sm_121,
+    PTX for compute_121 only) into every -rdc program; a driver uses its sm_90 cubin,
+    a PTX-only device can use none of it, and the program needs it only if it calls it."""
+
+
+def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, int]) -> str:
+    """The PTX an input contributes: PTX itself, or the PTX of a fatbin / host object
+    closest to the device (never newer than it: a driver does not JIT PTX for a newer
+    architecture). Raises NothingForThisDevice for a fatbin with only SASS that fits the
+    device, DeviceError saying why for an input with nothing usable."""
+    if kind == INPUT_PTX:
+        try:
+            return data.rstrip(b"\0").decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: PTX input is not UTF-8 text ({e})") from None
+    if kind in (INPUT_FATBINARY, INPUT_OBJECT, INPUT_CUBIN):
+        device_arch = compute_capability[0] * 10 + compute_capability[1]
+        try:
+            entries = read_fatbin_entries(data)
+            fitting = [e for e in entries if e.kind == "ptx" and e.arch <= device_arch]
+            ptx = ptx_of(fitting, prefer_arch=device_arch)
+            cubins = cubins_of(entries)
+        except FatbinError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"{name}: input not understood: {e}") from None
+        if ptx is not None:
+            return ptx
+        newer = sorted({e.arch for e in entries if e.kind == "ptx"})
+        if newer and any(a // 10 == compute_capability[0] and a <= device_arch for a in cubins):
+            raise NothingForThisDevice(
+                f"{name}: left out: its code for this device (compute capability {compute_capability[0]}."
+                f"{compute_capability[1]}) is SASS only, which tally links no further, and its PTX is for "
+                f"{', '.join(f'compute_{a}' for a in newer)}, newer than the device")
+        archs = ", ".join(f"sm_{a}" for a in cubins) or "none"
+        raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU,
+                          f"{name}: holds no PTX (cubins: {archs}); tally's linker links PTX: build the input with "
+                          "PTX (e.g. nvcc -gencode arch=compute_80,code=compute_80)")
+    if kind == INPUT_LIBRARY:
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: static libraries (CU_JIT_INPUT_LIBRARY) are not linked "
+                                                    "by tally; add the PTX or fatbins of its members instead")
+    if kind == INPUT_NVVM:
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally; "
+                                                    "compile it to PTX first")
+    raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: unknown CUjitInputType {kind}")
