@@ -45,6 +45,7 @@ from tally.server.handlers import HANDLERS
 
 log = logging.getLogger("tally.server")
 
+DONE = Done()
 STDERR_CHUNK = 16 << 10     # well under the completion ring's record limit
 # Errors after which the job's context is unusable (a GPU's sticky errors; the emulator
 # keeps its other faults to the failing launch).
@@ -167,12 +168,8 @@ class Session:
         """Answer a request by what its handler (or its blocking work) returned
         (tally/server/dispatch.py): a reply message, None for Done, or
         ANSWERS_ITSELF (answered elsewhere). Asynchronous requests (tag 0) get nothing."""
-        if not tag or result is ANSWERS_ITSELF:
-            return
-        if result is None:
-            self.push_completion(Done.KIND, tag, b"")
-        else:
-            self.push_completion(result.KIND, tag, result.encode())
+        if tag and result is not ANSWERS_ITSELF:
+            self.reply(tag, DONE if result is None else result)
 
     def reply_error(self, tag: int, error: DeviceError) -> None:
         if error.stderr:
