@@ -1,4 +1,4 @@
-"""The server side of the driver API (tally/server/driver), spoken to over the
+"""The server side of the driver API (tally/server/handlers), spoken to over the
 wire protocol from Python against a real tally-server with the emulator
 backend: error paths a C program reaches only with effort, pinned regions, and
 the stream rules (host functions holding a stream, the legacy default stream

@@ -1,4 +1,4 @@
-"""Which code of a module image the device runs (tally/server/driver/code_choice.py):
+"""Which code of a module image the device runs (tally/server/client/code_choice.py):
 the driver's rules, checked on fatbin entries built here and on nvcc's output."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from ptx_passes.fatbin import FatbinEntry
 from tally.backends.base import DeviceDescription
 from tally.protocol.errors import CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION, DeviceError
 from tally.backends.emulator import EmulatorBackend
-from tally.server.driver.code_choice import choose_code, module_source
-from tally.server.driver.module_registry import ModuleRegistry
+from tally.server.client.code_choice import choose_code, module_source
+from tally.server.client.modules import ModuleRegistry
 
 
 def device(major: int, minor: int, driver_version: int = 13000) -> DeviceDescription:

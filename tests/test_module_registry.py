@@ -8,7 +8,7 @@ from ptx_corpus import compile_ptx
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_PTX, DeviceError
 from tally.backends.null import NullBackend
-from tally.server.driver.module_registry import ModuleRegistry
+from tally.server.client.modules import ModuleRegistry
 from tally.backends.ptx_variants import PtxVariantProvider
 
 CORPUS = Path(__file__).parent / "cuda" / "corpus"

@@ -1,7 +1,7 @@
 import pytest
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
-from tally.server.ownership import Allocations
+from tally.server.client.memory import Allocations
 
 
 def test_ranges_inside_an_allocation_are_owned():

@@ -15,7 +15,7 @@ from tally.scheduler import Launch, MemcpyDtoH, MemcpyHtoD, StreamExecutor, make
 from tally.scheduler.profiler import TransparentProfiler
 
 import tally.backends.emulator as emulator  # noqa: E402
-from tally.server.driver.module_registry import ModuleRegistry  # noqa: E402
+from tally.server.client.modules import ModuleRegistry  # noqa: E402
 from tally.backends.ptx_variants import PtxVariantProvider  # noqa: E402
 
 N, BLOCK = 65536, 128                # saxpy: one element per thread, 512 blocks

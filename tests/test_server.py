@@ -8,7 +8,8 @@ import time
 import pytest
 
 from tally import protocol
-from tally.cli.server_main import query_status
+from tally.cli.server_main import format_status, query_status
+from tally.server.status import ServerStatus
 from server_harness import PyClient, ServerProcess
 
 
@@ -77,6 +78,31 @@ def test_status_lists_clients_with_priority_and_counters(server):
                           str(server.socket_path)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "infer" in out.stdout and "best-effort" in out.stdout
     hp.close()
+    be.close()
+
+
+def test_status_record_reads_back_the_json_it_was_sent_as(server):
+    be = PyClient(server.socket_path, priority=protocol.Priority.BEST_EFFORT, quota=1 << 30, program="train")
+    assert be.call("MemAlloc", bytes=4096)[0] == "MemAllocReply"
+    status = query_status(server.socket_path)
+    # The keys tools, tests and the cluster layer read.
+    assert list(status) == ["server", "clients"]
+    assert list(status["server"]) == [
+        "pid", "socket", "backend", "device", "device_name", "compute_capability", "driver_version", "policy",
+        "be_transform", "scheduler", "uptime_s", "memory_free", "memory_total", "protocol_version",
+        "dropped_connections", "clients_leaving"]
+    assert list(status["clients"][0]) == [
+        "client_id", "pid", "program", "priority", "connected_s", "memory_used", "memory_peak", "memory_quota",
+        "allocations", "requests", "sync_requests", "errors", "protocol_errors", "requests_by_kind"]
+    record = ServerStatus.from_json(status)
+    assert record.to_json() == status
+    (client,) = record.clients
+    assert client.priority is protocol.Priority.BEST_EFFORT
+    assert (client.program, client.memory_used, client.memory_quota, client.allocations) == ("train", 4096, 1 << 30, 1)
+    assert client.requests_by_kind == {"MemAlloc": 1}
+    assert record.backend == "null" and record.memory_total - record.memory_free == 4096
+    table = format_status(record)
+    assert "best-effort" in table and "train" in table and f"socket {server.socket_path}" in table
     be.close()
 
 

@@ -20,9 +20,8 @@ from e2e_helpers import Server, emulator_server_process, idle
 
 from tally import protocol
 from tally.protocol import spec
-from tally.server.dispatch import HANDLERS, load_handlers
+from tally.server.handlers import HANDLERS
 
-load_handlers()
 # Goodbye ends the session on purpose; everything else must leave it usable.
 KINDS = sorted(protocol.BY_KIND[k].message.name for k in HANDLERS if protocol.BY_KIND[k].message.name != "Goodbye")
 HOST_FUNC_READY = protocol.codec("HostFuncReady").kind

@@ -1,4 +1,4 @@
-"""What each kind of linker input contributes on the server (tally/server/driver/
+"""What each kind of linker input contributes on the server (tally/server/client/
 linker.py): PTX as is, a fatbin's PTX closest to the device, and a clear refusal
 for inputs tally cannot link."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_SUPPORTED,
     DeviceError,
 )
-from tally.server.driver.linker import (
+from tally.server.client.linker import (
     INPUT_CUBIN,
     INPUT_FATBINARY,
     INPUT_LIBRARY,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tally.cli import commands
 from tally.cli.server_main import format_status, query_status
+from tally.server.status import ServerStatus
 
 SAMPLE_S = 0.05
 
@@ -70,7 +71,7 @@ class ServerWatch:
         while time.monotonic() < deadline and until.process.poll() is None:
             status = query_status(self.socket)
             if len(status["clients"]) >= clients:
-                return format_status(status)
+                return format_status(ServerStatus.from_json(status))
             time.sleep(0.01)
         return None
 

@@ -19,6 +19,8 @@ import msgpack
 from tally import paths, protocol
 from tally.backends.registry import CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend
 from tally.protocol.framing import recv_record, send_record
+from tally.protocol.messages_generated import StatusReply, StatusRequest
+from tally.server.status import ServerStatus
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
 
@@ -133,16 +135,17 @@ def serve_main(argv: list[str]) -> int:
 
 
 def query_status(socket_path, timeout: float = 2.0) -> dict:
-    """Ask a running server for its status; raises OSError/ConnectionError when none answers."""
+    """Ask a running server for its status, as JSON (tally/server/status.py:
+    ServerStatus.from_json reads it); raises OSError/ConnectionError when none answers."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(str(socket_path))
-        send_record(sock, protocol.codec("StatusRequest").kind, b"", tag=1)
+        send_record(sock, StatusRequest.KIND, StatusRequest().encode(), tag=1)
         kind, _tag, payload = recv_record(sock)
-        if kind != protocol.codec("StatusReply").kind:
+        if kind != StatusReply.KIND:
             raise ConnectionError(f"unexpected reply kind {kind}")
-        return msgpack.unpackb(payload, strict_map_key=False)
+        return msgpack.unpackb(StatusReply.decode(payload).tail, strict_map_key=False)
     finally:
         sock.close()
 
@@ -156,7 +159,7 @@ def status_main(argv: list[str]) -> int:
         print(f"tally-server status: no tally-server answers on {socket_path} ({e}). "
               f"Start one with: tally-server --socket {socket_path}", file=sys.stderr)
         return 1
-    text = json.dumps(status, indent=2) if args.json else format_status(status)
+    text = json.dumps(status, indent=2) if args.json else format_status(ServerStatus.from_json(status))
     try:
         print(text, flush=True)
     except BrokenPipeError:
@@ -166,23 +169,22 @@ def status_main(argv: list[str]) -> int:
     return 0
 
 
-def format_status(status: dict) -> str:
-    s = status["server"]
+def format_status(s: ServerStatus) -> str:
     lines = [
-        f"server   pid {s['pid']}  socket {s['socket']}  backend {s['backend']}  policy {s['policy']}",
-        f"device   {s['device']}: {s['device_name']}  compute capability {s['compute_capability']}  "
-        f"CUDA {s['driver_version'] // 1000}.{s['driver_version'] % 1000 // 10}  "
-        f"memory {_gib(s['memory_total'] - s['memory_free'])} "
-        f"used of {_gib(s['memory_total'])}  uptime {s['uptime_s']:.0f} s",
-        f"clients  {len(status['clients'])}",
+        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}",
+        f"device   {s.device}: {s.device_name}  compute capability {s.compute_capability}  "
+        f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
+        f"memory {_gib(s.memory_total - s.memory_free)} "
+        f"used of {_gib(s.memory_total)}  uptime {s.uptime_s:.0f} s",
+        f"clients  {len(s.clients)}",
     ]
-    if status["clients"]:
+    if s.clients:
         lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} "
                      f"{'requests':>10} {'errors':>7}  program")
-        for c in status["clients"]:
-            quota = _gib(c["memory_quota"]) if c["memory_quota"] is not None else "-"
-            lines.append(f"  {c['client_id']:>4} {c['pid']:>8} {c['priority']:<12} {_gib(c['memory_used']):>10} "
-                         f"{quota:>10} {c['requests']:>10} {c['errors']:>7}  {c['program']}")
+        for c in s.clients:
+            quota = _gib(c.memory_quota) if c.memory_quota is not None else "-"
+            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} "
+                         f"{_gib(c.memory_used):>10} {quota:>10} {c.requests:>10} {c.errors:>7}  {c.program}")
     return "\n".join(lines)
 
 

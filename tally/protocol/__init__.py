@@ -1,18 +1,22 @@
-"""Python codecs for the wire protocol, built from tally.protocol.spec."""
+"""The wire protocol in Python, built from tally.protocol.spec.
+
+The server reads and writes records through the typed messages of
+`tally.protocol.messages_generated` (one frozen dataclass per message, generated
+by tools/gen_protocol.py). `Codec` is the same protocol seen as dictionaries, for
+tools and tests that build records field by field (padding included) from the
+spec.
+"""
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from . import spec
+from . import messages_generated, spec
+from .errors import ProtocolError  # noqa: F401  (re-exported)
 from .spec import PROTOCOL_VERSION, SEGMENT_MAGIC  # noqa: F401  (re-exported)
 
 RECORD_HEADER = struct.Struct("<IIQ")  # kind, payload size, tag
-
-
-class ProtocolError(Exception):
-    """A record that does not follow the protocol (bad kind, bad size, bad field)."""
 
 
 def _make_enum(e: spec.Enum) -> type[IntEnum]:
@@ -22,18 +26,32 @@ def _make_enum(e: spec.Enum) -> type[IntEnum]:
 Priority = _make_enum(next(e for e in spec.ENUMS if e.name == "Priority"))
 HandshakeStatus = _make_enum(next(e for e in spec.ENUMS if e.name == "HandshakeStatus"))
 
+# How people spell a priority: `tally-run --priority`, `tally-server status` and its JSON.
+# Inside the server a priority is always a Priority.
+PRIORITY_NAMES = {Priority.HIGH: "high", Priority.BEST_EFFORT: "best-effort"}
+
+
+def priority_name(priority: Priority) -> str:
+    return PRIORITY_NAMES[priority]
+
+
+def parse_priority(name: str) -> Priority:
+    for priority, text in PRIORITY_NAMES.items():
+        if text == name:
+            return priority
+    raise ValueError(f"unknown priority {name!r} (expected {' or '.join(PRIORITY_NAMES.values())})")
+
 
 @dataclass(frozen=True)
 class Codec:
-    """Encoder/decoder for one message kind."""
+    """One message kind as dictionaries: `pack(tail, **fields)` builds a payload
+    from any field values (padding too, which tests use to send arbitrary bytes);
+    `unpack(payload)` decodes through the message's class."""
 
     message: spec.Message
     struct: struct.Struct
-    names: tuple[str, ...]
-    # Where each field's value sits in struct.unpack's tuple: (name, index, end);
-    # end is None for a single value, else the field is raw[index:end]. Computed
-    # once, so decoding (once per request: the server's hot path) is one pass.
-    plan: tuple[tuple[str, int, int | None], ...] = ()
+    type: type                   # the message's class in messages_generated
+    names: tuple[str, ...]       # the class's fields (no padding, no tail)
 
     @property
     def kind(self) -> int:
@@ -61,15 +79,9 @@ class Codec:
 
     def unpack(self, payload) -> tuple[dict, memoryview]:
         """Returns (fields, tail). Raises ProtocolError when the payload is short."""
-        if len(payload) < self.struct.size:
-            raise ProtocolError(
-                f"{self.message.name}: payload of {len(payload)} bytes, need {self.struct.size}")
-        raw = self.struct.unpack_from(payload, 0)
-        out = {name: raw[i] if end is None else raw[i:end] for name, i, end in self.plan}
-        tail = memoryview(payload)[self.struct.size:]
-        if self.message.tail is None and len(tail):
-            raise ProtocolError(f"{self.message.name}: {len(tail)} unexpected trailing bytes")
-        return out, tail
+        message = self.type.decode(payload)
+        tail = message.tail if self.message.tail is not None else memoryview(b"")
+        return {name: getattr(message, name) for name in self.names}, tail
 
 
 def _is_bytes(f: spec.Field) -> bool:
@@ -84,25 +96,14 @@ def struct_format(message: spec.Message) -> str:
     return fmt
 
 
-def _plan(message: spec.Message) -> tuple[tuple[str, int, int | None], ...]:
-    plan, i = [], 0
-    for f in message.fields:
-        if f.count > 1 and not _is_bytes(f):
-            plan.append((f.name, i, i + f.count))
-            i += f.count
-        else:
-            plan.append((f.name, i, None))
-            i += 1
-    return tuple(plan)
-
-
 def _build() -> dict[str, Codec]:
     codecs = {}
     for m in spec.MESSAGES:
         s = struct.Struct(struct_format(m))
         if s.size % 8:
             raise AssertionError(f"{m.name}: size {s.size} is not a multiple of 8; add padding")
-        codecs[m.name] = Codec(m, s, tuple(f.name for f in m.fields), _plan(m))
+        names = tuple(f.name for f in m.fields if not f.name.startswith("_pad"))
+        codecs[m.name] = Codec(m, s, messages_generated.BY_KIND[m.kind], names)
     kinds = [m.kind for m in spec.MESSAGES]
     if len(set(kinds)) != len(kinds):
         raise AssertionError("duplicate message kinds in tally.protocol.spec")

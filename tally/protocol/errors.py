@@ -1,6 +1,7 @@
 """CUDA error codes (CUresult, as cuda.h numbers them) and the exception that carries
 one: what every layer, from a backend to a handler, raises when a call fails the way
-a driver call would. The job sees exactly this code.
+a driver call would. The job sees exactly this code. And ProtocolError: a record
+that breaks the protocol itself.
 """
 from __future__ import annotations
 
@@ -40,3 +41,7 @@ class DeviceError(Exception):
         self.code = code
         self.message = message
         self.stderr = stderr
+
+
+class ProtocolError(Exception):
+    """A record that does not follow the protocol (bad kind, bad size, bad field)."""

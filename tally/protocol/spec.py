@@ -2,9 +2,10 @@
 
 This module is pure data. `tools/gen_protocol.py` turns it into the C++ header
 csrc/include/tally/protocol_generated.h (used by the server's C++ core and by the
-client library) and `tally.protocol` turns it into Python codecs at import time.
-A test fails when the committed header differs from a fresh generation, so the
-two sides cannot drift.
+client library) and into tally/protocol/messages_generated.py (one frozen
+dataclass per message, which the server decodes requests into). A test fails
+when either committed file differs from a fresh generation, so the sides cannot
+drift.
 
 Layout rules: little-endian, natural alignment, every struct a multiple of 8
 bytes, padding written out as explicit `_pad*` fields so the C++ struct and the
@@ -80,7 +81,7 @@ ENUMS = (
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
 )
 
-# ---- the driver API on the rings (client_preload <-> tally/server/driver) ----------
+# ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
 # Handles: device pointers are the server's real addresses. Streams, events and
 # host-function callbacks are named by ids the client picks (so creating them is
 # fire-and-forget); modules and functions by ids the server returns.
@@ -216,7 +217,7 @@ DRIVER_MESSAGES = (
             (F("dptr", "u64"), F("bytes", "u64"), F("flags", "u32"), F("_pad0", "u32")), tail="shared-memory object name"),
     # The JIT linker (cuLinkComplete; the load of an -rdc program's relocatable device code):
     # the server links the inputs' PTX into one module and sends the image back, which the
-    # job then loads like any other (tally/server/driver/linker.py says why it is done here).
+    # job then loads like any other (tally/server/client/linker.py says why it is done here).
     Message("LinkAdd", 160, "cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id "
             "the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from "
             "the tail or the staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or "

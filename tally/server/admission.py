@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from tally import protocol
+from tally.protocol.messages_generated import Hello
 from tally.units import format_bytes
 
 
@@ -30,25 +31,25 @@ class Admission:
     program: str
 
 
-def admit(hello: dict, total_memory: int) -> Admission:
+def admit(hello: Hello, total_memory: int) -> Admission:
     """The job's admission from its Hello; raises Refused with the reason."""
     bad = protocol.HandshakeStatus.BAD_REQUEST
-    if hello["protocol_version"] != protocol.PROTOCOL_VERSION:
+    if hello.protocol_version != protocol.PROTOCOL_VERSION:
         raise Refused(protocol.HandshakeStatus.VERSION_MISMATCH,
-                      f"protocol version mismatch: client speaks v{hello['protocol_version']}, "
+                      f"protocol version mismatch: client speaks v{hello.protocol_version}, "
                       f"server v{protocol.PROTOCOL_VERSION}; use the tally-run/libcuda.so.1 of the "
                       f"same tally installation as the server")
     try:
-        priority = protocol.Priority(hello["priority"])
+        priority = protocol.Priority(hello.priority)
     except ValueError:
-        raise Refused(bad, f"unknown priority {hello['priority']} (0 = high, 1 = best-effort)") from None
-    if hello["pid"] <= 0:
-        raise Refused(bad, f"pid {hello['pid']} is not a process id")
+        raise Refused(bad, f"unknown priority {hello.priority} (0 = high, 1 = best-effort)") from None
+    if hello.pid <= 0:
+        raise Refused(bad, f"pid {hello.pid} is not a process id")
     return Admission(priority, _quota_bytes(hello, total_memory), _program(hello))
 
 
-def _quota_bytes(hello: dict, total_memory: int) -> int | None:
-    nbytes, percent = hello["memory_quota"], hello["memory_quota_percent"]
+def _quota_bytes(hello: Hello, total_memory: int) -> int | None:
+    nbytes, percent = hello.memory_quota, hello.memory_quota_percent
     bad = protocol.HandshakeStatus.BAD_REQUEST
     if nbytes and percent:
         raise Refused(bad, "memory quota given both in bytes and as a percentage; give one")
@@ -65,7 +66,7 @@ def _quota_bytes(hello: dict, total_memory: int) -> int | None:
     return None
 
 
-def _program(hello: dict) -> str:
-    name = protocol.cstr(hello["program"])
+def _program(hello: Hello) -> str:
+    name = protocol.cstr(hello.program)
     name = "".join(ch if ch.isprintable() else "?" for ch in name)
-    return name or f"pid {hello['pid']}"
+    return name or f"pid {hello.pid}"

@@ -1,62 +1,60 @@
-"""Request handlers, registered by message name.
+"""How a request reaches its handler, and how it is answered.
 
-A handler is a plain function `handler(session, fields, tail, tag)`, where
-`fields` is the decoded fixed part of the message (a dict), `tail` its variable
-bytes (memoryview) and `tag` the request's tag. It answers by calling
-`session.reply(...)` (synchronous calls) or returns without replying
-(asynchronous calls). It signals failure by raising DeviceError (the job sees
-that CUresult) or ProtocolError (the message itself was bad).
+The session thread decodes each request into its typed message (one frozen
+dataclass per message kind, tally/protocol/messages_generated.py) and calls the
+handler that `tally.server.handlers.HANDLERS` lists for that kind:
 
-Handlers live in modules beside their concept (tally/server/handlers_*.py and
-tally/server/driver/*.py) and register with the decorator:
+    def mem_alloc(session, msg: MemAlloc, tag: int) -> MemAllocReply: ...
 
-    @handler("MemAlloc")
-    def mem_alloc(session, fields, tail, tag): ...
+`session` is the client's Session (its state: `session.client`), `msg` the
+request (`msg.bytes`, `msg.stream`, `msg.tail`...), `tag` the request's tag (0:
+asynchronous). What the handler returns decides the answer:
 
-`load_handlers()` imports every handler module once; the registry is a plain
-dict (no reflection beyond the decorator).
+- None: the request is done; a synchronous request gets Done.
+- a reply message (MemAllocReply(dptr=...)): sent to a synchronous request.
+- ANSWERS_ITSELF: the handler answers the request itself, no automatic Done:
+  it handed the rest of its work to the session's blocking pool, which sends
+  the answer (or the Error) once what it waits for is done (synchronization,
+  frees that wait for queued work...), or the request gets no answer at all
+  (Goodbye).
+
+Asynchronous requests are never answered. A handler signals failure by raising
+DeviceError (the job sees that CUresult) or ProtocolError (the message itself
+was bad); the session turns either into the Error record of a synchronous
+request or the deferred error of an asynchronous one.
+
+Where things are: tally/server/handlers/<concept>.py holds the handlers of one
+driver concept (memory, copies, host_memory, managed_memory, virtual_memory,
+ipc, streams, events, host_functions, sync, modules, linker, launch,
+connection), each module listing its own in a HANDLERS table that
+handlers/__init__.py merges. What a job has created through them lives in
+tally/server/client/ (ClientState, made by the session).
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import Callable
+from typing import Any, Callable
 
-from tally import protocol
-
-Handler = Callable[["object", dict, memoryview, int], None]
-
-HANDLERS: dict[int, tuple[protocol.Codec, Handler]] = {}
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 
 
-def handler(message_name: str) -> Callable[[Handler], Handler]:
-    codec = protocol.codec(message_name)
-
-    def register(fn: Handler) -> Handler:
-        if codec.kind in HANDLERS:
-            raise AssertionError(f"two handlers for {message_name}")
-        HANDLERS[codec.kind] = (codec, fn)
-        return fn
-
-    return register
+class _AnswersItself:
+    def __repr__(self) -> str:
+        return "ANSWERS_ITSELF"
 
 
-_HANDLER_PACKAGES = ("tally.server.handlers", "tally.server.driver")
-_loaded = False
+ANSWERS_ITSELF = _AnswersItself()
+
+# handler(session, message, tag) -> None | reply message | ANSWERS_ITSELF
+Handler = Callable[[Any, Any, int], Any]
 
 
-def load_handlers() -> None:
-    """Import every module of the handler packages (idempotent)."""
-    global _loaded
-    if _loaded:
-        return
-    for package_name in _HANDLER_PACKAGES:
-        try:
-            package = importlib.import_module(package_name)
-        except ModuleNotFoundError as e:
-            if e.name == package_name:
-                continue
-            raise
-        for info in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package_name}.{info.name}")
-    _loaded = True
+def name_in_tail(tail) -> str:
+    """A name a request carries as its tail (a kernel or variable name, a
+    shared-memory object's name): UTF-8, not empty, no NUL."""
+    try:
+        name = bytes(tail).decode()
+    except UnicodeDecodeError:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, "symbol name is not UTF-8") from None
+    if not name or "\0" in name:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad symbol name {name!r}")
+    return name

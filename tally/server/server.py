@@ -25,21 +25,21 @@ import msgpack
 from tally import _core, protocol
 from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
+from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
+from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.admission import Refused, admit
-from tally.server.dispatch import load_handlers
-from tally.server.ipc import IpcRegistry
+from tally.server.ipc_registry import IpcRegistry
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
+from tally.server.status import ServerStatus, server_status
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-HELLO = protocol.codec("Hello")
-HELLO_REPLY = protocol.codec("HelloReply")
-DEVICE_INFO = protocol.codec("DeviceInfo")
-STATUS_REPLY = protocol.codec("StatusReply")
+# The executor's name for each scheduling class.
+SCHEDULING_CLASS = {protocol.Priority.HIGH: HIGH, protocol.Priority.BEST_EFFORT: BEST_EFFORT}
 
 
 @dataclass
@@ -103,7 +103,6 @@ class TallyServer:
         self._listener: socket.socket | None = None
         self.started_at = time.time()
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
-        load_handlers()
 
     # ---- socket ----------------------------------------------------------------
 
@@ -201,10 +200,10 @@ class TallyServer:
         conn.settimeout(self.config.handshake_timeout_s)
         try:
             kind, tag, payload = recv_record(conn)
-            if kind == HELLO.kind:
+            if kind == Hello.KIND:
                 self._handshake(conn, payload)
-            elif kind == protocol.codec("StatusRequest").kind:
-                send_record(conn, STATUS_REPLY.kind, STATUS_REPLY.pack(msgpack.packb(self.status())), tag)
+            elif kind == StatusRequest.KIND:
+                send_record(conn, StatusReply.KIND, StatusReply(msgpack.packb(self.status().to_json())).encode(), tag)
                 conn.close()
             else:
                 raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello or StatusRequest")
@@ -216,19 +215,19 @@ class TallyServer:
 
     def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
         try:
-            send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
-                status=status, protocol_version=protocol.PROTOCOL_VERSION, message=message.encode()[:191]))
+            send_record(conn, HelloReply.KIND, HelloReply(
+                status=status, protocol_version=protocol.PROTOCOL_VERSION, message=message.encode()[:191]).encode())
         finally:
             conn.close()
         level = logging.ERROR if status == protocol.HandshakeStatus.SERVER_ERROR else logging.WARNING
         log.log(level, "refused pid %d: %s", pid, message)
 
     def _handshake(self, conn: socket.socket, payload: bytes) -> None:
-        hello, _ = HELLO.unpack(payload)
+        hello = Hello.decode(payload)
         try:
             admission = admit(hello, self.description.total_memory)
         except Refused as e:
-            self._refuse(conn, e.status, e.message, hello["pid"])
+            self._refuse(conn, e.status, e.message, hello.pid)
             return
         client_id = next(self._client_ids)
         name = f"{segment_prefix()}{client_id}"
@@ -239,25 +238,25 @@ class TallyServer:
         except (_core.TransportError, OSError) as e:
             self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                          f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
-                         hello["pid"])
+                         hello.pid)
             return
         # The job's liveness is its end of this socket, not its pid (which may be in
         # another pid namespace: a container's).
         segment.watch_peer_socket(conn.fileno())
         priority, quota, program = admission.priority, admission.quota_bytes, admission.program
-        session = Session(self, client_id, hello["pid"], priority, program, segment, conn, quota)
+        session = Session(self, client_id, hello.pid, priority, program, segment, conn, quota)
         with self._admit_lock:
             if not self._admitting:
                 segment.unlink()
                 segment.close()
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
-                             "tally-server is shutting down; start the job again once a server runs", hello["pid"])
+                             "tally-server is shutting down; start the job again once a server runs", hello.pid)
                 return
             try:
-                send_record(conn, HELLO_REPLY.kind, HELLO_REPLY.pack(
+                send_record(conn, HelloReply.KIND, HelloReply(
                     status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
-                    client_id=client_id, segment_name=name))
-                send_record(conn, DEVICE_INFO.kind, self._device_info())
+                    client_id=client_id, segment_name=name.encode()).encode())
+                send_record(conn, DeviceInfo.KIND, self._device_info().encode())
             except OSError:
                 segment.unlink()
                 segment.close()
@@ -265,25 +264,25 @@ class TallyServer:
             conn.settimeout(None)
             with self._sessions_lock:
                 self.sessions[client_id] = session
-            self.executor.add_client(client_id, "high" if priority == protocol.Priority.HIGH else "best-effort")
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
             self._selector.register(conn, selectors.EVENT_READ, ("client", session))
-        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello["pid"],
-                 program, priority.name.lower(), "none" if quota is None else format_bytes(quota))
+        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
+                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
 
-    def _device_info(self) -> bytes:
+    def _device_info(self) -> DeviceInfo:
         d = self.description
         attrs = [0] * protocol.spec.ATTRIBUTE_SLOTS
         for attr, value in d.attributes.items():
             if 0 <= attr < len(attrs):
                 attrs[attr] = int(value)
-        return DEVICE_INFO.pack(
+        return DeviceInfo(
             driver_version=d.driver_version, cc_major=d.compute_capability[0],
             cc_minor=d.compute_capability[1], sm_count=d.sm_count, pci_domain=d.pci_domain,
             pci_bus=d.pci_bus, pci_device=d.pci_device, total_memory=d.total_memory,
-            name=d.name.encode()[:255], uuid=d.uuid, attributes=attrs)
+            name=d.name.encode()[:255], uuid=d.uuid, attributes=tuple(attrs))
 
     def _client_socket_readable(self, conn: socket.socket, session: Session) -> None:
         try:
@@ -320,34 +319,11 @@ class TallyServer:
 
     # ---- status --------------------------------------------------------------------
 
-    def status(self) -> dict:
-        d = self.description
-        free, total = self.backend.mem_info()
+    def status(self) -> ServerStatus:
         with self._sessions_lock:
             everyone = list(self.sessions.values())
-        sessions = [s for s in everyone if not s.gone()]
-        return {
-            "server": {
-                "pid": os.getpid(),
-                "socket": str(self.config.socket_path),
-                "backend": self.backend.kind,
-                "device": self.config.device,
-                "device_name": d.name,
-                "compute_capability": "%d.%d" % d.compute_capability,
-                "driver_version": d.driver_version,
-                "policy": self.config.policy,
-                "be_transform": self.config.be_transform,
-                "scheduler": self.executor.counters(),
-                "uptime_s": round(time.time() - self.started_at, 3),
-                "memory_free": free,
-                "memory_total": total,
-                "protocol_version": protocol.PROTOCOL_VERSION,
-                "dropped_connections": self.dropped_connections.snapshot(),
-                # Jobs that have left (so no longer listed) whose release is still under way.
-                "clients_leaving": len(everyone) - len(sessions),
-            },
-            "clients": [s.status() for s in sessions],
-        }
+        attached = [s for s in everyone if not s.gone()]
+        return server_status(self, attached, leaving=len(everyone) - len(attached))
 
 
 def make_variant_provider(backend):

@@ -1,10 +1,12 @@
 """One connected client: its shared segment, its request loop, what it owns.
 
-A session thread drains the client's request ring and runs each request's
-handler. Synchronous requests (tag != 0) always get exactly one answer on the
-completion ring: their reply, or an Error record. Asynchronous requests
-(tag == 0) are never answered; when one fails, its error is kept and returned
-by the client's next synchronizing call, as CUDA does with its deferred errors.
+A session thread drains the client's request ring, decodes each request into
+its typed message and runs its handler (tally/server/dispatch.py: what a handler
+returns decides the answer). Synchronous requests (tag != 0) always get exactly
+one answer on the completion ring: their reply, Done, or an Error record.
+Asynchronous requests (tag == 0) are never answered; when one fails, its error
+is kept and returned by the client's next synchronizing call, as CUDA does with
+its deferred errors. What the job creates lives in `self.client` (ClientState).
 
 A failed device assert (CUDA_ERROR_ASSERT) leaves the job's context unusable, as
 on a GPU: once the job has been told, every later driver request fails with it
@@ -12,8 +14,9 @@ on a GPU: once the job has been told, every later driver request fails with it
 (the assert's message) reaches the job once, right before the error.
 
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
-`close()` runs exactly once and releases everything it owned: device memory,
-driver objects registered with `add_cleanup`, and the shared segment.
+`close()` runs exactly once and releases everything it owned: its ClientState
+(device memory and driver objects), what was registered with `add_cleanup`, and
+the shared segment.
 """
 from __future__ import annotations
 
@@ -27,23 +30,29 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
-from tally.protocol.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN, DeviceError
-from tally.server.dispatch import HANDLERS
+from tally.protocol.errors import (
+    CUDA_ERROR_ASSERT,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_UNKNOWN,
+    DeviceError,
+    ProtocolError,
+)
+from tally.protocol.messages_generated import Done, Error, Goodbye, HostFuncDone, KernelStderr, Notify, Ping
+from tally.server.client.state import ClientState
+from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
-from tally.server.ownership import Allocations
+from tally.server.handlers import HANDLERS
 
 log = logging.getLogger("tally.server")
 
-ERROR = protocol.codec("Error")
-KERNEL_STDERR = protocol.codec("KernelStderr")
+DONE = Done()
 STDERR_CHUNK = 16 << 10     # well under the completion ring's record limit
 # Errors after which the job's context is unusable (a GPU's sticky errors; the emulator
 # keeps its other faults to the failing launch).
 STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 # What a job with an unusable context may still send: keep-alives, its goodbye, and the
 # completion of host functions the device waits for.
-ALLOWED_AFTER_STICKY = frozenset(protocol.codec(name).kind
-                                  for name in ("Ping", "Notify", "Goodbye", "HostFuncDone"))
+ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
 POP_BATCH = 64
 # Bounds how long a session thread sleeps in the ring before noticing a close
 # request from another thread; the ring itself wakes it at once for requests.
@@ -70,7 +79,6 @@ class Session:
         self.program = program
         self.segment = segment
         self.connection = connection          # the handshake socket; its EOF means the client is gone
-        self.allocations = Allocations(quota_bytes)
         self.counters = SessionCounters()
         self.failures = FailureLog(client_id)
         self.current_request = ""              # the request the session thread is handling
@@ -85,6 +93,7 @@ class Session:
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
+        self.client = ClientState(self, quota_bytes)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -111,16 +120,11 @@ class Session:
         self._closing.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
-        for fn in reversed(self._cleanups):
+        for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
             except Exception:  # cleanup must go on: log and continue with the rest
                 log.exception("client %d: cleanup step failed", self.client_id)
-        for ptr, _size in self.allocations.clear():
-            try:
-                self.free_allocation(ptr)
-            except DeviceError as e:
-                log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
             try:
@@ -137,12 +141,6 @@ class Session:
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
-
-    def free_allocation(self, ptr: int) -> None:
-        """Free device memory this client no longer owns, unless another job opened
-        it (IPC): then the last of them to close it frees it."""
-        if self.server.ipc.owner_frees(self.client_id, ptr):
-            self.backend.mem_free(ptr)
 
     @property
     def closed(self) -> bool:
@@ -163,21 +161,26 @@ class Session:
 
     # ---- replies -----------------------------------------------------------------
 
-    def reply(self, message_name: str, tag: int, tail: bytes = b"", **fields) -> None:
-        c = protocol.codec(message_name)
-        self.push_completion(c.kind, tag, c.pack(tail, **fields))
+    def reply(self, tag: int, message) -> None:
+        self.push_completion(message.KIND, tag, message.encode())
+
+    def answer(self, tag: int, result) -> None:
+        """Answer a request by what its handler (or its blocking work) returned
+        (tally/server/dispatch.py): a reply message, None for Done, or
+        ANSWERS_ITSELF (answered elsewhere). Asynchronous requests (tag 0) get nothing."""
+        if tag and result is not ANSWERS_ITSELF:
+            self.reply(tag, DONE if result is None else result)
 
     def reply_error(self, tag: int, error: DeviceError) -> None:
         if error.stderr:
             data, error.stderr = error.stderr.encode(), ""     # once, even if the error is raised again
             for start in range(0, len(data), STDERR_CHUNK):
                 chunk = data[start:start + STDERR_CHUNK]
-                self.push_completion(KERNEL_STDERR.kind, 0, KERNEL_STDERR.pack(chunk))
+                self.push_completion(KernelStderr.KIND, 0, KernelStderr(chunk).encode())
         if error.code in STICKY_CODES and self.sticky_error is None:
             self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
                                                         f"{error.message}")
-        self.push_completion(ERROR.kind, tag,
-                             ERROR.pack(error.message.encode()[:4000], status=error.code))
+        self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
@@ -186,6 +189,21 @@ class Session:
             if self._segment_closed:
                 return
             self.segment.completion_ring.push(kind, tag, payload)
+
+    def take_upload(self, offset: int, nbytes: int) -> bytes:
+        """A copy of an upload-arena chunk, which is released at once (chunks are
+        released in the order the client named them, and it names them in order)."""
+        arena = self.segment.upload
+        if offset + nbytes > arena.capacity:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes} lies outside the arena "
+                                                        f"({arena.capacity} bytes)")
+        try:
+            return bytes(arena.view(offset, nbytes)) if nbytes else b""
+        finally:
+            try:
+                arena.release(offset, nbytes)
+            except _core.CorruptSegment as e:   # a chunk the client never reserved: its own arena's loss
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"upload chunk {offset}+{nbytes}: {e}") from None
 
     def take_deferred_error(self) -> DeviceError | None:
         err, self.deferred_error = self.deferred_error, None
@@ -221,22 +239,23 @@ class Session:
         if tag:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
-        self.current_request = entry[0].message.name if entry is not None else f"kind {kind}"
+        self.current_request = entry[0].__name__ if entry is not None else f"kind {kind}"
         if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
             counters.errors += 1
             self.fail(tag, self.current_request, self.sticky_error)
             return
         try:
             if entry is None:
-                raise protocol.ProtocolError(f"unknown message kind {kind}")
-            codec, fn = entry
-            counters.by_kind[codec.message.name] += 1
-            fields, tail = codec.unpack(payload)
-            fn(self, fields, tail, tag)
+                raise ProtocolError(f"unknown message kind {kind}")
+            message, fn = entry
+            counters.by_kind[self.current_request] += 1
+            result = fn(self, message.decode(payload), tag)
+            if tag:
+                self.answer(tag, result)
         except DeviceError as e:
             counters.errors += 1
             self.fail(tag, self.current_request, e)   # logged at INFO (memory refusals name their limit)
-        except protocol.ProtocolError as e:
+        except ProtocolError as e:
             counters.protocol_errors += 1
             log.warning("client %d sent a bad request: %s", self.client_id, e)
             self.fail(tag, self.current_request, DeviceError(CUDA_ERROR_INVALID_VALUE, f"bad request: {e}"))
@@ -259,24 +278,3 @@ class Session:
         else:
             self.defer_error(self.failures.logged(
                 DeviceError(error.code, f"an earlier asynchronous {request} failed: {error.message}")))
-
-    # ---- status ------------------------------------------------------------------
-
-    def status(self) -> dict:
-        c = self.counters
-        return {
-            "client_id": self.client_id,
-            "pid": self.pid,
-            "program": self.program,
-            "priority": self.priority.name.lower().replace("_", "-"),
-            "connected_s": round(time.time() - self.started_at, 3),
-            "memory_used": self.allocations.used_bytes,
-            "memory_peak": self.allocations.peak_bytes,
-            "memory_quota": self.allocations.quota_bytes,
-            "allocations": len(self.allocations),
-            "requests": c.requests,
-            "sync_requests": c.sync_requests,
-            "errors": c.errors,
-            "protocol_errors": c.protocol_errors,
-            "requests_by_kind": dict(c.by_kind),
-        }

@@ -2,7 +2,7 @@
 cuMemSetAccess): its reservations, its physical handles (counted against its
 quota, as allocations are) and the mappings between them. For the ownership
 checks of copies and memsets, its memory is the accessible mapped bytes of its
-reservations. The driver calls are in tally/server/driver/virtual_memory.py.
+reservations. The driver calls are in tally/server/handlers/virtual_memory.py.
 """
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ class Mapping:
 class VirtualMemory:
     """One client's reservations, physical handles and mappings."""
 
-    def __init__(self, session):
-        self.session = session
-        self.backend = session.backend
+    def __init__(self, backend, allocations, total_memory: int):
+        self.backend = backend
+        self.allocations = allocations          # the client's Allocations: physical handles count there
+        self.total_memory = total_memory
         self.lock = threading.Lock()
         self.reservations: dict[int, int] = {}      # base -> bytes
         self.handles: dict[int, tuple[object, int]] = {}   # client handle -> (backend handle, bytes)
@@ -91,7 +92,7 @@ class VirtualMemory:
         # Address space is shared by every job: one must not reserve it all (the
         # fuzz test did, with 2**40 bytes). PyTorch reserves ~1.125x device memory
         # per stream it allocates on, so a few times device memory is plenty.
-        limit = RESERVE_LIMIT_FACTOR * self.session.server.description.total_memory
+        limit = RESERVE_LIMIT_FACTOR * self.total_memory
         with self.lock:
             reserved = sum(self.reservations.values())
         if reserved + nbytes > limit:
@@ -105,7 +106,7 @@ class VirtualMemory:
 
     def create(self, nbytes: int) -> int:
         _check_granular("physical allocation size", nbytes)
-        allocations = self.session.allocations
+        allocations = self.allocations
         allocations.reserve(nbytes)
         backend_handle = self.backend.vmm_create(nbytes)
         allocations.charge(nbytes)
@@ -127,7 +128,7 @@ class VirtualMemory:
 
     def _give_back(self, found: tuple[object, int]) -> None:
         self.backend.vmm_release(found[0])
-        self.session.allocations.uncharge(found[1])
+        self.allocations.uncharge(found[1])
 
     def map(self, ptr: int, nbytes: int, offset: int, handle: int) -> None:
         _check_granular("mapping size", nbytes)

@@ -11,7 +11,7 @@ import logging
 
 from ptx_passes.cubin_info import CubinError, kernel_info
 from tally.protocol.spec import FUNC_ATTRIBUTE_SLOTS
-from tally.server.driver.module_registry import LoadedFunction
+from tally.server.client.modules import LoadedFunction
 
 log = logging.getLogger("tally.server")
 

@@ -1,4 +1,4 @@
-"""The JIT linker (cuLinkCreate/AddData/AddFile/Complete/Destroy), server side.
+"""A job's link states for the JIT linker (cuLinkCreate/AddData/AddFile/Complete/Destroy).
 
 Why the server links, not the client: linking PTX means parsing it, resolving
 symbols across modules and printing the result, which is what ptx_passes (the
@@ -16,7 +16,6 @@ and answers with a LinkReply whose status and logs the client passes on.
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 
@@ -29,24 +28,58 @@ from tally.protocol.errors import (
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NO_BINARY_FOR_GPU,
     CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_SUCCESS,
     DeviceError,
 )
-from tally.server.dispatch import handler
-from tally.server.driver.modules import MAX_IMAGE_BYTES
-from tally.server.driver.state import driver_state
-
-log = logging.getLogger("tally.server")
+from tally.server.client.modules import MAX_IMAGE_BYTES
 
 # CUjitInputType
 INPUT_CUBIN, INPUT_PTX, INPUT_FATBINARY, INPUT_OBJECT, INPUT_LIBRARY, INPUT_NVVM = range(6)
-CUDA_SUCCESS = 0
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    status: int          # CUDA_SUCCESS or why the link failed
+    image: bytes         # NUL-terminated PTX; empty when the link failed
+    info_log: str
+    error_log: str
 
 
 @dataclass
 class LinkState:
+    """One link state's inputs, each read when it is added."""
+
     inputs: list[LinkInput] = field(default_factory=list)
     bytes: int = 0
     notes: list[str] = field(default_factory=list)    # inputs left out, and why (the info log)
+
+    def add(self, name: str, kind: int, data: bytes, compute_capability: tuple[int, int]) -> None:
+        """Read one input (a CUjitInputType `kind`); DeviceError says why it cannot be linked."""
+        if self.bytes + len(data) > MAX_IMAGE_BYTES:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
+        try:
+            text = input_ptx(kind, data, name, compute_capability)
+        except NothingForThisDevice as e:
+            # Not an error unless the program needs its symbols: cuLinkComplete then names them.
+            self.notes.append(str(e))
+        else:
+            try:
+                self.inputs.append(read_link_input(name, text))
+            except PtxParseError as e:
+                raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
+        self.bytes += len(data)
+
+    def complete(self, verbose: bool) -> LinkResult:
+        """Link what was added (cuLinkComplete); a failed link is a result, not an exception."""
+        started = time.monotonic()
+        try:
+            linked = link_inputs(self.inputs, verbose)
+        except LinkError as e:
+            return LinkResult(CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *self.notes]))
+        info = [*self.notes, *linked.log]
+        if verbose:
+            info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
+        return LinkResult(CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
 
 
 class NothingForThisDevice(Exception):
@@ -94,82 +127,3 @@ def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, 
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally; "
                                                     "compile it to PTX first")
     raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: unknown CUjitInputType {kind}")
-
-
-@handler("LinkAdd")
-def link_add(session, fields, tail, tag):
-    state = driver_state(session)
-    name_size = fields["name_size"]
-    if name_size > len(tail):
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"link input name of {name_size} bytes in a {len(tail)}-byte tail")
-    name = bytes(tail[:name_size]).decode("utf-8", "replace") or f"input {fields['type']}"
-    if fields["staged"]:
-        data, state.staging = bytes(state.staging), bytearray()
-    else:
-        data = bytes(tail[name_size:])
-    if len(data) != fields["size"]:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {fields['size']} bytes arrived "
-                                                    f"with {len(data)}")
-    link = state.links.setdefault(fields["link"], LinkState())
-    if link.bytes + len(data) > MAX_IMAGE_BYTES:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
-    try:
-        text = input_ptx(fields["type"], data, name, session.backend.describe().compute_capability)
-    except NothingForThisDevice as e:
-        # Not an error unless the program needs its symbols: cuLinkComplete then names them.
-        link.notes.append(str(e))
-        link.bytes += len(data)
-        if tag:
-            session.reply("Done", tag)
-        return
-    try:
-        link.inputs.append(read_link_input(name, text))
-    except PtxParseError as e:
-        raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
-    link.bytes += len(data)
-    if tag:
-        session.reply("Done", tag)
-
-
-@handler("LinkComplete")
-def link_complete(session, fields, tail, tag):
-    state = driver_state(session)
-    link = state.links.get(fields["link"], LinkState())
-    verbose = bool(fields["verbose"])
-
-    def complete() -> None:
-        # Off the session thread: a large link takes a while, and the job's other threads go on.
-        started = time.monotonic()
-        try:
-            linked = link_inputs(link.inputs, verbose)
-        except LinkError as e:
-            _reply(session, state, tag, CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *link.notes]))
-            return
-        info = [*link.notes, *linked.log]
-        if verbose:
-            info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
-        _reply(session, state, tag, CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
-
-    state.blocking.run(tag, complete)
-
-
-def _reply(session, state, tag: int, status: int, image: bytes, info: str, error: str) -> None:
-    info_bytes, error_bytes = info.encode(), error.encode()
-    payload = image + info_bytes + error_bytes
-    arena = session.segment.download
-    if len(payload) > arena.capacity:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the linked image ({len(image)} bytes) exceeds the download "
-                                                    f"arena ({arena.capacity} bytes)")
-    with state.download_lock:   # chunks reach the client in the order they were reserved
-        offset = arena.reserve(len(payload)) if payload else 0
-        if payload:
-            arena.view(offset, len(payload))[:] = payload
-        session.reply("LinkReply", tag, status=status, image_size=len(image), info_log_size=len(info_bytes),
-                      error_log_size=len(error_bytes), arena_offset=offset, size=len(payload))
-
-
-@handler("LinkDestroy")
-def link_destroy(session, fields, tail, tag):
-    driver_state(session).links.pop(fields["link"], None)
-    if tag:
-        session.reply("Done", tag)

@@ -3,8 +3,11 @@
 The session thread must keep draining the request ring while a client thread
 waits in cuStreamSynchronize: the work it waits for may be held behind a host
 function whose HostFuncDone arrives on that same ring. So a handler that has to
-wait hands the rest of its work to a small per-session pool and returns; the
-pool thread sends the answer (or the Error record) when the wait is over.
+wait hands the rest of its work to a small per-session pool and returns
+ANSWERS_ITSELF; the pool thread answers when the wait is over, by the rule the
+dispatcher applies to handlers (tally/server/dispatch.py): the work's reply
+message, Done when it returns None, nothing when it returns ANSWERS_ITSELF (it
+answered itself), the Error record when it raises.
 
 A job can die while it waits (killed in cuStreamSynchronize, say): the executor
 then drops its work and the waiting request ends with ClientGone, quietly, with
@@ -33,9 +36,9 @@ class BlockingCalls:
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 
-    def run(self, tag: int, work: Callable[[], None]) -> None:
-        """Run `work` on a pool thread. It answers through session.reply itself;
-        a DeviceError it raises becomes the Error record for `tag` (or the
+    def run(self, tag: int, work: Callable[[], object]) -> None:
+        """Run `work` on a pool thread and answer `tag` with what it returns; a
+        DeviceError it raises becomes the Error record for `tag` (or the
         session's deferred error when tag is 0)."""
         if self._closed:
             return
@@ -51,11 +54,11 @@ class BlockingCalls:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _answer(self, tag: int, request: str, work: Callable[[], None]) -> None:
+    def _answer(self, tag: int, request: str, work: Callable[[], object]) -> None:
         session = self._session
         try:
             try:
-                work()
+                result = work()
             except ClientGone as e:
                 log.debug("client %d is gone; a request it waited on ends unanswered (%s)", session.client_id, e)
             except DeviceError as e:
@@ -64,6 +67,8 @@ class BlockingCalls:
                 log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
                 if tag:
                     session.reply_error(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+            else:
+                session.answer(tag, result)
         except Exception:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ptx_passes.variants import VariantsResult
 from tally.scheduler.variants import PTBVariant, SlicedVariant
-from tally.server.driver.code_choice import module_source
+from tally.server.client.code_choice import module_source
 from tally.backends.base import KernelParam, ModuleSource
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
@@ -30,6 +30,9 @@ from tally.protocol.errors import (
 )
 
 log = logging.getLogger("tally.server")
+
+# A module image (or a link's inputs) is held in memory while it loads; beyond this a client is confused.
+MAX_IMAGE_BYTES = 1 << 30
 
 
 @dataclass(eq=False)

@@ -17,28 +17,28 @@ from __future__ import annotations
 import os
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-from tally.server.dispatch import handler
-from tally.server.driver.modules import _name
-from tally.server.driver.state import driver_state
+from tally.protocol.messages_generated import MemAllocManaged
+from tally.server.dispatch import name_in_tail
 
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_MEM_ATTACH_HOST = 0x2
 
 
-@handler("MemAllocManaged")
-def mem_alloc_managed(session, fields, tail, tag):
-    address, nbytes, flags = fields["dptr"], fields["bytes"], fields["flags"]
+def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
+    client = session.client
+    address, nbytes, flags = msg.dptr, msg.bytes, msg.flags
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
     if flags not in (CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"managed memory flags must be CU_MEM_ATTACH_GLOBAL or "
                                                     f"CU_MEM_ATTACH_HOST, not {flags:#x}")
-    session.allocations.reserve(nbytes)
-    fd = driver_state(session).regions.open_object(_name(tail), nbytes)
+    client.allocations.reserve(nbytes)
+    fd = client.regions.open_object(name_in_tail(msg.tail), nbytes)
     try:
         session.backend.managed_alloc(address, nbytes, fd)
     finally:
         os.close(fd)                     # the backend holds its own mapping
-    session.allocations.add(address, nbytes)
-    if tag:
-        session.reply("Done", tag)
+    client.allocations.add(address, nbytes)
+
+
+HANDLERS = {MemAllocManaged: mem_alloc_managed}

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import threading
 
-from tally import protocol
+from tally.protocol.messages_generated import HostFuncReady
 from tally.scheduler.ops import GatedCallback, HostGate
-
-HOST_FUNC_READY = protocol.codec("HostFuncReady")
 
 
 class HostFunctions:
@@ -43,7 +41,7 @@ class HostFunctions:
             if session.closed:
                 return
             try:
-                session.push_completion(HOST_FUNC_READY.kind, 0, HOST_FUNC_READY.pack(callback=callback_id))
+                session.push_completion(HostFuncReady.KIND, 0, HostFuncReady(callback_id).encode())
             except Exception:  # noqa: BLE001
                 pass   # the client is gone; release_all opens the gate
 

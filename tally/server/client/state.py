@@ -1,0 +1,101 @@
+"""Everything one job has created through the driver API, and the checks every
+handler needs (pointer ownership, ids that name the job's own objects).
+
+Its Session makes one ClientState when the job attaches and closes it when the
+job goes, before the session's other cleanups: first what may wait on the gone
+job, then its work on the device, and only then what that work may still touch.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from tally.protocol import Priority
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.server.client.blocking import BlockingCalls
+from tally.server.client.events import EventTable
+from tally.server.client.host_functions import HostFunctions
+from tally.server.client.host_memory import PinnedRegions
+from tally.server.client.ipc import OpenedAllocations
+from tally.server.client.linker import LinkState
+from tally.server.client.memory import Allocations
+from tally.server.client.modules import ModuleRegistry
+from tally.server.client.streams import StreamTable
+from tally.server.client.virtual_memory import VirtualMemory
+
+log = logging.getLogger("tally.server")
+
+
+class ClientState:
+    def __init__(self, session, quota_bytes: int | None):
+        server = session.server
+        self.session = session
+        self.executor = server.executor
+        self.backend = session.backend
+        self.client_id = session.client_id
+        self.allocations = Allocations(quota_bytes)
+        self.blocking = BlockingCalls(session)
+        self.streams = StreamTable(self.executor, session.client_id)
+        # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
+        transform = session.priority == Priority.BEST_EFFORT
+        self.modules = ModuleRegistry(session.backend, server.variants if transform else None)
+        self.regions = PinnedRegions(session.pid, session.backend)
+        self.host_functions = HostFunctions(session)
+        self.events = EventTable(self.executor, session.client_id)
+        self.staging = bytearray()                  # StageBytes accumulates module images here
+        self.links: dict[int, LinkState] = {}       # client link-state id -> its inputs (cuLink*)
+        self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
+        self.output_lock = threading.Lock()
+        self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
+        self.vmm = VirtualMemory(session.backend, self.allocations, server.description.total_memory)
+        self.opened = OpenedAllocations(server.ipc, session.client_id, session.backend)
+        self._ipc = server.ipc
+        self._retire = server.retire_client
+
+    def close(self) -> None:
+        # First free everything that may wait on the gone client (held host functions,
+        # pending blocking calls), then let the executor finish or stop the client's
+        # work on the device, and only then free what that work may still touch:
+        # pinned regions, events, modules (their globals), memory.
+        self.host_functions.release_all()
+        self.blocking.close()
+        self._retire(self.client_id)
+        self.regions.clear()
+        self.vmm.clear()
+        self.opened.clear()
+        self.events.clear()
+        self._ipc.forget_events_of(self.client_id)
+        self.modules.clear()
+        for ptr, _size in self.allocations.clear():
+            try:
+                self.free_allocation(ptr)
+            except DeviceError as e:
+                log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
+
+    def free_allocation(self, ptr: int) -> None:
+        """Free device memory this client no longer owns, unless another job opened
+        it (IPC): then the last of them to close it frees it."""
+        if self._ipc.owner_frees(self.client_id, ptr):
+            self.backend.mem_free(ptr)
+
+    def take_allocation(self, ptr: int) -> int:
+        """Forget the allocation at ptr (so no later request may name it); its size."""
+        found = self.allocations.find(ptr)
+        if found is None or found[0] != ptr:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"0x{ptr:x} is not the start of an allocation of this client")
+        return self.allocations.remove(ptr)
+
+    # ---- checks ------------------------------------------------------------------------
+
+    def check_device_range(self, ptr: int, nbytes: int, what: str) -> None:
+        """INVALID_VALUE unless [ptr, ptr+nbytes) is this client's memory: one of
+        its allocations, a global variable of one of its modules, accessible
+        mapped virtual memory, or another job's allocation it opened (IPC)."""
+        if self.allocations.find(ptr) is not None:
+            self.allocations.check_range(ptr, nbytes, what)
+            return
+        if not self.modules.global_contains(ptr, nbytes) and not self.vmm.contains(ptr, nbytes) \
+                and not self.opened.contains(ptr, nbytes):
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")

@@ -1,0 +1,83 @@
+"""Events: created under ids the client picks, recorded and waited on in stream
+order through the executor (tally/server/client/events.py holds a client's)."""
+from __future__ import annotations
+
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_READY, DeviceError
+from tally.protocol.messages_generated import (
+    ElapsedTimeReply,
+    EventCreate,
+    EventDestroy,
+    EventElapsedTime,
+    EventQuery,
+    EventRecord,
+    EventSynchronize,
+    StreamWaitEvent,
+)
+from tally.scheduler import ops
+from tally.server.client.sync import forward_kernel_output
+from tally.server.dispatch import ANSWERS_ITSELF
+
+CU_EVENT_DISABLE_TIMING = 0x2
+
+
+def event_create(session, msg: EventCreate, tag: int) -> None:
+    session.client.events.create(msg.event, timing=not msg.flags & CU_EVENT_DISABLE_TIMING)
+
+
+def event_destroy(session, msg: EventDestroy, tag: int) -> None:
+    session.client.events.destroy(msg.event)
+
+
+def event_record(session, msg: EventRecord, tag: int) -> None:
+    client = session.client
+    client.streams.submit(msg.stream, ops.EventRecord(client.events.get(msg.event)))
+
+
+def stream_wait_event(session, msg: StreamWaitEvent, tag: int) -> None:
+    client = session.client
+    client.streams.submit(msg.stream, ops.StreamWaitEvent(client.events.get(msg.event)))
+
+
+def event_query(session, msg: EventQuery, tag: int) -> None:
+    client = session.client
+    if not client.executor.event_query(client.events.get(msg.event)):
+        raise DeviceError(CUDA_ERROR_NOT_READY, "the event's work is not complete")
+
+
+def event_synchronize(session, msg: EventSynchronize, tag: int):
+    client = session.client
+    event = client.events.get(msg.event)
+    if client.executor.event_query(event):
+        # A printf flush point in CUDA: what the job's finished kernels printed comes first.
+        forward_kernel_output(client, client.streams.keys())
+        return None
+
+    def wait() -> None:
+        client.executor.event_synchronize(event)
+        forward_kernel_output(client, client.streams.keys())
+
+    client.blocking.run(tag, wait)
+    return ANSWERS_ITSELF
+
+
+def event_elapsed_time(session, msg: EventElapsedTime, tag: int) -> ElapsedTimeReply:
+    client = session.client
+    start, end = client.events.get(msg.start), client.events.get(msg.end)
+    if not (start.timing and end.timing):
+        raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "an event was created with CU_EVENT_DISABLE_TIMING")
+    if not (start.submitted_seq and end.submitted_seq):
+        raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "an event was never recorded")
+    if not (client.executor.event_query(start) and client.executor.event_query(end)):
+        raise DeviceError(CUDA_ERROR_NOT_READY, "an event has not completed")
+    return ElapsedTimeReply(client.executor.event_elapsed_ms(start, end))
+
+
+HANDLERS = {
+    EventCreate: event_create,
+    EventDestroy: event_destroy,
+    EventRecord: event_record,
+    StreamWaitEvent: stream_wait_event,
+    EventQuery: event_query,
+    EventSynchronize: event_synchronize,
+    EventElapsedTime: event_elapsed_time,
+}

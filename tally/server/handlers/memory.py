@@ -1,0 +1,105 @@
+"""Device memory: allocation under the client's quota, freeing, memset.
+
+Every address a client names is checked against what it owns before anything
+is queued (client.check_device_range); a bad one fails with
+CUDA_ERROR_INVALID_VALUE and touches nothing.
+"""
+from __future__ import annotations
+
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.protocol.messages_generated import (
+    MemAlloc,
+    MemAllocReply,
+    MemFree,
+    MemFreeAsync,
+    MemGetInfo,
+    MemInfoReply,
+    Memset,
+)
+from tally.scheduler import ops
+from tally.server.client.sync import when_idle
+from tally.server.dispatch import ANSWERS_ITSELF
+
+
+def mem_alloc(session, msg: MemAlloc, tag: int) -> MemAllocReply:
+    allocations, backend = session.client.allocations, session.backend
+    nbytes = msg.bytes
+    if nbytes == 0:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
+    allocations.reserve(nbytes)
+    try:
+        ptr = backend.mem_alloc(nbytes)
+    except DeviceError as e:
+        if e.code != CUDA_ERROR_OUT_OF_MEMORY:
+            raise
+        raise allocations.device_full(nbytes, *backend.mem_info()) from None
+    allocations.add(ptr, nbytes)
+    return MemAllocReply(ptr)
+
+
+def mem_free(session, msg: MemFree, tag: int):
+    client = session.client
+    ptr = msg.dptr
+    client.take_allocation(ptr)
+    when_idle(client, tag, lambda: client.free_allocation(ptr))
+    return ANSWERS_ITSELF
+
+
+def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
+    client = session.client
+    ptr = msg.dptr
+    size = client.take_allocation(ptr)
+    reached = client.executor.event_create(client.client_id, timing=False)
+    try:
+        client.streams.submit(msg.stream, ops.EventRecord(reached))
+    except DeviceError:
+        client.executor.event_destroy(reached)
+        client.allocations.add(ptr, size)    # not freed: the job still owns it
+        raise
+
+    def free_when_reached() -> None:
+        try:
+            client.executor.event_synchronize(reached)
+        finally:
+            client.executor.event_destroy(reached)
+        client.free_allocation(ptr)
+
+    client.blocking.run(0, free_when_reached)
+
+
+def mem_get_info(session, msg: MemGetInfo, tag: int) -> MemInfoReply:
+    allocations = session.client.allocations
+    free, total = session.backend.mem_info()
+    quota = allocations.quota_bytes
+    if quota is not None:
+        total = min(total, quota)
+        free = min(free, max(quota - allocations.used_bytes, 0))
+    return MemInfoReply(free=free, total=total)
+
+
+def memset(session, msg: Memset, tag: int) -> None:
+    client = session.client
+    dst, elem, width, height, pitch, value = msg.dst, msg.element_size, msg.width, msg.height, msg.pitch, msg.value
+    if elem not in (1, 2, 4):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset element size must be 1, 2 or 4, not {elem}")
+    if value >= 1 << (8 * elem):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset value {value:#x} does not fit {elem} byte(s)")
+    row_bytes = width * elem
+    if height > 1 and pitch < row_bytes:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"pitch {pitch} is smaller than a row ({row_bytes} bytes)")
+    if width and height:
+        client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
+        if height == 1 or pitch == row_bytes:
+            client.streams.submit(msg.stream, ops.Memset(dst, value, elem, width * height))
+        else:
+            for row in range(height):
+                client.streams.submit(msg.stream, ops.Memset(dst + row * pitch, value, elem, width))
+
+
+HANDLERS = {
+    MemAlloc: mem_alloc,
+    MemFree: mem_free,
+    MemFreeAsync: mem_free_async,
+    MemGetInfo: mem_get_info,
+    Memset: memset,
+}

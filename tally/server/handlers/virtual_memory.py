@@ -1,0 +1,73 @@
+"""Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
+cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree), which PyTorch's
+`expandable_segments` allocator uses. What a client owns is
+tally.server.client.virtual_memory.VirtualMemory (session.client.vmm).
+
+Unmapping and freeing a reservation wait for the client's queued work, as
+freeing memory does; everything left is unmapped and released when the client
+goes.
+"""
+from __future__ import annotations
+
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.messages_generated import (
+    MemAddressFree,
+    MemAddressReply,
+    MemAddressReserve,
+    MemCreate,
+    MemCreateReply,
+    MemMap,
+    MemRelease,
+    MemSetAccess,
+    MemUnmap,
+)
+from tally.server.client.sync import when_idle
+from tally.server.dispatch import ANSWERS_ITSELF
+
+
+def mem_address_reserve(session, msg: MemAddressReserve, tag: int) -> MemAddressReply:
+    return MemAddressReply(session.client.vmm.reserve(msg.bytes, msg.alignment))
+
+
+def mem_address_free(session, msg: MemAddressFree, tag: int):
+    vmm = session.client.vmm
+    ptr, nbytes = msg.dptr, msg.bytes
+    if vmm.reservations.get(ptr) != nbytes:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x}+{nbytes} is not an address range this client reserved")
+    when_idle(session.client, tag, lambda: vmm.free(ptr, nbytes))
+    return ANSWERS_ITSELF
+
+
+def mem_create(session, msg: MemCreate, tag: int) -> MemCreateReply:
+    return MemCreateReply(session.client.vmm.create(msg.bytes))
+
+
+def mem_release(session, msg: MemRelease, tag: int) -> None:
+    session.client.vmm.release(msg.handle)
+
+
+def mem_map(session, msg: MemMap, tag: int) -> None:
+    session.client.vmm.map(msg.dptr, msg.bytes, msg.offset, msg.handle)
+
+
+def mem_unmap(session, msg: MemUnmap, tag: int):
+    vmm = session.client.vmm
+    ptr, nbytes = msg.dptr, msg.bytes
+    vmm.whole_mappings(ptr, nbytes)   # refused now if it names anything else
+    when_idle(session.client, tag, lambda: vmm.unmap(ptr, nbytes))
+    return ANSWERS_ITSELF
+
+
+def mem_set_access(session, msg: MemSetAccess, tag: int) -> None:
+    session.client.vmm.set_access(msg.dptr, msg.bytes, bool(msg.access))
+
+
+HANDLERS = {
+    MemAddressReserve: mem_address_reserve,
+    MemAddressFree: mem_address_free,
+    MemCreate: mem_create,
+    MemRelease: mem_release,
+    MemMap: mem_map,
+    MemUnmap: mem_unmap,
+    MemSetAccess: mem_set_access,
+}

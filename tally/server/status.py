@@ -1,0 +1,124 @@
+"""What `tally-server status` reports: one typed record, built here from the live
+server and its sessions, and read by everything that shows it (the status
+command's table, its --json output; metrics next).
+
+On the wire (the StatusReply record) and in `status --json` the record is JSON:
+{"server": {...}, "clients": [{...}, ...]}, with the keys below; tools, tests and
+the cluster layer read those keys, so a field added here is a key added there.
+The scheduler's counters are the executor's own dictionary, passed through.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+
+from tally import protocol
+from tally.protocol import Priority
+
+
+@dataclass(frozen=True)
+class ClientStatus:
+    client_id: int
+    pid: int
+    program: str
+    priority: Priority
+    connected_s: float
+    memory_used: int
+    memory_peak: int
+    memory_quota: int | None
+    allocations: int
+    requests: int
+    sync_requests: int
+    errors: int
+    protocol_errors: int
+    requests_by_kind: dict[str, int]
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["priority"] = protocol.priority_name(self.priority)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> ClientStatus:
+        return cls(**{**_known(cls, data), "priority": protocol.parse_priority(data["priority"])})
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    pid: int
+    socket: str
+    backend: str
+    device: int
+    device_name: str
+    compute_capability: str          # "9.0"
+    driver_version: int              # CUDA version the device reports, e.g. 13000
+    policy: str
+    be_transform: str
+    scheduler: dict                  # the executor's counters, as it gives them
+    uptime_s: float
+    memory_free: int
+    memory_total: int
+    protocol_version: int
+    dropped_connections: dict[str, int]
+    clients_leaving: int             # jobs that left (no longer listed) whose release is under way
+    clients: tuple[ClientStatus, ...]
+
+    def to_json(self) -> dict:
+        server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
+        return {"server": server, "clients": [c.to_json() for c in self.clients]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ServerStatus:
+        clients = tuple(ClientStatus.from_json(c) for c in data["clients"])
+        return cls(**{**_known(cls, data["server"]), "clients": clients})
+
+
+def _known(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def client_status(session) -> ClientStatus:
+    allocations, counters = session.client.allocations, session.counters
+    return ClientStatus(
+        client_id=session.client_id,
+        pid=session.pid,
+        program=session.program,
+        priority=session.priority,
+        connected_s=round(time.time() - session.started_at, 3),
+        memory_used=allocations.used_bytes,
+        memory_peak=allocations.peak_bytes,
+        memory_quota=allocations.quota_bytes,
+        allocations=len(allocations),
+        requests=counters.requests,
+        sync_requests=counters.sync_requests,
+        errors=counters.errors,
+        protocol_errors=counters.protocol_errors,
+        requests_by_kind=dict(counters.by_kind),
+    )
+
+
+def server_status(server, sessions: list, leaving: int) -> ServerStatus:
+    """`sessions`: the clients still attached; `leaving`: how many more are being released."""
+    d = server.description
+    free, total = server.backend.mem_info()
+    return ServerStatus(
+        pid=os.getpid(),
+        socket=str(server.config.socket_path),
+        backend=server.backend.kind,
+        device=server.config.device,
+        device_name=d.name,
+        compute_capability="%d.%d" % d.compute_capability,
+        driver_version=d.driver_version,
+        policy=server.config.policy,
+        be_transform=server.config.be_transform,
+        scheduler=server.executor.counters(),
+        uptime_s=round(time.time() - server.started_at, 3),
+        memory_free=free,
+        memory_total=total,
+        protocol_version=protocol.PROTOCOL_VERSION,
+        dropped_connections=server.dropped_connections.snapshot(),
+        clients_leaving=leaving,
+        clients=tuple(client_status(s) for s in sessions),
+    )
