@@ -164,13 +164,28 @@ def test_a_new_server_reclaims_what_a_killed_one_left_and_spares_the_living(tmp_
             assert left == []
             assert not stale_pin.exists()
             assert live.exists()
-            assert "left by tally processes that no longer run" in second.log()
         finally:
             second.stop()
     finally:
         live.unlink(missing_ok=True)
         for j in jobs:
             j.close()
+
+
+def test_reclaiming_takes_exactly_the_names_of_dead_tally_processes(tmp_path, caplog):
+    # (On a private directory: another tally-server starting on this machine may reclaim
+    # /dev/shm names at any moment.)
+    from tally.server.segments import reclaim_stale
+    dead, alive = _dead_pid(), os.getpid()
+    names = [f"tally-{dead}-1", f"tally-pin-{dead}-7", f"tally-{alive}-2", f"tally-pin-{alive}-3",
+             "tally-notapid-1", f"other-{dead}-1"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    with caplog.at_level("INFO", logger="tally.server"):
+        reclaimed = reclaim_stale(tmp_path)
+    assert sorted(reclaimed) == sorted(names[:2])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+    assert "left by tally processes that no longer run" in caplog.text
 
 
 def test_status_into_a_closed_pipe_exits_quietly(server):
