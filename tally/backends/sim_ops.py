@@ -10,6 +10,7 @@ from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.backends.sim_device import SM_UNITS, KernelRun
 from tally.backends.sim_model import resident_blocks_per_sm
 from tally.backends.sim_objects import SimEvent, SimFunction, SimStream
+from tally.scheduler.run_mode import RunMode
 
 if TYPE_CHECKING:
     from tally.backends.sim import SimBackend
@@ -26,7 +27,7 @@ def kernel_arrives(backend: "SimBackend", stream: SimStream, op: "KernelOp") -> 
     base_ns = fn.cost.block_time_us * 1000
     extras_at = extra_params_offset(fn.original_param_bytes)
     original_params = op.params[:fn.original_param_bytes]
-    if fn.kind == "ptb":
+    if fn.kind is RunMode.PTB:
         state_ptr, flag_ptr, *grid = PTB_EXTRA.unpack_from(op.params, extras_at)
         grid = tuple(grid)
         try:
@@ -54,7 +55,7 @@ def kernel_arrives(backend: "SimBackend", stream: SimStream, op: "KernelOp") -> 
         backend.memory.watch(flag_ptr, lambda: backend.device.flag_changed(run))
         backend.device.add(run)
         return
-    if fn.kind == "sliced":
+    if fn.kind is RunMode.SLICE:
         offset, *grid = SLICE_EXTRA.unpack_from(op.params, extras_at)
         grid, count = tuple(grid), total_blocks(op.grid)
         if offset + count > total_blocks(grid):
