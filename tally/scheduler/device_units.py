@@ -50,7 +50,7 @@ from tally.protocol.errors import DeviceError
 from tally.scheduler.clock import Clock
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.scheduler.policy import HIGH_STREAM_PRIORITY
-from tally.scheduler.run_mode import RunMode
+from tally.scheduler.run_mode import PTB, WHOLE, RunMode
 
 _ZERO_STATE = bytes(PTB_STATE_BYTES)
 _FLAG_SET = (1).to_bytes(4, "little")
@@ -131,11 +131,11 @@ class DeviceUnits:
             if unit.start_event is not None:
                 self._event_pool[True].append(unit.start_event)
             raise
-        if mode is RunMode.PTB:
+        if mode is PTB:
             b.memcpy_dtoh_async(lane.readback, lane.ptb_state, work)
         unit.end_event = self._pooled_event(timed)
         b.event_record(unit.end_event, work)
-        if mode is RunMode.WHOLE and not timed and lane.watched is not None:
+        if mode is WHOLE and not timed and lane.watched is not None:
             lane.riders.append(unit)
         else:
             self._watch(unit)
@@ -181,37 +181,34 @@ class DeviceUnits:
         with it (riders launched before it, oldest first, then `unit`), their outcomes
         filled in. `check_stream`: ask the stream for an error after a slice or PTB
         launch (whole kernels' errors surface at the job's synchronization)."""
-        lane = unit.lane
-        done = []
+        b, lane, pool = self.backend, unit.lane, self._event_pool
         riders = lane.riders
+        done = []
         while riders and riders[0].unit_id < unit.unit_id:
-            done.append(riders.popleft())
+            rider = riders.popleft()            # whole and untimed: only its end event to recycle
+            pool[False].append(rider.end_event)
+            done.append(rider)
         done.append(unit)
-        for each in done:
-            self._finish(each, check_stream)
+        if unit.start_event is not None:
+            try:
+                unit.device_seconds = b.event_elapsed_ms(unit.start_event, unit.end_event) / 1000
+            except DeviceError:
+                pass
+            pool[True].append(unit.start_event)
+        pool[unit.start_event is not None].append(unit.end_event)
+        if unit.mode is not WHOLE and check_stream:
+            try:
+                b.stream_query(lane.work)
+            except DeviceError as e:
+                unit.error = e
+        if unit.mode is PTB:
+            unit.ptb_tasks_done = int.from_bytes(lane.readback[:4], "little")
         if lane.watched is unit:
             # riders launched after it are still out: watch the newest (the others complete with it)
             lane.watched = None
             if riders:
                 self._watch(riders.pop())
         return done
-
-    def _finish(self, unit: DeviceUnit, check_stream: bool) -> None:
-        b, lane = self.backend, unit.lane
-        if unit.start_event is not None:
-            try:
-                unit.device_seconds = b.event_elapsed_ms(unit.start_event, unit.end_event) / 1000
-            except DeviceError:
-                pass
-            self._event_pool[True].append(unit.start_event)
-        self._event_pool[unit.start_event is not None].append(unit.end_event)
-        if unit.mode is not RunMode.WHOLE and check_stream:
-            try:
-                b.stream_query(lane.work)
-            except DeviceError as e:
-                unit.error = e
-        if unit.mode is RunMode.PTB:
-            unit.ptb_tasks_done = int.from_bytes(lane.readback[:4], "little")
 
     def _watch(self, unit: DeviceUnit) -> None:
         """Give `unit` its own completion callback (see the module docstring)."""

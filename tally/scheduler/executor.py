@@ -37,7 +37,7 @@ from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostG
 from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler
-from tally.scheduler.run_mode import RunMode
+from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
@@ -45,7 +45,7 @@ __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
 # `tally-server status`'s kernel counters, in the order it shows them
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
                  "slice_launches", "ptb_launches", "preemptions", "untransformable")
-_KERNELS_BY_MODE = {RunMode.WHOLE: "kernels_whole", RunMode.SLICE: "kernels_sliced", RunMode.PTB: "kernels_ptb"}
+_KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
 class ClientGone(ValueError):
@@ -105,7 +105,7 @@ class StreamExecutor:
                         item.op.event.waiters[item.seq] -= 1
                 stream.queue.clear()
             for unit in list(self._in_flight.units.values()):
-                if unit.task.stream.client is client and unit.mode is RunMode.PTB and not unit.preempt_requested:
+                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
                     self._preempt(unit)
             self._pump()
             self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
@@ -485,7 +485,7 @@ class StreamExecutor:
             changed = True
         for unit_id in schedule.preempt:
             unit = self._in_flight.units.get(unit_id)
-            if unit is None or unit.mode is not RunMode.PTB or unit.preempt_requested:
+            if unit is None or unit.mode is not PTB or unit.preempt_requested:
                 raise PolicyError(f"policy {self.policy.name!r} preempted unit {unit_id}, "
                                   "which is not a running, preemptible PTB launch")
             self._preempt(unit)
@@ -519,24 +519,24 @@ class StreamExecutor:
             stream.client.kernels += 1
             self._counters["kernels"] += 1
             if transform:
-                task.plan = self._planner.plan(op, task.key, task.total_blocks, stream.client.sm_percent)
+                task.plan = self._planner.plan(op, stream.client.sm_percent)
                 if task.plan.untransformable:
                     self._counters["untransformable"] += 1
             else:
                 task.plan = WHOLE_PLAN
             self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
         plan = task.plan
-        if plan.mode is RunMode.WHOLE:
+        if plan.mode is WHOLE:
             stream.queue.popleft()
-            self._launch(task, RunMode.WHOLE, op.function, op.grid, op.params, task.total_blocks)
-        elif plan.mode is RunMode.SLICE:
+            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
+        elif plan.mode is SLICE:
             piece = plan.slices[task.next_slice]
             task.next_slice += 1
             if task.next_slice == len(plan.slices):
                 stream.queue.popleft()      # the rest of the stream may follow the last slice
             self._counters["slice_launches"] += 1
             params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
-            self._launch(task, RunMode.SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
+            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
         else:
             self._launch_ptb(task)
 
@@ -552,12 +552,12 @@ class StreamExecutor:
             self._counters["kernels_whole"] += 1
             task.plan = WHOLE_PLAN
             stream.queue.popleft()
-            self._launch(task, RunMode.WHOLE, op.function, op.grid, op.params, task.total_blocks)
+            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
             return
         task.ptb_started = True
         self._counters["ptb_launches"] += 1
         params = plan.ptb.plan.params(op.params, op.grid, state)
-        self._launch(task, RunMode.PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
+        self._launch(task, PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
 
     def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
         stream, op = task.stream, task.op
@@ -572,7 +572,7 @@ class StreamExecutor:
             return
         unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
                     blocks, task.counter)
-        if mode is not RunMode.WHOLE:
+        if mode is not WHOLE:
             task.unit = unit
         self._in_flight.add(unit)
         stream.inflight += 1
@@ -605,16 +605,16 @@ class StreamExecutor:
         if outcome.error is not None:
             stream.errors.append(outcome.error)     # reported at the job's next synchronization
         blocks = unit.blocks
-        if unit.mode is RunMode.PTB:
+        if unit.mode is PTB:
             counter = min(outcome.ptb_tasks_done, task.total_blocks)
             blocks = counter - unit.counter_before
             task.counter = counter
         plan = task.plan
-        finished = unit.mode is RunMode.WHOLE or outcome.error is not None or (
-            task.counter >= task.total_blocks if unit.mode is RunMode.PTB else task.next_slice == len(plan.slices))
+        finished = unit.mode is WHOLE or outcome.error is not None or (
+            task.counter >= task.total_blocks if unit.mode is PTB else task.next_slice == len(plan.slices))
         if finished:
             stream.client.kernels_completed += 1
-        if unit.mode is not RunMode.WHOLE:
+        if unit.mode is not WHOLE:
             task.unit = None
             if finished and stream.queue and stream.queue[0] is task:
                 stream.queue.popleft()
@@ -624,7 +624,7 @@ class StreamExecutor:
             self.profiler.observe(task.key, plan.config, device_seconds=outcome.device_seconds,
                                   cycle_seconds=now - unit.started_at, blocks=blocks,
                                   clean=not unit.contended)
-            if unit.mode is RunMode.SLICE and not finished:
-                revised = self._planner.revise(plan, task.key, task.total_blocks, task.next_slice)
+            if unit.mode is SLICE and not finished:
+                revised = self._planner.revise(plan, task.op, task.next_slice)
                 if revised is not None:
                     task.plan = revised

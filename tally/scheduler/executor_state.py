@@ -17,7 +17,7 @@ from tally.scheduler.kernel_plan import KernelPlan
 from tally.scheduler.ops import Launch, Op
 from tally.scheduler.policy import HIGH, ClientView, RunningUnit
 from tally.scheduler.profiler import kernel_key
-from tally.scheduler.run_mode import RunMode
+from tally.scheduler.run_mode import PTB, RunMode
 
 if TYPE_CHECKING:
     from tally.scheduler.device_units import DeviceUnit, Lane
@@ -104,7 +104,7 @@ class Unit:
             stream = self.task.stream
             self._view = RunningUnit(self.unit_id, self.task.kernel_id, stream.client.client_id,
                                      stream.key, self.priority, self.mode,
-                                     self.mode is RunMode.PTB and not self.preempt_requested, self.started_at)
+                                     self.mode is PTB and not self.preempt_requested, self.started_at)
         return self._view
 
     def request_preempt(self) -> None:
@@ -134,7 +134,7 @@ class UnitsInFlight:
             self._best_effort[unit.unit_id] = unit
         self.units[unit.unit_id] = unit
         self.views[unit.unit_id] = unit.view()
-        if unit.mode is RunMode.PTB:
+        if unit.mode is PTB:
             self.preemptible += 1
 
     def request_preempt(self, unit: Unit) -> None:
@@ -145,7 +145,7 @@ class UnitsInFlight:
     def remove(self, unit: Unit) -> None:
         del self.units[unit.unit_id]
         del self.views[unit.unit_id]
-        if unit.mode is RunMode.PTB and not unit.preempt_requested:
+        if unit.mode is PTB and not unit.preempt_requested:
             self.preemptible -= 1
         if unit.priority == HIGH:
             self._high -= 1

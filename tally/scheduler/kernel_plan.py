@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ptx_passes.launch_plan import SliceLaunch, transformable_grid
+from ptx_passes.launch_plan import SliceLaunch, total_blocks, transformable_grid
 from tally.scheduler.ops import Launch
-from tally.scheduler.profiler import RunConfig, TransparentProfiler
+from tally.scheduler.profiler import WHOLE_KERNEL, RunConfig, TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import RunMode
 from tally.scheduler.variants import PTBVariant, SlicedVariant, VariantProvider
 
@@ -36,6 +36,7 @@ class KernelPlan:
 
 WHOLE_PLAN = KernelPlan(RunMode.WHOLE)
 _UNTRANSFORMABLE = KernelPlan(RunMode.WHOLE, untransformable=True)
+_WHOLE_CHOSEN = KernelPlan(RunMode.WHOLE, WHOLE_KERNEL)   # the profiler's settled answer for many kernels
 
 
 class KernelPlanner:
@@ -46,7 +47,7 @@ class KernelPlanner:
         self.variants = variants
         self.be_transform = be_transform
 
-    def plan(self, op: Launch, key: str, total_blocks: int, sm_percent: float | None) -> KernelPlan:
+    def plan(self, op: Launch, sm_percent: float | None) -> KernelPlan:
         """For a kernel started with transform=True. A job's SM share caps its PTB workers."""
         fn = op.function
         sliced = ptb = None
@@ -60,30 +61,37 @@ class KernelPlanner:
         max_workers = None
         if sm_percent is not None and sm_percent < 100:
             max_workers = max(1, int(self.profiler.sm_count * sm_percent / 100))
-        asked = dict(can_slice=sliced is not None, can_ptb=ptb is not None, max_workers=max_workers)
-        config, measuring = self.profiler.plan(key, total_blocks, **asked)
+        can_slice, can_ptb, blocks = sliced is not None, ptb is not None, total_blocks(op.grid)
+        config, measuring = self.profiler.plan(_key(op), blocks, can_slice=can_slice, can_ptb=can_ptb,
+                                               max_workers=max_workers)
         if config.kind is RunMode.SLICE:
-            slices = tuple(sliced.plan.slices(op.grid, -(-total_blocks // config.size)))
-            return KernelPlan(RunMode.SLICE, config, measuring, sliced=sliced, slices=slices, **asked)
+            slices = tuple(sliced.plan.slices(op.grid, -(-blocks // config.size)))
+            return KernelPlan(RunMode.SLICE, config, measuring, sliced=sliced, slices=slices,
+                              can_slice=can_slice, can_ptb=can_ptb, max_workers=max_workers)
         if config.kind is RunMode.PTB:
-            return KernelPlan(RunMode.PTB, config, measuring, ptb=ptb, **asked)
-        return KernelPlan(RunMode.WHOLE, config, measuring, **asked)
+            return KernelPlan(RunMode.PTB, config, measuring, ptb=ptb,
+                              can_slice=can_slice, can_ptb=can_ptb, max_workers=max_workers)
+        return KernelPlan(RunMode.WHOLE, config, True) if measuring else _WHOLE_CHOSEN
 
-    def revise(self, plan: KernelPlan, key: str, total_blocks: int, next_slice: int) -> KernelPlan | None:
+    def revise(self, plan: KernelPlan, op: Launch, next_slice: int) -> KernelPlan | None:
         """After a slice of a measuring slicing completed, before slice `next_slice`.
         A slicing is measured as soon as it has enough slices, not after the whole
         kernel: the rest of the kernel moves on to the next candidate (if that is a
         slicing too) or to the chosen slicing. The plan from here on, or None to go
         on as planned."""
+        key, blocks = _key(op), total_blocks(op.grid)
         if not self.profiler.is_measured(key, plan.config):
             return None
-        config, measuring = self.profiler.plan(key, total_blocks, can_slice=plan.can_slice,
+        config, measuring = self.profiler.plan(key, blocks, can_slice=plan.can_slice,
                                                can_ptb=plan.can_ptb, max_workers=plan.max_workers)
         if config.kind is not RunMode.SLICE:
             # finish this kernel as it is; the next one runs the answer
             return dataclasses.replace(plan, measuring=False)
         start = plan.slices[next_slice].block_offset
-        rest = tuple(SliceLaunch(b, min(config.size, total_blocks - b))
-                     for b in range(start, total_blocks, config.size))
+        rest = tuple(SliceLaunch(b, min(config.size, blocks - b)) for b in range(start, blocks, config.size))
         return dataclasses.replace(plan, config=config, measuring=measuring,
                                    slices=plan.slices[:next_slice] + rest)
+
+
+def _key(op: Launch) -> str:
+    return kernel_key(op.function.name, op.grid, op.block, op.shared_bytes)
