@@ -96,6 +96,8 @@ class DeviceUnits:
 
     # lanes ---------------------------------------------------------------------------
     def open_lane(self, work_stream, priority: int) -> Lane:
+        """For a client stream whose kernels run on `work_stream` (created, used for the
+        stream's other operations and destroyed by the executor)."""
         return Lane(work_stream, self.backend.stream_create(priority))
 
     def close_lane(self, lane: Lane, *, synchronize: bool) -> None:
