@@ -2,7 +2,7 @@
 policies that decide when kernels run, and the transparent profiler."""
 from tally.scheduler.clock import Clock, WallClock
 from tally.scheduler.executor import BE_TRANSFORMS, ClientGone, StreamExecutor
-from tally.scheduler.executor_state import ExecutorEvent
+from tally.scheduler.events import ExecutorEvent
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent)
 from tally.scheduler.policies import POLICIES, make_policy

@@ -29,8 +29,8 @@ from tally.backends.base import DeviceBackend
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
-from tally.scheduler.executor_state import (ClientState, ExecutorEvent, KernelTask, OpItem,
-                                            StreamState, Unit, UnitsInFlight)
+from tally.scheduler.events import ExecutorEvent
+from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)

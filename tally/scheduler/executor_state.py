@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Hashable
 
 from ptx_passes.launch_plan import total_blocks
 from tally.protocol.errors import DeviceError
+from tally.scheduler.events import ExecutorEvent
 from tally.scheduler.kernel_plan import KernelPlan
 from tally.scheduler.ops import Launch, Op
 from tally.scheduler.policy import HIGH, ClientView, RunningUnit
@@ -21,22 +22,6 @@ from tally.scheduler.run_mode import PTB, RunMode
 
 if TYPE_CHECKING:
     from tally.scheduler.device_units import DeviceUnit, Lane
-
-
-class ExecutorEvent:
-    """A client's event. Each EventRecord gets its own backend event when it
-    reaches the device, because a record can sit in a held queue while the
-    client records the same event again elsewhere: a StreamWaitEvent must wait
-    for the record that preceded it (CUDA semantics), not for a later one."""
-
-    def __init__(self, client_id: Hashable, timing: bool):
-        self.client_id = client_id
-        self.timing = timing
-        self.submitted_seq = 0                   # records submitted so far
-        self.records: dict[int, Any] = {}        # seq -> backend event, once dispatched
-        self.waiters: collections.Counter = collections.Counter()   # seq -> queued waits
-        self.destroyed = False
-        self.shared = False      # an interprocess event other clients may record and wait on
 
 
 @dataclass(eq=False)
