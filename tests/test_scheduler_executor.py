@@ -16,6 +16,7 @@ from tally.backends.sim.variants import SimVariantProvider
 from tally.scheduler import (ClientGone, EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD, MemcpyDtoH,
                              MemcpyHtoD, Memset, StreamExecutor, StreamWaitEvent, make_policy)
 from tally.scheduler.policy import PolicyError, Schedule, Start
+from tally.scheduler.run_mode import RunMode
 
 
 def add_one(mem, params, grid, block, blocks):
@@ -355,7 +356,7 @@ def test_sm_percent_caps_ptb_workers_and_none_runs_kernels_whole():
     rig.ex.synchronize_client("be")
     assert u32(rig.sim, buf, 5000) == [6] * 5000
     measured = rig.ex.profiler.measurements("add_one|5000x1x1|128x1x1|0")
-    assert measured and all(c.kind != "ptb" or c.size <= 27 for c in measured)   # 25% of 108 SMs
+    assert measured and all(c.kind is not RunMode.PTB or c.size <= 27 for c in measured)   # 25% of 108 SMs
 
     whole = Rig(be_transform="none")
     whole.ex.add_client("be")
@@ -402,7 +403,7 @@ def test_batched_completions_of_whole_kernels_are_exact():
     assert be_times and min(be_times) > max(hp_times)
     c = rig.ex.counters()
     assert c["units_in_flight"] == 0 and c["clients"]["be"]["kernels_completed"] == 1
-    assert all(not s.riders and s.inflight == 0 for cl in rig.ex._clients.values() for s in cl.streams.values())
+    assert all(not s.lane.riders and s.inflight == 0 for cl in rig.ex._clients.values() for s in cl.streams.values())
 
 
 def test_gated_callback_holds_the_stream_in_the_executor_until_its_gate_opens():

@@ -6,6 +6,7 @@ import pytest
 from tally.scheduler.policies import POLICIES, make_policy
 from tally.scheduler.policy import (BEST_EFFORT, HIGH, HIGH_STREAM_PRIORITY, ClientView, RunningUnit,
                                     SchedulerView, WaitingKernel)
+from tally.scheduler.run_mode import RunMode
 
 HP = ClientView("hp", HIGH, None)
 BE1 = ClientView("be1", BEST_EFFORT, None)
@@ -16,8 +17,8 @@ def waiting(kid, client, since=0.0, busy=False):
     return WaitingKernel(kid, client.client_id, 0, client.priority, f"k{kid}", since, False, busy)
 
 
-def running(uid, client, kind="whole", preemptible=False, started=0.0):
-    return RunningUnit(uid, 100 + uid, client.client_id, 0, client.priority, kind, preemptible, started)
+def running(uid, client, mode=RunMode.WHOLE, preemptible=False, started=0.0):
+    return RunningUnit(uid, 100 + uid, client.client_id, 0, client.priority, mode, preemptible, started)
 
 
 def view(now=0.0, clients=(HP, BE1, BE2), waiting_=(), running_=()):
@@ -61,7 +62,7 @@ def test_kernel_priority_holds_best_effort_while_high_priority_is_busy():
 def test_priority_preempts_best_effort_when_high_priority_work_arrives():
     p = make_policy("priority")
     s = p.schedule(view(waiting_=[waiting(1, HP), waiting(2, BE2)],
-                        running_=[running(1, BE1, "ptb", preemptible=True), running(2, BE2, "slice")]))
+                        running_=[running(1, BE1, RunMode.PTB, preemptible=True), running(2, BE2, RunMode.SLICE)]))
     assert started(s) == [(1, False)]
     assert s.preempt == [1]                        # the slice just finishes; no new slice starts
     s = p.schedule(view(waiting_=[waiting(2, BE2)], running_=[running(3, HP)]))
@@ -72,14 +73,14 @@ def test_priority_runs_one_transformed_best_effort_unit_when_idle():
     p = make_policy("priority", idle_grace_ms=0)
     s = p.schedule(view(waiting_=[waiting(5, BE2, since=1.0), waiting(4, BE1, since=2.0)]))
     assert started(s) == [(4, True)]               # equal service: the client that joined first
-    assert started(p.schedule(view(waiting_=[waiting(5, BE2)], running_=[running(1, BE1, "slice")]))) == []
+    assert started(p.schedule(view(waiting_=[waiting(5, BE2)], running_=[running(1, BE1, RunMode.SLICE)]))) == []
 
 
 def test_priority_shares_idle_time_by_least_service():
     p = make_policy("priority", idle_grace_ms=0)
     p.schedule(view(waiting_=[waiting(1, BE1)]))
-    p.on_unit_finished(running(1, BE1, "ptb", started=0.0), now=0.004)
-    p.on_unit_finished(running(2, BE2, "ptb", started=0.004), now=0.005)
+    p.on_unit_finished(running(1, BE1, RunMode.PTB, started=0.0), now=0.004)
+    p.on_unit_finished(running(2, BE2, RunMode.PTB, started=0.004), now=0.005)
     s = p.schedule(view(now=0.005, waiting_=[waiting(3, BE1), waiting(4, BE2)]))
     assert started(s) == [(4, True)]               # be2 has had 1 ms, be1 4 ms
     # a late joiner starts level with the least-served member, not at zero

@@ -11,20 +11,19 @@ from tally.backends.sim.model import KernelCost
 from tally.backends.sim.variants import SimVariantProvider
 from tally.scheduler import Launch, ProfileCache, StreamExecutor, TransparentProfiler, make_policy
 from tally.scheduler.profile_cache import default_cache_directory
-from tally.scheduler.profiler import ORIGINAL, RunConfig, candidates
+from tally.scheduler.profiler import WHOLE_KERNEL, RunConfig, candidates
+from tally.scheduler.run_mode import RunMode
 
 S = 100        # SM count used in these tests
 
 
 def test_candidates_are_multiples_of_the_sm_count():
-    assert candidates(1000, S, True, True) == [
-        RunConfig("ptb", 100), RunConfig("ptb", 200), RunConfig("ptb", 400), RunConfig("ptb", 800),
-        RunConfig("slice", 100), RunConfig("slice", 200), RunConfig("slice", 400), RunConfig("slice", 800),
-        ORIGINAL]
-    assert candidates(1000, S, False, True, max_workers=250) == [RunConfig("ptb", 100), RunConfig("ptb", 200),
-                                                                 ORIGINAL]
-    assert candidates(1000, S, False, True, max_workers=30) == [RunConfig("ptb", 30), ORIGINAL]
-    assert candidates(80, S, True, True) == [ORIGINAL]
+    ptb = [RunConfig(RunMode.PTB, w) for w in (100, 200, 400, 800)]
+    sliced = [RunConfig(RunMode.SLICE, b) for b in (100, 200, 400, 800)]
+    assert candidates(1000, S, True, True) == ptb + sliced + [WHOLE_KERNEL]
+    assert candidates(1000, S, False, True, max_workers=250) == ptb[:2] + [WHOLE_KERNEL]
+    assert candidates(1000, S, False, True, max_workers=30) == [RunConfig(RunMode.PTB, 30), WHOLE_KERNEL]
+    assert candidates(80, S, True, True) == [WHOLE_KERNEL]
 
 
 def feed(profiler, key, config, blocks, seconds, units=2, clean=True):
@@ -44,16 +43,16 @@ def test_explores_ptb_then_finer_slices_and_picks_the_fastest_within_threshold()
         if not measuring:
             break
         order.append(config.label)
-        if config.kind == "ptb":
+        if config.kind is RunMode.PTB:
             feed(p, key, config, blocks=2 * config.size, seconds=2 * 60e-6 * max(1, config.size / 400))
         else:
-            n = config.size if config.kind == "slice" else total
+            n = config.size if config.kind is RunMode.SLICE else total
             feed(p, key, config, blocks=n, seconds=5e-6 + 10e-6 * n / 100)
     # the original (predicted 106 us > 2 x 50 us) is never run while exploring
     assert order == ["ptb:100", "ptb:200", "ptb:400", "ptb:800",
                      "slice:100", "slice:200", "slice:400", "slice:800"]
     # slice:800 is faster (9.4 blocks/us) but turns around in 85 us; slice:400: 45 us, 8.9 blocks/us
-    assert config == RunConfig("slice", 400)
+    assert config == RunConfig(RunMode.SLICE, 400)
     assert p.choice(key) == config
 
 
@@ -64,13 +63,13 @@ def test_without_a_candidate_under_the_threshold_the_smallest_turnaround_wins():
         if not measuring:
             break
         feed(p, "k", config, blocks=config.size, seconds=config.size * 1e-7)   # turnaround grows with W
-    assert config == RunConfig("ptb", 100)
+    assert config == RunConfig(RunMode.PTB, 100)
 
 
 def test_untransformable_or_tiny_kernels_run_as_they_are():
     p = TransparentProfiler(S)
-    assert p.plan("k", 5000, can_slice=False, can_ptb=False) == (ORIGINAL, False)
-    assert p.plan("small", 50, can_slice=True, can_ptb=True) == (ORIGINAL, False)
+    assert p.plan("k", 5000, can_slice=False, can_ptb=False) == (WHOLE_KERNEL, False)
+    assert p.plan("small", 50, can_slice=True, can_ptb=True) == (WHOLE_KERNEL, False)
 
 
 def test_contended_measurements_are_not_used_until_nothing_else_comes():
@@ -88,7 +87,7 @@ def _profile_everything(p, key="k"):
         config, measuring = p.plan(key, 1000, can_slice=True, can_ptb=True)
         if not measuring:
             return config
-        n = config.size if config.kind != "original" else 1000
+        n = config.size if config.kind is not RunMode.WHOLE else 1000
         feed(p, key, config, blocks=n, seconds=n * 1e-7 + 2e-6)
 
 
@@ -141,12 +140,12 @@ def test_profiling_on_the_sim_settles_on_a_configuration_and_caches_it(tmp_path)
     ex.synchronize_client("be")
     key = "gemm|20000x1x1|256x1x1|0"
     choice = profiler.choice(key)
-    assert choice is not None and choice.kind in ("ptb", "slice")
+    assert choice is not None and choice.kind in (RunMode.PTB, RunMode.SLICE)
     measured = profiler.measurements(key)
     assert all(m.turnaround > 0 for m in measured.values())
-    if choice.kind == "slice":
+    if choice.kind is RunMode.SLICE:
         assert measured[choice].turnaround <= 0.0316e-3
     # a fresh server on the same GPU model runs the chosen configuration at once
     fresh = TransparentProfiler(sim.gpu.sm_count, cache=ProfileCache(tmp_path, sim.describe().name))
     assert fresh.plan(key, 20_000, can_slice=True, can_ptb=True) == (choice, False)
-    assert ex.counters()["kernels_" + ("sliced" if choice.kind == "slice" else "ptb")] >= 1
+    assert ex.counters()["kernels_" + ("sliced" if choice.kind is RunMode.SLICE else "ptb")] >= 1

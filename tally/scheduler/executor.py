@@ -8,8 +8,11 @@ the rest of its queue here until its gate opens. A kernel at the head
 waits for the policy (tally.scheduler.policy), which starts it whole or
 transformed (slices / PTB, configuration from the profiler); everything behind
 a held kernel stays queued, so stream order and every synchronization are
-exactly those the job asked for. How kernel work reaches the device and how
-its completion comes back is tally.scheduler.device_units.
+exactly those the job asked for. How a transformed kernel runs comes from
+tally.scheduler.kernel_plan; tally.scheduler.device_units launches what the
+executor decides and reports back how each launch ended: the executor alone
+keeps the queues, the client and stream records and the counters, and applies
+those outcomes.
 
 Thread-safety: every public method may be called from any thread; the
 executor never holds its lock while blocking on the backend. With the sim's
@@ -25,17 +28,24 @@ from typing import Hashable
 from tally.backends.base import DeviceBackend
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
-from tally.scheduler.device_units import BE_TRANSFORMS, DeviceUnits
-from tally.scheduler.executor_state import (ClientState, ExecutorEvent, KernelTask, OpItem,
-                                            StreamState, Unit)
+from tally.scheduler.device_units import DeviceUnit, DeviceUnits
+from tally.scheduler.events import ExecutorEvent
+from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
+from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
 from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler
+from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
+
+# `tally-server status`'s kernel counters, in the order it shows them
+COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
+                 "slice_launches", "ptb_launches", "preemptions", "untransformable")
+_KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
 class ClientGone(ValueError):
@@ -54,8 +64,10 @@ class StreamExecutor:
         self.policy = policy
         self.profiler = profiler or TransparentProfiler(backend.describe().sm_count)
         self.clock: Clock = clock or WallClock()
-        self.device = DeviceUnits(backend, self.profiler, variants, be_transform, self.clock,
-                                  on_done=self._unit_done)
+        self._planner = KernelPlanner(self.profiler, variants, be_transform)
+        self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
+        self._in_flight = UnitsInFlight()
+        self._counters = dict.fromkeys(COUNTER_NAMES, 0)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._clients: dict[Hashable, ClientState] = {}
@@ -92,22 +104,21 @@ class StreamExecutor:
                     if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
                         item.op.event.waiters[item.seq] -= 1
                 stream.queue.clear()
-            for unit in list(self.device.units.values()):
-                if unit.task.stream.client is client and unit.kind == "ptb" and not unit.preempt_requested:
-                    self.device.preempt(unit)
+            for unit in list(self._in_flight.units.values()):
+                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
+                    self._preempt(unit)
             self._pump()
             self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
             del self._clients[client_id]
             streams = [stream for stream in client.streams.values() if self._retire(stream)]
             events = list(client.events)
         for stream in streams:
-            for bstream in (stream.backend_stream, stream.notify_stream):
-                try:
-                    self.backend.stream_synchronize(bstream)
-                except DeviceError:
-                    pass          # the client is gone; nobody is left to tell
-                self.backend.stream_destroy(bstream)
-            self._free_stream_state(stream)
+            try:
+                self.backend.stream_synchronize(stream.backend_stream)
+            except DeviceError:
+                pass          # the client is gone; nobody is left to tell
+            self.backend.stream_destroy(stream.backend_stream)
+            self.device.close_lane(stream.lane, synchronize=True)
         with self._lock:
             for event in events:
                 self._destroy_event(event)
@@ -142,8 +153,8 @@ class StreamExecutor:
                 return                    # behind a held kernel or a blocked wait
             if isinstance(item, KernelTask):
                 item.waiting_since = now
-                if self.device.preemptible == 0 and self.policy.starts_at_once(client.view):
-                    self.device.start(item, transform=False)   # fast path: the policy's answer is known
+                if self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view):
+                    self._start(item, transform=False)   # fast path: the policy's answer is known
                     return
             elif not isinstance(item.op, EventRecord) and self._dispatch_op(stream, item):
                 stream.queue.popleft()    # fast path: nothing else can change
@@ -220,8 +231,7 @@ class StreamExecutor:
             if not self._retire(stream):
                 return
         self.backend.stream_destroy(stream.backend_stream)
-        self.backend.stream_destroy(stream.notify_stream)
-        self._free_stream_state(stream)
+        self.device.close_lane(stream.lane, synchronize=False)
 
     # events ---------------------------------------------------------------------------------
     def event_create(self, client_id: Hashable, timing: bool = True) -> ExecutorEvent:
@@ -270,9 +280,9 @@ class StreamExecutor:
         """Totals for `tally-server status`: operations queued now, kernels by how
         they ran, slice and PTB launches, preemptions; and per client."""
         with self._lock:
-            out = {"ops_submitted": self._ops_submitted, **self.device.counters}
+            out = {"ops_submitted": self._ops_submitted, **self._counters}
             out["ops_queued"] = sum(len(s.queue) for c in self._clients.values() for s in c.streams.values())
-            out["units_in_flight"] = len(self.device.units)
+            out["units_in_flight"] = len(self._in_flight.units)
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
                                             "kernels_completed": c.kernels_completed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values())}
@@ -297,8 +307,8 @@ class StreamExecutor:
 
     def _create_stream(self, client: ClientState, key: Hashable) -> StreamState:
         priority = self.policy.stream_priority(client.view)
-        stream = StreamState(client, key, self.backend.stream_create(priority),
-                             self.backend.stream_create(priority))
+        work = self.backend.stream_create(priority)
+        stream = StreamState(client, key, work, self.device.open_lane(work, priority))
         client.streams[key] = stream
         return stream
 
@@ -338,14 +348,6 @@ class StreamExecutor:
             if backend_error is not None:
                 stream.errors.append(backend_error)
             return stream.errors.popleft() if stream.errors else None
-
-    def _free_stream_state(self, stream: StreamState) -> None:
-        """A released stream's PTB state: forgotten under the lock, its device memory freed
-        outside it (cuMemFree waits for the whole device on a GPU)."""
-        with self._lock:
-            ptb_state = self.device.release_stream_state(stream)
-        if ptb_state is not None:
-            self.backend.mem_free(ptb_state)
 
     def _retire(self, stream: StreamState) -> bool:
         """Mark the stream released (no new backend synchronization of it starts), then
@@ -469,7 +471,7 @@ class StreamExecutor:
                                                stream.inflight > 0))
         view = SchedulerView(self.clock.now(),
                              tuple(c.view for c in self._clients.values() if not c.removing),
-                             tuple(views), tuple(self.device.running_views.values()))
+                             tuple(views), tuple(self._in_flight.views.values()))
         return view, waiting
 
     def _apply(self, schedule: Schedule, waiting: dict[int, KernelTask]) -> bool:
@@ -479,14 +481,14 @@ class StreamExecutor:
             if task is None:
                 raise PolicyError(f"policy {self.policy.name!r} started kernel {start.kernel_id}, "
                                   "which is not waiting (or was started twice)")
-            self.device.start(task, start.transform)
+            self._start(task, start.transform)
             changed = True
         for unit_id in schedule.preempt:
-            unit = self.device.units.get(unit_id)
-            if unit is None or unit.kind != "ptb" or unit.preempt_requested:
+            unit = self._in_flight.units.get(unit_id)
+            if unit is None or unit.mode is not PTB or unit.preempt_requested:
                 raise PolicyError(f"policy {self.policy.name!r} preempted unit {unit_id}, "
                                   "which is not a running, preemptible PTB launch")
-            self.device.preempt(unit)
+            self._preempt(unit)
             changed = True
         return changed
 
@@ -508,15 +510,121 @@ class StreamExecutor:
             self._wake_at = None
             self._pump()
 
+    # internals: kernels ----------------------------------------------------------------------
+    def _start(self, task: KernelTask, transform: bool) -> None:
+        """Launch the kernel at the head of its queue (whole), or its next piece
+        (a slice, or a PTB launch that starts or resumes it)."""
+        stream, op = task.stream, task.op
+        if task.plan is None:
+            stream.client.kernels += 1
+            self._counters["kernels"] += 1
+            if transform:
+                task.plan = self._planner.plan(op, stream.client.sm_percent)
+                if task.plan.untransformable:
+                    self._counters["untransformable"] += 1
+            else:
+                task.plan = WHOLE_PLAN
+            self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
+        plan = task.plan
+        if plan.mode is WHOLE:
+            stream.queue.popleft()
+            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
+        elif plan.mode is SLICE:
+            piece = plan.slices[task.next_slice]
+            task.next_slice += 1
+            if task.next_slice == len(plan.slices):
+                stream.queue.popleft()      # the rest of the stream may follow the last slice
+            self._counters["slice_launches"] += 1
+            params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
+            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
+        else:
+            self._launch_ptb(task)
+
+    def _launch_ptb(self, task: KernelTask) -> None:
+        stream, op, plan = task.stream, task.op, task.plan
+        state = self.device.prepare_ptb(stream.lane, resume=task.ptb_started)
+        if state is None:
+            # No device memory for the 8-byte state (or no host memory to register for
+            # its readback): this kernel runs whole (still correct, only not
+            # preemptible) and the job is not handed an error that its own request
+            # did not cause.
+            self._counters["kernels_ptb"] -= 1
+            self._counters["kernels_whole"] += 1
+            task.plan = WHOLE_PLAN
+            stream.queue.popleft()
+            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
+            return
+        task.ptb_started = True
+        self._counters["ptb_launches"] += 1
+        params = plan.ptb.plan.params(op.params, op.grid, state)
+        self._launch(task, PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
+
+    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
+        stream, op = task.stream, task.op
+        started_at = self.clock.now()
+        try:
+            device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
+                                             timed=task.plan.measuring)
+        except DeviceError as e:
+            stream.errors.append(e)         # reported at the job's next synchronization
+            if stream.queue and stream.queue[0] is task:
+                stream.queue.popleft()
+            return
+        unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
+                    blocks, task.counter)
+        if mode is not WHOLE:
+            task.unit = unit
+        self._in_flight.add(unit)
+        stream.inflight += 1
+
+    def _preempt(self, unit: Unit) -> None:
+        self._in_flight.request_preempt(unit)
+        self.device.preempt(unit.device)
+        self._counters["preemptions"] += 1
+
     # internals: completion -------------------------------------------------------------------
-    def _unit_done(self, unit: Unit) -> None:
-        """Backend callback (any thread): a tracked launch completed on the device."""
+    def _unit_done(self, device_unit: DeviceUnit) -> None:
+        """From the device layer (the clock's thread): a watched launch completed."""
         with self._lock:
             now = self.clock.now()
-            for done in (*self.device.riders_done_with(unit), unit):
-                self.device.complete(done, now)
-                self.policy.on_unit_finished(done.view(), now)
-            self.device.watch_riders(unit)
+            client = self._in_flight.units[device_unit.unit_id].task.stream.client
+            for done in self.device.completed(device_unit, check_stream=not client.removing):
+                unit = self._in_flight.units[done.unit_id]
+                self._complete(unit, now)
+                self.policy.on_unit_finished(unit.view(), now)
             if not self._closed:
                 self._pump()
             self._cond.notify_all()
+
+    def _complete(self, unit: Unit, now: float) -> None:
+        """Apply a completed unit's outcome: release it, account for what it ran,
+        feed the profiler, and take a finished kernel off its queue."""
+        task, stream, outcome = unit.task, unit.task.stream, unit.device
+        self._in_flight.remove(unit)
+        stream.inflight -= 1
+        if outcome.error is not None:
+            stream.errors.append(outcome.error)     # reported at the job's next synchronization
+        blocks = unit.blocks
+        if unit.mode is PTB:
+            counter = min(outcome.ptb_tasks_done, task.total_blocks)
+            blocks = counter - unit.counter_before
+            task.counter = counter
+        plan = task.plan
+        finished = unit.mode is WHOLE or outcome.error is not None or (
+            task.counter >= task.total_blocks if unit.mode is PTB else task.next_slice == len(plan.slices))
+        if finished:
+            stream.client.kernels_completed += 1
+        if unit.mode is not WHOLE:
+            task.unit = None
+            if finished and stream.queue and stream.queue[0] is task:
+                stream.queue.popleft()
+            elif not finished:
+                task.waiting_since = now
+        if plan.measuring and outcome.device_seconds is not None and plan.config is not None:
+            self.profiler.observe(task.key, plan.config, device_seconds=outcome.device_seconds,
+                                  cycle_seconds=now - unit.started_at, blocks=blocks,
+                                  clean=not unit.contended)
+            if unit.mode is SLICE and not finished:
+                revised = self._planner.revise(plan, task.op, task.next_slice)
+                if revised is not None:
+                    task.plan = revised

@@ -1,5 +1,7 @@
 """The executor's bookkeeping: clients, their streams and queues, events,
-kernels being run in pieces, and the units in flight on the device.
+kernels being run in pieces, and the units in flight on the device. The
+executor alone reads and writes these; the device layer (device_units.py)
+keeps its own records and is handed only what it launches.
 
 Plain data; every field is read and written under the executor's lock.
 """
@@ -7,30 +9,19 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import TYPE_CHECKING, Any, Hashable
 
-from ptx_passes.launch_plan import SliceLaunch, total_blocks
+from ptx_passes.launch_plan import total_blocks
 from tally.protocol.errors import DeviceError
+from tally.scheduler.events import ExecutorEvent
+from tally.scheduler.kernel_plan import KernelPlan
 from tally.scheduler.ops import Launch, Op
-from tally.scheduler.policy import ClientView, RunningUnit
-from tally.scheduler.profiler import RunConfig, kernel_key
-from tally.scheduler.variants import PTBVariant, SlicedVariant
+from tally.scheduler.policy import HIGH, ClientView, RunningUnit
+from tally.scheduler.profiler import kernel_key
+from tally.scheduler.run_mode import PTB, RunMode
 
-
-class ExecutorEvent:
-    """A client's event. Each EventRecord gets its own backend event when it
-    reaches the device, because a record can sit in a held queue while the
-    client records the same event again elsewhere: a StreamWaitEvent must wait
-    for the record that preceded it (CUDA semantics), not for a later one."""
-
-    def __init__(self, client_id: Hashable, timing: bool):
-        self.client_id = client_id
-        self.timing = timing
-        self.submitted_seq = 0                   # records submitted so far
-        self.records: dict[int, Any] = {}        # seq -> backend event, once dispatched
-        self.waiters: collections.Counter = collections.Counter()   # seq -> queued waits
-        self.destroyed = False
-        self.shared = False      # an interprocess event other clients may record and wait on
+if TYPE_CHECKING:
+    from tally.scheduler.device_units import DeviceUnit, Lane
 
 
 @dataclass(eq=False)
@@ -43,7 +34,7 @@ class OpItem:
     dispatched: bool = False     # GatedCallback: its callback went to the backend
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class KernelTask:
     """A Launch in a queue. Whole kernels leave the queue when launched;
     transformed ones stay at its head until their last piece is launched
@@ -55,18 +46,11 @@ class KernelTask:
     stream: "StreamState"
     submitted_at: float
     waiting_since: float | None = None   # when it reached the head of its queue
-    mode: str | None = None            # None (undecided) | "whole" | "slice" | "ptb"
-    config: RunConfig | None = None
-    measuring: bool = False
-    plan_args: dict = field(default_factory=dict)   # what the profiler was asked with
-    sliced: SlicedVariant | None = None
-    slices: list[SliceLaunch] = field(default_factory=list)
-    next_slice: int = 0
-    ptb: PTBVariant | None = None
-    workers: int = 0
+    plan: KernelPlan | None = None       # how it runs; None until the policy starts it
+    next_slice: int = 0                  # SLICE: index into plan.slices
     ptb_started: bool = False
-    counter: int = 0                   # PTB tasks completed so far
-    unit: "Unit | None" = None
+    counter: int = 0                     # PTB tasks completed so far
+    unit: "Unit | None" = None           # its slice or PTB launch on the device
 
     @property
     def total_blocks(self) -> int:
@@ -86,15 +70,14 @@ class KernelTask:
 class Unit:
     """One launch the executor is tracking: whole kernel, slice, or PTB launch."""
 
-    unit_id: int
+    unit_id: int                        # the device's id of it (DeviceUnit.unit_id)
     task: KernelTask
-    kind: str                           # "whole" | "slice" | "ptb"
+    mode: RunMode
     priority: str
     started_at: float
+    device: "DeviceUnit"
     blocks: int = 0                     # slice: its blocks; whole: the grid
     counter_before: int = 0             # PTB: tasks done before this launch
-    start_event: Any = None             # timing events while measuring
-    end_event: Any = None
     preempt_requested: bool = False
     contended: bool = False             # high-priority work overlapped it (measurement unusable)
     _view: RunningUnit | None = None
@@ -105,8 +88,8 @@ class Unit:
         if self._view is None:
             stream = self.task.stream
             self._view = RunningUnit(self.unit_id, self.task.kernel_id, stream.client.client_id,
-                                     stream.key, self.priority, self.kind,
-                                     self.kind == "ptb" and not self.preempt_requested, self.started_at)
+                                     stream.key, self.priority, self.mode,
+                                     self.mode is PTB and not self.preempt_requested, self.started_at)
         return self._view
 
     def request_preempt(self) -> None:
@@ -114,26 +97,61 @@ class Unit:
         self._view = None
 
 
+class UnitsInFlight:
+    """The units on the device, with what the policy and the profiler need to
+    know of them kept current as units start and end (the policy's views are
+    taken at every scheduling decision)."""
+
+    def __init__(self) -> None:
+        self.units: dict[int, Unit] = {}
+        self.views: dict[int, RunningUnit] = {}
+        self.preemptible = 0                # PTB launches running and not yet asked to stop
+        self._high = 0                      # high-priority units
+        self._best_effort: dict[int, Unit] = {}    # marked contended when high-priority work starts
+
+    def add(self, unit: Unit) -> None:
+        if unit.priority == HIGH:
+            self._high += 1
+            for other in self._best_effort.values():
+                other.contended = True
+        else:
+            unit.contended = self._high > 0
+            self._best_effort[unit.unit_id] = unit
+        self.units[unit.unit_id] = unit
+        self.views[unit.unit_id] = unit.view()
+        if unit.mode is PTB:
+            self.preemptible += 1
+
+    def request_preempt(self, unit: Unit) -> None:
+        unit.request_preempt()
+        self.preemptible -= 1
+        self.views[unit.unit_id] = unit.view()
+
+    def remove(self, unit: Unit) -> None:
+        del self.units[unit.unit_id]
+        del self.views[unit.unit_id]
+        if unit.mode is PTB and not unit.preempt_requested:
+            self.preemptible -= 1
+        if unit.priority == HIGH:
+            self._high -= 1
+        else:
+            del self._best_effort[unit.unit_id]
+
+
 @dataclass(eq=False)
 class StreamState:
     client: "ClientState"
     key: Hashable
     backend_stream: Any
-    notify_stream: Any                  # completion callbacks, off the work stream
+    lane: "Lane"                        # the device layer's side of the stream
     queue: collections.deque = field(default_factory=collections.deque)
     inflight: int = 0                   # units launched and not yet completed
-    # Completion batching (device_units.py): whole kernels launched while another
-    # unit's completion is being watched ride on the next watched completion.
-    watched: "Unit | None" = None       # the newest unit with its own completion callback
-    riders: collections.deque = field(default_factory=collections.deque)   # units without one
     errors: collections.deque[DeviceError] = field(default_factory=collections.deque)
-    ptb_state: int | None = None        # device address of the PTB state buffer
     # Backend streams are destroyed only once no thread is synchronizing them: on a
     # GPU a destroyed CUstream is an invalid handle (seen: a MemFree's drain and a
     # StreamDestroy's release of the same stream, on two threads).
     backend_syncs: int = 0              # threads inside backend.stream_synchronize on it
     released: bool = False              # its backend streams are destroyed, or about to be
-    readback: memoryview | None = None   # registered host slot the PTB counter is copied into
 
     @property
     def drained(self) -> bool:

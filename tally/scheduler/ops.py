@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from tally.backends.base import Dim3, Function
 
 if TYPE_CHECKING:
-    from tally.scheduler.executor_state import ExecutorEvent
+    from tally.scheduler.events import ExecutorEvent
 
 
 @dataclass(frozen=True, eq=False)

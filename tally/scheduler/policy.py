@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Protocol
 
+from tally.scheduler.run_mode import RunMode
+
 HIGH = "high"
 BEST_EFFORT = "best-effort"
 PRIORITIES = (HIGH, BEST_EFFORT)
@@ -76,7 +78,7 @@ class RunningUnit:
     client_id: Hashable
     stream_key: Hashable
     priority: str
-    kind: str                     # "whole" | "slice" | "ptb"
+    mode: RunMode
     preemptible: bool             # a PTB launch not yet asked to stop
     started_at: float
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from tally.scheduler.profile_cache import ProfileCache
+from tally.scheduler.run_mode import RunMode
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +38,30 @@ NEAR_TIE = 1.1
 SATURATED = 1.05           # PTB: doubling workers gained less than this -> stop exploring
 
 
-@dataclass(frozen=True, order=True)
+# How profile files (format 1) spell a whole kernel; kept so existing files still load.
+_WHOLE_LABEL = "original"
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    kind: str                # "ptb" | "slice" | "original"
-    size: int = 0            # workers (ptb) or blocks per slice (slice)
+    kind: RunMode
+    size: int = 0            # workers (PTB) or blocks per slice (SLICE); 0 for WHOLE
 
     @property
     def label(self) -> str:
-        return self.kind if self.kind == "original" else f"{self.kind}:{self.size}"
+        return _WHOLE_LABEL if self.kind is RunMode.WHOLE else f"{self.kind.value}:{self.size}"
 
     @staticmethod
     def from_label(label: str) -> "RunConfig":
+        if label == _WHOLE_LABEL:
+            return WHOLE_KERNEL
         kind, _, size = label.partition(":")
-        if kind not in ("ptb", "slice", "original"):
+        if kind not in (RunMode.SLICE.value, RunMode.PTB.value):
             raise ValueError(f"unknown run configuration {label!r}")
-        return RunConfig(kind, int(size or 0))
+        return RunConfig(RunMode(kind), int(size or 0))
 
 
-ORIGINAL = RunConfig("original")
+WHOLE_KERNEL = RunConfig(RunMode.WHOLE)
 
 
 @dataclass
@@ -91,16 +98,16 @@ def candidates(total_blocks: int, sm_count: int, can_slice: bool, can_ptb: bool,
         cap = total_blocks - 1 if max_workers is None else min(max_workers, total_blocks - 1)
         k = 1
         while k * sm_count <= cap and k <= 32:
-            out.append(RunConfig("ptb", k * sm_count))
+            out.append(RunConfig(RunMode.PTB, k * sm_count))
             k *= 2
         if not out and cap >= 1 and max_workers is not None:
-            out.append(RunConfig("ptb", cap))
+            out.append(RunConfig(RunMode.PTB, cap))
     if can_slice:
         k = 1
         while k * sm_count < total_blocks:
-            out.append(RunConfig("slice", k * sm_count))
+            out.append(RunConfig(RunMode.SLICE, k * sm_count))
             k *= 2
-    out.append(ORIGINAL)
+    out.append(WHOLE_KERNEL)
     return out
 
 
@@ -135,9 +142,9 @@ class TransparentProfiler:
         if choice is not None:
             return choice, False
         cands = candidates(total_blocks, self.sm_count, can_slice, can_ptb, max_workers)
-        if cands == [ORIGINAL]:
-            self._choices[choice_key] = ORIGINAL
-            return ORIGINAL, False
+        if cands == [WHOLE_KERNEL]:
+            self._choices[choice_key] = WHOLE_KERNEL
+            return WHOLE_KERNEL, False
         measured = self._measured.setdefault(key, {})
         nxt = self._next_candidate(cands, measured, total_blocks)
         if nxt is not None:
@@ -165,7 +172,7 @@ class TransparentProfiler:
             m.unclean += 1
             if m.unclean < UNCLEAN_LIMIT:
                 return
-        if config.kind == "ptb":
+        if config.kind is RunMode.PTB:
             turnaround = device_seconds / -(-blocks // config.size)
         else:
             turnaround = device_seconds
@@ -200,17 +207,17 @@ class TransparentProfiler:
         ptb_rates: list[float] = []
         for c in cands:
             if c in done:
-                if c.kind == "slice":
+                if c.kind is RunMode.SLICE:
                     floor = max(floor, done[c].turnaround)
-                elif c.kind == "ptb":
+                elif c.kind is RunMode.PTB:
                     ptb_rates.append(done[c].throughput)
                 continue
-            if c.kind == "ptb":
+            if c.kind is RunMode.PTB:
                 # once doubling the workers stopped paying (all resident), more won't
                 if len(ptb_rates) >= 2 and ptb_rates[-1] < SATURATED * ptb_rates[-2]:
                     continue
             elif best_rate > 0:
-                blocks = total_blocks if c.kind == "original" else c.size
+                blocks = total_blocks if c.kind is RunMode.WHOLE else c.size
                 if max(blocks / best_rate, floor) > EXPLORE_MARGIN * self.threshold:
                     continue
             return c
@@ -219,7 +226,7 @@ class TransparentProfiler:
     def _choose(self, cands: list[RunConfig], measured: dict[RunConfig, Measurement]) -> RunConfig:
         done = [(c, measured[c]) for c in cands if c in measured and self._complete(measured[c])]
         if not done:
-            return ORIGINAL
+            return WHOLE_KERNEL
         within = [(c, m) for c, m in done if m.turnaround <= self.threshold]
         if not within:
             # nothing meets the threshold: take the smallest turnaround, treating

@@ -92,7 +92,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     @classmethod
     def realtime(cls, gpu: SimGPU | str = A100_SXM4_40GB, **options) -> "SimBackend":
         """The sim for `tally-server --backend sim`: virtual time follows the wall
-        clock. `gpu` is a SimGPU or a preset name (sim_model.GPU_PRESETS)."""
+        clock. `gpu` is a SimGPU or a preset name (sim.model.GPU_PRESETS)."""
         if isinstance(gpu, str):
             if gpu not in GPU_PRESETS:
                 raise ValueError(f"unknown simulated GPU {gpu!r}; choose one of {', '.join(GPU_PRESETS)}")

@@ -11,6 +11,7 @@ from ptx_passes.launch_plan import PTB_EXTRA, SLICE_EXTRA, extra_params_offset
 from tally.backends.base import Dim3, KernelParam, ModuleSource
 from tally.backends.sim.memory import SimMemory
 from tally.backends.sim.model import KernelCost
+from tally.scheduler.run_mode import RunMode
 
 KernelEffect = Callable[[SimMemory, bytes, Dim3, Dim3, range], None]
 SIM_MANIFEST_PREFIX = b"tally-sim-module:"
@@ -46,7 +47,7 @@ class SimFunction:
     cost: KernelCost
     effect: KernelEffect | None
     params_known: bool
-    kind: str = "original"            # "original" | "sliced" | "ptb"
+    kind: RunMode = RunMode.WHOLE     # which launch contract it follows (a variant: SLICE, PTB)
     original: "SimFunction | None" = None
 
     @functools.cached_property
@@ -56,7 +57,7 @@ class SimFunction:
 
     @functools.cached_property
     def launch_param_bytes(self) -> int:
-        extra = {"original": None, "sliced": SLICE_EXTRA, "ptb": PTB_EXTRA}[self.kind]
+        extra = {RunMode.WHOLE: None, RunMode.SLICE: SLICE_EXTRA, RunMode.PTB: PTB_EXTRA}[self.kind]
         if extra is None:
             return self.original_param_bytes
         return extra_params_offset(self.original_param_bytes) + extra.size

@@ -15,6 +15,7 @@ from tally.backends.sim.loop import SimLoop
 from tally.backends.sim.memory import SimMemory
 from tally.backends.sim.model import SimGPU, resident_blocks_per_sm
 from tally.backends.sim.objects import SimEvent, SimFunction, SimStream
+from tally.scheduler.run_mode import RunMode
 
 
 class SimMachine(Protocol):
@@ -46,7 +47,7 @@ def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> No
     base_ns = fn.cost.block_time_us * 1000
     extras_at = extra_params_offset(fn.original_param_bytes)
     original_params = op.params[:fn.original_param_bytes]
-    if fn.kind == "ptb":
+    if fn.kind is RunMode.PTB:
         state_ptr, flag_ptr, *grid = PTB_EXTRA.unpack_from(op.params, extras_at)
         grid = tuple(grid)
         try:
@@ -74,7 +75,7 @@ def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> No
         backend.memory.watch(flag_ptr, lambda: backend.device.flag_changed(run))
         backend.device.add(run)
         return
-    if fn.kind == "sliced":
+    if fn.kind is RunMode.SLICE:
         offset, *grid = SLICE_EXTRA.unpack_from(op.params, extras_at)
         grid, count = tuple(grid), total_blocks(op.grid)
         if offset + count > total_blocks(grid):
