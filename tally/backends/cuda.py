@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource
+from tally.backends.base import BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
@@ -384,6 +384,16 @@ class CudaBackend(PtxVariants):
     def synchronize(self) -> None:
         self._current()
         _check(cu.cuCtxSynchronize())
+
+    def data_plane(self) -> DataPlaneDevice:
+        # The same driver library and context as every call above (csrc/src/data_plane/cuda_issue.cpp).
+        from tally._core import data_plane
+
+        def register(plane, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:
+            plane.add_function(function_id, param_bytes, int(fn.handle))
+            return True
+
+        return DataPlaneDevice(data_plane.CudaIssuer(int(self._context)), lambda stream: int(stream), register)
 
     def close(self) -> None:
         try:

@@ -30,6 +30,7 @@ from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
 from tally.scheduler.events import ExecutorEvent
+from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
@@ -79,6 +80,8 @@ class StreamExecutor:
         self._records_dispatched = False
         self._closed = False
         self._ops_submitted = 0
+        # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
+        self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed)
 
     # clients ---------------------------------------------------------------------------
     def add_client(self, client_id: Hashable, priority: str = "best-effort",
@@ -99,6 +102,7 @@ class StreamExecutor:
         with self._lock:
             client = self._client(client_id)
             client.removing = True
+            self.fast_lanes.detach(client_id)
             for stream in client.streams.values():
                 for item in stream.queue:
                     if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
@@ -159,6 +163,33 @@ class StreamExecutor:
             elif not isinstance(item.op, EventRecord) and self._dispatch_op(stream, item):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
+            self._pump()
+
+    def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable) -> None:
+        """After a submission: the stream's lane is granted to the data plane while
+        the executor would issue its next operation at once, revoked otherwise
+        (tally/scheduler/fast_lane.py)."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            stream = client.streams.get(stream_key) if client is not None else None
+            if stream is not None:
+                self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream))
+
+    def _fast_lane_eligible(self, client: ClientState, stream: StreamState) -> bool:
+        # submit()'s fast path, held true for every next operation: an empty queue, a
+        # policy that starts this client's kernels at once, no preemptible unit (a new
+        # high-priority kernel would have to preempt it), the whole device (an SM
+        # share caps each launch).
+        return (not stream.queue and not client.removing and not stream.released
+                and self._in_flight.preemptible == 0 and client.sm_percent is None
+                and self.policy.starts_at_once(client.view))
+
+    def _fast_lane_changed(self, change: LaneChange) -> None:
+        """A fast lane's watched work completed (the clock's thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            change(self.policy, self.clock.now())
             self._pump()
 
     def open_gate(self, gate: HostGate) -> None:
@@ -287,6 +318,7 @@ class StreamExecutor:
                                             "kernels_completed": c.kernels_completed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values())}
                               for c in self._clients.values()}
+            self.fast_lanes.add_counters(out)
             return out
 
     def close(self) -> None:
@@ -356,6 +388,7 @@ class StreamExecutor:
         if stream.released:
             return False
         stream.released = True
+        self.fast_lanes.close(stream)
         self.clock.wait_for(self._cond, lambda: stream.backend_syncs == 0)
         return True
 
@@ -469,9 +502,10 @@ class StreamExecutor:
                                                client.priority, task.op.function.name,
                                                task.waiting_since, task.partially_done,
                                                stream.inflight > 0))
-        view = SchedulerView(self.clock.now(),
-                             tuple(c.view for c in self._clients.values() if not c.removing),
-                             tuple(views), tuple(self._in_flight.views.values()))
+        now = self.clock.now()
+        lanes = self.fast_lanes.running(self.policy, now) if waiting else ()   # busy lanes hold others back
+        view = SchedulerView(now, tuple(c.view for c in self._clients.values() if not c.removing),
+                             tuple(views), (*self._in_flight.views.values(), *lanes))
         return view, waiting
 
     def _apply(self, schedule: Schedule, waiting: dict[int, KernelTask]) -> bool:
@@ -538,6 +572,10 @@ class StreamExecutor:
             params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
             self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
         else:
+            # No lane may add high-priority work behind the scheduler's back while a
+            # preemptible unit runs; if one did since the policy looked, it looks again.
+            if self.fast_lanes.revoke_all():
+                return
             self._launch_ptb(task)
 
     def _launch_ptb(self, task: KernelTask) -> None:

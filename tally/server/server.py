@@ -29,6 +29,7 @@ from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, Sta
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.admission import Refused, admit
+from tally.server.data_plane import DATA_PLANES, default_data_plane
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
@@ -68,6 +69,8 @@ class ServerConfig:
     spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
+    # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
+    data_plane: str = field(default_factory=default_data_plane)
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -88,6 +91,11 @@ class TallyServer:
         self._retired: set[int] = set()
         self.variants, clock = make_variant_provider(backend)
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
+        if config.data_plane not in DATA_PLANES:
+            raise ServerError(f"unknown data plane {config.data_plane!r}; choose one of {', '.join(DATA_PLANES)}")
+        # How the C++ data plane issues work on this device (None: the backend has no way;
+        # then its loop still runs in C++, and every driver request goes to Python).
+        self.data_plane_device = backend.data_plane() if config.data_plane == "cpp" else None
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}

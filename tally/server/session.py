@@ -13,6 +13,10 @@ on a GPU: once the job has been told, every later driver request fails with it
 (other jobs carry on). What the device wrote for the job's stderr with an error
 (the assert's message) reaches the job once, right before the error.
 
+The loop itself is the data plane's (tally/server/data_plane.py): in C++ by
+default, which handles launches and other requests the scheduler lets through
+without entering Python, and hands everything else to `handle`, in order.
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
 (device memory and driver objects), what was registered with `add_cleanup`, and
@@ -39,6 +43,7 @@ from tally.protocol.errors import (
 )
 from tally.protocol.messages_generated import Done, Error, Goodbye, HostFuncDone, KernelStderr, Notify, Ping
 from tally.server.client.state import ClientState
+from tally.server.data_plane import make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
@@ -53,10 +58,6 @@ STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 # What a job with an unusable context may still send: keep-alives, its goodbye, and the
 # completion of host functions the device waits for.
 ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
-POP_BATCH = 64
-# Bounds how long a session thread sleeps in the ring before noticing a close
-# request from another thread; the ring itself wakes it at once for requests.
-POLL_INTERVAL_S = 0.25
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Session:
         self.program = program
         self.segment = segment
         self.connection = connection          # the handshake socket; its EOF means the client is gone
-        self.counters = SessionCounters()
+        self._counters = SessionCounters()    # what Python handled (`counters` adds the data plane's)
         self.failures = FailureLog(client_id)
         self.current_request = ""              # the request the session thread is handling
         self.started_at = time.time()
@@ -87,12 +88,11 @@ class Session:
         self.sticky_error: DeviceError | None = None   # set once the job was told of one
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
-        self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
-        self._segment_closed = False           # under _reply_lock: later completions go nowhere
         self._closing = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
+        self.data_plane = make_data_plane(self, server.config.data_plane, server.data_plane_device)
         self.client = ClientState(self, quota_bytes)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -105,6 +105,7 @@ class Session:
         if self.close_reason is None:
             self.close_reason = reason
         self._closing.set()
+        self.data_plane.stop()
         if not self._thread.is_alive():
             self.close()
 
@@ -118,6 +119,7 @@ class Session:
                 return
             self._closed = True
         self._closing.set()
+        self.data_plane.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         for fn in (self.client.close, *reversed(self._cleanups)):
@@ -125,14 +127,13 @@ class Session:
                 fn()
             except Exception:  # cleanup must go on: log and continue with the rest
                 log.exception("client %d: cleanup step failed", self.client_id)
-        with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
-            self._segment_closed = True
-            try:
-                self.segment.mark_closed()
-            except Exception:
-                pass
-            self.segment.unlink()
-            self.segment.close()
+        self.data_plane.close_replies()   # a reply still being pushed (a waiter of the gone client) finishes first
+        try:
+            self.segment.mark_closed()
+        except Exception:
+            pass
+        self.segment.unlink()
+        self.segment.close()
         try:
             self.connection.close()
         except OSError:
@@ -145,6 +146,24 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    @property
+    def counters(self) -> SessionCounters:
+        """Requests handled so far, by Python and by the C++ data plane."""
+        requests, sync_requests, by_kind = self.data_plane.counts()
+        if not requests:
+            return self._counters
+        mine = self._counters
+        merged = collections.Counter(mine.by_kind)
+        for kind, n in by_kind.items():
+            entry = HANDLERS.get(kind)
+            merged[entry[0].__name__ if entry is not None else f"kind {kind}"] += n
+        return SessionCounters(mine.requests + requests, mine.sync_requests + sync_requests, mine.errors,
+                               mine.protocol_errors, merged)
 
     def gone(self) -> bool:
         """Whether the client has left (or is being let go), checked now: a job that
@@ -180,15 +199,14 @@ class Session:
         if error.code in STICKY_CODES and self.sticky_error is None:
             self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
                                                         f"{error.message}")
+            if self.data_plane.fast is not None:
+                self.data_plane.fast.disable()
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
         it goes nowhere, silently: answers of requests that outlived their job."""
-        with self._reply_lock:
-            if self._segment_closed:
-                return
-            self.segment.completion_ring.push(kind, tag, payload)
+        self.data_plane.push(kind, tag, payload)
 
     def take_upload(self, offset: int, nbytes: int) -> bytes:
         """A copy of an upload-arena chunk, which is released at once (chunks are
@@ -213,28 +231,23 @@ class Session:
         # The first error wins, as with CUDA's sticky errors.
         if self.deferred_error is None:
             self.deferred_error = error
+        if self.data_plane.fast is not None:
+            self.data_plane.fast.not_idle()
 
     # ---- request loop --------------------------------------------------------------
 
     def _run(self) -> None:
-        ring = self.segment.request_ring
         try:
-            while not self._closing.is_set():
-                try:
-                    records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
-                except _core.PeerDead:
-                    self.request_close("client process died")
-                    break
-                except _core.TransportError as e:
-                    self.request_close(f"transport failure: {e}")
-                    break
-                for kind, tag, payload in records:
-                    self.handle(kind, tag, payload)
+            reason = self.data_plane.serve()
+            if reason:
+                self.request_close(reason)
         finally:
             self.close()
 
     def handle(self, kind: int, tag: int, payload: bytes) -> None:
-        counters = self.counters
+        """Run one request through its Python handler (the data plane calls this for
+        every request it does not take itself)."""
+        counters = self._counters
         counters.requests += 1
         if tag:
             counters.sync_requests += 1

@@ -313,6 +313,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         for s in streams:
             s.raise_error()
 
+    def data_plane(self) -> None:
+        return None
+
     def close(self) -> None:
         """Ends running kernels (they fail as cancelled) and stops every stream."""
         self._cancel.set()

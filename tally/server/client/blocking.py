@@ -16,6 +16,7 @@ no answer (nobody is left to read it).
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,8 @@ class BlockingCalls:
         self._session = session
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self._pending = 0                 # submitted and not yet answered
+        self._pending_lock = threading.Lock()
 
     def run(self, tag: int, work: Callable[[], object]) -> None:
         """Run `work` on a pool thread and answer `tag` with what it returns; a
@@ -45,7 +48,14 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
+        with self._pending_lock:
+            self._pending += 1
         self._pool.submit(self._answer, tag, self._session.current_request, work)
+
+    def idle(self) -> bool:
+        """Nothing of the job is waiting here (what it may yet answer or defer)."""
+        with self._pending_lock:
+            return self._pending == 0
 
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
@@ -73,3 +83,6 @@ class BlockingCalls:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:
                 log.exception("client %d: could not answer a blocking request", session.client_id)
+        finally:
+            with self._pending_lock:
+                self._pending -= 1

@@ -15,8 +15,9 @@ from tally.units import format_bytes
 
 
 class Allocations:
-    def __init__(self, quota_bytes: int | None = None):
+    def __init__(self, quota_bytes: int | None = None, fast=None):
         self.quota_bytes = quota_bytes          # None: no quota
+        self._fast = fast                       # the C++ data plane's copy of the table (fast_path.py), or None
         self._starts: list[int] = []            # sorted allocation base addresses
         self._sizes: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -57,6 +58,8 @@ class Allocations:
                 raise AssertionError(f"device returned address 0x{ptr:x} twice")
             bisect.insort(self._starts, ptr)
             self._sizes[ptr] = nbytes
+            if self._fast is not None:
+                self._fast.allocation_added(ptr, nbytes)
             self.used_bytes += nbytes
             self.peak_bytes = max(self.peak_bytes, self.used_bytes)
 
@@ -68,6 +71,8 @@ class Allocations:
             if size is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                                   f"0x{ptr:x} is not the start of an allocation of this client")
+            if self._fast is not None:
+                self._fast.allocation_removed(ptr)
             self._starts.pop(bisect.bisect_left(self._starts, ptr))
             self.used_bytes -= size
             return size
@@ -97,6 +102,8 @@ class Allocations:
         """Forget everything; returns what was owned (for freeing on the device)."""
         with self._lock:
             owned = [(p, self._sizes[p]) for p in self._starts]
+            if self._fast is not None:
+                self._fast.allocations_cleared()
             self._starts.clear()
             self._sizes.clear()
             self.used_bytes = 0

@@ -1,0 +1,130 @@
+// One job's data plane: the session thread's request loop in C++.
+//
+// The loop waits on the request ring's futex, pops each record and either
+// handles it here (the fast path: launches, memsets, device and inline/arena
+// host copies on a stream the executor has opened to it, synchronizations of a
+// job known to be idle, pings) or hands it to the Python handlers (everything
+// else), one record after another, so requests take effect in the order the job
+// sent them. See docs/data-plane.md for what Python decides and how the two
+// planes share order, completion, counters and errors.
+//
+// Thread model: serve() runs on the session thread without the GIL and takes it
+// only to call Python. Python changes the tables below (lanes, functions,
+// allocations) from any thread under `mu_`; a fast operation holds `mu_` while
+// it checks and issues, so once a lane is revoked no operation of it is still on
+// its way to the device. Nothing that holds `mu_` waits for the GIL.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "data_plane/device_issue.h"
+#include "data_plane/owned_ranges.h"
+#include "tally/segment.h"
+
+namespace tally::data_plane {
+
+// One of the job's streams as the data plane may use it.
+struct Lane {
+  bool exists = false;     // the job's stream id names a stream (server/client/streams.py)
+  bool allowed = false;    // CUDA's default-stream rules put nothing before the next operation
+  bool granted = false;    // the executor would issue the next operation at once (scheduler/fast_lane.py)
+  bool has_native = false;
+  uint64_t native = 0;     // the executor's backend stream for it
+  std::atomic<uint64_t> launches{0};       // kernels among them
+  std::atomic<uint64_t> issued{0};         // operations the data plane issued on it
+  std::atomic<int64_t> last_issue_ns{0};   // steady clock
+};
+
+// What the data plane did without Python, for the session's status counters.
+struct FastCounts {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> sync_requests{0};
+  std::unordered_map<uint32_t, std::atomic<uint64_t>> by_kind;   // keys fixed at construction
+};
+
+class ClientPlane {
+ public:
+  using Fallback = std::function<void(uint32_t kind, uint64_t tag, const uint8_t* payload, uint32_t size)>;
+
+  ClientPlane(std::shared_ptr<transport::Segment> segment, std::shared_ptr<DeviceIssuer> issuer);
+
+  // The request loop: until stop() or the job is gone. `fallback` runs a request
+  // through Python (it takes the GIL itself). Returns why the loop ended: "" for
+  // stop(), else the reason the session closes with.
+  std::string serve(const Fallback& fallback, double poll_seconds);
+  void stop() { stop_.store(true, std::memory_order_release); }
+
+  // ---- what Python tells the data plane -------------------------------------------
+  // The fast path as a whole (off once the job's context is unusable).
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_release); }
+  // Python answered a context-wide synchronization with Done and has nothing of
+  // this job pending: until the next request Python handles, a synchronization
+  // may be answered here once the device is quiet.
+  void set_quiet(bool on) { quiet_.store(on, std::memory_order_release); }
+
+  void stream_rules(uint64_t key, bool exists, bool allowed);   // streams.py
+  void open_lane(uint64_t key, uint64_t native);                // fast_lane.py: the executor stream
+  void grant(uint64_t key, bool granted);                       // fast_lane.py (synchronous)
+  void revoke_all();
+  void close_lane(uint64_t key);                                // the executor stream is going away
+  // (kernels launched, operations issued, steady-clock ns of the last) on the lane;
+  // kernels are read first, so they never count one the operations do not.
+  struct LaneCounts {
+    uint64_t launches, issued;
+    int64_t last_issue_ns;
+  };
+  LaneCounts lane_counts(uint64_t key);
+  bool lane_quiet(uint64_t key);                                // issuer's stream_quiet
+  // A fast operation on the legacy stream since the last call (streams.py counts
+  // legacy work to order blocking streams after it).
+  bool take_legacy_touched() { return legacy_touched_.exchange(false, std::memory_order_acq_rel); }
+
+  void add_function(uint64_t id, FunctionEntry entry);
+  void remove_function(uint64_t id);
+  void add_allocation(uint64_t base, uint64_t size);
+  void remove_allocation(uint64_t base);
+  void clear_allocations();
+
+  // Pushes a record to the job's completion ring, for Python too (one producer at a
+  // time). False once replies are closed (the job is gone).
+  bool push_completion(uint32_t kind, uint64_t tag, const uint8_t* payload, uint32_t size);
+  void close_replies();
+
+  const FastCounts& counts() const { return counts_; }
+  DeviceIssuer& issuer() { return *issuer_; }
+
+ private:
+  bool try_fast(const transport::RecordView& v);
+  bool fast_ping(const transport::RecordView& v);
+  bool fast_launch(const transport::RecordView& v);
+  bool fast_memset(const transport::RecordView& v);
+  bool fast_copy_dtod(const transport::RecordView& v);
+  bool fast_copy_htod(const transport::RecordView& v);
+  bool fast_synchronize(const transport::RecordView& v);
+  Lane* usable_lane(uint64_t key);   // under mu_
+  void note_issued(uint64_t key, Lane& lane);
+  void count(uint32_t kind, uint64_t tag);
+  Lane& lane_entry(uint64_t key);    // under mu_
+
+  std::shared_ptr<transport::Segment> segment_;
+  std::shared_ptr<DeviceIssuer> issuer_;
+  std::mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Lane>> lanes_;
+  std::unordered_map<uint64_t, FunctionEntry> functions_;
+  OwnedRanges owned_;
+  std::atomic<bool> enabled_{true};
+  std::atomic<bool> quiet_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> legacy_touched_{false};
+  std::mutex reply_mu_;
+  bool replies_closed_ = false;
+  FastCounts counts_;
+};
+
+}  // namespace tally::data_plane

@@ -1,0 +1,186 @@
+"""Fast lanes: the executor's side of the C++ data plane (docs/data-plane.md).
+
+A job's C++ data plane (tally/server/data_plane.py, csrc/src/data_plane/) may
+issue a stream's launches, memsets and copies to the device itself, without
+Python, but only while the executor has granted it that stream's lane. The
+executor grants a lane exactly when it would itself issue the stream's next
+operation at once: the stream's queue is empty, its client's kernels start the
+moment they reach the head of the queue (`policy.starts_at_once`), and no
+preemptible unit is on the device (whose preemption a new high-priority kernel
+would have to trigger). Everything else, and so every decision to release
+best-effort work, stays with the executor and its policy.
+
+What the executor still needs to know of a lane's work:
+- whether it may still be running, so the policy sees the high-priority job as
+  busy (`running`: one RunningUnit per busy lane) and holds best-effort work back
+  exactly as for its own units. A lane whose work is not known to be complete is
+  watched: an event recorded on its stream and a host callback on its notify
+  stream (the device layer's) tell the executor when the work issued so far has
+  completed, and the policy hears of it as of any unit's end;
+- that it must not grow while a preemptible unit starts: the executor revokes all
+  lanes before that unit could be preempted (`revoke_all`), and a revocation
+  waits for an operation the data plane is issuing at that moment; work issued
+  since the policy's last look makes the executor look again (and preempt);
+- its counters, for `tally-server status`.
+
+Synchronization needs nothing from here: a lane's operations go to the
+executor's own backend stream, so the executor's stream synchronization and
+queries cover them. Every method is called with the executor's lock held.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+from tally.scheduler.policy import RunningUnit, SchedulingPolicy
+from tally.scheduler.run_mode import WHOLE
+
+# (policy, now) -> None, run by the executor under its lock before it schedules again
+LaneChange = Callable[[SchedulingPolicy, float], None]
+
+
+@dataclass(eq=False)
+class _Attached:
+    plane: Any                          # tally._core.data_plane.ClientPlane
+    stream_handle: Callable[[Any], int]     # backend stream -> the handle the plane issues to
+    completes_at_issue: bool            # the null device: nothing to watch
+
+
+@dataclass(eq=False)
+class _Lane:
+    stream: Any                         # the executor's StreamState
+    attached: _Attached
+    view: RunningUnit
+    granted: bool = False
+    seen: int = 0                       # operations issued when the executor last looked
+    drained: int = 0                    # operations known to have completed
+    launches_done: int = 0              # kernels among them
+    watched: int | None = None          # issued count a pending watch covers
+    closed: bool = False
+
+
+class FastLanes:
+    def __init__(self, backend, clock, on_change: Callable[[LaneChange], None]):
+        self._backend = backend
+        self._clock = clock
+        self._on_change = on_change     # the executor: run it under the lock, then schedule
+        self._attached: dict[Hashable, _Attached] = {}
+        self._lanes: dict[Any, _Lane] = {}      # StreamState -> lane
+        self._unit_ids = itertools.count(-1, -1)    # never an id of the device layer's units
+
+    def attach(self, client_id: Hashable, plane, stream_handle: Callable[[Any], int],
+               completes_at_issue: bool) -> None:
+        """The client's requests go through a C++ plane that may be given lanes."""
+        self._attached[client_id] = _Attached(plane, stream_handle, completes_at_issue)
+
+    def detach(self, client_id: Hashable) -> None:
+        """The client is going: no lane of it issues anything from now on."""
+        attached = self._attached.pop(client_id, None)
+        if attached is not None:
+            attached.plane.revoke_all()
+            for lane in self._lanes.values():
+                if lane.attached is attached:
+                    lane.granted = False
+
+    def offer(self, stream, eligible: bool) -> None:
+        """After a submission to `stream`: grant its lane if `eligible` (the
+        executor would issue the stream's next operation at once), else revoke it."""
+        lane = self._lanes.get(stream)
+        if lane is None:
+            attached = self._attached.get(stream.client.client_id)
+            if attached is None or not eligible:
+                return
+            attached.plane.open_lane(stream.key, attached.stream_handle(stream.backend_stream))
+            client = stream.client
+            lane = _Lane(stream, attached, RunningUnit(next(self._unit_ids), 0, client.client_id, stream.key,
+                                                       client.priority, WHOLE, False, self._clock.now()))
+            self._lanes[stream] = lane
+        if lane.granted != eligible:
+            lane.attached.plane.grant(stream.key, eligible)
+            lane.granted = eligible
+
+    def revoke_all(self) -> bool:
+        """A preemptible unit is starting: no lane may issue until offered again.
+        True when a lane issued work since the executor last looked (the policy
+        must look again: it may have to preempt the unit for it)."""
+        moved = False
+        for lane in self._lanes.values():
+            if not lane.granted:
+                continue
+            lane.attached.plane.grant(lane.stream.key, False)     # waits for an operation being issued
+            lane.granted = False
+            moved |= self._counts(lane)[1] != lane.seen
+        return moved
+
+    def close(self, stream) -> None:
+        """The executor stream is being released: its lane goes (a watch still
+        pending finds it closed)."""
+        lane = self._lanes.pop(stream, None)
+        if lane is not None:
+            lane.closed = True
+            lane.attached.plane.close_lane(stream.key)
+
+    def running(self, policy: SchedulingPolicy, now: float) -> tuple[RunningUnit, ...]:
+        """The lanes whose work may still be on the device, as running units of
+        their clients, for the policy's view; lanes whose work completed are
+        reported to the policy as finished units."""
+        if not self._lanes:
+            return ()
+        busy = []
+        for lane in self._lanes.values():
+            _launches, issued, last_ns = self._counts(lane)
+            lane.seen = issued
+            if issued == lane.drained:
+                continue
+            if lane.attached.completes_at_issue:
+                lane.drained = issued
+                policy.on_unit_finished(lane.view, last_ns / 1e9)
+                continue
+            busy.append(lane.view)
+            if lane.watched is None:
+                self._watch(lane)
+        return tuple(busy)
+
+    def add_counters(self, out: dict) -> None:
+        """Add the lanes' launches and operations to the executor's counters."""
+        for lane in self._lanes.values():
+            launches, issued, _ = self._counts(lane)
+            if issued != lane.drained and (lane.attached.completes_at_issue
+                                           or lane.attached.plane.lane_quiet(lane.stream.key)):
+                lane.drained, lane.launches_done = issued, launches
+            client_id = lane.stream.client.client_id
+            out["ops_submitted"] += issued
+            out["kernels"] += launches
+            out["kernels_whole"] += launches
+            client = out["clients"].get(client_id)
+            if client is not None:
+                client["kernels"] += launches
+                client["kernels_completed"] += lane.launches_done
+
+    # internals --------------------------------------------------------------------------
+    def _counts(self, lane: _Lane) -> tuple[int, int, int]:
+        return lane.attached.plane.lane_counts(lane.stream.key)
+
+    def _watch(self, lane: _Lane) -> None:
+        """Learn when the operations the lane issued so far have completed: the
+        same event-then-callback the device layer watches its units with, on the
+        stream's notify stream. Counted before the event is recorded, so the
+        event follows every operation counted."""
+        b, stream = self._backend, lane.stream
+        launches, issued, _ = self._counts(lane)
+        event = b.event_create(False)
+        b.event_record(event, stream.backend_stream)
+        b.stream_wait_event(stream.lane.notify, event)
+        lane.watched = issued
+
+        def drained(policy: SchedulingPolicy, now: float) -> None:
+            b.event_destroy(event)
+            lane.watched = None
+            if lane.closed:
+                return
+            if issued > lane.drained:
+                lane.drained, lane.launches_done = issued, launches
+            policy.on_unit_finished(lane.view, now)
+
+        b.host_callback(stream.lane.notify, lambda: self._clock.call_soon(lambda: self._on_change(drained)))

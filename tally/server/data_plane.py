@@ -1,0 +1,116 @@
+"""The data plane: how a job's requests get from its request ring to their
+handlers, and its answers onto its completion ring (`tally-server --data-plane`).
+
+- `cpp` (the default): the session thread runs tally._core.data_plane's loop. It
+  waits on the ring's futex in C++, issues what the job may issue without the
+  scheduler's say (launches, memsets and copies on a stream the executor has
+  opened to it; a synchronization of a job known to be idle; pings) straight to
+  the device, and hands every other request to Session.handle, in order. See
+  docs/data-plane.md.
+- `python`: the session thread pops records and calls Session.handle for each
+  (how every request ran before the C++ plane; kept to compare the two).
+
+`TALLY_DATA_PLANE` sets the default, so a test suite can run every server it
+starts with either plane.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from tally import _core
+from tally.server.client.fast_path import FastPath
+
+log = logging.getLogger("tally.server")
+
+DATA_PLANES = ("cpp", "python")
+DATA_PLANE_ENV = "TALLY_DATA_PLANE"
+POP_BATCH = 64
+# Bounds how long a session thread sleeps in the ring before noticing a close
+# request from another thread; the ring itself wakes it at once for requests.
+POLL_INTERVAL_S = 0.25
+
+
+def default_data_plane() -> str:
+    """The plane a server uses unless told otherwise: $TALLY_DATA_PLANE, else cpp."""
+    choice = os.environ.get(DATA_PLANE_ENV, "").strip() or "cpp"
+    if choice not in DATA_PLANES:
+        raise ValueError(f"{DATA_PLANE_ENV}={choice!r} names no data plane; use one of {', '.join(DATA_PLANES)}")
+    return choice
+
+
+class PythonDataPlane:
+    """The session thread pops each request and runs its handler."""
+
+    fast: FastPath | None = None
+
+    def __init__(self, session):
+        self._session = session
+        self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
+        self._replies_closed = False           # under _reply_lock: later completions go nowhere
+
+    def serve(self) -> str:
+        """Until the session closes or the job is gone; why it ended ("" when asked to)."""
+        session = self._session
+        ring = session.segment.request_ring
+        while not session.closing:
+            try:
+                records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
+            except _core.PeerDead:
+                return "client process died"
+            except _core.TransportError as e:
+                return f"transport failure: {e}"
+            for kind, tag, payload in records:
+                session.handle(kind, tag, payload)
+        return ""
+
+    def stop(self) -> None:
+        pass              # serve() looks at session.closing
+
+    def push(self, kind: int, tag: int, payload: bytes) -> None:
+        with self._reply_lock:
+            if not self._replies_closed:
+                self._session.segment.completion_ring.push(kind, tag, payload)
+
+    def close_replies(self) -> None:
+        with self._reply_lock:            # a reply still being pushed finishes first
+            self._replies_closed = True
+
+    def counts(self) -> tuple[int, int, dict[int, int]]:
+        return 0, 0, {}
+
+
+class CppDataPlane:
+    """The session thread's loop in C++ (tally._core.data_plane.ClientPlane), with
+    the fast path for what the executor lets through."""
+
+    def __init__(self, session, device):
+        """`device`: the backend's DataPlaneDevice, or None where the backend has
+        none (then only pings and idle synchronizations are answered in C++)."""
+        self._session = session
+        issuer = device.issuer if device is not None else _core.data_plane.NullIssuer()
+        self.plane = _core.data_plane.ClientPlane(session.segment, issuer)
+        self.fast = FastPath(self.plane, device, session)
+        if device is not None:
+            session.server.executor.fast_lanes.attach(session.client_id, self.plane, device.stream_handle,
+                                                      issuer.completes_at_issue)
+
+    def serve(self) -> str:
+        return self.plane.serve(self._session.handle, POLL_INTERVAL_S)
+
+    def stop(self) -> None:
+        self.plane.stop()
+
+    def push(self, kind: int, tag: int, payload: bytes) -> None:
+        self.plane.push_completion(kind, tag, payload)
+
+    def close_replies(self) -> None:
+        self.plane.close_replies()
+
+    def counts(self) -> tuple[int, int, dict[int, int]]:
+        return self.plane.counts()
+
+
+def make_data_plane(session, choice: str, device):
+    return CppDataPlane(session, device) if choice == "cpp" else PythonDataPlane(session)
