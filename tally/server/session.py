@@ -139,8 +139,9 @@ class Session:
         except OSError:
             pass
         self.failures.log_repeats()
-        log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
-                 self.program, self.close_reason or "closed")
+        fast, counters = self.data_plane.counts()[0], self.counters
+        log.info("client %d (pid %d, %s) disconnected: %s (%d requests, %d of them taken by the C++ data plane)",
+                 self.client_id, self.pid, self.program, self.close_reason or "closed", counters.requests, fast)
         self.server.forget_session(self)
 
     @property

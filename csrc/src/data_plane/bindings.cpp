@@ -8,6 +8,9 @@
 #include "data_plane/client_plane.h"
 #include "data_plane/cuda_issue.h"
 #include "data_plane/device_issue.h"
+#include "data_plane/emulator_issue.h"
+#include "emulator/program.h"
+#include "emulator/stream_queue.h"
 #include "module_registry.h"
 #include "transport_python.h"
 
@@ -79,6 +82,11 @@ void bind_data_plane(py::module_& parent) {
   py::class_<CudaIssuer, DeviceIssuer, std::shared_ptr<CudaIssuer>>(
       m, "CudaIssuer", "The CUDA driver's, on the context whose handle (an integer) it is given.")
       .def(py::init<uint64_t>(), py::arg("context"));
+  py::class_<EmulatorIssuer, DeviceIssuer, std::shared_ptr<EmulatorIssuer>>(
+      m, "EmulatorIssuer", "The emulator's: work onto its streams' C++ queues (tally._core.emulator.StreamQueue).")
+      .def(py::init<std::shared_ptr<emu::DeviceMemory>, uint32_t, uint64_t, double, std::shared_ptr<emu::CancelFlag>>(),
+           py::arg("memory"), py::arg("sm_count"), py::arg("max_warp_steps"), py::arg("timeout_seconds"),
+           py::arg("cancel"));
 
   py::class_<PyClientPlane>(m, "ClientPlane",
                             "One job's request loop in C++, with the fast path for what the executor lets through.")
@@ -121,6 +129,22 @@ void bind_data_plane(py::module_& parent) {
              e.native = native;
              p.plane->add_function(id, std::move(e));
            }, py::arg("function_id"), py::arg("param_bytes"), py::arg("native") = 0)
+      .def("add_emulator_function", [](PyClientPlane& p, uint64_t id, uint32_t param_bytes,
+                                       std::shared_ptr<emu::Program> program, uint32_t max_threads,
+                                       std::tuple<uint32_t, uint32_t, uint32_t> required_block,
+                                       uint32_t static_shared_bytes) {
+             FunctionEntry e;
+             e.param_bytes = param_bytes;
+             e.object = std::move(program);
+             e.max_threads = max_threads;
+             e.required_block[0] = std::get<0>(required_block);
+             e.required_block[1] = std::get<1>(required_block);
+             e.required_block[2] = std::get<2>(required_block);
+             e.static_shared_bytes = static_shared_bytes;
+             p.plane->add_function(id, std::move(e));
+           }, py::arg("function_id"), py::arg("param_bytes"), py::arg("program"), py::arg("max_threads"),
+           py::arg("required_block"), py::arg("static_shared_bytes"),
+           "A lowered emulator kernel and the launch limits the backend checks (0: none).")
       .def("remove_function", [](PyClientPlane& p, uint64_t id) { p.plane->remove_function(id); },
            py::arg("function_id"))
       .def("add_allocation", [](PyClientPlane& p, uint64_t base, uint64_t size) {
