@@ -141,10 +141,10 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> Job:
 class Server:
     """A tally-server process on a private socket."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, extra_args: tuple[str, ...] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="tally-e2e-"))
         self.socket = self.dir / "server.sock"
-        self.process = ServerProcess(self.socket, backend=backend)
+        self.process = ServerProcess(self.socket, backend=backend, extra_args=extra_args)
 
     def status(self) -> dict:
         return query_status(self.socket)

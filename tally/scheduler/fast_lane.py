@@ -17,10 +17,11 @@ What the executor still needs to know of a lane's work:
   watched: an event recorded on its stream and a host callback on its notify
   stream (the device layer's) tell the executor when the work issued so far has
   completed, and the policy hears of it as of any unit's end;
-- that it must not grow while a preemptible unit starts: the executor revokes all
-  lanes before that unit could be preempted (`revoke_all`), and a revocation
-  waits for an operation the data plane is issuing at that moment; work issued
-  since the policy's last look makes the executor look again (and preempt);
+- that it must not grow behind the policy's back while a preemptible unit runs:
+  the executor revokes every lane before it starts one (`revoke_all`; a
+  revocation waits for an operation the data plane is issuing at that moment),
+  and if a lane issued work since the policy last looked, the unit waits and the
+  policy looks again (seeing the high-priority job busy, it holds the unit back);
 - its counters, for `tally-server status`.
 
 Synchronization needs nothing from here: a lane's operations go to the
@@ -101,9 +102,10 @@ class FastLanes:
             lane.granted = eligible
 
     def revoke_all(self) -> bool:
-        """A preemptible unit is starting: no lane may issue until offered again.
-        True when a lane issued work since the executor last looked (the policy
-        must look again: it may have to preempt the unit for it)."""
+        """A preemptible unit is about to start: no lane may issue until offered
+        again. True when a lane issued work since the policy last looked: the unit
+        must not start before the policy has seen that work (it would hold the unit
+        back, or preempt it)."""
         moved = False
         for lane in self._lanes.values():
             if not lane.granted:
@@ -120,6 +122,10 @@ class FastLanes:
         if lane is not None:
             lane.closed = True
             lane.attached.plane.close_lane(stream.key)
+
+    def lanes(self) -> list[tuple[Hashable, Hashable, bool]]:
+        """(client id, stream key, granted) of every lane."""
+        return [(lane.stream.client.client_id, lane.stream.key, lane.granted) for lane in self._lanes.values()]
 
     def running(self, policy: SchedulingPolicy, now: float) -> tuple[RunningUnit, ...]:
         """The lanes whose work may still be on the device, as running units of

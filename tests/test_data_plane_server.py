@@ -1,0 +1,226 @@
+"""The C++ data plane inside tally: the executor's fast lanes (granted exactly
+where the executor would issue at once; a busy high-priority lane holds
+best-effort work back as the executor's own units do; a preemptible unit
+revokes them), and jobs on real servers with either plane: the same results, in
+the job's order, and the same errors at the next synchronization."""
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import threading
+import time
+
+import pytest
+from e2e_helpers import Server, build_device_code
+from ptx_corpus import CORPUS_DIR, compile_ptx
+from server_harness import PyClient
+
+from tally import _core, protocol
+from tally.backends.emulator import EmulatorBackend
+from tally.backends.null import NullBackend
+from tally.backends.ptx_variants import PtxVariantProvider
+from tally.protocol.spec import DEST_ARENA, SOURCE_INLINE
+from tally.scheduler import Launch, Memset, StreamExecutor, make_policy
+from tally.scheduler.profiler import TransparentProfiler
+from tally.server.client.modules import ModuleRegistry
+
+_names = itertools.count()
+LEGACY = 0
+INVALID_VALUE = 1
+
+
+def segment_pair():
+    name = f"/tally-dps-{os.getpid()}-{next(_names)}"
+    server = _core.Segment.create(name, 1 << 16, 1 << 16, 1 << 16, 1 << 16)
+    return server, _core.Segment.open(name)
+
+
+def attached_plane(ex, backend, client_id):
+    """A ClientPlane for `client_id`, attached to the executor as the server attaches a job's."""
+    server, client = segment_pair()
+    device = backend.data_plane()
+    plane = _core.data_plane.ClientPlane(server, device.issuer)
+    ex.fast_lanes.attach(client_id, plane, device.stream_handle, device.issuer.completes_at_issue)
+    return plane, device, server, client
+
+
+def kernel(backend, source, name, variants=None):
+    registry = ModuleRegistry(backend, variants)
+    module = registry.load(compile_ptx(CORPUS_DIR / source, arch="sm_90").encode())
+    return registry.function(module.module_id, name)
+
+
+def granted(ex) -> dict:
+    return {(client, key): on for client, key, on in ex.fast_lanes.lanes()}
+
+
+def test_lanes_are_granted_where_the_executor_issues_at_once():
+    backend = NullBackend()
+    fn = kernel(backend, "vector_add.cu", "vector_add").backend_function
+    launch = Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28))
+    for policy, expected in (("priority", {"hp": True, "be": False, "share": False}),
+                             ("fifo", {"hp": True, "be": True, "share": False}),
+                             ("time-slice", {"hp": False, "be": False, "share": False})):
+        ex = StreamExecutor(backend, make_policy(policy))
+        for client, priority, share in (("hp", "high", None), ("be", "best-effort", None), ("share", "high", 50)):
+            ex.add_client(client, priority, sm_percent=share)
+            attached_plane(ex, backend, client)
+            ex.submit(client, LEGACY, launch)
+            ex.synchronize_stream(client, LEGACY)
+            ex.offer_fast_lane(client, LEGACY)
+        assert {c: granted(ex).get((c, LEGACY), False) for c in expected} == expected, policy
+        ex.release_stream("hp", LEGACY)           # a released stream has no lane
+        assert ("hp", LEGACY) not in granted(ex)
+        ex.close()
+
+
+def test_a_preemptible_unit_revokes_every_lane():
+    backend = NullBackend()
+    variants = PtxVariantProvider()
+    saxpy = kernel(backend, "saxpy.cu", "saxpy", variants).backend_function
+    ex = StreamExecutor(backend, make_policy("priority", idle_grace_ms=0), variants,
+                        TransparentProfiler(backend.describe().sm_count), be_transform="ptb")
+    ex.add_client("hp", "high")
+    ex.add_client("be")
+    attached_plane(ex, backend, "hp")
+    hp_work = Memset(backend.mem_alloc(4096), 0, 4, 16)
+    ex.submit("hp", LEGACY, hp_work)
+    ex.offer_fast_lane("hp", LEGACY)
+    assert granted(ex) == {("hp", LEGACY): True}
+    ex.submit("be", LEGACY, Launch(saxpy, (512, 1, 1), (128, 1, 1), 0, struct.pack("<ifQQ", 0, 1.0, 0, 0)))
+    ex.synchronize_stream("be", LEGACY)
+    assert ex.counters()["kernels_ptb"] == 1
+    assert granted(ex) == {("hp", LEGACY): False}     # until the executor offers it again
+    ex.submit("hp", LEGACY, hp_work)
+    ex.offer_fast_lane("hp", LEGACY)
+    assert granted(ex) == {("hp", LEGACY): True}
+    ex.close()
+
+
+@pytest.fixture(scope="module")
+def spin_ptx(nvcc) -> bytes:
+    return build_device_code(nvcc, "busy_loop.cu", "ptx").read_bytes()
+
+
+def test_a_busy_high_priority_lane_holds_best_effort_work_back(spin_ptx):
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=120)
+    ex = StreamExecutor(backend, make_policy("priority", idle_grace_ms=0))
+    ex.add_client("hp", "high")
+    ex.add_client("be")
+    plane, device, server, client = attached_plane(ex, backend, "hp")
+    registry = ModuleRegistry(backend)
+    spin = registry.function(registry.load(spin_ptx).module_id, "_Z4spinPjj")
+    assert device.register_function(plane, spin.function_id, spin.backend_function, spin.param_bytes)
+    out = backend.mem_alloc(4096)
+    ex.submit("hp", LEGACY, Memset(out, 0, 4, 32))    # the executor's stream, and its lane
+    ex.offer_fast_lane("hp", LEGACY)
+    plane.stream_rules(LEGACY, True, True)
+    python = []
+    loop = threading.Thread(target=plane.serve, args=(lambda *request: python.append(request), 0.05), daemon=True)
+    loop.start()
+    try:
+        params = struct.pack("<QI4x", out, 3_000_000)
+        client.request_ring.push(protocol.codec("LaunchKernel").kind, 0, protocol.codec("LaunchKernel").pack(
+            params, function=spin.function_id, stream=LEGACY, grid=(1, 1, 1), block=(32, 1, 1)))
+        deadline = time.monotonic() + 10
+        while plane.lane_counts(LEGACY)[0] == 0:
+            assert time.monotonic() < deadline and not python, python
+            time.sleep(0.001)
+        vector_add = kernel(backend, "vector_add.cu", "vector_add").backend_function
+        be_out = backend.mem_alloc(4096)
+        ex.submit("be", LEGACY, Launch(vector_add, (1, 1, 1), (32, 1, 1), 0, struct.pack("<QQQi", be_out, be_out,
+                                                                                          be_out, 32)))
+        busy_checks = 0
+        while not plane.lane_quiet(LEGACY):
+            assert ex.counters()["clients"]["be"]["kernels"] == 0, "best-effort work started next to the lane's"
+            busy_checks += 1
+            time.sleep(0.005)
+        assert busy_checks > 3, "the high-priority kernel ended too soon to show anything"
+        ex.synchronize_stream("be", LEGACY)          # and once the lane is quiet, it runs
+        assert ex.counters()["clients"]["be"]["kernels_completed"] == 1
+        assert ex.counters()["clients"]["hp"]["kernels"] == 1 and not python
+    finally:
+        plane.stop()
+        loop.join(5)
+        ex.close()
+        backend.close()
+        client.close()
+        server.unlink()
+
+
+# ---- real servers, either plane -----------------------------------------------------
+
+@pytest.fixture(scope="module", params=["cpp", "python"])
+def plane_server(request):
+    server = Server("emulator", ("--data-plane", request.param))
+    yield request.param, server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def iota_ptx(nvcc) -> bytes:
+    return build_device_code(nvcc, "driver_kernels.cu", "ptx").read_bytes()
+
+
+class Job(PyClient):
+    def __init__(self, server, ptx: bytes):
+        super().__init__(server.socket, priority=protocol.Priority.HIGH)
+        kind, values, _ = self.call("ModuleLoad", ptx, size=len(ptx))
+        assert kind == "ModuleLoadReply", values
+        kind, values, _ = self.call("GetFunction", b"iota", module=values["module"])
+        self.iota = values["function"]
+        self.out = self.call("MemAlloc", bytes=4096)[1]["dptr"]
+
+    def launch_iota(self, start: int, stream=LEGACY, n=1024, params=None):
+        self.send("LaunchKernel", params or struct.pack("<Qii", self.out, n, start), function=self.iota,
+                  stream=stream, grid=(n // 128, 1, 1), block=(128, 1, 1))
+
+    def first_ints(self, count: int, stream=LEGACY) -> list[int]:
+        kind, values, _ = self.call("MemcpyDtoH", src=self.out, width=4 * count, height=1, src_pitch=4 * count,
+                                    stream=stream, dest=DEST_ARENA)
+        assert kind == "MemcpyDtoHReply", values
+        data = self.segment.download.read(values["arena_offset"], values["size"])
+        self.segment.download.release(values["arena_offset"], values["size"])
+        return list(struct.unpack(f"<{count}i", data))
+
+
+def test_requests_take_effect_in_the_jobs_order_with_either_plane(plane_server, iota_ptx):
+    plane, server = plane_server
+    job = Job(server, iota_ptx)
+    try:
+        job.launch_iota(100)                              # through Python: the kernel becomes known
+        assert job.first_ints(3) == [100, 101, 102]
+        for start in range(200, 260):                     # then straight to the device (cpp)
+            job.launch_iota(start)
+        job.send("Memset", dst=job.out + 4, value=7, element_size=4, width=1, height=1, pitch=4, stream=LEGACY)
+        assert job.first_ints(3) == [259, 7, 261]
+        job.send("MemcpyHtoD", struct.pack("<i", -5), dst=job.out, width=4, height=1, dst_pitch=4, stream=LEGACY,
+                 source=SOURCE_INLINE)
+        job.launch_iota(1000, n=128)
+        assert job.call("StreamCreate", stream=9, flags=1)[0] == "Done"       # non-blocking
+        job.launch_iota(2000, stream=9, n=128)
+        assert job.call("StreamSynchronize", stream=9)[0] == "Done"
+        assert job.call("CtxSynchronize")[0] == "Done"
+        assert job.first_ints(2) == [2000, 2001]
+        by_kind = [c for c in server.status()["clients"] if c["client_id"] == job.reply["client_id"]][0]
+        assert by_kind["requests_by_kind"]["LaunchKernel"] == 63
+    finally:
+        job.close()
+
+
+def test_a_bad_launch_fails_at_the_next_synchronization_with_either_plane(plane_server, iota_ptx):
+    plane, server = plane_server
+    job = Job(server, iota_ptx)
+    try:
+        job.launch_iota(1)
+        assert job.call("CtxSynchronize")[0] == "Done"
+        job.launch_iota(2, params=bytes(20))              # 20 parameter bytes, the kernel takes 16
+        job.launch_iota(3)
+        kind, values, text = job.call("CtxSynchronize")
+        assert (kind, values["status"]) == ("Error", INVALID_VALUE)
+        assert b"carries 20 parameter bytes; its parameters take 16" in text
+        assert job.call("CtxSynchronize")[0] == "Done"    # reported once
+        assert job.first_ints(1) == [3]
+    finally:
+        job.close()
