@@ -28,6 +28,7 @@ from tally.server.client.modules import ModuleRegistry
 _names = itertools.count()
 LEGACY = 0
 INVALID_VALUE = 1
+ILLEGAL_ADDRESS = 700
 
 
 def segment_pair():
@@ -76,26 +77,40 @@ def test_lanes_are_granted_where_the_executor_issues_at_once():
 
 
 def test_a_preemptible_unit_revokes_every_lane():
-    backend = NullBackend()
+    # The emulator, because a PTB kernel ends only once its workers really ran every task.
+    backend = EmulatorBackend(printf_to_stdout=False)
     variants = PtxVariantProvider()
     saxpy = kernel(backend, "saxpy.cu", "saxpy", variants).backend_function
     ex = StreamExecutor(backend, make_policy("priority", idle_grace_ms=0), variants,
                         TransparentProfiler(backend.describe().sm_count), be_transform="ptb")
-    ex.add_client("hp", "high")
-    ex.add_client("be")
-    attached_plane(ex, backend, "hp")
-    hp_work = Memset(backend.mem_alloc(4096), 0, 4, 16)
-    ex.submit("hp", LEGACY, hp_work)
-    ex.offer_fast_lane("hp", LEGACY)
-    assert granted(ex) == {("hp", LEGACY): True}
-    ex.submit("be", LEGACY, Launch(saxpy, (512, 1, 1), (128, 1, 1), 0, struct.pack("<ifQQ", 0, 1.0, 0, 0)))
-    ex.synchronize_stream("be", LEGACY)
-    assert ex.counters()["kernels_ptb"] == 1
-    assert granted(ex) == {("hp", LEGACY): False}     # until the executor offers it again
-    ex.submit("hp", LEGACY, hp_work)
-    ex.offer_fast_lane("hp", LEGACY)
-    assert granted(ex) == {("hp", LEGACY): True}
-    ex.close()
+    try:
+        ex.add_client("hp", "high")
+        ex.add_client("be")
+        attached_plane(ex, backend, "hp")
+        hp_work = Memset(backend.mem_alloc(4096), 0, 4, 16)
+        ex.submit("hp", LEGACY, hp_work)
+        ex.offer_fast_lane("hp", LEGACY)
+        assert granted(ex) == {("hp", LEGACY): True}
+        n = 2048
+        x, y = backend.mem_alloc(4 * n), backend.mem_alloc(4 * n)
+        side = backend.stream_create()
+        backend.memcpy_htod_async(x, memoryview(struct.pack(f"<{n}f", *range(n))), side)
+        backend.stream_synchronize(side)
+        ex.submit("be", LEGACY, Launch(saxpy, (n // 128, 1, 1), (128, 1, 1), 0, struct.pack("<ifQQ", n, 2.0, x, y)))
+        assert granted(ex) == {("hp", LEGACY): False}     # revoked before the PTB kernel started
+        ex.synchronize_stream("be", LEGACY)
+        assert ex.counters()["kernels_ptb"] == 1 and ex.counters()["clients"]["be"]["kernels_completed"] == 1
+        result = bytearray(4 * n)
+        backend.memcpy_dtoh_async(memoryview(result), y, side)
+        backend.stream_synchronize(side)
+        assert struct.unpack(f"<{n}f", result)[-3:] == (4090.0, 4092.0, 4094.0)    # y = 2x, every block ran
+        assert granted(ex) == {("hp", LEGACY): False}     # until the executor offers it again
+        ex.submit("hp", LEGACY, hp_work)
+        ex.offer_fast_lane("hp", LEGACY)
+        assert granted(ex) == {("hp", LEGACY): True}
+    finally:
+        ex.close()
+        backend.close()
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +135,7 @@ def test_a_busy_high_priority_lane_holds_best_effort_work_back(spin_ptx):
     loop = threading.Thread(target=plane.serve, args=(lambda *request: python.append(request), 0.05), daemon=True)
     loop.start()
     try:
-        params = struct.pack("<QI4x", out, 3_000_000)
+        params = struct.pack("<QI", out, 3_000_000)
         client.request_ring.push(protocol.codec("LaunchKernel").kind, 0, protocol.codec("LaunchKernel").pack(
             params, function=spin.function_id, stream=LEGACY, grid=(1, 1, 1), block=(32, 1, 1)))
         deadline = time.monotonic() + 10
@@ -203,8 +218,13 @@ def test_requests_take_effect_in_the_jobs_order_with_either_plane(plane_server, 
         assert job.call("StreamSynchronize", stream=9)[0] == "Done"
         assert job.call("CtxSynchronize")[0] == "Done"
         assert job.first_ints(2) == [2000, 2001]
-        by_kind = [c for c in server.status()["clients"] if c["client_id"] == job.reply["client_id"]][0]
-        assert by_kind["requests_by_kind"]["LaunchKernel"] == 63
+        status = server.status()
+        mine = [c for c in status["clients"] if c["client_id"] == job.reply["client_id"]][0]
+        assert mine["requests_by_kind"]["LaunchKernel"] == 63 and status["server"]["data_plane"] == plane
+        if plane == "cpp":      # all but the first launch (and the memset, the copy) skipped Python
+            assert mine["requests_in_cpp"] >= 62, mine
+        else:
+            assert mine["requests_in_cpp"] == 0
     finally:
         job.close()
 
@@ -222,5 +242,21 @@ def test_a_bad_launch_fails_at_the_next_synchronization_with_either_plane(plane_
         assert b"carries 20 parameter bytes; its parameters take 16" in text
         assert job.call("CtxSynchronize")[0] == "Done"    # reported once
         assert job.first_ints(1) == [3]
+    finally:
+        job.close()
+
+
+def test_a_device_fault_of_a_launch_skipping_python_reaches_the_next_synchronization(plane_server, iota_ptx):
+    plane, server = plane_server
+    job = Job(server, iota_ptx)
+    try:
+        job.launch_iota(1)
+        assert job.call("CtxSynchronize")[0] == "Done"   # known now, and idle: the next ones may skip Python
+        job.launch_iota(2, params=struct.pack("<Qii", 0x10, 1024, 0))    # writes where nothing is mapped
+        job.launch_iota(3)
+        kind, values, text = job.call("CtxSynchronize")
+        assert (kind, values["status"]) == ("Error", ILLEGAL_ADDRESS), text
+        assert job.call("CtxSynchronize")[0] == "Done"    # reported once
+        assert job.first_ints(2) == [3, 4]                # the stream went on after the fault
     finally:
         job.close()

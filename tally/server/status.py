@@ -33,6 +33,8 @@ class ClientStatus:
     errors: int
     protocol_errors: int
     requests_by_kind: dict[str, int]
+    # Of `requests`, those the C++ data plane took without Python (docs/data-plane.md).
+    requests_in_cpp: int = 0
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -63,6 +65,7 @@ class ServerStatus:
     dropped_connections: dict[str, int]
     clients_leaving: int             # jobs that left (no longer listed) whose release is under way
     clients: tuple[ClientStatus, ...]
+    data_plane: str = "python"       # `tally-server --data-plane`
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -96,6 +99,7 @@ def client_status(session) -> ClientStatus:
         errors=counters.errors,
         protocol_errors=counters.protocol_errors,
         requests_by_kind=dict(counters.by_kind),
+        requests_in_cpp=session.data_plane.counts()[0],
     )
 
 
@@ -121,4 +125,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         dropped_connections=server.dropped_connections.snapshot(),
         clients_leaving=leaving,
         clients=tuple(client_status(s) for s in sessions),
+        data_plane=server.config.data_plane,
     )
