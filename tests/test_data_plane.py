@@ -196,3 +196,33 @@ def test_replies_after_close_go_nowhere(loop):
     assert not loop.plane.push_completion(kind("Done"), 12, b"")
     loop.send("Ping", tag=13, value=13)             # answered into the void, not to Python
     assert loop.client.completion_ring.pop(0.3) is None and loop.python.empty()
+
+
+def test_a_best_effort_plane_launches_only_whole_shapes_through_an_open_gate(loop):
+    gate = _core.data_plane.BestEffortGate()
+    loop.plane.set_gate(gate, False, True)          # a best-effort job's plane
+    loop.plane.add_whole_shape(FN, (1, 1, 1), (32, 1, 1), 0)
+    launch(loop)                                    # the gate is closed
+    loop.ping(6)
+    gate.open()
+    launch(loop)
+    launch(loop, grid=(2, 1, 1))                    # not a shape the planner runs whole
+    loop.ping(7)
+    assert loop.handed_to_python() == [("LaunchKernel", 0)] * 2 and loop.fast()["LaunchKernel"] == 1
+    loop.plane.remove_function(FN)                  # its shapes go with it
+    loop.plane.add_function(FN, PARAMS)
+    launch(loop)
+    loop.ping(8)
+    assert loop.handed_to_python() == [("LaunchKernel", 0)]
+
+
+def test_a_high_priority_plane_closes_the_gate_with_its_first_kernel(loop):
+    gate = _core.data_plane.BestEffortGate()
+    loop.plane.set_gate(gate, True, False)
+    gate.open()
+    loop.send("Memset", dst=BASE, value=0, element_size=4, width=0, height=1, pitch=0, stream=LEGACY)
+    loop.ping(9)
+    assert gate.is_open                             # only kernels close it
+    launch(loop)
+    loop.ping(10)
+    assert not gate.is_open and loop.fast()["LaunchKernel"] == 1

@@ -42,7 +42,7 @@ def attached_plane(ex, backend, client_id):
     server, client = segment_pair()
     device = backend.data_plane()
     plane = _core.data_plane.ClientPlane(server, device.issuer)
-    ex.fast_lanes.attach(client_id, plane, device.stream_handle, device.issuer.completes_at_issue)
+    ex.attach_fast_lanes(client_id, plane, device.stream_handle, device.issuer.completes_at_issue)
     return plane, device, server, client
 
 
@@ -56,24 +56,60 @@ def granted(ex) -> dict:
     return {(client, key): on for client, key, on in ex.fast_lanes.lanes()}
 
 
-def test_lanes_are_granted_where_the_executor_issues_at_once():
+def one_launch_each(ex, clients, launch):
+    """Each client ran one kernel and synchronized; then the executor offers its lane."""
+    for client, priority, share in clients:
+        ex.add_client(client, priority, sm_percent=share)
+        attached_plane(ex, ex.backend, client)
+        ex.submit(client, LEGACY, launch)
+        ex.synchronize_stream(client, LEGACY)
+    for client, _, _ in clients:
+        ex.offer_fast_lane(client, LEGACY)
+    return {c: granted(ex).get((c, LEGACY), False) for c, _, _ in clients}
+
+
+@pytest.mark.parametrize("policy, options, expected", [
+    ("priority", {"idle_grace_ms": 0}, {"hp": True, "be": True, "share": False}),     # the high-priority job is idle
+    ("priority", {"idle_grace_ms": 60_000}, {"hp": True, "be": False, "share": False}),   # not idle long enough
+    ("fifo", {}, {"hp": True, "be": True, "share": False}),
+    ("kernel-priority", {}, {"hp": True, "be": True, "share": False}),
+    ("time-slice", {}, {"hp": False, "be": False, "share": False}),
+])
+def test_lanes_are_granted_where_the_executor_issues_at_once(policy, options, expected):
+    backend = NullBackend()
+    fn = kernel(backend, "vector_add.cu", "vector_add").backend_function
+    ex = StreamExecutor(backend, make_policy(policy, **options))
+    # the best-effort job first: it must not wait out the grace after the others' kernels
+    clients = (("be", "best-effort", None), ("hp", "high", None), ("share", "high", 50))
+    assert one_launch_each(ex, clients, Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28))) == expected
+    ex.release_stream("hp", LEGACY)           # a released stream has no lane
+    assert ("hp", LEGACY) not in granted(ex)
+    ex.close()
+
+
+def test_best_effort_release_closes_at_high_priority_work_and_goes_to_one_job_at_a_time():
     backend = NullBackend()
     fn = kernel(backend, "vector_add.cu", "vector_add").backend_function
     launch = Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28))
-    for policy, expected in (("priority", {"hp": True, "be": False, "share": False}),
-                             ("fifo", {"hp": True, "be": True, "share": False}),
-                             ("time-slice", {"hp": False, "be": False, "share": False})):
-        ex = StreamExecutor(backend, make_policy(policy))
-        for client, priority, share in (("hp", "high", None), ("be", "best-effort", None), ("share", "high", 50)):
-            ex.add_client(client, priority, sm_percent=share)
-            attached_plane(ex, backend, client)
-            ex.submit(client, LEGACY, launch)
-            ex.synchronize_stream(client, LEGACY)
-            ex.offer_fast_lane(client, LEGACY)
-        assert {c: granted(ex).get((c, LEGACY), False) for c in expected} == expected, policy
-        ex.release_stream("hp", LEGACY)           # a released stream has no lane
-        assert ("hp", LEGACY) not in granted(ex)
-        ex.close()
+    ex = StreamExecutor(backend, make_policy("priority", idle_grace_ms=0))
+    gate = ex.fast_lanes.gate
+    assert one_launch_each(ex, (("hp", "high", None), ("be1", "best-effort", None)), launch) == {"hp": True,
+                                                                                                  "be1": True}
+    assert gate.is_open
+    assert ex.runs_whole("be1", launch) and not ex.runs_whole("hp", launch)   # a 4-block kernel runs whole
+    ex.submit("hp", LEGACY, launch)                 # high-priority work closes the gate at once
+    assert not gate.is_open and granted(ex)[("be1", LEGACY)]    # (the lane stays: the gate stops its kernels)
+    ex.synchronize_stream("hp", LEGACY)
+    ex.add_client("be2")
+    attached_plane(ex, backend, "be2")
+    ex.offer_fast_lane("be1", LEGACY)
+    assert gate.is_open
+    ex.submit("be2", LEGACY, launch)                # another job's kernel waits for the policy:
+    assert not granted(ex)[("be1", LEGACY)]         # be1 no longer issues past it
+    ex.synchronize_stream("be2", LEGACY)
+    ex.offer_fast_lane("be2", LEGACY)
+    assert granted(ex)[("be2", LEGACY)] and not granted(ex)[("be1", LEGACY)]
+    ex.close()
 
 
 def test_a_preemptible_unit_revokes_every_lane():
@@ -213,7 +249,7 @@ def test_requests_take_effect_in_the_jobs_order_with_either_plane(plane_server, 
         job.send("MemcpyHtoD", struct.pack("<i", -5), dst=job.out, width=4, height=1, dst_pitch=4, stream=LEGACY,
                  source=SOURCE_INLINE)
         job.launch_iota(1000, n=128)
-        assert job.call("StreamCreate", stream=9, flags=1)[0] == "Done"       # non-blocking
+        assert job.call("StreamCreate", stream=9, flags=0)[0] == "Done"   # blocking: after the legacy launch
         job.launch_iota(2000, stream=9, n=128)
         assert job.call("StreamSynchronize", stream=9)[0] == "Done"
         assert job.call("CtxSynchronize")[0] == "Done"

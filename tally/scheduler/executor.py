@@ -35,9 +35,9 @@ from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, Stre
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
-from tally.scheduler.policy import (PRIORITIES, PolicyError, Schedule, SchedulerView,
+from tally.scheduler.policy import (HIGH, PRIORITIES, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
-from tally.scheduler.profiler import TransparentProfiler
+from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.variants import VariantProvider
 
@@ -93,7 +93,9 @@ class StreamExecutor:
         with self._lock:
             if client_id in self._clients:
                 raise ValueError(f"client {client_id!r} is already registered")
-            self._clients[client_id] = ClientState(client_id, priority, sm_percent)
+            client = self._clients[client_id] = ClientState(client_id, priority, sm_percent)
+            if self.fast_lanes.attached(client_id):
+                self._fast_lane_roles(client)
 
     def remove_client(self, client_id: Hashable) -> None:
         """Drop the client's queued operations, stop its running PTB kernels, wait
@@ -157,9 +159,13 @@ class StreamExecutor:
                 return                    # behind a held kernel or a blocked wait
             if isinstance(item, KernelTask):
                 item.waiting_since = now
+                if client.priority == HIGH:
+                    self.fast_lanes.gate.close()      # no best-effort lane starts a kernel after it
                 if self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view):
                     self._start(item, transform=False)   # fast path: the policy's answer is known
                     return
+                # It waits for the policy: no other job's best-effort lane may overtake it.
+                self.fast_lanes.revoke_best_effort(client.client_id)
             elif not isinstance(item.op, EventRecord) and self._dispatch_op(stream, item):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
@@ -175,14 +181,41 @@ class StreamExecutor:
             if stream is not None:
                 self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream))
 
+    def attach_fast_lanes(self, client_id: Hashable, plane, stream_handle, completes_at_issue: bool) -> None:
+        """The client's requests go through a C++ data plane that may be given lanes."""
+        with self._lock:
+            self.fast_lanes.attach(client_id, plane, stream_handle, completes_at_issue)
+            client = self._clients.get(client_id)
+            if client is not None:
+                self._fast_lane_roles(client)
+
+    def _fast_lane_roles(self, client: ClientState) -> None:
+        # A high-priority job's kernels close the best-effort gate; a job whose kernels
+        # the policy holds back issues kernels from C++ only through it.
+        self.fast_lanes.set_roles(client.client_id, closes_gate=client.priority == HIGH,
+                                  needs_gate=not self.policy.starts_at_once(client.view))
+
+    def runs_whole(self, client_id: Hashable, op: Launch) -> bool:
+        """Whether the planner settled on running this best-effort launch whole (so a
+        best-effort lane may issue it, fast_lane.py)."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            return client is not None and kernel_key(op.function.name, op.grid, op.block,
+                                                     op.shared_bytes) in client.whole_keys
+
     def _fast_lane_eligible(self, client: ClientState, stream: StreamState) -> bool:
         # submit()'s fast path, held true for every next operation: an empty queue, a
-        # policy that starts this client's kernels at once, no preemptible unit (a new
-        # high-priority kernel would have to preempt it), the whole device (an SM
-        # share caps each launch).
-        return (not stream.queue and not client.removing and not stream.released
-                and self._in_flight.preemptible == 0 and client.sm_percent is None
-                and self.policy.starts_at_once(client.view))
+        # policy that starts this client's kernels at once (or, for a job whose kernels
+        # it holds back, would start one now: fast_lane.py's best-effort release), no
+        # preemptible unit (a new high-priority kernel would have to preempt it), the
+        # whole device (an SM share caps each launch).
+        if (stream.queue or client.removing or stream.released or self._in_flight.preemptible
+                or client.sm_percent is not None):
+            return False
+        if self.policy.starts_at_once(client.view):
+            return True
+        view, _ = self._view(lanes_always=True)
+        return self.policy.releases_at_once(client.view, view)
 
     def _fast_lane_changed(self, change: LaneChange) -> None:
         """A fast lane's watched work completed (the clock's thread)."""
@@ -488,7 +521,7 @@ class StreamExecutor:
             self.backend.event_destroy(event.records.pop(seq))
             del event.waiters[seq]
 
-    def _view(self) -> tuple[SchedulerView, dict[int, KernelTask]]:
+    def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:
         waiting: dict[int, KernelTask] = {}
         views = []
         for client in self._clients.values():
@@ -503,7 +536,8 @@ class StreamExecutor:
                                                task.waiting_since, task.partially_done,
                                                stream.inflight > 0))
         now = self.clock.now()
-        lanes = self.fast_lanes.running(self.policy, now) if waiting else ()   # busy lanes hold others back
+        # busy lanes hold others back
+        lanes = self.fast_lanes.running(self.policy, now) if waiting or lanes_always else ()
         view = SchedulerView(now, tuple(c.view for c in self._clients.values() if not c.removing),
                              tuple(views), (*self._in_flight.views.values(), *lanes))
         return view, waiting
@@ -558,6 +592,8 @@ class StreamExecutor:
                     self._counters["untransformable"] += 1
             else:
                 task.plan = WHOLE_PLAN
+            if task.plan.mode is WHOLE and not task.plan.measuring and stream.client.priority != HIGH:
+                stream.client.whole_keys.add(task.key)
             self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
         plan = task.plan
         if plan.mode is WHOLE:

@@ -24,16 +24,28 @@ What the executor still needs to know of a lane's work:
   policy looks again (seeing the high-priority job busy, it holds the unit back);
 - its counters, for `tally-server status`.
 
+Best-effort release (a job whose kernels the policy holds back, e.g. while a
+high-priority job is busy): such a job's lane is granted only when the policy
+says it would start one of its kernels now (`releases_at_once`), and only one
+such job holds lanes at a time. Its C++ plane then issues a kernel only while
+the server's best-effort gate is open (every high-priority kernel closes it, in
+C++ or here), only a launch shape the planner settled on running whole (the
+transformed ones need the executor), and only once the job's streams are quiet
+(one unit at a time, as the policy starts them). Otherwise the launch goes to
+Python, whose policy decides as always; the next grant opens the gate again.
+
 Synchronization needs nothing from here: a lane's operations go to the
 executor's own backend stream, so the executor's stream synchronization and
 queries cover them. Every method is called with the executor's lock held.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
+from tally import _core
 from tally.scheduler.policy import RunningUnit, SchedulingPolicy
 from tally.scheduler.run_mode import WHOLE
 
@@ -46,6 +58,7 @@ class _Attached:
     plane: Any                          # tally._core.data_plane.ClientPlane
     stream_handle: Callable[[Any], int]     # backend stream -> the handle the plane issues to
     completes_at_issue: bool            # the null device: nothing to watch
+    needs_gate: bool = False            # a best-effort job: its kernels go through the gate
 
 
 @dataclass(eq=False)
@@ -58,6 +71,7 @@ class _Lane:
     drained: int = 0                    # operations known to have completed
     launches_done: int = 0              # kernels among them
     watched: int | None = None          # issued count a pending watch covers
+    busy: bool = False                  # the policy was told the lane's work is running
     closed: bool = False
 
 
@@ -69,11 +83,23 @@ class FastLanes:
         self._attached: dict[Hashable, _Attached] = {}
         self._lanes: dict[Any, _Lane] = {}      # StreamState -> lane
         self._unit_ids = itertools.count(-1, -1)    # never an id of the device layer's units
+        self.gate = _core.data_plane.BestEffortGate()
+        self._best_effort_holder: Hashable | None = None   # the job whose best-effort lanes are granted
 
     def attach(self, client_id: Hashable, plane, stream_handle: Callable[[Any], int],
                completes_at_issue: bool) -> None:
         """The client's requests go through a C++ plane that may be given lanes."""
         self._attached[client_id] = _Attached(plane, stream_handle, completes_at_issue)
+
+    def attached(self, client_id: Hashable) -> bool:
+        return client_id in self._attached
+
+    def set_roles(self, client_id: Hashable, closes_gate: bool, needs_gate: bool) -> None:
+        """Whether the client's kernels close the best-effort gate (high priority)
+        and whether its lanes issue kernels only through it (best effort)."""
+        attached = self._attached[client_id]
+        attached.needs_gate = needs_gate
+        attached.plane.set_gate(self.gate, closes_gate, needs_gate)
 
     def detach(self, client_id: Hashable) -> None:
         """The client is going: no lane of it issues anything from now on."""
@@ -83,6 +109,8 @@ class FastLanes:
             for lane in self._lanes.values():
                 if lane.attached is attached:
                     lane.granted = False
+        if self._best_effort_holder == client_id:
+            self._best_effort_holder = None
 
     def offer(self, stream, eligible: bool) -> None:
         """After a submission to `stream`: grant its lane if `eligible` (the
@@ -90,16 +118,36 @@ class FastLanes:
         lane = self._lanes.get(stream)
         if lane is None:
             attached = self._attached.get(stream.client.client_id)
-            if attached is None or not eligible:
+            if attached is None:
                 return
+            # Opened even when not granted: a best-effort plane looks at every stream
+            # of its job before it issues a kernel (one unit at a time).
             attached.plane.open_lane(stream.key, attached.stream_handle(stream.backend_stream))
             client = stream.client
             lane = _Lane(stream, attached, RunningUnit(next(self._unit_ids), 0, client.client_id, stream.key,
                                                        client.priority, WHOLE, False, self._clock.now()))
             self._lanes[stream] = lane
+        if eligible and lane.attached.needs_gate:
+            client_id = stream.client.client_id
+            if self._best_effort_holder not in (None, client_id):
+                self.revoke_best_effort(client_id)
+            self._best_effort_holder = client_id
+            self.gate.open()
         if lane.granted != eligible:
             lane.attached.plane.grant(stream.key, eligible)
             lane.granted = eligible
+
+    def revoke_best_effort(self, client_id: Hashable) -> None:
+        """A kernel of `client_id` waits for the policy: another job's best-effort
+        lanes must not go on issuing past it (the policy shares the idle device)."""
+        holder = self._best_effort_holder
+        if holder is None or holder == client_id:
+            return
+        self._best_effort_holder = None
+        for lane in self._lanes.values():
+            if lane.granted and lane.stream.client.client_id == holder:
+                lane.attached.plane.grant(lane.stream.key, False)
+                lane.granted = False
 
     def revoke_all(self) -> bool:
         """A preemptible unit is about to start: no lane may issue until offered
@@ -141,8 +189,14 @@ class FastLanes:
                 continue
             if lane.attached.completes_at_issue:
                 lane.drained = issued
-                policy.on_unit_finished(lane.view, last_ns / 1e9)
+                # Done the moment it was issued: no device time to account for.
+                policy.on_unit_finished(dataclasses.replace(lane.view, started_at=last_ns / 1e9), last_ns / 1e9)
                 continue
+            if not lane.busy:
+                # The policy counts a unit's device time from its start (best-effort
+                # fairness): the lane's work started at the latest now.
+                lane.busy = True
+                lane.view = dataclasses.replace(lane.view, started_at=now)
             busy.append(lane.view)
             if lane.watched is None:
                 self._watch(lane)
@@ -187,6 +241,8 @@ class FastLanes:
                 return
             if issued > lane.drained:
                 lane.drained, lane.launches_done = issued, launches
-            policy.on_unit_finished(lane.view, now)
+            if lane.busy:
+                lane.busy = False
+                policy.on_unit_finished(lane.view, now)
 
         b.host_callback(stream.lane.notify, lambda: self._clock.call_soon(lambda: self._on_change(drained)))

@@ -93,7 +93,7 @@ class CppDataPlane:
         self.plane = _core.data_plane.ClientPlane(session.segment, issuer)
         self.fast = FastPath(self.plane, device, session)
         if device is not None:
-            session.server.executor.fast_lanes.attach(session.client_id, self.plane, device.stream_handle,
+            session.server.executor.attach_fast_lanes(session.client_id, self.plane, device.stream_handle,
                                                       issuer.completes_at_issue)
 
     def serve(self) -> str:

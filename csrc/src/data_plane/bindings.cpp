@@ -88,6 +88,13 @@ void bind_data_plane(py::module_& parent) {
            py::arg("memory"), py::arg("sm_count"), py::arg("max_warp_steps"), py::arg("timeout_seconds"),
            py::arg("cancel"));
 
+  py::class_<BestEffortGate, std::shared_ptr<BestEffortGate>>(
+      m, "BestEffortGate", "The server's switch for best-effort lanes' kernels (best_effort_gate.h).")
+      .def(py::init<>())
+      .def("open", &BestEffortGate::open)
+      .def("close", &BestEffortGate::close)
+      .def_property_readonly("is_open", &BestEffortGate::is_open);
+
   py::class_<PyClientPlane>(m, "ClientPlane",
                             "One job's request loop in C++, with the fast path for what the executor lets through.")
       .def(py::init(&make_plane), py::arg("segment"), py::arg("issuer"))
@@ -145,6 +152,20 @@ void bind_data_plane(py::module_& parent) {
            }, py::arg("function_id"), py::arg("param_bytes"), py::arg("program"), py::arg("max_threads"),
            py::arg("required_block"), py::arg("static_shared_bytes"),
            "A lowered emulator kernel and the launch limits the backend checks (0: none).")
+      .def("set_gate", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes, bool needs) {
+             p.plane->set_gate(std::move(gate), closes, needs);
+           }, py::arg("gate"), py::arg("closes"), py::arg("needs"),
+           "The job's kernels close the gate (high priority) / issue only through it (best effort).")
+      .def("add_whole_shape", [](PyClientPlane& p, uint64_t function_id, std::tuple<uint32_t, uint32_t, uint32_t> grid,
+                                 std::tuple<uint32_t, uint32_t, uint32_t> block, uint32_t shared_bytes) {
+             WholeShape s;
+             s.function = function_id;
+             s.grid[0] = std::get<0>(grid), s.grid[1] = std::get<1>(grid), s.grid[2] = std::get<2>(grid);
+             s.block[0] = std::get<0>(block), s.block[1] = std::get<1>(block), s.block[2] = std::get<2>(block);
+             s.shared_bytes = shared_bytes;
+             p.plane->add_whole_shape(s);
+           }, py::arg("function_id"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes"),
+           "A launch shape of a best-effort job's kernel that the planner runs whole.")
       .def("remove_function", [](PyClientPlane& p, uint64_t id) { p.plane->remove_function(id); },
            py::arg("function_id"))
       .def("add_allocation", [](PyClientPlane& p, uint64_t base, uint64_t size) {

@@ -36,6 +36,18 @@ int64_t steady_ns() {
 
 }  // namespace
 
+bool WholeShape::operator==(const WholeShape& o) const {
+  return function == o.function && shared_bytes == o.shared_bytes &&
+         std::memcmp(grid, o.grid, sizeof grid) == 0 && std::memcmp(block, o.block, sizeof block) == 0;
+}
+
+size_t WholeShapeHash::operator()(const WholeShape& s) const {
+  uint64_t h = s.function * 0x9E3779B97F4A7C15ull;
+  for (uint32_t v : {s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2], s.shared_bytes})
+    h = (h ^ v) * 0x100000001B3ull;
+  return static_cast<size_t>(h);
+}
+
 ClientPlane::ClientPlane(std::shared_ptr<transport::Segment> segment, std::shared_ptr<DeviceIssuer> issuer)
     : segment_(std::move(segment)), issuer_(std::move(issuer)) {
   for (MessageKind kind : kFastKinds) counts_.by_kind[static_cast<uint32_t>(kind)];
@@ -102,6 +114,18 @@ Lane* ClientPlane::usable_lane(uint64_t key) {
   return lane.exists && lane.allowed && lane.granted && lane.has_native ? &lane : nullptr;
 }
 
+// The priority policy's rule for a best-effort kernel the planner runs whole
+// (tally/scheduler/policies/priority.py): no high-priority work (the gate is
+// open), and no other unit of the job's still running (one at a time).
+bool ClientPlane::best_effort_may_launch(const WholeShape& shape) {
+  if (!gate_ || !gate_->is_open() || whole_shapes_.count(shape) == 0) return false;
+  for (auto& [key, lane] : lanes_) {
+    if (!lane->has_native || lane->launches.load(std::memory_order_relaxed) == 0) continue;
+    if (!issuer_->stream_quiet(lane->native)) return false;
+  }
+  return true;
+}
+
 void ClientPlane::note_issued(uint64_t key, Lane& lane) {
   lane.last_issue_ns.store(steady_ns(), std::memory_order_relaxed);
   lane.issued.fetch_add(1, std::memory_order_release);
@@ -138,6 +162,16 @@ bool ClientPlane::fast_launch(const RecordView& v) {
   if (lane == nullptr) return false;
   auto fn = functions_.find(m.function);
   if (fn == functions_.end() || fn->second.param_bytes != param_bytes) return false;
+  if (needs_gate_) {
+    WholeShape key;
+    key.function = m.function;
+    std::memcpy(key.grid, shape.grid, sizeof key.grid);
+    std::memcpy(key.block, shape.block, sizeof key.block);
+    key.shared_bytes = shape.shared_bytes;
+    if (!best_effort_may_launch(key)) return false;
+  }
+  // Before the kernel is on its way: no best-effort lane may start one after this.
+  if (closes_gate_) gate_->close();
   if (!issuer_->launch(lane->native, fn->second, shape, params, param_bytes)) return false;
   lane->launches.fetch_add(1, std::memory_order_release);
   note_issued(m.stream, *lane);
@@ -306,6 +340,18 @@ bool ClientPlane::lane_quiet(uint64_t key) {
   return issuer_->stream_quiet(it->second->native);
 }
 
+void ClientPlane::set_gate(std::shared_ptr<BestEffortGate> gate, bool closes, bool needs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gate_ = std::move(gate);
+  closes_gate_ = gate_ && closes;
+  needs_gate_ = needs;     // without a gate a best-effort job's lanes issue no kernel
+}
+
+void ClientPlane::add_whole_shape(const WholeShape& shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  whole_shapes_.insert(shape);
+}
+
 void ClientPlane::add_function(uint64_t id, FunctionEntry entry) {
   std::lock_guard<std::mutex> lock(mu_);
   functions_[id] = std::move(entry);
@@ -314,6 +360,9 @@ void ClientPlane::add_function(uint64_t id, FunctionEntry entry) {
 void ClientPlane::remove_function(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   functions_.erase(id);
+  for (auto it = whole_shapes_.begin(); it != whole_shapes_.end();) {
+    it = it->function == id ? whole_shapes_.erase(it) : std::next(it);
+  }
 }
 
 void ClientPlane::add_allocation(uint64_t base, uint64_t size) {

@@ -22,7 +22,9 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "data_plane/best_effort_gate.h"
 #include "data_plane/device_issue.h"
 #include "data_plane/owned_ranges.h"
 #include "tally/segment.h"
@@ -46,6 +48,19 @@ struct FastCounts {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> sync_requests{0};
   std::unordered_map<uint32_t, std::atomic<uint64_t>> by_kind;   // keys fixed at construction
+};
+
+// A kernel launch shape the executor's planner settled on running whole for a
+// best-effort job (kernel_plan.py): only those may a best-effort lane issue.
+struct WholeShape {
+  uint64_t function = 0;
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t shared_bytes = 0;
+  bool operator==(const WholeShape& o) const;
+};
+struct WholeShapeHash {
+  size_t operator()(const WholeShape& s) const;
 };
 
 class ClientPlane {
@@ -85,6 +100,12 @@ class ClientPlane {
   // legacy work to order blocking streams after it).
   bool take_legacy_touched() { return legacy_touched_.exchange(false, std::memory_order_acq_rel); }
 
+  // The server's best-effort gate (best_effort_gate.h): a high-priority job's
+  // kernels close it (`closes`); a best-effort job's lanes issue kernels only while
+  // it is open, only shapes the planner runs whole, one at a time (`needs`).
+  void set_gate(std::shared_ptr<BestEffortGate> gate, bool closes, bool needs);
+  void add_whole_shape(const WholeShape& shape);
+
   void add_function(uint64_t id, FunctionEntry entry);
   void remove_function(uint64_t id);
   void add_allocation(uint64_t base, uint64_t size);
@@ -108,6 +129,7 @@ class ClientPlane {
   bool fast_copy_htod(const transport::RecordView& v);
   bool fast_synchronize(const transport::RecordView& v);
   Lane* usable_lane(uint64_t key);   // under mu_
+  bool best_effort_may_launch(const WholeShape& shape);   // under mu_
   void note_issued(uint64_t key, Lane& lane);
   void count(uint32_t kind, uint64_t tag);
   Lane& lane_entry(uint64_t key);    // under mu_
@@ -117,6 +139,10 @@ class ClientPlane {
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Lane>> lanes_;
   std::unordered_map<uint64_t, FunctionEntry> functions_;
+  std::shared_ptr<BestEffortGate> gate_;
+  bool closes_gate_ = false;
+  bool needs_gate_ = false;
+  std::unordered_set<WholeShape, WholeShapeHash> whole_shapes_;
   OwnedRanges owned_;
   std::atomic<bool> enabled_{true};
   std::atomic<bool> quiet_{false};

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import threading
 
+from tally.protocol import Priority
+
 
 class FastPath:
     def __init__(self, plane, device, session):
@@ -23,25 +25,42 @@ class FastPath:
         self._session = session
         self._lock = threading.Lock()
         self._functions: set[int] = set()      # function ids in the plane's table
+        # A best-effort job (whose kernels the policy holds back): the launch shapes the
+        # planner runs whole, in the plane's table too.
+        self._best_effort = session.priority == Priority.BEST_EFFORT
+        self._whole_shapes: set[tuple] = set()
 
     # ---- kernels -------------------------------------------------------------------
 
-    def learn_function(self, fn) -> None:
-        """A kernel the job launched through Python (a LoadedFunction): its later
-        launches may go straight to the device."""
-        if self._device is None or fn.function_id in self._functions:
+    def learn_launch(self, fn, launch) -> None:
+        """A kernel the job launched through Python (a LoadedFunction and its
+        ops.Launch): its later launches may go straight to the device; a
+        best-effort job's, once the planner runs this launch shape whole."""
+        if self._device is None:
             return
-        with self._lock:
-            if self._device.register_function(self.plane, fn.function_id, fn.backend_function, fn.param_bytes):
-                self._functions.add(fn.function_id)
+        if fn.function_id not in self._functions:
+            with self._lock:
+                if self._device.register_function(self.plane, fn.function_id, fn.backend_function,
+                                                   fn.param_bytes):
+                    self._functions.add(fn.function_id)
+        if not self._best_effort:
+            return
+        shape = (fn.function_id, launch.grid, launch.block, launch.shared_bytes)
+        if shape not in self._whole_shapes and self._session.server.executor.runs_whole(self._session.client_id,
+                                                                                        launch):
+            with self._lock:
+                self._whole_shapes.add(shape)
+                self.plane.add_whole_shape(*shape)
 
     def forget_functions(self, function_ids) -> None:
         """The ids no longer name kernels (their module was unloaded)."""
+        function_ids = set(function_ids)
         with self._lock:
             for function_id in function_ids:
                 if function_id in self._functions:
                     self._functions.discard(function_id)
-                    self.plane.remove_function(function_id)
+                    self.plane.remove_function(function_id)     # and its whole shapes
+            self._whole_shapes = {s for s in self._whole_shapes if s[0] not in function_ids}
 
     # ---- memory ---------------------------------------------------------------------
 

@@ -65,7 +65,10 @@ class StreamTable:
             if key in self._streams:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key} already exists")
             self._count_fast_legacy_work()
-            self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen)
+            # Waited for nothing yet: its first operation follows the legacy stream's
+            # work so far, however old (CUDA orders a blocking stream after every
+            # earlier legacy operation, not only those since it was created).
+            self._streams[key] = ClientStream(key, flags, priority)
             self._publish(key)
 
     def forget(self, key: int) -> None:
