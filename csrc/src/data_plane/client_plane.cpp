@@ -138,10 +138,10 @@ bool ClientPlane::fast_ping(const RecordView& v) {
   proto::PingMsg m;
   if (v.tag == 0 || !read_fixed(v, &m, false)) return false;
   const proto::PongMsg pong{m.value};
-  if (!push_completion(static_cast<uint32_t>(MessageKind::Pong), v.tag, reinterpret_cast<const uint8_t*>(&pong),
-                       sizeof pong))
-    return true;   // the job is gone: nobody to answer, as in Python
-  count(v.kind, v.tag);
+  count(v.kind, v.tag);   // before the answer: a job that got it sees the request counted
+  // (when the job is gone nobody is answered, as in Python)
+  push_completion(static_cast<uint32_t>(MessageKind::Pong), v.tag, reinterpret_cast<const uint8_t*>(&pong),
+                  sizeof pong);
   return true;
 }
 
@@ -277,7 +277,8 @@ bool ClientPlane::fast_synchronize(const RecordView& v) {
     if (lane->issued.load(std::memory_order_acquire) == 0) continue;
     if (!issuer_->stream_quiet(lane->native)) return false;
   }
-  if (push_completion(static_cast<uint32_t>(MessageKind::Done), v.tag, nullptr, 0)) count(v.kind, v.tag);
+  count(v.kind, v.tag);
+  push_completion(static_cast<uint32_t>(MessageKind::Done), v.tag, nullptr, 0);
   return true;
 }
 
