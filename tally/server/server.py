@@ -100,6 +100,10 @@ class TallyServer:
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
+        # A session can end (its job died at once) before the handshake thread
+        # registers its socket: registering and forgetting take turns, and a closed
+        # session is never registered.
+        self._registration_lock = threading.Lock()
         # Held while a handshake admits its session (and by shutdown to stop admitting),
         # so no session can start after shutdown has closed the others.
         self._admit_lock = threading.Lock()
@@ -275,7 +279,12 @@ class TallyServer:
             self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
-            self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+            with self._registration_lock:
+                if not session.closed:
+                    try:
+                        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+                    except ValueError:
+                        pass  # closed between the check and here: forget_session follows
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
                  program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
@@ -319,7 +328,8 @@ class TallyServer:
 
     def forget_session(self, session: Session) -> None:
         """Called by Session.close()."""
-        self._unregister(session.connection)
+        with self._registration_lock:
+            self._unregister(session.connection)
         with self._sessions_lock:
             self.sessions.pop(session.client_id, None)
         with self._retire_lock:

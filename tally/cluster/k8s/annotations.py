@@ -2,7 +2,7 @@
 
     tally.dev/sm-percent     the job's SM share, a number in (0, 100] and at most the
                              node's limit (--max-sm-percent of the device plugin)
-    tally.dev/memory-quota   device memory the job may use: bytes (8G, 512M, 1073741824)
+    tally.dev/memory-quota   device memory the job may use: a size with a unit (8G, 512M, 4096B)
                              or a share of the GPU (40%), as tally-run --memory-quota
     tally.dev/job-class      which profile placement uses for the job (optional)
     tally.dev/gpu            written by the placement controller: the GPU index it chose
