@@ -184,7 +184,8 @@ def status_main(argv: list[str]) -> int:
 
 def format_status(s: ServerStatus) -> str:
     lines = [
-        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}",
+        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}  "
+        f"{s.data_plane} data plane",
         f"device   {s.device}: {s.device_name}  compute capability {s.compute_capability}  "
         f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
         f"memory {_gib(s.memory_total - s.memory_free)} "
