@@ -4,8 +4,10 @@
 // that run on different SMs overlap in time. The kernel also writes out[i] = 2i + 1,
 // which the host checks.
 //
-//   sm_share [blocks=64] [spin_us=2000] [launches=1]
+//   sm_share [blocks=64] [spin_us=2000] [launches=1] [wait]
 // prints: sm_count=<SMs of the device> sms_used=<distinct %smid> peak_blocks=<most at once> results=ok|bad
+// With `wait` it prints "ready" once its memory is set up and waits for a line on
+// stdin before it launches (for tests that act on the job in between).
 //
 // Two more kernels serve the emulator's own tests (compiled to PTX):
 // `announce` prints each block's number after a spin that is longest for the lowest
@@ -13,6 +15,7 @@
 // picks outside every allocation), the higher one first.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #include "runtime_check.h"
@@ -85,6 +88,13 @@ int main(int argc, char** argv) {
   int* host_sm = (int*)malloc(blocks * sizeof(int));
   int* host_out = (int*)malloc(n * sizeof(int));
   bool ok = true;
+  if (argc > 4 && strcmp(argv[4], "wait") == 0) {
+    CHECK(cudaDeviceSynchronize());
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (fgets(line, sizeof line, stdin) == nullptr) return 1;
+  }
   for (int l = 0; l < launches; ++l) {
     CHECK(cudaMemset(out, 0, n * sizeof(int)));
     measure<<<blocks, threads>>>(block_sm, counters, counters + 1, out, n, spin_ns);
