@@ -28,21 +28,35 @@ class Shares:
         return 0
 
 
-def sample(hp: float | None, t: float = 0.0) -> DeviceSample:
-    return DeviceSample(t=t, hp_sm_active_percent=hp)
+def sample(hp: float | None, busy: float | None = None, t: float = 0.0) -> DeviceSample:
+    return DeviceSample(t=t, hp_sm_active_percent=hp, hp_busy_percent=busy)
 
 
-def test_best_effort_jobs_get_what_the_high_priority_jobs_leave():
+def test_a_busy_high_priority_job_leaves_best_effort_jobs_the_sms_it_does_not_hold():
+    shares = Shares()
+    plugin = DynamicSm(shares, DynamicSmConfig(window=1, busy_threshold_percent=60))
+    plugin.track("be", None)
+    assert shares.now == {"be": None}                  # nothing measured yet: the whole device
+    # (SM activity, busy): busy 80% of the time on 50% of the SMs -> 50% left while it runs
+    for hp, busy, expected in [(40.0, 80.0, 50.0), (70.0, 70.0, 10.0), (24.0, 80.0, 70.0),
+                               (90.0, 100.0, 10.0), (60.0, 100.0, 40.0)]:
+        plugin.on_sample(sample(hp, busy))
+        assert shares.now["be"] == expected, (hp, busy)
+    # a mostly idle high-priority job: the whole device, the scheduler keeps its work first
+    plugin.on_sample(sample(50.0, 59.0))
+    assert shares.now["be"] is None and plugin.best_effort_percent == 100.0
+    plugin.on_sample(sample(None))                     # no figure: nothing changes
+    assert shares.now["be"] is None
+    assert plugin.describe() == {"best_effort_percent": 100.0, "floor_percent": 10.0}
+
+
+def test_without_a_busy_figure_the_share_is_100_minus_the_activity():
     shares = Shares()
     plugin = DynamicSm(shares, DynamicSmConfig(window=1))
     plugin.track("be", None)
-    assert shares.now == {"be": None}                  # nothing measured yet: the whole device
-    for hp, expected in [(35.0, 60.0), (0.0, None), (72.0, 20.0), (97.0, 10.0), (100.0, 10.0)]:
+    for hp, expected in [(35.0, 60.0), (0.0, None), (72.0, 20.0), (97.0, 10.0)]:
         plugin.on_sample(sample(hp))
         assert shares.now["be"] == expected, hp
-    plugin.on_sample(sample(None))                     # no figure: nothing changes
-    assert shares.now["be"] == 10.0
-    assert plugin.describe() == {"best_effort_percent": 10.0, "floor_percent": 10.0}
 
 
 def test_shares_are_split_bounded_by_each_jobs_own_and_floored():
@@ -50,24 +64,24 @@ def test_shares_are_split_bounded_by_each_jobs_own_and_floored():
     plugin = DynamicSm(shares, DynamicSmConfig(floor_percent=20.0, window=1))
     plugin.track("a", None)
     plugin.track("b", 25.0)                            # asked for 25% (tally-run --sm-percent)
-    plugin.on_sample(sample(10.0))                     # 90% left: 45% each, b at most 25%
+    plugin.on_sample(sample(10.0, 100.0))              # 90% left: 45% each, b at most 25%
     assert shares.now == {"a": 40.0, "b": 25.0}
-    plugin.on_sample(sample(95.0))                     # the floor, together: 10% each
+    plugin.on_sample(sample(95.0, 100.0))              # the floor, together: 10% each
     assert shares.now == {"a": 10.0, "b": 10.0}
     plugin.forget("b")
     shares.gone.add("b")
-    plugin.on_sample(sample(95.0))
+    plugin.on_sample(sample(95.0, 100.0))
     assert shares.now["a"] == 20.0
 
 
-def test_the_activity_is_averaged_over_the_window():
+def test_the_figures_are_averaged_over_the_window():
     shares = Shares()
-    plugin = DynamicSm(shares, DynamicSmConfig(window=4))
+    plugin = DynamicSm(shares, DynamicSmConfig(window=4, busy_threshold_percent=60))
     plugin.track("be", None)
-    for hp in (80.0, 0.0, 0.0, 0.0):                   # one busy period among idle ones: mean 20%
-        plugin.on_sample(sample(hp))
-    assert shares.now["be"] == 80.0
-    plugin.on_sample(sample(0.0))                      # the busy period left the window
+    for hp, busy in ((95.0, 100.0), (95.0, 100.0), (95.0, 100.0), (0.0, 0.0)):
+        plugin.on_sample(sample(hp, busy))             # busy 75% of the window, on 95% of the SMs
+    assert shares.now["be"] == 10.0
+    plugin.on_sample(sample(0.0, 0.0))                 # busy 50%: below the threshold
     assert shares.now["be"] is None
 
 
@@ -77,11 +91,12 @@ def test_a_job_that_left_between_a_sample_and_its_share_is_skipped():
     plugin.track("a", None)
     plugin.track("b", None)
     shares.gone.add("b")                               # the executor removed it already
-    plugin.on_sample(sample(50.0))
+    plugin.on_sample(sample(50.0, 100.0))
     assert shares.now["a"] == 20.0
 
 
 @pytest.mark.parametrize("field, value", [("floor_percent", 0.0), ("floor_percent", 120.0),
+                                          ("busy_threshold_percent", -1.0), ("busy_threshold_percent", 101.0),
                                           ("step_percent", 0.0), ("window", 0)])
 def test_bad_configuration_is_refused(field, value):
     with pytest.raises(ValueError):

@@ -123,3 +123,48 @@ def test_a_paused_job_waits_and_its_results_stay_exact(tmp_path, program):
     finally:
         server.stop()
         serving.join(30)
+
+
+def test_dynamic_sm_moves_a_best_effort_job_to_the_floor_while_the_high_priority_job_is_busy(tmp_path, program):
+    """The whole wiring on the emulator: the sampler reads the executor's accounting,
+    dynamic SM lowers the waiting best-effort job's share while a high-priority job
+    keeps the device busy and gives it back afterwards; compute control reports its
+    hold; the status shows both."""
+    server = ServerProcess(tmp_path / "dyn.sock", backend="emulator",
+                           extra_args=("--dynamic-sm", "--be-util-target", "0.9", "--sample-period-ms", "20"))
+    try:
+        be = subprocess.Popen(job_command(server.socket_path, program, 8, 0, 1, "wait", priority="best-effort"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                              env=job_env())
+        assert be.stdout.readline().strip() == "ready"
+
+        def best_effort(status):
+            return next(c for c in status["clients"] if c["priority"] == "best-effort")
+
+        assert best_effort(query_status(server.socket_path))["sm_granted"] == 8
+        hp = subprocess.Popen(job_command(server.socket_path, program, 64, 2000, 60, priority="high"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env())
+        floor = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and hp.poll() is None:
+            status = query_status(server.socket_path)
+            if best_effort(status)["sm_granted"] == 1:          # 10% of 8 SMs, at least one
+                floor = status
+                break
+            time.sleep(0.05)
+        assert floor is not None, server.log()[-3000:]
+        levers = floor["server"]["levers"]
+        assert floor["server"]["dynamic_sm"] and levers["dynamic_sm"]["best_effort_percent"] == 10.0
+        assert floor["server"]["be_util_target"] == 0.9 and "hold" in levers["compute_control"]
+        assert levers["device_sample"]["hp_sm_active_percent"] > 50
+        out, err = hp.communicate(timeout=300)
+        assert hp.returncode == 0 and "results=ok" in out, out + err
+        deadline = time.monotonic() + 30
+        while best_effort(query_status(server.socket_path))["sm_granted"] != 8:
+            assert time.monotonic() < deadline, "the best-effort job never got the device back"
+            time.sleep(0.05)
+        out, err = be.communicate("go\n", timeout=120)
+        assert be.returncode == 0 and "results=ok" in out, out + err
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()

@@ -180,43 +180,68 @@ class ColocateResult:
     latencies_ms: dict[str, np.ndarray]        # "alone" and per policy, for plots
 
 
-def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> ColocateResult:
-    config.validate()
-    runner = runner or SimRunner(config)
+@dataclass
+class Baseline:
+    """What every co-located run is measured against: the request arrivals and the
+    jobs alone on the device."""
+
+    service_s: float
+    rate_per_s: float
+    arrivals: np.ndarray
+    alone_hp: RunRecord
+    hp_alone_rate: float          # requests completed per second alone
+    be_alone_rate: float          # iterations per second alone (whole device)
+
+    def alone_report(self) -> dict:
+        return {**_latency_stats(self.alone_hp), "hp_throughput_per_s": self.hp_alone_rate,
+                "be_iterations_per_s": self.be_alone_rate}
+
+
+def measure_baseline(config: ColocateConfig, runner: Runner) -> Baseline:
     service = runner.service_time()
     rate = config.load / service
     arrivals = traces.arrivals(config.trace, rate, config.duration, config.seed)
     alone_hp = runner.run("fifo", True, 0, arrivals)
     alone_be = runner.run("fifo", False, 1, arrivals) if config.be_jobs else None
-    hp_alone_rate = alone_hp.hp_completed_in_window / config.duration
-    be_alone_rate = alone_be.be_progress[0] / config.duration if alone_be else 0.0
+    return Baseline(service, rate, arrivals, alone_hp, alone_hp.hp_completed_in_window / config.duration,
+                    alone_be.be_progress[0] / config.duration if alone_be else 0.0)
 
+
+def shared_stats(config: ColocateConfig, baseline: Baseline, record: RunRecord) -> dict:
+    """One co-located run's figures, relative to the baseline."""
+    hp_norm = ((record.hp_completed_in_window / config.duration) / baseline.hp_alone_rate
+               if baseline.hp_alone_rate else 0.0)
+    be_norm = [progress / config.duration / baseline.be_alone_rate if baseline.be_alone_rate else 0.0
+               for progress in record.be_progress]
+    stats = _latency_stats(record)
+    alone_p99 = _latency_stats(baseline.alone_hp)["hp_p99_ms"]
+    return {
+        **stats,
+        "hp_p99_vs_alone": stats["hp_p99_ms"] / alone_p99 if alone_p99 else None,
+        "hp_normalized_throughput": hp_norm,
+        "be_normalized_throughput": be_norm,
+        "system_throughput": hp_norm + sum(be_norm),
+        "counters": {k: v for k, v in record.counters.items() if k != "clients"},
+        "levers": record.levers,
+        "wall_seconds": record.wall_seconds,
+    }
+
+
+def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> ColocateResult:
+    config.validate()
+    runner = runner or SimRunner(config)
+    baseline = measure_baseline(config, runner)
     report = {
         "config": asdict(config),
-        "hp_service_ms": service * 1000.0,
-        "hp_rate_per_s": rate,
-        "hp_arrivals": int(len(arrivals)),
-        "alone": {**_latency_stats(alone_hp), "hp_throughput_per_s": hp_alone_rate,
-                  "be_iterations_per_s": be_alone_rate},
+        "hp_service_ms": baseline.service_s * 1000.0,
+        "hp_rate_per_s": baseline.rate_per_s,
+        "hp_arrivals": int(len(baseline.arrivals)),
+        "alone": baseline.alone_report(),
         "policies": {},
     }
-    latencies = {"alone": np.asarray(alone_hp.hp_latencies) * 1000.0}
+    latencies = {"alone": np.asarray(baseline.alone_hp.hp_latencies) * 1000.0}
     for policy in config.policies:
-        record = runner.run(policy, True, config.be_jobs, arrivals)
-        hp_norm = (record.hp_completed_in_window / config.duration) / hp_alone_rate if hp_alone_rate else 0.0
-        be_norm = [progress / config.duration / be_alone_rate if be_alone_rate else 0.0
-                   for progress in record.be_progress]
-        stats = _latency_stats(record)
-        alone_p99 = report["alone"]["hp_p99_ms"]
-        report["policies"][policy] = {
-            **stats,
-            "hp_p99_vs_alone": stats["hp_p99_ms"] / alone_p99 if alone_p99 else None,
-            "hp_normalized_throughput": hp_norm,
-            "be_normalized_throughput": be_norm,
-            "system_throughput": hp_norm + sum(be_norm),
-            "counters": {k: v for k, v in record.counters.items() if k != "clients"},
-            "levers": record.levers,
-            "wall_seconds": record.wall_seconds,
-        }
+        record = runner.run(policy, True, config.be_jobs, baseline.arrivals)
+        report["policies"][policy] = shared_stats(config, baseline, record)
         latencies[policy] = np.asarray(record.hp_latencies) * 1000.0
     return ColocateResult(report, latencies)

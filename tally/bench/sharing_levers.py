@@ -13,6 +13,27 @@ from tally.cluster.sampler import DeviceSampler
 from tally.scheduler.hooks import Hooks
 
 
+class _Averages:
+    """The device's mean SM activity over the run's samples (for the report)."""
+
+    def __init__(self):
+        self.samples = 0
+        self.sm_active = 0.0
+        self.hp_sm_active = 0.0
+
+    def on_sample(self, sample) -> None:
+        if sample.sm_active_percent is None:
+            return
+        self.samples += 1
+        self.sm_active += sample.sm_active_percent
+        self.hp_sm_active += sample.hp_sm_active_percent or 0.0
+
+    def describe(self) -> dict:
+        n = max(self.samples, 1)
+        return {"samples": self.samples, "mean_sm_active_percent": round(self.sm_active / n, 1),
+                "mean_hp_sm_active_percent": round(self.hp_sm_active / n, 1)}
+
+
 @dataclass
 class SharingLevers:
     be_sm_percent: float | None = None
@@ -23,6 +44,7 @@ class SharingLevers:
     _dynamic_sm: DynamicSm | None = None
     _compute_control: ComputeControl | None = None
     _sampler: DeviceSampler | None = None
+    _averages: _Averages | None = None
 
     @classmethod
     def from_config(cls, c) -> "SharingLevers":
@@ -42,6 +64,8 @@ class SharingLevers:
             for client_id in best_effort_clients:
                 self._dynamic_sm.track(client_id, self.be_sm_percent)
         if self.hooks.on_sample:
+            self._averages = _Averages()
+            self.hooks.register(self._averages)
             self._sampler = DeviceSampler(ExecutorActivitySource(executor), self.hooks, self.sample_period_s)
             self._sampler.start_on_clock(executor.clock)
 
@@ -55,4 +79,6 @@ class SharingLevers:
             out["dynamic_sm"] = self._dynamic_sm.describe()
         if self._compute_control is not None:
             out["compute_control"] = self._compute_control.describe()
+        if self._averages is not None:
+            out["device"] = self._averages.describe()
         return out

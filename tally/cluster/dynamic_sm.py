@@ -1,21 +1,32 @@
-"""Dynamic SM allocation (MuxFlow): every sample period the best-effort jobs
-together get the SMs the high-priority jobs left idle, 100% minus their SM
-activity, never below a floor and never above a job's own share.
+"""Dynamic SM allocation (after MuxFlow): every sample period the best-effort jobs
+together get the SMs the high-priority jobs leave, never below a floor and never
+above a job's own share.
 
-Input: DeviceSample.hp_sm_active_percent (tally's accounting of the
-high-priority jobs' busy SMs, tally.cluster.executor_source). A sample without
-it changes nothing. Output: executor.set_sm_percent for each best-effort job;
-the executor passes the new cap on that job's next launches, so a job moves
-between shares at kernel boundaries (a running kernel keeps its SMs, as a GPU's
-green contexts require).
+What the high-priority jobs leave is read from tally's accounting
+(tally.cluster.executor_source), over the last `window` samples:
+- busy: the share of the time high-priority work was on the device
+  (DeviceSample.hp_busy_percent), and
+- occupancy: the share of the SMs it held while it was there
+  (hp_sm_active_percent / busy).
+While the high-priority jobs are busy at least `busy_threshold_percent` of the
+time, the best-effort jobs get the SMs they leave while they run, 100% minus their
+occupancy (at least the floor). While they are busy less, the best-effort jobs get
+the whole device, and the scheduler's priorities keep the high-priority work first.
 
-The high-priority activity is smoothed over the last `window` samples (their
-mean): one quiet period between bursts must not hand the whole device to
-best-effort kernels that then run into the next burst. The best-effort total is
-split evenly between the jobs and rounded down to a multiple of `step_percent`,
-so a job's share takes a few values only (the profiler plans PTB workers per
-share, and a GPU keeps one partition per share). A job's own share (its
---sm-percent, or the server's --be-sm-percent) bounds what it gets.
+Why not MuxFlow's 100% minus the time-averaged SM activity throughout: a share
+confines whole kernels (a GPU moves a job between partitions only at kernel
+boundaries), so a kernel at half the SMs runs twice as long and is twice as likely
+to be running when the next high-priority request arrives, which then finds SMs
+taken. On the sim (bench/results/sm-share-sim-2026-11-25.md) every static share
+between the floor and the whole device gave the high-priority p99 more overhead
+than the whole device did, and the time-averaged rule gave both less best-effort
+throughput and a worse p99 than no share at all. A source without the busy figure
+(NVML) gets the time-averaged rule.
+
+The result is split evenly between the best-effort jobs and rounded down to a
+multiple of `step_percent` (a job's share takes a few values only: the profiler
+plans PTB workers per share, and a GPU keeps one partition per share). The
+executor applies a new share from the job's next kernel on.
 """
 from __future__ import annotations
 
@@ -34,13 +45,16 @@ class ShareSetter(Protocol):
 
 @dataclass(frozen=True)
 class DynamicSmConfig:
-    floor_percent: float = 10.0       # best-effort jobs together never get less (--be-sm-floor)
-    step_percent: float = 10.0        # shares are multiples of this
-    window: int = 4                   # samples the high-priority activity is averaged over
+    floor_percent: float = 10.0           # best-effort jobs together never get less (--be-sm-floor)
+    busy_threshold_percent: float = 60.0  # high-priority busy at least this much: they get its leftover SMs only
+    step_percent: float = 10.0            # shares are multiples of this
+    window: int = 5                       # samples averaged
 
     def __post_init__(self):
         if not 0 < self.floor_percent <= 100:
             raise ValueError(f"the best-effort SM floor must be in (0, 100]%, got {self.floor_percent}")
+        if not 0 <= self.busy_threshold_percent <= 100:
+            raise ValueError(f"the busy threshold must be in [0, 100]%, got {self.busy_threshold_percent}")
         if not 0 < self.step_percent <= 100:
             raise ValueError(f"the share step must be in (0, 100]%, got {self.step_percent}")
         if self.window < 1:
@@ -56,7 +70,7 @@ class DynamicSm:
         self.config = config
         self._lock = threading.Lock()
         self._ceilings: dict[Hashable, float] = {}      # best-effort job -> its own share (100: none)
-        self._recent: collections.deque[float] = collections.deque(maxlen=config.window)
+        self._recent: collections.deque = collections.deque(maxlen=config.window)
         self.best_effort_percent = 100.0                # what the jobs together get now
 
     def track(self, client_id: Hashable, own_percent: float | None) -> None:
@@ -73,9 +87,8 @@ class DynamicSm:
         if sample.hp_sm_active_percent is None:
             return
         with self._lock:
-            self._recent.append(sample.hp_sm_active_percent)
-            hp = sum(self._recent) / len(self._recent)
-            self.best_effort_percent = min(100.0, max(self.config.floor_percent, 100.0 - hp))
+            self._recent.append((sample.hp_sm_active_percent, sample.hp_busy_percent))
+            self.best_effort_percent = self._best_effort_total()
             shares = self._shares()
         self._apply(shares)
 
@@ -83,12 +96,24 @@ class DynamicSm:
         return {"best_effort_percent": round(self.best_effort_percent, 1),
                 "floor_percent": self.config.floor_percent}
 
+    def _best_effort_total(self) -> float:
+        c = self.config
+        active = sum(a for a, _ in self._recent) / len(self._recent)
+        if any(b is None for _, b in self._recent):
+            left = 100.0 - active                       # no busy figure: the time-averaged rule
+        else:
+            busy = sum(b for _, b in self._recent) / len(self._recent)
+            if busy < c.busy_threshold_percent:
+                return 100.0
+            left = 100.0 - min(100.0, 100.0 * active / busy)
+        return min(100.0, max(c.floor_percent, left))
+
     def _shares(self) -> dict[Hashable, float | None]:
         if not self._ceilings:
             return {}
         each = self.best_effort_percent / len(self._ceilings)
         step = self.config.step_percent
-        quantized = max(step, math.floor(each / step + 1e-9) * step) if each >= step else each
+        quantized = math.floor(each / step + 1e-9) * step if each >= step else each
         out = {}
         for client_id, ceiling in self._ceilings.items():
             share = min(quantized, ceiling)

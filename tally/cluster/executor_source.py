@@ -46,6 +46,7 @@ class ExecutorActivitySource:
             gpu_util_percent=_percent(now.busy_seconds - last.busy_seconds, elapsed),
             sm_active_percent=_percent(now.sm_seconds - last.sm_seconds, capacity),
             hp_sm_active_percent=_percent(now.hp_sm_seconds - last.hp_sm_seconds, capacity),
+            hp_busy_percent=_percent(now.hp_busy_seconds - last.hp_busy_seconds, elapsed),
             memory_used_bytes=memory_used, memory_total_bytes=memory_total)
 
     def close(self) -> None:

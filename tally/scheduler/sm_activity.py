@@ -29,6 +29,7 @@ class ActivityTotals:
     hp_sm_seconds: float          # SM-seconds of high-priority launches
     sm_seconds: float             # SM-seconds of every launch (<= sm_count x elapsed)
     busy_seconds: float           # seconds with at least one launch on the device
+    hp_busy_seconds: float        # seconds with at least one high-priority launch on the device
 
 
 class _StreamLoad:
@@ -50,6 +51,7 @@ class SmActivity:
         self._hp = 0.0
         self._all = 0.0
         self._busy = 0.0
+        self._hp_busy = 0.0
 
     def launched(self, stream: Hashable, priority: str, sms: int, now: float) -> None:
         self._advance(now)
@@ -71,7 +73,7 @@ class SmActivity:
 
     def totals(self, now: float) -> ActivityTotals:
         self._advance(now)
-        return ActivityTotals(self._t, self._hp, self._all, self._busy)
+        return ActivityTotals(self._t, self._hp, self._all, self._busy, self._hp_busy)
 
     def _advance(self, now: float) -> None:
         dt = now - self._t
@@ -81,16 +83,20 @@ class SmActivity:
         if not self._streams:
             return
         hp = be = 0.0
+        high = False
         for load in self._streams.values():
             rate = load.sms / load.launches
             if load.high:
                 hp += rate
+                high = True
             else:
                 be += rate
         hp = min(hp, self.sm_count)
         self._hp += hp * dt
         self._all += min(hp + be, self.sm_count) * dt
         self._busy += dt
+        if high:
+            self._hp_busy += dt
 
 
 def launch_sms(blocks: int, sm_cap: int | None, sm_count: int) -> int:
