@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource
+from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, clamp_sm_grant
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
@@ -86,7 +86,7 @@ class CudaBackend(PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True)
+                           variants_from_ptx=True, confines_sms=False)
 
     def __init__(self, device: int = 0):
         _check(cu.cuInit(0))
@@ -300,7 +300,12 @@ class CudaBackend(PtxVariants):
         _check(cu.cuEventDestroy(event))
 
     # asynchronous operations
-    def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes) -> None:
+    def sm_grant(self, requested_sms: int) -> int:
+        return clamp_sm_grant(requested_sms, self.describe().sm_count)
+
+    def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
+               sm_cap: int | None = None) -> None:
+        # sm_cap: green contexts confine it on a GPU (not here yet: confines_sms is False)
         self._current()
         buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         size = ctypes.c_size_t(len(params))

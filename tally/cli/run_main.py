@@ -1,6 +1,6 @@
 """tally-run: start a job whose CUDA work goes through a tally-server.
 
-    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--server PATH] -- cmd args...
+    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--sm-percent P] [--server PATH] -- cmd args...
 
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
@@ -37,6 +37,34 @@ def quota_too_large(quota: str | None, status: dict) -> str | None:
             f"({format_bytes(total)}); ask for at most that, or a percentage (e.g. 50%)")
 
 
+MPS_SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+def parse_sm_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"SM share {text!r} is not a percentage of the device's SMs from 1 to 100")
+    return value
+
+
+def mps_share_problem(env: dict) -> str | None:
+    """Why the job's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE cannot be its share, or None."""
+    text = env.get(MPS_SHARE_ENV)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0 < value <= 100:
+        return None
+    return (f"{MPS_SHARE_ENV}={text!r} in the job's environment is not an SM share in (0, 100]; "
+            f"fix or unset it, or give tally-run --sm-percent")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tally-run", description=__doc__.split("\n\n")[0],
                                 usage="tally-run [options] -- command [args...]")
@@ -45,12 +73,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-quota", type=parse_quota,
                    help="device memory this job may allocate: a size with a unit (8G, 512M, 4096B) "
                         "or a percentage of device memory (50%%)")
+    p.add_argument("--sm-percent", type=parse_sm_percent, metavar="P",
+                   help="the job's share of the device's SMs, 1-100: its kernels run on at most that many "
+                        f"SMs. Without it, the job's own ${MPS_SHARE_ENV} is its share (jobs set up for MPS "
+                        "keep their setting); a best-effort job gets at most tally-server's --be-sm-percent")
     p.add_argument("--server", help="the tally-server socket (default $TALLY_SERVER or the default path)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job to run, after --")
     return p
 
 
-def job_environment(base: dict, socket_path, priority: str, quota: str | None) -> dict:
+def job_environment(base: dict, socket_path, priority: str, quota: str | None,
+                    sm_percent: float | None = None) -> dict:
     env = dict(base)
     lib_dir = str(paths.LIB_DIR)
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (lib_dir, base.get("LD_LIBRARY_PATH", "")) if p)
@@ -63,6 +96,10 @@ def job_environment(base: dict, socket_path, priority: str, quota: str | None) -
         env["TALLY_MEMORY_QUOTA"] = quota
     else:
         env.pop("TALLY_MEMORY_QUOTA", None)
+    if sm_percent is not None:
+        env["TALLY_SM_PERCENT"] = f"{sm_percent:g}"
+    else:
+        env.pop("TALLY_SM_PERCENT", None)     # the client falls back to the job's MPS setting
     return env
 
 
@@ -85,10 +122,12 @@ def main(argv: list[str] | None = None) -> int:
               f"then run: tally-run --server {socket_path} -- {' '.join(command)}", file=sys.stderr)
         return 2
     refused = quota_too_large(args.memory_quota, status)
+    if refused is None and args.sm_percent is None:
+        refused = mps_share_problem(os.environ)
     if refused:
         print(f"tally-run: {refused}", file=sys.stderr)
         return 2
-    env = job_environment(os.environ, socket_path, args.priority, args.memory_quota)
+    env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:
         os.execvpe(command[0], command, env)
     except OSError as e:

@@ -53,7 +53,57 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
                         "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_share_flags(p)
     return p
+
+
+def add_share_flags(p: argparse.ArgumentParser) -> None:
+    """SM shares and compute control (also on `tally-bench colocate`)."""
+    g = p.add_argument_group("SM shares and compute control")
+    g.add_argument("--be-sm-percent", type=sm_percent, default=None, metavar="P",
+                   help="SM share of a best-effort job that asks for none (tally-run --sm-percent), and the "
+                        "most one may ask for, in percent of the device's SMs (1-100; default: no limit)")
+    g.add_argument("--dynamic-sm", action="store_true",
+                   help="every sample period, best-effort jobs together get 100%% minus the high-priority "
+                        "jobs' SM activity, never below --be-sm-floor, never above a job's own share")
+    g.add_argument("--be-sm-floor", type=sm_percent, default=10.0, metavar="P",
+                   help="with --dynamic-sm: the least share best-effort jobs get together (default 10)")
+    g.add_argument("--be-util-target", type=utilization, default=None, metavar="F",
+                   help="compute control: hold best-effort work back while the device's utilization "
+                        "(SM activity x SM clock / max clock) is over F, in (0, 1] (default: off)")
+    g.add_argument("--sample-period-ms", type=positive_ms, default=50.0, metavar="MS",
+                   help="how often --dynamic-sm and --be-util-target read the device (default 50)")
+
+
+def sm_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an SM share: give a percentage of the SMs from 1 to 100")
+    return value
+
+
+def utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a utilization target: give a fraction in (0, 1], "
+                                         f"e.g. 0.9")
+    return value
+
+
+def positive_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a period in milliseconds (> 0)")
+    return value
 
 
 def _major_minor(text: str, what: str) -> tuple[int, int]:
@@ -110,7 +160,11 @@ def serve_main(argv: list[str]) -> int:
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-                          spin_us=args.spin_us)
+                          spin_us=args.spin_us,
+                          # share14: SM shares and compute control
+                          be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
+                          be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
+                          sample_period_ms=args.sample_period_ms)
     server = TallyServer(config, backend)
     try:
         server.bind()
@@ -178,14 +232,41 @@ def format_status(s: ServerStatus) -> str:
         f"used of {_gib(s.memory_total)}  uptime {s.uptime_s:.0f} s",
         f"clients  {len(s.clients)}",
     ]
+    levers = _levers_line(s)
+    if levers:
+        lines.insert(2, levers)
     if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} "
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} {'SMs':>9} "
                      f"{'requests':>10} {'errors':>7}  program")
         for c in s.clients:
             quota = _gib(c.memory_quota) if c.memory_quota is not None else "-"
             lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} "
-                         f"{_gib(c.memory_used):>10} {quota:>10} {c.requests:>10} {c.errors:>7}  {c.program}")
+                         f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
+                         f"{c.errors:>7}  {c.program}")
     return "\n".join(lines)
+
+
+def _sms(c, sm_count: int) -> str:
+    """SMs granted now / the device's (its own share in percent, if it has one)."""
+    if c.sm_granted is None:
+        return "-"
+    share = f" {c.sm_percent:g}%" if c.sm_percent is not None else ""
+    return f"{c.sm_granted}/{sm_count}{share}"
+
+
+def _levers_line(s: ServerStatus) -> str:
+    parts = []
+    if s.be_sm_percent is not None:
+        parts.append(f"best-effort SM share {s.be_sm_percent:g}%")
+    dynamic = s.levers.get("dynamic_sm")
+    if s.dynamic_sm and dynamic:
+        parts.append(f"dynamic SM: best-effort jobs get {dynamic['best_effort_percent']:g}% "
+                     f"(floor {dynamic['floor_percent']:g}%)")
+    control = s.levers.get("compute_control")
+    if s.be_util_target is not None and control:
+        parts.append(f"compute control: target {control['target']:g}, holding best-effort work "
+                     f"{control['hold']:.0%} of the time")
+    return "levers   " + "; ".join(parts) if parts else ""
 
 
 def _gib(n: int) -> str:

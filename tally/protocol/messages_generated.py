@@ -32,7 +32,7 @@ def _too_long(name: str, field: str, got: int, limit: int) -> ProtocolError:
     return ProtocolError(f"{name}.{field}: {got} bytes > {limit}")
 
 
-_Hello = struct.Struct('<IIIIQd64s')
+_Hello = struct.Struct('<IIIIQdd64s')
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +40,29 @@ class Hello:
     """client -> server over the socket: first record of a connection"""
 
     KIND: ClassVar[int] = 1
-    SIZE: ClassVar[int] = 96  # bytes before the tail
+    SIZE: ClassVar[int] = 104  # bytes before the tail
     protocol_version: int = 0
     pid: int = 0
     priority: int = 0
     memory_quota: int = 0
     memory_quota_percent: float = 0.0
+    sm_percent: float = 0.0
     program: bytes = b""
 
     @classmethod
     def decode(cls, payload) -> Hello:
-        if len(payload) != 96:
-            if len(payload) < 96:
-                raise _short('Hello', len(payload), 96)
-            raise _trailing('Hello', len(payload) - 96)
-        v0, v1, v2, v3, v4, v5, v6 = _Hello.unpack_from(payload)
-        return cls(v0, v1, v2, v4, v5, v6)
+        if len(payload) != 104:
+            if len(payload) < 104:
+                raise _short('Hello', len(payload), 104)
+            raise _trailing('Hello', len(payload) - 104)
+        v0, v1, v2, v3, v4, v5, v6, v7 = _Hello.unpack_from(payload)
+        return cls(v0, v1, v2, v4, v5, v6, v7)
 
     def encode(self) -> bytes:
         if len(self.program) > 64:
             raise _too_long('Hello', 'program', len(self.program), 64)
         return _Hello.pack(self.protocol_version, self.pid, self.priority, 0, self.memory_quota,
-                           self.memory_quota_percent, self.program)
+                           self.memory_quota_percent, self.sm_percent, self.program)
 
 
 _HelloReply = struct.Struct('<IIQ64s192s')

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 # "TALY" in little-endian ASCII; first word of every shared segment header.
 SEGMENT_MAGIC = 0x594C4154
 
@@ -243,6 +243,7 @@ MESSAGES = (
             (F("protocol_version", "u32"), F("pid", "u32"), F("priority", "u32"), F("_pad0", "u32"),
              F("memory_quota", "u64"),  # bytes; 0 = no quota
              F("memory_quota_percent", "f64"),  # of device memory; 0 = unused
+             F("sm_percent", "f64"),  # the job's SM share in (0, 100]; 0 = none asked
              F("program", "u8", 64))),  # argv[0] basename, NUL-padded, for status output
     Message("HelloReply", 2, "server -> client over the socket",
             (F("status", "u32"), F("protocol_version", "u32"), F("client_id", "u64"),

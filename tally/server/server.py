@@ -28,8 +28,10 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.pinned_pool import PinnedPool
-from tally.server.admission import Refused, admit
+from tally.scheduler.hooks import Hooks
+from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.ipc_registry import IpcRegistry
+from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
@@ -68,6 +70,12 @@ class ServerConfig:
     spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
+    # SM shares and compute control (share14; tally/server/levers.py)
+    be_sm_percent: float | None = None   # a best-effort job's share by default, and its most
+    dynamic_sm: bool = False             # best-effort jobs get 100% minus the high-priority activity
+    be_sm_floor: float = 10.0            # ... never less than this, together
+    be_util_target: float | None = None  # compute control: hold best-effort work over this U_GPU
+    sample_period_ms: float = 50.0       # device samples for dynamic SM / compute control
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -87,7 +95,10 @@ class TallyServer:
         self._retire_lock = threading.Lock()
         self._retired: set[int] = set()
         self.variants, clock = make_variant_provider(backend)
-        self.executor = make_executor(config, backend, self.description, self.variants, clock)
+        self.hooks = Hooks()
+        self.levers = SmLevers(config, self.hooks)
+        self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
+        self.levers.start(self.executor, backend)
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
@@ -184,6 +195,7 @@ class TallyServer:
             except FileNotFoundError:
                 pass
         try:
+            self.levers.stop()
             self.executor.close()
             self.staging.close()
             self.backend.close()
@@ -227,9 +239,15 @@ class TallyServer:
         log.log(level, "refused pid %d: %s", pid, message)
 
     def _handshake(self, conn: socket.socket, payload: bytes) -> None:
+        try:
+            check_version(hello_version(payload))
+        except Refused as e:
+            pid = int.from_bytes(payload[4:8], "little") if len(payload) >= 8 else 0
+            self._refuse(conn, e.status, e.message, pid)
+            return
         hello = Hello.decode(payload)
         try:
-            admission = admit(hello, self.description.total_memory)
+            admission = admit(hello, self.description.total_memory, be_sm_percent=self.config.be_sm_percent)
         except Refused as e:
             self._refuse(conn, e.status, e.message, hello.pid)
             return
@@ -268,7 +286,9 @@ class TallyServer:
             conn.settimeout(None)
             with self._sessions_lock:
                 self.sessions[client_id] = session
-            self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=admission.sm_percent)
+            granted_sms = self.executor.sm_share(client_id)[1]
+            self.levers.client_added(client_id, priority == protocol.Priority.BEST_EFFORT, admission.sm_percent)
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
             with self._registration_lock:
@@ -277,8 +297,13 @@ class TallyServer:
                         self._selector.register(conn, selectors.EVENT_READ, ("client", session))
                     except ValueError:
                         pass  # closed between the check and here: forget_session follows
-        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
-                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota))
+        log.info("client %d attached: pid %d, %s, priority %s, quota %s, SM share %s", client_id, hello.pid,
+                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota),
+                 "whole device" if admission.sm_percent is None else
+                 f"{admission.sm_percent:g}% ({granted_sms} SMs)")
+        if admission.sm_percent_asked is not None and admission.sm_percent != admission.sm_percent_asked:
+            log.info("client %d asked for %g%% of the SMs; best-effort jobs get at most %g%% on this server "
+                     "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
 
     def _device_info(self) -> DeviceInfo:
@@ -316,6 +341,7 @@ class TallyServer:
             if client_id in self._retired:
                 return
             self._retired.add(client_id)
+        self.levers.client_removed(client_id)
         self.executor.remove_client(client_id)
 
     def forget_session(self, session: Session) -> None:
@@ -343,7 +369,7 @@ def make_variant_provider(backend):
     return backend.variant_provider(), backend.clock if backend.traits.virtual_clock else None
 
 
-def make_executor(config: ServerConfig, backend, description, variants, clock):
+def make_executor(config: ServerConfig, backend, description, variants, clock, hooks=None):
     """The stream executor every client's stream-ordered work goes through."""
     from tally.scheduler.executor import StreamExecutor
     from tally.scheduler.policies import make_policy
@@ -353,7 +379,7 @@ def make_executor(config: ServerConfig, backend, description, variants, clock):
     profiler = TransparentProfiler(description.sm_count, config.turnaround_threshold_ms,
                                    cache=ProfileCache(default_cache_directory(), description.name))
     return StreamExecutor(backend, make_policy(config.policy), variants=variants, profiler=profiler,
-                          clock=clock, be_transform=config.be_transform)
+                          clock=clock, be_transform=config.be_transform, hooks=hooks)
 
 
 def _drop_cause(e: Exception) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from tally import protocol
 from tally.protocol import Priority
@@ -33,6 +33,8 @@ class ClientStatus:
     errors: int
     protocol_errors: int
     requests_by_kind: dict[str, int]
+    sm_percent: float | None = None      # its own SM share (asked, within the server's limit); None: whole device
+    sm_granted: int | None = None        # SMs its launches are confined to now (dynamic SM moves it)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -63,6 +65,11 @@ class ServerStatus:
     dropped_connections: dict[str, int]
     clients_leaving: int             # jobs that left (no longer listed) whose release is under way
     clients: tuple[ClientStatus, ...]
+    be_sm_percent: float | None = None   # tally-server --be-sm-percent
+    dynamic_sm: bool = False             # --dynamic-sm
+    be_util_target: float | None = None  # --be-util-target (compute control)
+    sm_count: int = 0
+    levers: dict = field(default_factory=dict)   # the dynamic share and the controller's hold now
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -81,6 +88,11 @@ def _known(cls, data: dict) -> dict:
 
 def client_status(session) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
+    server = session.server
+    try:
+        _share, granted = server.executor.sm_share(session.client_id)
+    except ValueError:          # leaving: the executor let it go already
+        granted = None
     return ClientStatus(
         client_id=session.client_id,
         pid=session.pid,
@@ -96,6 +108,8 @@ def client_status(session) -> ClientStatus:
         errors=counters.errors,
         protocol_errors=counters.protocol_errors,
         requests_by_kind=dict(counters.by_kind),
+        sm_percent=server.levers.share_of(session.client_id),
+        sm_granted=granted,
     )
 
 
@@ -121,4 +135,9 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         dropped_connections=server.dropped_connections.snapshot(),
         clients_leaving=leaving,
         clients=tuple(client_status(s) for s in sessions),
+        be_sm_percent=server.config.be_sm_percent,
+        dynamic_sm=server.config.dynamic_sm,
+        be_util_target=server.config.be_util_target,
+        sm_count=d.sm_count,
+        levers=server.levers.describe(),
     )

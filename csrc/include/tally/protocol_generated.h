@@ -5,7 +5,7 @@
 
 namespace tally::protocol {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr uint32_t kSegmentMagic = 0x594C4154u;
 
 // Starts every record on the rings and on the handshake socket.
@@ -210,17 +210,19 @@ struct HelloMsg {
   uint32_t _pad0;
   uint64_t memory_quota;
   double memory_quota_percent;
+  double sm_percent;
   uint8_t program[64];
 };
-static_assert(sizeof(HelloMsg) == 96, "HelloMsg layout differs from the Python codec");
+static_assert(sizeof(HelloMsg) == 104, "HelloMsg layout differs from the Python codec");
 static_assert(offsetof(HelloMsg, protocol_version) == 0);
 static_assert(offsetof(HelloMsg, pid) == 4);
 static_assert(offsetof(HelloMsg, priority) == 8);
 static_assert(offsetof(HelloMsg, _pad0) == 12);
 static_assert(offsetof(HelloMsg, memory_quota) == 16);
 static_assert(offsetof(HelloMsg, memory_quota_percent) == 24);
-static_assert(offsetof(HelloMsg, program) == 32);
-constexpr uint32_t kHelloSize = 96;  // bytes on the wire (0: empty)
+static_assert(offsetof(HelloMsg, sm_percent) == 32);
+static_assert(offsetof(HelloMsg, program) == 40);
+constexpr uint32_t kHelloSize = 104;  // bytes on the wire (0: empty)
 
 // server -> client over the socket
 struct HelloReplyMsg {
