@@ -124,6 +124,25 @@ class StreamExecutor:
                 self._destroy_event(event)
             self._pump()
 
+    def pause_client(self, client_id: Hashable) -> None:
+        """Hold the client's work: nothing of it starts (kernels, copies, records)
+        until resume_client, and nothing is lost; its running PTB kernels are
+        preempted (they resume where they stopped), other running units finish.
+        Its synchronizations wait meanwhile. Idempotent."""
+        with self._lock:
+            client = self._client(client_id)
+            client.paused = True
+            for unit in list(self._in_flight.units.values()):
+                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
+                    self._preempt(unit)
+            self._pump()
+
+    def resume_client(self, client_id: Hashable) -> None:
+        """Let a paused client's work go on where it stopped. Idempotent."""
+        with self._lock:
+            self._client(client_id).paused = False
+            self._pump()
+
     # operations ------------------------------------------------------------------------
     def submit(self, client_id: Hashable, stream_key: Hashable, op: Op) -> None:
         """Queue one operation; never waits for the device."""
@@ -149,8 +168,8 @@ class StreamExecutor:
                 item = OpItem(op)
             self._ops_submitted += 1
             stream.queue.append(item)
-            if len(stream.queue) > 1:
-                return                    # behind a held kernel or a blocked wait
+            if len(stream.queue) > 1 or client.paused:
+                return                    # behind a held kernel or a blocked wait, or held by a pause
             if isinstance(item, KernelTask):
                 item.waiting_since = now
                 if self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view):
@@ -390,6 +409,8 @@ class StreamExecutor:
         while True:
             self._records_dispatched = False
             for client in list(self._clients.values()):
+                if client.paused:
+                    continue
                 for stream in list(client.streams.values()):
                     self._drain_head(stream)
             if not self._records_dispatched:
@@ -459,7 +480,7 @@ class StreamExecutor:
         waiting: dict[int, KernelTask] = {}
         views = []
         for client in self._clients.values():
-            if client.removing:
+            if client.removing or client.paused:
                 continue
             for stream in client.streams.values():
                 if stream.queue and isinstance(stream.queue[0], KernelTask) and stream.queue[0].unit is None:

@@ -167,6 +167,7 @@ class ClientState:
     streams: dict[Hashable, StreamState] = field(default_factory=dict)
     events: list[ExecutorEvent] = field(default_factory=list)
     removing: bool = False
+    paused: bool = False                # the operator paused it: nothing of it starts
     kernels: int = 0                    # started
     kernels_completed: int = 0
 

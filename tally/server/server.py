@@ -3,7 +3,8 @@
 One thread runs a selector over the listening socket and every client's
 handshake socket. A connection's first record decides what it is: Hello (a job
 attaching: handshake on a short-lived thread, then a Session with its own
-thread) or StatusRequest (`tally-server status`). After the handshake a job's
+thread), StatusRequest (`tally-server status`) or an operator's control request
+(`tally-server set/pause/resume`: tally/server/control.py). After the handshake a job's
 socket carries nothing; its EOF is how the server learns that the job is gone,
 however it died (the kernel closes the socket of a SIGKILLed process).
 """
@@ -25,9 +26,13 @@ import msgpack
 from tally import _core, protocol
 from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
+from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
+from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
+from tally.protocol.messages_generated import ControlReply, DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
 from tally.scheduler import BEST_EFFORT, HIGH
+from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
+from tally.server import control
 from tally.server.admission import Refused, admit
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.log_once import OncePerCause
@@ -68,6 +73,11 @@ class ServerConfig:
     spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
+    # Memory protection and high-priority jobs (tally/cluster/memory_limits.py,
+    # high_priority_jobs.py): sizes in bytes (int) or percent of device memory (float).
+    be_memory_quota: int | float | None = None
+    hp_memory_reserve: int | float | None = None
+    max_hp_jobs: int = 1
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -86,8 +96,13 @@ class TallyServer:
         self.description = backend.describe()
         self._retire_lock = threading.Lock()
         self._retired: set[int] = set()
+        # Flags are checked against the device before anything starts (ValueError says which).
+        self.memory_limits = MemoryLimits(MemoryPolicy.from_flags(
+            self.description.total_memory, backend.mem_info()[0], config.be_memory_quota, config.hp_memory_reserve))
+        self.high_priority_jobs = HighPriorityJobs(config.max_hp_jobs, self._attached_high_priority)
         self.variants, clock = make_variant_provider(backend)
         self.executor = make_executor(config, backend, self.description, self.variants, clock)
+        self.hooks = make_hooks(self)
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
@@ -205,8 +220,12 @@ class TallyServer:
             elif kind == StatusRequest.KIND:
                 send_record(conn, StatusReply.KIND, StatusReply(msgpack.packb(self.status().to_json())).encode(), tag)
                 conn.close()
+            elif kind in control.REQUESTS:
+                send_record(conn, ControlReply.KIND, control.answer(self, kind, payload).encode(), tag)
+                conn.close()
             else:
-                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello or StatusRequest")
+                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest or a "
+                                             f"control request")
         except (OSError, ConnectionError, protocol.ProtocolError) as e:
             # Idle probes and dropped connections come in crowds (a port scan, a
             # crash loop): the first of each cause is a warning, the rest are counted.
@@ -229,29 +248,37 @@ class TallyServer:
         except Refused as e:
             self._refuse(conn, e.status, e.message, hello.pid)
             return
-        client_id = next(self._client_ids)
-        name = f"{segment_prefix()}{client_id}"
-        sizes = self.config.segment_sizes
-        try:
-            segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                           spin_us=self.config.session_spin_us(self.backend.traits))
-        except (_core.TransportError, OSError) as e:
-            self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
-                         f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
-                         hello.pid)
-            return
-        # The job's liveness is its end of this socket, not its pid (which may be in
-        # another pid namespace: a container's).
-        segment.watch_peer_socket(conn.fileno())
-        priority, quota, program = admission.priority, admission.quota_bytes, admission.program
-        session = Session(self, client_id, hello.pid, priority, program, segment, conn, quota)
+        priority, asked, program = admission.priority, admission.quota_bytes, admission.program
+        high = priority == protocol.Priority.HIGH
+        request = AdmissionRequest(pid=hello.pid, program=program, high_priority=high, memory_quota_bytes=asked,
+                                   sm_percent=None)
+        # Held from the plugins' verdict to the session's registration, so what they
+        # counted (the high-priority jobs attached) is still true when the job attaches.
         with self._admit_lock:
             if not self._admitting:
-                segment.unlink()
-                segment.close()
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                              "tally-server is shutting down; start the job again once a server runs", hello.pid)
                 return
+            verdict = self.hooks.admit_client(request)
+            if not verdict.allowed:
+                self._refuse(conn, protocol.HandshakeStatus.QUOTA_UNAVAILABLE, verdict.reason, hello.pid)
+                return
+            client_id = next(self._client_ids)
+            name = f"{segment_prefix()}{client_id}"
+            sizes = self.config.segment_sizes
+            try:
+                segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
+                                               spin_us=self.config.session_spin_us(self.backend.traits))
+            except (_core.TransportError, OSError) as e:
+                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
+                             f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
+                             hello.pid)
+                return
+            # The job's liveness is its end of this socket, not its pid (which may be in
+            # another pid namespace: a container's).
+            segment.watch_peer_socket(conn.fileno())
+            memory = self.memory_limits.account(high, asked)
+            session = Session(self, client_id, hello.pid, priority, program, segment, conn, memory)
             try:
                 send_record(conn, HelloReply.KIND, HelloReply(
                     status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
@@ -268,9 +295,21 @@ class TallyServer:
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
             self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+        quota = memory.quota_bytes
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
-                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota))
+                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota)
+                 + (" (the server's --be-memory-quota)" if asked is None else ""))
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
+
+    def attached_sessions(self) -> list[Session]:
+        """The sessions of jobs attached now (not those whose release is under way)."""
+        with self._sessions_lock:
+            sessions = list(self.sessions.values())
+        return [s for s in sessions if not s.gone()]
+
+    def _attached_high_priority(self) -> list[AttachedJob]:
+        return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
+                if s.priority == protocol.Priority.HIGH]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description
@@ -331,6 +370,15 @@ def make_variant_provider(backend):
     it schedules by: the backend's own where it keeps virtual time (the sim), else
     the wall clock (None)."""
     return backend.variant_provider(), backend.clock if backend.traits.virtual_clock else None
+
+
+def make_hooks(server: TallyServer) -> Hooks:
+    """The cluster plugins the server's flags ask for, registered explicitly."""
+    hooks = Hooks()
+    # memory protection and the high-priority job count (admin14)
+    hooks.register(server.memory_limits)
+    hooks.register(server.high_priority_jobs)
+    return hooks
 
 
 def make_executor(config: ServerConfig, backend, description, variants, clock):

@@ -26,13 +26,17 @@ class ClientStatus:
     connected_s: float
     memory_used: int
     memory_peak: int
-    memory_quota: int | None
+    memory_quota: int | None         # what the job asked for at handshake (None: nothing)
     allocations: int
     requests: int
     sync_requests: int
     errors: int
     protocol_errors: int
     requests_by_kind: dict[str, int]
+    # the quota in force: the job's own, the server's --be-memory-quota, or what the
+    # operator set (None: no quota; the reserve for high-priority jobs still applies)
+    memory_quota_bytes: int | None = None
+    state: str = "running"           # "running" | "paused" (tally-server pause/resume)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -63,6 +67,9 @@ class ServerStatus:
     dropped_connections: dict[str, int]
     clients_leaving: int             # jobs that left (no longer listed) whose release is under way
     clients: tuple[ClientStatus, ...]
+    be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
+    hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
+    max_hp_jobs: int = 1                       # high-priority jobs allowed at once
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -89,13 +96,15 @@ def client_status(session) -> ClientStatus:
         connected_s=round(time.time() - session.started_at, 3),
         memory_used=allocations.used_bytes,
         memory_peak=allocations.peak_bytes,
-        memory_quota=allocations.quota_bytes,
+        memory_quota=allocations.memory.asked_bytes,
         allocations=len(allocations),
         requests=counters.requests,
         sync_requests=counters.sync_requests,
         errors=counters.errors,
         protocol_errors=counters.protocol_errors,
         requests_by_kind=dict(counters.by_kind),
+        memory_quota_bytes=allocations.quota_bytes,
+        state="paused" if session.paused else "running",
     )
 
 
@@ -121,4 +130,7 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         dropped_connections=server.dropped_connections.snapshot(),
         clients_leaving=leaving,
         clients=tuple(client_status(s) for s in sessions),
+        be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
+        hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
+        max_hp_jobs=server.high_priority_jobs.max_jobs,
     )
