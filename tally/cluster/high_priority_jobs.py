@@ -20,7 +20,7 @@ from typing import Callable
 from tally.scheduler.hooks import ALLOW, AdmissionRequest, Status, deny
 
 # HelloReply.message holds 191 bytes; the longest sentence below fits with room.
-PROGRAM_CHARS = 24
+PROGRAM_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def refusal(attached: list[AttachedJob], max_jobs: int) -> str:
     others = f" and {len(attached) - 1} more" if len(attached) > 1 else ""
     allowed = "one high-priority job" if max_jobs == 1 else f"{max_jobs} high-priority jobs"
     return (f"this server allows {allowed} and runs client {first.client_id} (pid {first.pid}, {program}){others}; "
-            f"run this job with --priority best-effort, or raise tally-server --max-hp-jobs")
+            f"run this job as --priority best-effort or raise tally-server --max-hp-jobs")
 
 
 class HighPriorityJobs:
