@@ -69,7 +69,7 @@ def test_a_second_high_priority_job_is_refused_with_the_reason(reserved):
         # it, the client library prints why, and the job's cuInit fails (this program then exits 1).
         env = job_environment(job_env(), reserved.socket, "high", None)
         direct = subprocess.run([str(program), "try", "1"], env=env, capture_output=True, text=True, timeout=60)
-        assert direct.returncode == 1
+        assert direct.returncode == 1 and "cuInit(0)" in direct.stdout and direct.stdout.strip().endswith(": 100")
         assert f"refused this job (status {int(protocol.HandshakeStatus.QUOTA_UNAVAILABLE)}): {expected}" \
             in direct.stderr
         # best-effort jobs still come in

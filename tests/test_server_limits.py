@@ -142,3 +142,21 @@ def test_bad_flag_values_stop_the_server_with_the_reason(tmp_path, args, words):
                         "--socket", str(tmp_path / "s.sock"), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and words in r.stderr, r.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_tally_run_predicts_the_servers_refusals_from_its_status():
+    from tally.cli.run_main import server_refuses
+
+    status = {"server": {"memory_total": 80 * GIB, "be_memory_quota_bytes": 8 * GIB, "max_hp_jobs": 1},
+              "clients": [{"client_id": 4, "pid": 99, "program": "serve", "priority": "high"}]}
+    assert server_refuses("high", None, status) == (
+        "this server allows one high-priority job and runs client 4 (pid 99, serve); run this job as "
+        "--priority best-effort or raise tally-server --max-hp-jobs")
+    assert server_refuses("best-effort", str(8 * GIB), status) is None
+    assert server_refuses("best-effort", "10%", status) is None              # 8 GiB of 80
+    assert "more than this server gives best-effort jobs (8.00 GiB" in server_refuses("best-effort", "11%", status)
+    assert server_refuses("best-effort", None, status) is None
+    status["server"]["max_hp_jobs"] = 2
+    assert server_refuses("high", None, status) is None
+    # an older server's status, without these fields: nothing to predict
+    assert server_refuses("best-effort", "1%", {"server": {"memory_total": GIB}, "clients": []}) is None
