@@ -1,8 +1,9 @@
 """Memory protection and the one high-priority job, end to end on the emulator:
 real programs under the real tally-run against `tally-server
 --hp-memory-reserve`. A best-effort job that declares no quota cannot allocate
-into the reserve with any allocator (cuMemAlloc, cuMemCreate, managed memory)
-and cuMemGetInfo shows it what the reserve leaves; a high-priority job can;
+into the reserve with any allocator (cuMemAlloc, cuMemCreate, managed memory,
+the stream-ordered pool) and cuMemGetInfo shows it what the reserve leaves; a
+high-priority job can;
 a second high-priority job is refused with the reason, by tally-run and, for a
 job started without it (as Kubernetes starts them), at handshake."""
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_a_best_effort_job_without_a_quota_cannot_take_the_reserve(reserved):
     program = build_driver_c("memory_limits.c")
     job = run_job(reserved.socket, program, "try", "48")
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("plain", "virtual", "managed") == [CUDA_ERROR_OUT_OF_MEMORY] * 3
+    assert job.ints("plain", "virtual", "managed", "pooled") == [CUDA_ERROR_OUT_OF_MEMORY] * 4
     assert job.ints("info_free", "info_total") == [BEST_EFFORT_MEMORY, BEST_EFFORT_MEMORY]
     why = ("allocation of 48.00 MiB (50331648 bytes) refused: the memory reserved for high-priority jobs "
            "(15.97 GiB) leaves best-effort jobs 32.00 MiB (they hold 0 B of 32.00 MiB)")
@@ -47,11 +48,11 @@ def test_a_best_effort_job_without_a_quota_cannot_take_the_reserve(reserved):
     # Under what the reserve leaves, every allocator works.
     small = run_job(reserved.socket, program, "try", "16")
     assert small.returncode == 0, small.stdout + small.stderr
-    assert small.ints("plain", "virtual", "managed") == [0, 0, 0]
+    assert small.ints("plain", "virtual", "managed", "pooled") == [0, 0, 0, 0]
     # The high-priority job may use the reserve, and sees the whole device.
     high = run_job(reserved.socket, program, "try", "48", priority="high")
     assert high.returncode == 0, high.stdout + high.stderr
-    assert high.ints("plain", "virtual", "managed") == [0, 0, 0]
+    assert high.ints("plain", "virtual", "managed", "pooled") == [0, 0, 0, 0]
     assert high.ints("info_total") == [16 << 30]
     reserved.wait_for(idle, what="the jobs' memory to be given back")
 

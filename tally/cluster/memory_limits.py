@@ -18,8 +18,9 @@ refused (the job's stderr and the server's log show it):
    jobs filled the device still finds its memory.
 3. The device itself (a refusal the backend reports).
 
-What counts: device allocations (cuMemAlloc and its pitch form), managed
-memory, and the physical memory of cuMemCreate; an allocation another job
+What counts: device allocations (cuMemAlloc, its pitch form, and the
+stream-ordered pool's cuMemAllocAsync, which tally serves from device memory
+too), managed memory, and the physical memory of cuMemCreate; an allocation another job
 opened through IPC counts for its owner only. The checks are integer
 comparisons under one lock: an allocation never waits for the device here.
 cuMemGetInfo answers each job with its own view (JobMemory.view).

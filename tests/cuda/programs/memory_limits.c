@@ -1,9 +1,10 @@
 // A job's memory limits, through every allocator (tally/cluster/memory_limits.py).
 //   memory_limits try MIB    prints what cuMemGetInfo shows (info_free, info_total), then
 //                            allocates MIB MiB with cuMemAlloc, with cuMemCreate (physical
-//                            memory, as PyTorch's expandable segments make it) and with
-//                            cuMemAllocManaged, each freed before the next: plain=, virtual=,
-//                            managed= are the CUresults
+//                            memory, as PyTorch's expandable segments make it), with
+//                            cuMemAllocManaged and from the stream-ordered pool (cuMemAllocAsync,
+//                            what cudaMallocAsync calls), each freed before the next: plain=,
+//                            virtual=, managed=, pooled= are the CUresults
 //   memory_limits hold MIB   allocates MIB MiB and keeps it (held=); then for each line on
 //                            stdin allocates MIB MiB more and prints allocN= and what
 //                            cuMemGetInfo shows (infoN_free, infoN_total), until end of input
@@ -45,6 +46,12 @@ static void try_all(size_t bytes) {
   rc = cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
   if (rc == CUDA_SUCCESS) CHECK(cuMemFree(ptr));
   printf("managed=%d\n", (int)rc);
+  rc = cuMemAllocAsync(&ptr, bytes, NULL);
+  if (rc == CUDA_SUCCESS) {
+    CHECK(cuMemFreeAsync(ptr, NULL));
+    CHECK(cuStreamSynchronize(NULL));
+  }
+  printf("pooled=%d\n", (int)rc);
 }
 
 static void hold(size_t bytes) {
