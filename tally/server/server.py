@@ -279,22 +279,29 @@ class TallyServer:
             segment.watch_peer_socket(conn.fileno())
             memory = self.memory_limits.account(high, asked)
             session = Session(self, client_id, hello.pid, priority, program, segment, conn, memory)
+            # Listed before the job hears that it is in, so status and operator commands know it then.
+            with self._sessions_lock:
+                self.sessions[client_id] = session
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
             try:
                 send_record(conn, HelloReply.KIND, HelloReply(
                     status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
                     client_id=client_id, segment_name=name.encode()).encode())
                 send_record(conn, DeviceInfo.KIND, self._device_info().encode())
             except OSError:
+                self.executor.remove_client(client_id)
+                with self._sessions_lock:
+                    self.sessions.pop(client_id, None)
                 segment.unlink()
                 segment.close()
                 raise
             conn.settimeout(None)
-            with self._sessions_lock:
-                self.sessions[client_id] = session
-            self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
-            self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+            try:
+                self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+            except ValueError:
+                pass      # the job is gone already: its session closed this socket (and forgot it) first
         quota = memory.quota_bytes
         log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
                  program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota)
