@@ -6,7 +6,10 @@ It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
 absolute-path dlopen of the real driver lands on it too), names the server and
 the job's scheduling class in the environment, and execs the command: the job's
-stdout, stderr and exit status are its own.
+stdout, stderr and exit status are its own. Before that it asks the server's
+status, and exits 2 with the server's own sentence when the server would refuse
+the job at handshake (no server, a quota the device or the server's
+--be-memory-quota cannot give, a high-priority job over --max-hp-jobs).
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ import sys
 
 from tally import paths
 from tally.cli.server_main import query_status
+from tally.cluster.high_priority_jobs import AttachedJob
+from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
+from tally.cluster.memory_limits import quota_above_server, to_bytes
 from tally.units import SizeError, format_bytes, parse_size
 
 
@@ -63,6 +69,24 @@ def mps_share_problem(env: dict) -> str | None:
         return None
     return (f"{MPS_SHARE_ENV}={text!r} in the job's environment is not an SM share in (0, 100]; "
             f"fix or unset it, or give tally-run --sm-percent")
+
+
+def server_refuses(priority: str, quota: str | None, status: dict) -> str | None:
+    """Why the server would refuse this job at handshake, from its status (the same
+    sentence the server sends), or None: tally-run says it before starting the job."""
+    server = status.get("server", {})
+    if priority == "high":
+        attached = [AttachedJob(c["client_id"], c["pid"], c["program"])
+                    for c in status.get("clients", []) if c.get("priority") == "high"]
+        max_jobs = server.get("max_hp_jobs", 1)
+        if len(attached) >= max_jobs:
+            return high_priority_refusal(attached, max_jobs)
+        return None
+    be_quota, total = server.get("be_memory_quota_bytes"), server.get("memory_total")
+    if quota is None or be_quota is None or not total:
+        return None
+    asked = to_bytes(float(quota[:-1]), total) if quota.endswith("%") else int(quota)
+    return quota_above_server(asked, be_quota) if asked > be_quota else None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -121,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  tally-server --socket {socket_path} &\n"
               f"then run: tally-run --server {socket_path} -- {' '.join(command)}", file=sys.stderr)
         return 2
-    refused = quota_too_large(args.memory_quota, status)
+    refused = quota_too_large(args.memory_quota, status) or server_refuses(args.priority, args.memory_quota, status)
     if refused is None and args.sm_percent is None:
         refused = mps_share_problem(os.environ)
     if refused:

@@ -2,7 +2,11 @@
 
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
                  [--emulate-cc 9.0] [--emulate-driver 13.0]
+                 [--be-memory-quota SIZE|PCT%] [--hp-memory-reserve SIZE|PCT%] [--max-hp-jobs N]
     tally-server status [--socket PATH] [--json]
+    tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
+    tally-server pause --client ID [--force]
+    tally-server resume --client ID
 """
 from __future__ import annotations
 
@@ -21,15 +25,18 @@ from tally.backends.registry import CHOICES, BackendOptionsRefused, BackendUnava
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.server.status import ServerStatus
+from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
+CONTROL_COMMANDS = ("set", "pause", "resume")     # tally/cli/control_main.py
 
 
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
-                    "Subcommand: `tally-server status` reports connected clients.")
+                    "Subcommands: `tally-server status` reports connected clients; `tally-server set`, "
+                    "`pause` and `resume` change a running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -52,6 +59,17 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-driver", type=cuda_version, default=None, metavar="MAJOR.MINOR",
                    help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
                         "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
+    # memory protection and high-priority jobs (tally/cluster/memory_limits.py, high_priority_jobs.py)
+    p.add_argument("--be-memory-quota", type=size_flag("--be-memory-quota"), default=None, metavar="SIZE|PCT%",
+                   help="device memory a best-effort job may hold unless it asks for less with tally-run "
+                        "--memory-quota (asking for more is refused): a size with a unit (8G, 512M) or a "
+                        "percentage of device memory (25%%); default: no quota")
+    p.add_argument("--hp-memory-reserve", type=size_flag("--hp-memory-reserve"), default=None,
+                   metavar="SIZE|PCT%",
+                   help="device memory best-effort jobs can never take, kept for high-priority jobs whether or "
+                        "not one is attached yet: a size with a unit or a percentage; default: none")
+    p.add_argument("--max-hp-jobs", type=positive_int, default=1, metavar="N",
+                   help="high-priority jobs allowed at once (default 1); another is refused at handshake")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
     return p
@@ -106,6 +124,21 @@ def positive_ms(text: str) -> float:
     return value
 
 
+def size_flag(flag: str):
+    def parse(text: str) -> int | float:
+        try:
+            return parse_size(text, flag, allow_percent=True)
+        except SizeError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _major_minor(text: str, what: str) -> tuple[int, int]:
     major, dot, minor = text.partition(".")
     if not (dot and major.isdigit() and minor.isdigit() and len(minor) == 1 and 1 <= int(major) <= 99):
@@ -134,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "status":
         return status_main(argv[1:])
+    if argv and argv[0] in CONTROL_COMMANDS:
+        from tally.cli.control_main import control_main
+        return control_main(argv[0], argv[1:])
     return serve_main(argv)
 
 
@@ -164,8 +200,16 @@ def serve_main(argv: list[str]) -> int:
                           # share14: SM shares and compute control
                           be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
                           be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
-                          sample_period_ms=args.sample_period_ms)
-    server = TallyServer(config, backend)
+                          sample_period_ms=args.sample_period_ms,
+                          # admin14: memory protection and high-priority jobs
+                          be_memory_quota=args.be_memory_quota,
+                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs)
+    try:
+        server = TallyServer(config, backend)
+    except ValueError as e:
+        backend.close()
+        print(f"tally-server: {e}", file=sys.stderr)
+        return 2
     try:
         server.bind()
     except (ServerError, OSError) as e:
@@ -224,23 +268,26 @@ def status_main(argv: list[str]) -> int:
 
 
 def format_status(s: ServerStatus) -> str:
+    be_quota = format_bytes(s.be_memory_quota_bytes) if s.be_memory_quota_bytes is not None else "none"
     lines = [
         f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}",
         f"device   {s.device}: {s.device_name}  compute capability {s.compute_capability}  "
         f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
         f"memory {_gib(s.memory_total - s.memory_free)} "
         f"used of {_gib(s.memory_total)}  uptime {s.uptime_s:.0f} s",
+        f"limits   high-priority jobs at most {s.max_hp_jobs}  memory reserved for them "
+        f"{format_bytes(s.hp_memory_reserve_bytes)}  best-effort quota {be_quota}",
         f"clients  {len(s.clients)}",
     ]
     levers = _levers_line(s)
     if levers:
         lines.insert(2, levers)
     if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} {'SMs':>9} "
-                     f"{'requests':>10} {'errors':>7}  program")
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
+                     f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
         for c in s.clients:
-            quota = _gib(c.memory_quota) if c.memory_quota is not None else "-"
-            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} "
+            quota = _gib(c.memory_quota_bytes) if c.memory_quota_bytes is not None else "-"
+            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<8} "
                          f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
                          f"{c.errors:>7}  {c.program}")
     return "\n".join(lines)

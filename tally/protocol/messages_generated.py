@@ -176,6 +176,111 @@ class StatusReply:
         return bytes(self.tail)
 
 
+_ClientSet = struct.Struct('<QQdd')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSet:
+    """tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it
+    is
+    """
+
+    KIND: ClassVar[int] = 30
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    client_id: int = 0
+    memory_quota: int = 0
+    memory_quota_percent: float = 0.0
+    sm_percent: float = 0.0
+
+    @classmethod
+    def decode(cls, payload) -> ClientSet:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('ClientSet', len(payload), 32)
+            raise _trailing('ClientSet', len(payload) - 32)
+        v0, v1, v2, v3 = _ClientSet.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _ClientSet.pack(self.client_id, self.memory_quota, self.memory_quota_percent, self.sm_percent)
+
+
+_ClientPause = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPause:
+    """tool -> server over the socket: hold the job's work (nothing of it starts, nothing is lost); `force`
+    = 1 allows pausing a high-priority job
+    """
+
+    KIND: ClassVar[int] = 31
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    client_id: int = 0
+    force: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> ClientPause:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('ClientPause', len(payload), 16)
+            raise _trailing('ClientPause', len(payload) - 16)
+        v0, v1, v2 = _ClientPause.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _ClientPause.pack(self.client_id, self.force, 0)
+
+
+_ClientResume = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResume:
+    """tool -> server over the socket: release a paused job's work"""
+
+    KIND: ClassVar[int] = 32
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    client_id: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> ClientResume:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('ClientResume', len(payload), 8)
+            raise _trailing('ClientResume', len(payload) - 8)
+        (v0,) = _ClientResume.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _ClientResume.pack(self.client_id)
+
+
+_ControlReply = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class ControlReply:
+    """server -> tool over the socket: `ok` = 1 when done (or nothing needed doing), 0 when refused. Tail:
+    UTF-8 sentence: what changed, or why nothing did.
+    """
+
+    KIND: ClassVar[int] = 33
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    ok: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> ControlReply:
+        if len(payload) < 8:
+            raise _short('ControlReply', len(payload), 8)
+        v0, v1 = _ControlReply.unpack_from(payload)
+        return cls(v0, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _ControlReply.pack(self.ok, 0) + self.tail
+
+
 _Ping = struct.Struct('<Q')
 
 
@@ -1888,6 +1993,10 @@ MESSAGES = (
     DeviceInfo,
     StatusRequest,
     StatusReply,
+    ClientSet,
+    ClientPause,
+    ClientResume,
+    ControlReply,
     Ping,
     Pong,
     Notify,

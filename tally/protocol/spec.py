@@ -259,6 +259,22 @@ MESSAGES = (
              F("attributes", "i32", ATTRIBUTE_SLOTS))),  # indexed by CUdevice_attribute; 0 = unknown
     Message("StatusRequest", 3, "tool -> server over the socket: ask for a status report"),
     Message("StatusReply", 4, "server -> tool over the socket", tail="msgpack-encoded status dictionary"),
+    # Operator control of running jobs (tally-server set/pause/resume; tally/server/control.py):
+    # one request per connection, answered by ControlReply.
+    Message("ClientSet", 30, "tool -> server over the socket: change a running job's limits; a field of 0 "
+            "leaves that limit as it is",
+            (F("client_id", "u64"),
+             F("memory_quota", "u64"),           # bytes
+             F("memory_quota_percent", "f64"),   # of device memory
+             F("sm_percent", "f64"))),
+    Message("ClientPause", 31, "tool -> server over the socket: hold the job's work (nothing of it starts, "
+            "nothing is lost); `force` = 1 allows pausing a high-priority job",
+            (F("client_id", "u64"), F("force", "u32"), F("_pad0", "u32"))),
+    Message("ClientResume", 32, "tool -> server over the socket: release a paused job's work",
+            (F("client_id", "u64"),)),
+    Message("ControlReply", 33, "server -> tool over the socket: `ok` = 1 when done (or nothing needed "
+            "doing), 0 when refused", (F("ok", "u32"), F("_pad0", "u32")),
+            tail="UTF-8 sentence: what changed, or why nothing did"),
     Message("Ping", 16, "client -> server on the request ring: sync no-op, answered by Pong",
             (F("value", "u64"),)),
     Message("Pong", 17, "server -> client on the completion ring", (F("value", "u64"),)),

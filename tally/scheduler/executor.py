@@ -116,29 +116,6 @@ class StreamExecutor:
             client = self._client(client_id)
             return client.sm_percent, self.sm_count if client.sm_cap is None else client.sm_cap
 
-    def pause_client(self, client_id: Hashable) -> None:
-        """Hold the best-effort client's work: nothing of it starts on the device
-        (kernels, copies, everything queued behind them), nothing is dropped, and
-        its synchronizing calls wait. Its running PTB launches are asked to stop
-        (they resume where they stopped); whole kernels and slices on the device
-        finish. Idempotent."""
-        with self._lock:
-            client = self._client(client_id)
-            if client.priority == HIGH:
-                raise ValueError(f"client {client_id!r} is high priority; pause holds best-effort jobs only")
-            client.paused = True
-            for unit in list(self._in_flight.units.values()):
-                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
-                    self._preempt(unit)
-            self._pump()
-
-    def resume_client(self, client_id: Hashable) -> None:
-        """Release a paused client's work (idempotent)."""
-        with self._lock:
-            client = self._client(client_id)
-            client.paused = False
-            self._pump()
-
     def is_paused(self, client_id: Hashable) -> bool:
         with self._lock:
             return self._client(client_id).paused
@@ -184,6 +161,25 @@ class StreamExecutor:
         with self._lock:
             for event in events:
                 self._destroy_event(event)
+            self._pump()
+
+    def pause_client(self, client_id: Hashable) -> None:
+        """Hold the client's work: nothing of it starts (kernels, copies, records)
+        until resume_client, and nothing is lost; its running PTB kernels are
+        preempted (they resume where they stopped), other running units finish.
+        Its synchronizations wait meanwhile. Idempotent."""
+        with self._lock:
+            client = self._client(client_id)
+            client.paused = True
+            for unit in list(self._in_flight.units.values()):
+                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
+                    self._preempt(unit)
+            self._pump()
+
+    def resume_client(self, client_id: Hashable) -> None:
+        """Let a paused client's work go on where it stopped. Idempotent."""
+        with self._lock:
+            self._client(client_id).paused = False
             self._pump()
 
     # operations ------------------------------------------------------------------------
@@ -467,6 +463,8 @@ class StreamExecutor:
         while True:
             self._records_dispatched = False
             for client in list(self._clients.values()):
+                if client.paused:
+                    continue
                 for stream in list(client.streams.values()):
                     self._drain_head(stream)
             if not self._records_dispatched:

@@ -50,6 +50,10 @@ enum class MessageKind : uint32_t {
   DeviceInfo = 5,
   StatusRequest = 3,
   StatusReply = 4,
+  ClientSet = 30,
+  ClientPause = 31,
+  ClientResume = 32,
+  ControlReply = 33,
   Ping = 16,
   Pong = 17,
   Notify = 18,
@@ -128,6 +132,10 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::DeviceInfo: return "DeviceInfo";
     case MessageKind::StatusRequest: return "StatusRequest";
     case MessageKind::StatusReply: return "StatusReply";
+    case MessageKind::ClientSet: return "ClientSet";
+    case MessageKind::ClientPause: return "ClientPause";
+    case MessageKind::ClientResume: return "ClientResume";
+    case MessageKind::ControlReply: return "ControlReply";
     case MessageKind::Ping: return "Ping";
     case MessageKind::Pong: return "Pong";
     case MessageKind::Notify: return "Notify";
@@ -289,6 +297,58 @@ struct StatusReplyMsg {
 };
 static_assert(sizeof(StatusReplyMsg) == 1, "StatusReplyMsg layout differs from the Python codec");
 constexpr uint32_t kStatusReplySize = 0;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it is
+struct ClientSetMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientSet;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint64_t memory_quota;
+  double memory_quota_percent;
+  double sm_percent;
+};
+static_assert(sizeof(ClientSetMsg) == 32, "ClientSetMsg layout differs from the Python codec");
+static_assert(offsetof(ClientSetMsg, client_id) == 0);
+static_assert(offsetof(ClientSetMsg, memory_quota) == 8);
+static_assert(offsetof(ClientSetMsg, memory_quota_percent) == 16);
+static_assert(offsetof(ClientSetMsg, sm_percent) == 24);
+constexpr uint32_t kClientSetSize = 32;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: hold the job's work (nothing of it starts, nothing is lost); `force` = 1 allows pausing a high-priority job
+struct ClientPauseMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientPause;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint32_t force;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ClientPauseMsg) == 16, "ClientPauseMsg layout differs from the Python codec");
+static_assert(offsetof(ClientPauseMsg, client_id) == 0);
+static_assert(offsetof(ClientPauseMsg, force) == 8);
+static_assert(offsetof(ClientPauseMsg, _pad0) == 12);
+constexpr uint32_t kClientPauseSize = 16;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: release a paused job's work
+struct ClientResumeMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientResume;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+};
+static_assert(sizeof(ClientResumeMsg) == 8, "ClientResumeMsg layout differs from the Python codec");
+static_assert(offsetof(ClientResumeMsg, client_id) == 0);
+constexpr uint32_t kClientResumeSize = 8;  // bytes on the wire (0: empty)
+
+// server -> tool over the socket: `ok` = 1 when done (or nothing needed doing), 0 when refused; tail: UTF-8 sentence: what changed, or why nothing did
+struct ControlReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::ControlReply;
+  static constexpr bool kHasTail = true;
+  uint32_t ok;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ControlReplyMsg) == 8, "ControlReplyMsg layout differs from the Python codec");
+static_assert(offsetof(ControlReplyMsg, ok) == 0);
+static_assert(offsetof(ControlReplyMsg, _pad0) == 4);
+constexpr uint32_t kControlReplySize = 8;  // bytes on the wire (0: empty)
 
 // client -> server on the request ring: sync no-op, answered by Pong
 struct PingMsg {
