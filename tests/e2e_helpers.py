@@ -141,10 +141,10 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> Job:
 class Server:
     """A tally-server process on a private socket."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, extra_args: tuple[str, ...] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="tally-e2e-"))
         self.socket = self.dir / "server.sock"
-        self.process = ServerProcess(self.socket, backend=backend)
+        self.process = ServerProcess(self.socket, backend=backend, extra_args=extra_args)
 
     def status(self) -> dict:
         return query_status(self.socket)
@@ -167,14 +167,14 @@ class Server:
         self.process.stop()
 
 
-def emulator_server_process() -> Server:
-    """A server on the CPU emulator. The emulator is part of every build, so a
-    missing one is a failure, never a skip."""
+def emulator_server_process(*extra_args: str) -> Server:
+    """A server on the CPU emulator (with extra tally-server flags). The emulator is
+    part of every build, so a missing one is a failure, never a skip."""
     try:
         import tally.backends.emulator  # noqa: F401
     except ImportError as e:
         pytest.fail(f"the emulator backend does not import ({e}); rebuild with tools/dev_build.sh")
-    return Server("emulator")
+    return Server("emulator", extra_args)
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,10 @@ class BackendTraits:
     # jobs' modules (tally/backends/ptx_variants.py); False where the backend
     # models them itself (the sim).
     variants_from_ptx: bool
+    # The backend itself keeps a launch to `sm_cap` SMs (launch's argument): the cuda
+    # backend with green contexts. False: the executor's fallback applies (PTB worker
+    # caps plus priority) and whole kernels may use every SM.
+    confines_sms: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class DeviceDescription:
     pci_bus: int = 0
     pci_device: int = 0
     driver_version: int = 13000
+    # How the device's SMs may be partitioned (green contexts: sm.minSmPartitionSize and
+    # sm.smCoscheduledAlignment); 0: CUDA's guideline for the compute capability
+    # (tally/backends/sm_partitions.py).
+    sm_partition_min: int = 0
+    sm_partition_alignment: int = 0
 
 
 @dataclass(frozen=True)
@@ -178,7 +187,13 @@ class DeviceBackend(Protocol):
 
     # asynchronous operations (stream order)
     def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: Stream, params: bytes) -> None: ...
+               stream: Stream, params: bytes, sm_cap: int | None = None) -> None:
+        """`sm_cap`: at most that many SMs run this kernel's blocks (None: the whole
+        device); enforced where `traits.confines_sms`."""
+
+    def sm_grant(self, requested_sms: int) -> int:
+        """The SMs a cap of `requested_sms` really gets: rounded to the partition
+        minimum and alignment the driver reports on a GPU; the same number elsewhere."""
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
         """`src` must stay valid until the copy ran (the caller owns it)."""
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...

@@ -181,8 +181,11 @@ class NullBackend(NoHostRegistration, PtxVariants):
         pass
 
     # asynchronous operations complete at once and do nothing
-    def launch(self, fn, grid, block, shared_bytes, stream, params) -> None:
+    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None) -> None:
         pass
+
+    def sm_grant(self, requested_sms: int) -> int:
+        return max(1, min(requested_sms, self._sm_count))
 
     def memcpy_htod_async(self, dst, src, stream) -> None:
         pass

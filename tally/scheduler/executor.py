@@ -55,6 +55,13 @@ class ClientGone(ValueError):
     unknown client."""
 
 
+def _sm_cap(client: ClientState, op: Launch) -> int | None:
+    """The SMs a launch may use: its green context's, within the job's share."""
+    if op.sm_cap is None:
+        return client.sm_granted
+    return op.sm_cap if client.sm_granted is None else min(op.sm_cap, client.sm_granted)
+
+
 class StreamExecutor:
     def __init__(self, backend: DeviceBackend, policy: SchedulingPolicy,
                  variants: VariantProvider | None = None,
@@ -87,10 +94,20 @@ class StreamExecutor:
             raise ValueError(f"client priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
         if sm_percent is not None and not 0 < sm_percent <= 100:
             raise ValueError(f"sm_percent must be in (0, 100], got {sm_percent}")
+        granted = None
+        if sm_percent is not None:
+            sm_count = self.profiler.sm_count
+            granted = self.backend.sm_grant(max(1, int(sm_count * sm_percent / 100)))
         with self._lock:
             if client_id in self._clients:
                 raise ValueError(f"client {client_id!r} is already registered")
-            self._clients[client_id] = ClientState(client_id, priority, sm_percent)
+            self._clients[client_id] = ClientState(client_id, priority, sm_percent, granted)
+
+    def sm_granted(self, client_id: Hashable) -> int | None:
+        """The SMs the client's share grants (after the backend's rounding); None
+        when it has no share (the whole device)."""
+        with self._lock:
+            return self._client(client_id).sm_granted
 
     def remove_client(self, client_id: Hashable) -> None:
         """Drop the client's queued operations, stop its running PTB kernels, wait
@@ -564,7 +581,7 @@ class StreamExecutor:
         started_at = self.clock.now()
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring)
+                                             timed=task.plan.measuring, sm_cap=_sm_cap(stream.client, op))
         except DeviceError as e:
             stream.errors.append(e)         # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

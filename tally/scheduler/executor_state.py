@@ -164,6 +164,7 @@ class ClientState:
     client_id: Hashable
     priority: str
     sm_percent: float | None
+    sm_granted: int | None = None       # SMs its share really gets (backend.sm_grant); None: no share
     streams: dict[Hashable, StreamState] = field(default_factory=dict)
     events: list[ExecutorEvent] = field(default_factory=list)
     removing: bool = False

@@ -21,6 +21,7 @@ struct LaunchConfig {
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared = 0;
   uint32_t sm_count = 8;
+  uint32_t sm_cap = 0;                 // the launch runs on SMs 0..sm_cap-1 (%smid); 0: all of them
   uint64_t max_warp_steps = 0;         // 0: unlimited
   double timeout_seconds = 0;          // 0: unlimited
   const std::atomic<bool>* cancel = nullptr;

@@ -121,7 +121,12 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
     case kLaneId: return static_cast<uint64_t>(lane);
     case kWarpId: return w.index;
     case kNWarpId: return 64;
-    case kSmId: return B.linear % (c.sm_count ? c.sm_count : 1);
+    // Blocks go round-robin to the SMs the launch may use: its SM cap (a green
+    // context, an SM share), else the whole device.
+    case kSmId: {
+      uint32_t sms = c.sm_cap != 0 && c.sm_cap < c.sm_count ? c.sm_cap : c.sm_count;
+      return B.linear % (sms ? sms : 1);
+    }
     case kNSmId: return c.sm_count;
     case kGridId: return 1;
     case kLanemaskEq: return lane_bit;

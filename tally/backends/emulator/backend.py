@@ -13,7 +13,8 @@ Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
 
 Options: total_memory (bytes of address space to hand out, backed only where
-touched), sm_count (what %nsmid and the device attributes say),
+touched), sm_count (what %nsmid and the device attributes say; a launch's
+blocks take %smid 0..n-1 round-robin, n its SM cap or sm_count),
 compute_capability (what the device reports, (9, 0) by default: modules load
 only PTX for it or older; `tally-server --emulate-cc`), driver_version (the
 CUDA version cuDriverGetVersion reports, 13000 by default: modules load only PTX
@@ -64,7 +65,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     kind = "emulator"
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,
-                           variants_from_ptx=True)
+                           variants_from_ptx=True, confines_sms=True)
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,
@@ -190,7 +191,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     # ------------------------------------------------------------------ asynchronous operations
 
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes) -> None:
+               params: bytes, sm_cap: int | None = None) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
@@ -219,7 +220,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel)
+                                     self._cancel, sm_cap or 0)
             with self._lock:
                 self.stats["launches"] += 1
                 self.stats["thread_instructions"] += result.thread_instructions
@@ -231,6 +232,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   stderr=result.assert_output)
 
         stream.submit(run)
+
+    def sm_grant(self, requested_sms: int) -> int:
+        return max(1, min(requested_sms, self._sm_count))
 
     def _emit_printf(self, stream: EmulatorStream, text: str) -> None:
         with self._lock:

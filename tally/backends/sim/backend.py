@@ -202,7 +202,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
 
     # asynchronous operations ---------------------------------------------------------------
     def launch(self, fn: SimFunction, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: SimStream, params: bytes) -> None:
+               stream: SimStream, params: bytes, sm_cap: int | None = None) -> None:
+        # sm_cap: not enforced here (traits.confines_sms is False): the executor's
+        # fallback (PTB worker caps) applies.
         if not isinstance(fn, SimFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a sim function")
         if min(grid) < 1 or min(block) < 1:
@@ -216,6 +218,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{fn.name} takes {fn.launch_param_bytes} parameter bytes, got {len(params)}")
         self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params)))
+
+    def sm_grant(self, requested_sms: int) -> int:
+        return max(1, min(requested_sms, self.gpu.sm_count))
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: SimStream) -> None:
         src = memoryview(src).cast("B")
