@@ -168,7 +168,7 @@ class Server:
 
 
 def emulator_server_process(*extra_args: str) -> Server:
-    """A server on the CPU emulator (with extra tally-server flags). The emulator is
+    """A server on the CPU emulator (with these tally-server flags). The emulator is
     part of every build, so a missing one is a failure, never a skip."""
     try:
         import tally.backends.emulator  # noqa: F401
