@@ -44,7 +44,7 @@ def check_green_context_job(job, device_sms: int) -> None:
     for launch in ("green_stream", "green_null"):
         assert job.ints(f"{launch}_distinct_sms", f"{launch}_max_smid") == [8, 7], launch
     assert job.ints("whole_distinct_sms") == [device_sms]
-    assert job.ints("current_green_id_matches", "green_event_done") == [1, 1]
+    assert job.ints("current_green_id_matches", "green_event_done", "current_affinity_sms") == [1, 1, 8]
 
 
 def test_a_green_context_keeps_its_kernels_to_its_sms(nvcc, sm32_server):

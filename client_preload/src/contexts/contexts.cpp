@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "connection/connection.h"
+#include "contexts/green_contexts.h"
 #include "entry_points/entry_point.h"
 #include "logging/log.h"
 
@@ -337,8 +338,9 @@ TALLY_ENTRY(cuCtxGetExecAffinity_v11040)(CUexecAffinityParam* pExecAffinity, CUe
   if (CUresult rc = context_object(nullptr, &c); rc != CUDA_SUCCESS) return rc;
   if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
   pExecAffinity->type = type;
-  pExecAffinity->param.smCount.val =
-      c->sm_count_affinity != 0 ? c->sm_count_affinity : static_cast<unsigned>(Connection::instance().device().sm_count);
+  unsigned sms = static_cast<unsigned>(Connection::instance().device().sm_count);
+  if (c->green != nullptr) sms = c->green->sm_count;  // a green context's SMs
+  pExecAffinity->param.smCount.val = c->sm_count_affinity != 0 ? c->sm_count_affinity : sms;
   return CUDA_SUCCESS;
 }
 

@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
   DRV(cuStreamGetCtx_v2(made_while_current, &ctx_of_made, &of_made));
   printf("null_in_green=%d made_in_green=%d\n", of_null == green, of_made == green);
   sms_used(0, smids, "green_null");
+  CUexecAffinityParam affinity;
+  DRV(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  printf("current_affinity_sms=%u\n", affinity.param.smCount.val);
   unsigned long long green_id = 0, current_id = 0;
   DRV(cuGreenCtxGetId(green, &green_id));
   DRV(cuGreenCtxGetId(nullptr, &current_id));
