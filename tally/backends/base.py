@@ -78,6 +78,11 @@ class DeviceDescription:
     pci_bus: int = 0
     pci_device: int = 0
     driver_version: int = 13000
+    # How the device's SMs may be partitioned (green contexts: sm.minSmPartitionSize and
+    # sm.smCoscheduledAlignment); 0: CUDA's guideline for the compute capability
+    # (tally/backends/sm_partitions.py).
+    sm_partition_min: int = 0
+    sm_partition_alignment: int = 0
 
 
 @dataclass(frozen=True)

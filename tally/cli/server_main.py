@@ -1,7 +1,7 @@
 """tally-server: own one GPU and run every job's work on it.
 
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
-                 [--emulate-cc 9.0] [--emulate-driver 13.0]
+                 [--emulate-cc 9.0] [--emulate-driver 13.0] [--emulate-sms 8]
                  [--be-memory-quota SIZE|PCT%] [--hp-memory-reserve SIZE|PCT%] [--max-hp-jobs N]
     tally-server status [--socket PATH] [--json]
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
@@ -59,6 +59,9 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-driver", type=cuda_version, default=None, metavar="MAJOR.MINOR",
                    help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
                         "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
+    p.add_argument("--emulate-sms", type=sm_count, default=None, metavar="N",
+                   help="the SM count the emulator reports (default 8; an H100 has 132): what %%nsmid, the "
+                        "device attributes and green-context resources say")
     # memory protection and high-priority jobs (tally/cluster/memory_limits.py, high_priority_jobs.py)
     p.add_argument("--be-memory-quota", type=size_flag("--be-memory-quota"), default=None, metavar="SIZE|PCT%",
                    help="device memory a best-effort job may hold unless it asks for less with tally-run "
@@ -155,6 +158,12 @@ def cuda_version(text: str) -> int:
     return major * 1000 + minor * 10
 
 
+def sm_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an SM count from 1 to 1024")
+    return int(text)
+
+
 def status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tally-server status",
                                 description="Print the clients connected to a running tally-server.")
@@ -184,11 +193,13 @@ def serve_main(argv: list[str]) -> int:
         options["compute_capability"] = args.emulate_cc
     if args.emulate_driver is not None:
         options["driver_version"] = args.emulate_driver
+    if args.emulate_sms is not None:
+        options["sm_count"] = args.emulate_sms
     try:
         backend = make_backend(args.backend, args.device, **options)
     except BackendOptionsRefused as e:
-        print(f"tally-server: --emulate-cc and --emulate-driver set what the emulator reports; the "
-              f"{e.backend} backend reports its own device and driver (use --backend emulator)",
+        print(f"tally-server: --emulate-cc, --emulate-driver and --emulate-sms set what the emulator reports; "
+              f"the {e.backend} backend reports its own device and driver (use --backend emulator)",
               file=sys.stderr)
         return 2
     except BackendUnavailable as e:

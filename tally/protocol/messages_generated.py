@@ -1987,6 +1987,83 @@ class LinkDestroy:
         return _LinkDestroy.pack(self.link)
 
 
+@dataclass(frozen=True, slots=True)
+class SmResourceQuery:
+    """cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job may use now and how they may be
+    partitioned; answered by SmResourceReply
+    """
+
+    KIND: ClassVar[int] = 200
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> SmResourceQuery:
+        if len(payload):
+            raise _trailing('SmResourceQuery', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
+_SmResourceReply = struct.Struct('<IIII')
+
+
+@dataclass(frozen=True, slots=True)
+class SmResourceReply:
+    """answer to SmResourceQuery: `sm_count` SMs (the job's share, else the device's), partitions of at
+    least `min_partition` SMs in multiples of `alignment`
+    """
+
+    KIND: ClassVar[int] = 201
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    sm_count: int = 0
+    min_partition: int = 0
+    alignment: int = 0
+    device_sm_count: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> SmResourceReply:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('SmResourceReply', len(payload), 16)
+            raise _trailing('SmResourceReply', len(payload) - 16)
+        v0, v1, v2, v3 = _SmResourceReply.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _SmResourceReply.pack(self.sm_count, self.min_partition, self.alignment, self.device_sm_count)
+
+
+_GreenStreamCreate = struct.Struct('<QIiII')
+
+
+@dataclass(frozen=True, slots=True)
+class GreenStreamCreate:
+    """async: a stream of a green context, as StreamCreate, whose kernels run on at most `sm_count` SMs
+    (and never more than the job's share)
+    """
+
+    KIND: ClassVar[int] = 202
+    SIZE: ClassVar[int] = 24  # bytes before the tail
+    stream: int = 0
+    flags: int = 0
+    priority: int = 0
+    sm_count: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> GreenStreamCreate:
+        if len(payload) != 24:
+            if len(payload) < 24:
+                raise _short('GreenStreamCreate', len(payload), 24)
+            raise _trailing('GreenStreamCreate', len(payload) - 24)
+        v0, v1, v2, v3, v4 = _GreenStreamCreate.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _GreenStreamCreate.pack(self.stream, self.flags, self.priority, self.sm_count, 0)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2065,5 +2142,8 @@ MESSAGES = (
     LinkComplete,
     LinkReply,
     LinkDestroy,
+    SmResourceQuery,
+    SmResourceReply,
+    GreenStreamCreate,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

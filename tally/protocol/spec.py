@@ -234,6 +234,17 @@ DRIVER_MESSAGES = (
              F("error_log_size", "u64"), F("arena_offset", "u64"), F("size", "u64"))),
     Message("LinkDestroy", 163, "async: cuLinkDestroy; the server forgets the link state's inputs",
             (F("link", "u64"),)),
+    # Green contexts (cuDeviceGetDevResource, cuGreenCtxCreate, cuGreenCtxStreamCreate...): the
+    # client splits and describes SM resources itself; the server says how many SMs the job may
+    # use now (its SM share) and keeps a green context's streams to its SMs.
+    Message("SmResourceQuery", 200, "cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job "
+            "may use now and how they may be partitioned; answered by SmResourceReply"),
+    Message("SmResourceReply", 201, "answer to SmResourceQuery: `sm_count` SMs (the job's share, else the "
+            "device's), partitions of at least `min_partition` SMs in multiples of `alignment`",
+            (F("sm_count", "u32"), F("min_partition", "u32"), F("alignment", "u32"), F("device_sm_count", "u32"))),
+    Message("GreenStreamCreate", 202, "async: a stream of a green context, as StreamCreate, whose kernels run "
+            "on at most `sm_count` SMs (and never more than the job's share)",
+            (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"), F("sm_count", "u32"), F("_pad0", "u32"))),
 )
 
 

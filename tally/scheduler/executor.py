@@ -58,6 +58,13 @@ class ClientGone(ValueError):
     unknown client."""
 
 
+def _sm_cap(client: ClientState, op: Launch) -> int | None:
+    """The SMs a launch may use: its green context's, within the job's share."""
+    if op.sm_cap is None:
+        return client.sm_cap
+    return op.sm_cap if client.sm_cap is None else min(op.sm_cap, client.sm_cap)
+
+
 class StreamExecutor:
     def __init__(self, backend: DeviceBackend, policy: SchedulingPolicy,
                  variants: VariantProvider | None = None,
@@ -130,6 +137,12 @@ class StreamExecutor:
         if percent >= 100:
             return None
         return self.backend.sm_grant(max(1, math.floor(self.sm_count * percent / 100 + 1e-9)))
+
+    def sm_granted(self, client_id: Hashable) -> int | None:
+        """The SMs the client's share grants (after the backend's rounding); None
+        when it has no share (the whole device)."""
+        with self._lock:
+            return self._client(client_id).sm_cap
 
     def remove_client(self, client_id: Hashable) -> None:
         """Drop the client's queued operations, stop its running PTB kernels, wait
@@ -656,10 +669,9 @@ class StreamExecutor:
     def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
         stream, op = task.stream, task.op
         started_at = self.clock.now()
-        sm_cap = stream.client.sm_cap
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap)
+                                             timed=task.plan.measuring, sm_cap=_sm_cap(stream.client, op))
         except DeviceError as e:
             stream.errors.append(e)         # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

@@ -122,6 +122,9 @@ enum class MessageKind : uint32_t {
   LinkComplete = 161,
   LinkReply = 162,
   LinkDestroy = 163,
+  SmResourceQuery = 200,
+  SmResourceReply = 201,
+  GreenStreamCreate = 202,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -204,6 +207,9 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::LinkComplete: return "LinkComplete";
     case MessageKind::LinkReply: return "LinkReply";
     case MessageKind::LinkDestroy: return "LinkDestroy";
+    case MessageKind::SmResourceQuery: return "SmResourceQuery";
+    case MessageKind::SmResourceReply: return "SmResourceReply";
+    case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     default: return nullptr;
   }
 }
@@ -1189,5 +1195,47 @@ struct LinkDestroyMsg {
 static_assert(sizeof(LinkDestroyMsg) == 8, "LinkDestroyMsg layout differs from the Python codec");
 static_assert(offsetof(LinkDestroyMsg, link) == 0);
 constexpr uint32_t kLinkDestroySize = 8;  // bytes on the wire (0: empty)
+
+// cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job may use now and how they may be partitioned; answered by SmResourceReply
+struct SmResourceQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::SmResourceQuery;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(SmResourceQueryMsg) == 1, "SmResourceQueryMsg layout differs from the Python codec");
+constexpr uint32_t kSmResourceQuerySize = 0;  // bytes on the wire (0: empty)
+
+// answer to SmResourceQuery: `sm_count` SMs (the job's share, else the device's), partitions of at least `min_partition` SMs in multiples of `alignment`
+struct SmResourceReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::SmResourceReply;
+  static constexpr bool kHasTail = false;
+  uint32_t sm_count;
+  uint32_t min_partition;
+  uint32_t alignment;
+  uint32_t device_sm_count;
+};
+static_assert(sizeof(SmResourceReplyMsg) == 16, "SmResourceReplyMsg layout differs from the Python codec");
+static_assert(offsetof(SmResourceReplyMsg, sm_count) == 0);
+static_assert(offsetof(SmResourceReplyMsg, min_partition) == 4);
+static_assert(offsetof(SmResourceReplyMsg, alignment) == 8);
+static_assert(offsetof(SmResourceReplyMsg, device_sm_count) == 12);
+constexpr uint32_t kSmResourceReplySize = 16;  // bytes on the wire (0: empty)
+
+// async: a stream of a green context, as StreamCreate, whose kernels run on at most `sm_count` SMs (and never more than the job's share)
+struct GreenStreamCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::GreenStreamCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint32_t flags;
+  int32_t priority;
+  uint32_t sm_count;
+  uint32_t _pad0;
+};
+static_assert(sizeof(GreenStreamCreateMsg) == 24, "GreenStreamCreateMsg layout differs from the Python codec");
+static_assert(offsetof(GreenStreamCreateMsg, stream) == 0);
+static_assert(offsetof(GreenStreamCreateMsg, flags) == 8);
+static_assert(offsetof(GreenStreamCreateMsg, priority) == 12);
+static_assert(offsetof(GreenStreamCreateMsg, sm_count) == 16);
+static_assert(offsetof(GreenStreamCreateMsg, _pad0) == 20);
+constexpr uint32_t kGreenStreamCreateSize = 24;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -16,7 +16,8 @@ Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
 
 Options: total_memory (bytes of address space to hand out, backed only where
-touched), sm_count (what %nsmid and the device attributes say),
+touched), sm_count (what %nsmid and the device attributes say; a launch's
+blocks take %smid 0..n-1 round-robin, n its SM cap or sm_count),
 compute_capability (what the device reports, (9, 0) by default: modules load
 only PTX for it or older; `tally-server --emulate-cc`), driver_version (the
 CUDA version cuDriverGetVersion reports, 13000 by default: modules load only PTX
