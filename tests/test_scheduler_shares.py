@@ -146,13 +146,6 @@ def test_pausing_stops_a_running_ptb_kernel_where_it_is():
     assert u32(rig.sim, buf, 200_000) == [1] * 200_000
 
 
-def test_a_high_priority_job_cannot_be_paused():
-    rig = Rig()
-    rig.ex.add_client("hp", "high")
-    with pytest.raises(ValueError, match="high priority"):
-        rig.ex.pause_client("hp")
-
-
 class HeldGate:
     """A gate plugin that holds every best-effort unit until opened, and records
     what it was asked (the executor must never ask for high-priority work)."""

@@ -95,7 +95,7 @@ def test_a_hello_of_the_previous_protocol_is_told_the_versions(server):
 
 
 def test_best_effort_shares_are_the_servers_default_and_never_above_it(tmp_path):
-    s = ServerProcess(tmp_path / "shares.sock", backend="null", extra_args=("--be-sm-percent", "40"))
+    s = ServerProcess(tmp_path / "shares.sock", backend="null", extra_args=("--be-sm-percent", "40", "--max-hp-jobs", "2"))
     try:
         none_asked = PyClient(s.socket_path, program="none-asked")
         less = PyClient(s.socket_path, program="less", sm_percent=25.0)

@@ -97,7 +97,6 @@ def test_a_high_priority_job_is_paused_only_with_force(server):
     job.close()
 
 
-@pytest.mark.xfail(strict=True, reason="executor.set_sm_percent comes from share14")
 def test_set_sm_percent_changes_the_share(server):
     job = PyClient(server.socket_path, program="train")
     cid = job.reply["client_id"]
@@ -105,6 +104,7 @@ def test_set_sm_percent_changes_the_share(server):
         r = tally_server(server, "set", "--client", str(cid), "--sm-percent", "25")
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith(f"client {cid} (train, best-effort): SM share 25%")
+        assert (client(server, cid)["sm_percent"], client(server, cid)["sm_granted"]) == (25.0, 33)  # of 132
     finally:
         job.close()
 

@@ -81,7 +81,10 @@ def test_the_executor_caps_each_launch(emulator_32, record_smid, share, stream_c
                                    sm_cap=stream_cap))
         ex.submit("job", 1, MemcpyDtoH(memoryview(host), out, 4 * BLOCKS))
         ex.synchronize_stream("job", 1)
-        assert sorted(set(np.frombuffer(host, np.uint32).tolist())) == list(range(sms))
+        # %smid is the emulator worker that ran the block: which of the allowed
+        # workers get blocks depends on the host's scheduling, never more than allowed.
+        used = set(np.frombuffer(host, np.uint32).tolist())
+        assert used and used <= set(range(sms))
     finally:
         ex.close()
 

@@ -626,7 +626,7 @@ class StreamExecutor:
             stream.client.kernels += 1
             self._counters["kernels"] += 1
             if transform:
-                task.plan = self._planner.plan(op, stream.client.sm_cap)
+                task.plan = self._planner.plan(op, _sm_cap(stream.client, op))
                 if task.plan.untransformable:
                     self._counters["untransformable"] += 1
             else:
@@ -669,9 +669,10 @@ class StreamExecutor:
     def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
         stream, op = task.stream, task.op
         started_at = self.clock.now()
+        sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=_sm_cap(stream.client, op))
+                                             timed=task.plan.measuring, sm_cap=sm_cap)
         except DeviceError as e:
             stream.errors.append(e)         # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

@@ -89,6 +89,7 @@ def set_limits(server, msg: ClientSet) -> str:
         changes.append(f"memory quota {'none' if old is None else format_bytes(old)} -> {format_bytes(quota)}")
     if sm_percent:
         granted = _executor_call(server.executor.set_sm_percent, session, sm_percent)
+        server.levers.share_set(session.client_id, session.priority == protocol.Priority.BEST_EFFORT, sm_percent)
         changes.append(f"SM share {sm_percent:g}% ({granted} SMs granted)")
     return f"{_name(session)}: " + "; ".join(changes)
 

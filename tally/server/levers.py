@@ -53,6 +53,11 @@ class SmLevers:
         if best_effort and self.dynamic_sm is not None:
             self.dynamic_sm.track(client_id, sm_percent)
 
+    def share_set(self, client_id: Hashable, best_effort: bool, sm_percent: float) -> None:
+        """The operator gave a job a new share (tally-server set): the status shows
+        it, and with --dynamic-sm it is the job's new ceiling."""
+        self.client_added(client_id, best_effort, sm_percent)
+
     def client_removed(self, client_id: Hashable) -> None:
         self._shares.pop(client_id, None)
         if self.dynamic_sm is not None:
