@@ -29,6 +29,7 @@ from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, Sta
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server.admission import Refused, admit
+from tally.server.counters import ServerCounters
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
@@ -106,6 +107,7 @@ class TallyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
         self.started_at = time.time()
+        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
 
     # ---- socket ----------------------------------------------------------------
