@@ -52,6 +52,11 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-driver", type=cuda_version, default=None, metavar="MAJOR.MINOR",
                    help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
                         "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
+    p.add_argument("--metrics-port", type=port_number, default=0, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (default 0: none)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
+                   help="the address /metrics listens on (default 127.0.0.1: this host only, as the metrics "
+                        "name every job's program; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
 
@@ -61,6 +66,12 @@ def _major_minor(text: str, what: str) -> tuple[int, int]:
     if not (dot and major.isdigit() and minor.isdigit() and len(minor) == 1 and 1 <= int(major) <= 99):
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
     return int(major), int(minor)
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return int(text)
 
 
 def compute_capability(text: str) -> tuple[int, int]:
@@ -90,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
     socket_path = paths.server_socket(args.socket, args.device)
@@ -112,10 +124,20 @@ def serve_main(argv: list[str]) -> int:
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
                           spin_us=args.spin_us)
     server = TallyServer(config, backend)
+    metrics = None
+    if args.metrics_port:
+        try:
+            metrics = MetricsEndpoint(server, args.metrics_host, args.metrics_port)
+        except MetricsEndpointError as e:
+            print(f"tally-server: {e}; choose another --metrics-port (or leave it out to serve no metrics)",
+                  file=sys.stderr)
+            return 2
     try:
         server.bind()
     except (ServerError, OSError) as e:
         print(f"tally-server: cannot listen on {socket_path}: {e}", file=sys.stderr)
+        if metrics is not None:
+            metrics.close()
         return 2
 
     def on_signal(signum, _frame):
@@ -129,7 +151,13 @@ def serve_main(argv: list[str]) -> int:
           f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
           flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
-    server.serve_forever()
+    if metrics is not None:
+        print(f"tally-server: Prometheus metrics at http://{args.metrics_host}:{metrics.port}/metrics", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        if metrics is not None:
+            metrics.close()
     print("tally-server: stopped", flush=True)
     return 0
 
