@@ -3,6 +3,7 @@
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
                  [--emulate-cc 9.0] [--emulate-driver 13.0]
     tally-server status [--socket PATH] [--json]
+    tally-server top [--socket PATH] [--interval SECONDS]
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
-                    "Subcommand: `tally-server status` reports connected clients.")
+                    "Subcommands: `tally-server status` reports connected clients, `tally-server top` "
+                    "shows them live.")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "status":
         return status_main(argv[1:])
+    if argv and argv[0] == "top":
+        from tally.cli.top_main import top_main
+        return top_main(argv[1:], query_status)
     return serve_main(argv)
 
 
