@@ -74,7 +74,9 @@ def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_s
         assert one(samples, "tally_client_memory_used_bytes", **me) == client["memory_used"] >= 3 * 16384
         assert one(samples, "tally_client_memory_quota_bytes", **me) == QUOTA
         assert one(samples, "tally_client_kernels_total", **me) == 1
-        assert one(samples, "tally_client_sm_share_percent", **me) == 100.0
+        assert one(samples, "tally_client_sm_share_percent", **me) == 100.0        # the whole device
+        assert one(samples, "tally_client_sm_granted", **me) == status["server"]["sm_count"]
+        assert one(samples, "tally_client_paused", **me) == 0
         assert one(samples, "tally_clients", priority="high") == 1
         assert one(samples, "tally_clients", priority="best-effort") == 0
         assert one(samples, "tally_kernels_total", mode="whole") >= 1
@@ -86,6 +88,12 @@ def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_s
         assert used_mib >= client["memory_used"] / (1 << 20)
         assert one(samples, "DCGM_FI_DEV_FB_FREE") == pytest.approx(total_mib - used_mib)
         assert one(samples, "tally_device_faults_total") == 0
+        # tally's own accounting since the server started: its kernel kept some SMs busy for a while,
+        # and all of that was high-priority work
+        busy = one(samples, "DCGM_FI_PROF_SM_ACTIVE")
+        assert 0 < busy <= 1
+        assert one(samples, "tally_hp_sm_active_ratio") == pytest.approx(busy)
+        assert 0 < one(samples, "DCGM_FI_DEV_GPU_UTIL") <= 100
     finally:
         job.stdin.write("done\n")
         job.stdin.flush()
@@ -99,6 +107,7 @@ def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_s
     assert "tally_client_memory_used_bytes" not in samples       # the family is there, with no job in it
     assert one(samples, "tally_clients", priority="high") == 0
     assert one(samples, "DCGM_FI_DEV_FB_USED") == 0
+    assert one(samples, "DCGM_FI_PROF_SM_ACTIVE") == 0          # no kernel since the last scrape
     assert one(samples, "tally_hp_queueing_delay_seconds_count") == 1      # counters outlive the job
 
 

@@ -101,10 +101,12 @@ def test_a_job_appears_and_leaves_then_the_server_goes_away_and_q_quits(nvcc, em
             assert job.stdout.readline().startswith("total=")
             assert job.stdout.readline().strip() == "ready"
             term.expect(r"jobs: 1 attached")
-            (client,) = query_status(emulator.socket_path)["clients"]
-            # its row: id, pid, priority, whole device, 48 KiB of device memory, no quota, one kernel,
+            status = query_status(emulator.socket_path)
+            (client,) = status["clients"]
+            sms = status["server"]["sm_count"]
+            # its row: id, pid, priority, the whole device, 48 KiB of device memory, no quota, one kernel,
             # one error (its allocation past the device's memory), its program
-            term.expect(rf"{client['client_id']}\s+{client['pid']}\s+high\s+running\s+whole\s+"
+            term.expect(rf"{client['client_id']}\s+{client['pid']}\s+high\s+running\s+whole \({sms} SMs\)\s+"
                         rf"48\.00 KiB\s+-\s+1\s+1\s+\S*pod_job")
         finally:
             job.stdin.write("done\n")
@@ -149,12 +151,18 @@ def test_health_and_transitions_are_shown_when_the_record_has_them():
                                                      "reason": "first reading"},
                                                     {"t": 7.5, "from": "healthy", "to": "overlimit",
                                                      "reason": "memory over its limit for 5 s"}]}},
-              "clients": []}
+              "clients": [{"client_id": 3, "pid": 99, "priority": "best-effort", "program": "./train",
+                           "memory_used": 1 << 20, "memory_quota": None, "memory_quota_bytes": 1 << 29,
+                           "sm_percent": 25.0, "sm_granted": 2, "state": "paused", "errors": 0}]}
     console = Console(width=200, record=True)
     console.print(render(status, "/s.sock"))
     text = console.export_text()
     assert "health overlimit  memory over its limit for 5 s" in text
     assert "99% of 100 kernels <= 1.0 ms" in text
+    assert "jobs: 1 attached" in text
+    row = next(line.split() for line in text.splitlines() if "./train" in line)
+    assert row == ["3", "99", "best-effort", "paused", "25%", "(2", "SMs)", "1.00", "MiB", "512.00", "MiB", "-",
+                   "0", "./train"]
     lines = [line.strip() for line in text.splitlines()]
     newest = lines.index("t=7.5  healthy -> overlimit  memory over its limit for 5 s")
     assert lines[newest + 1] == "t=1.0  init -> healthy  first reading"       # newest first

@@ -84,7 +84,9 @@ class ProcessColocateConfig(ColocateConfig):
         # the shared checks, without the sim's model and GPU names
         dataclasses.replace(ColocateConfig(), policies=self.policies, trace=self.trace, load=self.load,
                             be_jobs=self.be_jobs, duration=self.duration, seed=self.seed,
-                            be_transform=self.be_transform).validate()
+                            be_transform=self.be_transform, be_sm_percent=self.be_sm_percent,
+                            dynamic_sm=self.dynamic_sm, be_sm_floor=self.be_sm_floor,
+                            be_util_target=self.be_util_target, sample_period_ms=self.sample_period_ms).validate()
 
     @classmethod
     def for_workload(cls, workload: str, hp_job: str | None = None, be_job: str | None = None,
@@ -170,7 +172,7 @@ class ProcessRunner:
         name = f"{policy}-{'hp' if with_hp else 'nohp'}-{be_count}be"
         record = RunRecord()
         checks: list[str] = []
-        with self._run_group(name, policy) as (group, server, directory):
+        with self._run_group(name, policy, shared=with_hp and be_count > 0) as (group, server, directory):
             stop_file = directory / "stop"
             bes = [self._start_best_effort(group, server, directory, i, stop_file) for i in range(be_count)]
             for i, be in enumerate(bes):
@@ -212,10 +214,10 @@ class ProcessRunner:
             self._commands[program.name] = program.command()    # compiles a cuda job once
         return self._commands[program.name]
 
-    def _run_group(self, name: str, policy: str):
+    def _run_group(self, name: str, policy: str, shared: bool = False):
         self._runs += 1
         directory = self.workdir / f"run{self._runs:02d}-{name}"
-        return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock")
+        return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock", shared)
 
     def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
         return [*commands.tool("tally-run"), "--server", str(server.socket_path),
@@ -277,8 +279,10 @@ class RunningServer:
 class _ServerRun:
     """Context manager for one run: a process group holding a fresh tally-server."""
 
-    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path, socket_path: Path):
+    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path, socket_path: Path,
+                 shared: bool = False):
         self.config, self.policy, self.directory, self.socket_path = config, policy, directory, socket_path
+        self.shared = shared          # the jobs share the device: the SM-share levers apply
         self.group = ProcessGroup(directory)
 
     def __enter__(self):
@@ -288,7 +292,7 @@ class _ServerRun:
             socket_path = self.socket_path
             argv = [*commands.tool("tally-server"), "--backend", c.backend, "--policy", self.policy,
                     "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
-                    "--socket", str(socket_path)]
+                    "--socket", str(socket_path), *(lever_flags(c) if self.shared else ())]
             process = self.group.start(f"tally-server (--backend {c.backend} --policy {self.policy})", argv,
                                        "server.log")
             wait_for(socket_path.exists, 60.0, process, "listening on its socket")
@@ -301,6 +305,20 @@ class _ServerRun:
         self.group.__exit__(*exc)
 
 
+def lever_flags(c: ColocateConfig) -> list[str]:
+    """tally-server's flags for the SM-share levers the config asks for."""
+    flags = []
+    if c.be_sm_percent is not None:
+        flags += ["--be-sm-percent", repr(c.be_sm_percent)]
+    if c.dynamic_sm:
+        flags += ["--dynamic-sm", "--be-sm-floor", repr(c.be_sm_floor)]
+    if c.be_util_target is not None:
+        flags += ["--be-util-target", repr(c.be_util_target)]
+    if c.dynamic_sm or c.be_util_target is not None:
+        flags += ["--sample-period-ms", repr(c.sample_period_ms)]
+    return flags
+
+
 def config_from_args(args) -> ProcessColocateConfig:
     """The config for `tally-bench colocate --backend cuda|emulator` (ValueError on bad options)."""
     return ProcessColocateConfig.for_workload(
@@ -309,7 +327,9 @@ def config_from_args(args) -> ProcessColocateConfig:
         load=args.load, be_jobs=args.be_jobs, duration=args.duration, seed=args.seed,
         be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
         time_slice_ms=args.time_slice_ms, hp_args=tuple(shlex.split(args.hp_args or "")),
-        be_args=tuple(shlex.split(args.be_args or "")))
+        be_args=tuple(shlex.split(args.be_args or "")), be_sm_percent=args.be_sm_percent,
+        dynamic_sm=args.dynamic_sm, be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
+        sample_period_ms=args.sample_period_ms)
 
 
 __all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]

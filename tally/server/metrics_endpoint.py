@@ -2,9 +2,10 @@
 HTTP server on a thread, with a registry holding only tally's collector
 (tally.cluster.metrics_exporter), which reads the server at each scrape.
 
-The device sample it shows is the newest the server has; where the server takes
-none (no plugin asked for samples), a scrape takes one from the backend's own
-accounting.
+The device sample it shows is the newest the server's sampler took (whatever
+source the server samples: NVML on a GPU, tally's own accounting elsewhere);
+where the server samples nothing (no plugin asked for samples), each scrape takes
+one from tally's own accounting, covering the time since the previous scrape.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tally.cluster.device_metrics import DeviceSample
+from tally.cluster.executor_source import ExecutorActivitySource
 from tally.cluster.metrics_exporter import TallyCollector, gpu_uuid
 
 log = logging.getLogger("tally.server")
@@ -28,7 +30,8 @@ class MetricsEndpoint:
         self.server, self.host = server, host
         d = server.description
         device = {"gpu": str(server.config.device), "UUID": gpu_uuid(d.uuid), "modelName": d.name}
-        self._sample_lock = threading.Lock()
+        self._own_source = ExecutorActivitySource(server.executor, server.backend.mem_info)
+        self._sample_lock = threading.Lock()       # scrapes may come at once; the source keeps its last reading
         self.registry = CollectorRegistry()
         self.registry.register(TallyCollector(lambda: server.status().to_json(), self._latest_sample,
                                               server.counters, device))
@@ -39,7 +42,11 @@ class MetricsEndpoint:
         self.port = self._httpd.server_port      # the one bound (port 0: the system's choice)
 
     def _latest_sample(self) -> DeviceSample | None:
-        return None
+        sampler = self.server.levers.sampler
+        if sampler is not None and sampler.latest is not None:
+            return sampler.latest
+        with self._sample_lock:
+            return self._own_source.sample()
 
     def close(self) -> None:
         self._httpd.shutdown()

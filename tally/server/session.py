@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
+from tally.cluster.memory_limits import JobMemory
 from tally.protocol.errors import (
     CUDA_ERROR_ASSERT,
     CUDA_ERROR_INVALID_VALUE,
@@ -70,7 +71,7 @@ class SessionCounters:
 
 class Session:
     def __init__(self, server, client_id: int, pid: int, priority: protocol.Priority,
-                 program: str, segment, connection, quota_bytes: int | None):
+                 program: str, segment, connection, memory: JobMemory):
         self.server = server
         self.backend = server.backend
         self.client_id = client_id
@@ -93,7 +94,8 @@ class Session:
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
-        self.client = ClientState(self, quota_bytes)   # what the job creates through the driver API
+        self.paused = False                    # the operator paused it (tally/server/control.py)
+        self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
 

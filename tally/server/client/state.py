@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from tally.cluster.memory_limits import JobMemory
 from tally.protocol import Priority
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.blocking import BlockingCalls
@@ -27,13 +28,13 @@ log = logging.getLogger("tally.server")
 
 
 class ClientState:
-    def __init__(self, session, quota_bytes: int | None):
+    def __init__(self, session, memory: JobMemory):
         server = session.server
         self.session = session
         self.executor = server.executor
         self.backend = session.backend
         self.client_id = session.client_id
-        self.allocations = Allocations(quota_bytes)
+        self.allocations = Allocations(memory)
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.

@@ -7,15 +7,19 @@ work on the legacy stream (streams created with CU_STREAM_NON_BLOCKING are
 exempt; per-thread default streams are blocking). The table enforces it with
 executor events, only where work actually crossed, so a program that uses one
 stream pays nothing.
+
+A stream of a green context has an SM cap: the table puts it on every kernel
+launched there, and the executor keeps the kernel to that many SMs (within the
+job's share).
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
-from tally.scheduler.ops import EventRecord, StreamWaitEvent
+from tally.scheduler.ops import EventRecord, Launch, StreamWaitEvent
 
 LEGACY = 0
 CU_STREAM_NON_BLOCKING = 0x1
@@ -28,6 +32,7 @@ class ClientStream:
     priority: int = 0
     waited_legacy_gen: int = 0     # legacy work this stream has been ordered behind
     fence: object = None           # executor event the legacy stream waits on
+    sm_cap: int | None = None      # a green context's stream: its kernels run on at most this many SMs
 
     @property
     def blocking(self) -> bool:
@@ -48,13 +53,15 @@ class StreamTable:
 
     # ---- table ------------------------------------------------------------------
 
-    def create(self, key: int, flags: int, priority: int) -> None:
+    def create(self, key: int, flags: int, priority: int, sm_cap: int | None = None) -> None:
         if key == LEGACY or key & PER_THREAD_STREAM_BIT:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key:#x} is reserved for a default stream")
+        if sm_cap is not None and sm_cap < 1:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"a green context's stream needs at least 1 SM, not {sm_cap}")
         with self._lock:
             if key in self._streams:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key} already exists")
-            self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen)
+            self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen, sm_cap=sm_cap)
 
     def forget(self, key: int) -> None:
         """cuStreamDestroy: the id stops naming a stream; its work still runs, and
@@ -114,6 +121,8 @@ class StreamTable:
                 _submit(ex, cid, LEGACY, op)
                 return
             stream = self._get(key)
+            if stream.sm_cap is not None and type(op) is Launch:
+                op = replace(op, sm_cap=stream.sm_cap)
             if stream.blocking:
                 if stream.waited_legacy_gen != self._legacy_gen:
                     if self._legacy_fence is None:
