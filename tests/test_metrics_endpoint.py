@@ -45,26 +45,42 @@ def one(samples: dict, name: str, **labels) -> float:
     return found[0]
 
 
-@pytest.fixture
-def metrics_server():
+def start_metrics_server(*flags: str) -> tuple[ServerProcess, int]:
     port = free_port()
     directory = Path(tempfile.mkdtemp(prefix="tally-metrics-"))
-    process = ServerProcess(directory / "server.sock", backend="emulator",
-                            extra_args=("--metrics-port", str(port)))
+    return ServerProcess(directory / "server.sock", backend="emulator",
+                         extra_args=("--metrics-port", str(port), *flags)), port
+
+
+@pytest.fixture
+def metrics_server():
+    process, port = start_metrics_server()
     yield process, port
     process.stop()
+
+
+def start_pod_job(socket_path, program, **options) -> subprocess.Popen:
+    """pod_job.cu under tally-run, once it has allocated, computed and waits for a line."""
+    job = subprocess.Popen(job_command(socket_path, program, **options), stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env())
+    first = job.stdout.readline()
+    assert first.startswith("total=") and " wrong=0 " in first, first + job.stderr.read()
+    assert job.stdout.readline().strip() == "ready"
+    return job
+
+
+def end(job: subprocess.Popen) -> None:
+    job.stdin.write("done\n")
+    job.stdin.flush()
+    done = finish(job)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_server):
     process, port = metrics_server
     program = build_cuda(nvcc, "pod_job.cu")
-    job = subprocess.Popen(job_command(process.socket_path, program, priority="high", quota="64M"),
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=job_env())
+    job = start_pod_job(process.socket_path, program, priority="high", quota="64M")
     try:
-        first = job.stdout.readline()
-        assert first.startswith("total=") and " wrong=0 " in first, first + job.stderr.read()
-        assert job.stdout.readline().strip() == "ready"
         status = query_status(process.socket_path)
         (client,) = status["clients"]
         samples = scrape(port)
@@ -95,10 +111,7 @@ def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_s
         assert one(samples, "tally_hp_sm_active_ratio") == pytest.approx(busy)
         assert 0 < one(samples, "DCGM_FI_DEV_GPU_UTIL") <= 100
     finally:
-        job.stdin.write("done\n")
-        job.stdin.flush()
-        done = finish(job)
-    assert done.returncode == 0, done.stdout + done.stderr
+        end(job)
     deadline = time.monotonic() + 30
     while not idle(query_status(process.socket_path)):
         assert time.monotonic() < deadline, "the job's memory was not freed"
@@ -109,6 +122,35 @@ def test_metrics_show_a_running_job_and_forget_it_when_it_leaves(nvcc, metrics_s
     assert one(samples, "DCGM_FI_DEV_FB_USED") == 0
     assert one(samples, "DCGM_FI_PROF_SM_ACTIVE") == 0          # no kernel since the last scrape
     assert one(samples, "tally_hp_queueing_delay_seconds_count") == 1      # counters outlive the job
+
+
+def test_a_best_effort_job_shows_its_sm_share_next_to_the_high_priority_job(nvcc):
+    process, port = start_metrics_server("--be-sm-percent", "25")
+    program = build_cuda(nvcc, "pod_job.cu")
+    try:
+        online = start_pod_job(process.socket_path, program, priority="high")
+        batch = start_pod_job(process.socket_path, program, priority="best-effort")
+        try:
+            status = query_status(process.socket_path)
+            samples = scrape(port)
+            by_priority = {c["priority"]: c for c in status["clients"]}
+            for priority, share in (("high", 100.0), ("best-effort", 25.0)):
+                c = by_priority[priority]
+                me = {"client": str(c["client_id"]), "pid": str(c["pid"]), "priority": priority}
+                assert one(samples, "tally_client_sm_share_percent", **me) == share
+                assert one(samples, "tally_client_sm_granted", **me) == c["sm_granted"]
+                assert one(samples, "tally_client_kernels_total", **me) == 1
+            sms = status["server"]["sm_count"]
+            assert by_priority["high"]["sm_granted"] == sms and by_priority["best-effort"]["sm_granted"] == sms // 4
+            assert one(samples, "tally_clients", priority="high") == 1
+            assert one(samples, "tally_clients", priority="best-effort") == 1
+            assert sum(v for _, v in samples["tally_kernels_total"]) == 2
+            assert one(samples, "tally_hp_queueing_delay_seconds_count") == 1     # the best-effort kernel is not in it
+        finally:
+            end(online)
+            end(batch)
+    finally:
+        process.stop()
 
 
 def test_a_metrics_port_in_use_stops_the_server_at_startup_with_a_clear_error(tmp_path):
