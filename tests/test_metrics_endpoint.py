@@ -167,6 +167,15 @@ def test_a_metrics_port_in_use_stops_the_server_at_startup_with_a_clear_error(tm
     assert not sock.exists()          # it never started listening for jobs
 
 
+def test_an_address_not_of_this_host_is_refused_at_startup(tmp_path):
+    sock = tmp_path / "server.sock"
+    r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket", str(sock),
+                        "--metrics-port", str(free_port()), "--metrics-host", "192.0.2.1"],   # TEST-NET-1
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "cannot serve /metrics on 192.0.2.1:" in r.stderr
+    assert "Cannot assign requested address" in r.stderr and not sock.exists()
+
+
 @pytest.mark.parametrize("port", ["-1", "65536", "http"])
 def test_a_bad_metrics_port_is_refused(tmp_path, port):
     r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket",

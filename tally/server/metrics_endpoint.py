@@ -9,7 +9,6 @@ one from tally's own accounting, covering the time since the previous scrape.
 """
 from __future__ import annotations
 
-import logging
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -17,8 +16,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 from tally.cluster.device_metrics import DeviceSample
 from tally.cluster.executor_source import ExecutorActivitySource
 from tally.cluster.metrics_exporter import TallyCollector, gpu_uuid
-
-log = logging.getLogger("tally.server")
 
 
 class MetricsEndpointError(Exception):
