@@ -35,6 +35,7 @@ from tally.scheduler.pinned_pool import PinnedPool
 from tally.scheduler.hooks import Hooks
 from tally.server import control
 from tally.server.admission import Refused, admit, check_version, hello_version
+from tally.server.counters import ServerCounters
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -131,6 +132,7 @@ class TallyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
         self.started_at = time.time()
+        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
 
     # ---- socket ----------------------------------------------------------------
