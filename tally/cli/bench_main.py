@@ -7,6 +7,7 @@
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
+    tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
 """
 from __future__ import annotations
