@@ -1,7 +1,8 @@
 """`tally-bench profile`: each model's throughput and p99 latency on each
 partition size and batch, written as a planner profile table.
 
-How a measurement is taken is a ProfileRunner's business; the table is shared.
+How a measurement is taken is a ProfileRunner's business (profile_runner.py);
+the table is shared.
 
 - SimProfileRunner (`--backend sim`) runs the kernel-level models of
   profile_models.py on the `sim` backend: one batch through the scheduler on a
@@ -24,13 +25,12 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from tally.backends.sim import SimBackend
 from tally.backends.sim.model import GPU_PRESETS, GiB, SimGPU
 from tally.bench.profile_models import MODEL_MEMORY_GB, PROFILE_MODELS, batched
+from tally.bench.profile_runner import Measurement, Partition, ProfileRunner
 from tally.bench.sim_jobs import InferenceJob
 from tally.cluster.planner.gpus import MIG, SM_SHARE, gpu_type
 from tally.cluster.planner.layouts import PartitionScheme
@@ -49,28 +49,6 @@ EMULATOR_NOTE = ("emulator figures are CPU-interpreter timings, not a GPU's: the
 
 class UnsupportedBackend(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Measurement:
-    throughput: float          # inputs/s
-    latency_ms: float          # p99 of one batch
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str                  # "25%" or "3g", as the table names it
-    sms: int                   # its SMs on the table's GPU type
-    percent: float | None      # the SM share; None for a MIG instance
-
-
-class ProfileRunner(Protocol):
-    source: str
-    models: tuple[str, ...]              # what it can run
-    default_models: tuple[str, ...]
-    memory_gb: dict[str, float]          # what a model needs, where known
-
-    def measure(self, model: str, partition: Partition, batch: int) -> Measurement: ...
 
 
 class SimProfileRunner:

@@ -38,7 +38,7 @@ from tally.bench.process_group import JobFailed
 from tally.bench.process_jobs import HIGH, PROGRAMS
 from tally.bench.process_results import ReportError, high_priority_result
 from tally.bench.process_runner import ProcessColocateConfig, ProcessRunner
-from tally.bench.profile import Measurement, Partition
+from tally.bench.profile_runner import Measurement, Partition
 from tally.cli.server_main import query_status
 
 PROFILE_BACKENDS = ("emulator", "cuda")
@@ -145,7 +145,7 @@ class ProcessProfileRunner:
         if completed < MIN_REQUESTS:
             raise ProfileRunError(f"{model} at {percent:g}% with batch {batch} completed {completed} requests in "
                                   f"{self.duration_s:g} s, too few for a p99; raise --duration "
-                                  f"(logs: {directory})")
+                                  f"(--keep-workdir keeps the runs' logs)")
         m = Measurement(batch * completed / window, float(np.percentile(result.service, 99)) * 1e3)
         self.runs.append(ShareRun(model, percent, batch, completed, granted, device_sms, m))
         self.progress(f"{model} at {percent:g}% ({granted} of {device_sms} SMs granted), batch {batch}: "
