@@ -95,7 +95,8 @@ def run_client(program: Path, *args, server: str | None = None, env: dict | None
                trace: bool = True, timeout: float = 60) -> Run:
     """Runs `program` as tally-run would (our library first on LD_LIBRARY_PATH and
     LD_PRELOADed), with TALLY_CLIENT_TRACE going to a file whose text is returned."""
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TALLY_") and k != "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}
     e["LD_LIBRARY_PATH"] = ":".join(p for p in (str(LIB_DIR), str(CUDA_HOME / "lib64")) if p)
     if preload:
         e["LD_PRELOAD"] = str(CLIENT_LIBRARY)

@@ -107,30 +107,37 @@ class Job:
 
 
 def job_command(socket: Path, program: Path, *args, priority: str | None = None,
-                quota: str | None = None) -> list[str]:
+                quota: str | None = None, sm_percent: float | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket)]
     if priority:
         cmd += ["--priority", priority]
     if quota:
         cmd += ["--memory-quota", quota]
+    if sm_percent is not None:
+        cmd += ["--sm-percent", f"{sm_percent:g}"]
     return cmd + ["--", str(program), *map(str, args)]
 
 
 def job_env() -> dict:
-    # The job must find only tally's driver: no developer TALLY_* settings leak in.
-    return {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    # The job must find only tally's driver: no developer TALLY_* (or MPS share) settings leak in.
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("TALLY_") and k != "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}
 
 
 def run_job(socket: Path, program: Path, *args, timeout: float = 120, priority: str | None = None,
-            quota: str | None = None, stdin: str | None = None) -> Job:
-    r = subprocess.run(job_command(socket, program, *args, priority=priority, quota=quota), capture_output=True,
-                       text=True, timeout=timeout, env=job_env(), input=stdin, check=False)
+            quota: str | None = None, stdin: str | None = None, sm_percent: float | None = None,
+            env: dict | None = None) -> Job:
+    r = subprocess.run(job_command(socket, program, *args, priority=priority, quota=quota, sm_percent=sm_percent),
+                       capture_output=True, text=True, timeout=timeout, env={**job_env(), **(env or {})},
+                       input=stdin, check=False)
     return Job(r.returncode, r.stdout, r.stderr)
 
 
-def start_job(socket: Path, program: Path, *args, priority: str | None = None) -> subprocess.Popen:
-    return subprocess.Popen(job_command(socket, program, *args, priority=priority), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=job_env())
+def start_job(socket: Path, program: Path, *args, priority: str | None = None,
+              sm_percent: float | None = None) -> subprocess.Popen:
+    return subprocess.Popen(job_command(socket, program, *args, priority=priority, sm_percent=sm_percent),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                            env=job_env())
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> Job:
@@ -167,14 +174,14 @@ class Server:
         self.process.stop()
 
 
-def emulator_server_process() -> Server:
-    """A server on the CPU emulator. The emulator is part of every build, so a
-    missing one is a failure, never a skip."""
+def emulator_server_process(*extra_args: str) -> Server:
+    """A server on the CPU emulator (with these tally-server flags). The emulator is
+    part of every build, so a missing one is a failure, never a skip."""
     try:
         import tally.backends.emulator  # noqa: F401
     except ImportError as e:
         pytest.fail(f"the emulator backend does not import ({e}); rebuild with tools/dev_build.sh")
-    return Server("emulator")
+    return Server("emulator", extra_args)
 
 
 @pytest.fixture(scope="module")

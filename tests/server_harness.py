@@ -53,12 +53,12 @@ class PyClient:
     """A minimal client speaking the wire protocol (what client_preload does in C++)."""
 
     def __init__(self, socket_path: Path, priority=protocol.Priority.BEST_EFFORT, quota: int = 0,
-                 version: int = protocol.PROTOCOL_VERSION, program: str = "pytest"):
+                 version: int = protocol.PROTOCOL_VERSION, program: str = "pytest", sm_percent: float = 0.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(10)
         self.sock.connect(str(socket_path))
         hello = protocol.codec("Hello").pack(protocol_version=version, pid=os.getpid(), priority=priority,
-                                             memory_quota=quota, program=program)
+                                             memory_quota=quota, sm_percent=sm_percent, program=program)
         send_record(self.sock, protocol.codec("Hello").kind, hello)
         kind, _tag, payload = recv_record(self.sock)
         assert kind == protocol.codec("HelloReply").kind

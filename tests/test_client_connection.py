@@ -107,8 +107,29 @@ def test_hello_carries_the_environment_and_a_refusal_is_reported(env, priority, 
     assert len(lines) == 1 and "refused this job" in lines[0] and "only 2 GiB left; ask for less" in lines[0]
 
 
+@pytest.mark.parametrize("env, share", [
+    ({}, 0.0),
+    ({"TALLY_SM_PERCENT": "25"}, 25.0),
+    ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40"}, 40.0),          # a job set up for MPS keeps its share
+    ({"TALLY_SM_PERCENT": "12.5", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40"}, 12.5),   # tally-run's wins
+    ({"TALLY_SM_PERCENT": "", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}, 100.0),
+])
+def test_hello_carries_the_jobs_sm_share(env, share):
+    fake = RefusingServer(protocol.HandshakeStatus.QUOTA_UNAVAILABLE, "refused")
+    try:
+        run_client(build_c("connection.c"), "init", server=fake.path, env=env)
+    finally:
+        fake.close()
+    assert fake.hello["sm_percent"] == share
+
+
 @pytest.mark.parametrize("env, mentions", [
     ({"TALLY_PRIORITY": "urgent"}, "TALLY_PRIORITY='urgent'"),
+    ({"TALLY_SM_PERCENT": "0"}, "TALLY_SM_PERCENT='0'"),
+    ({"TALLY_SM_PERCENT": "101"}, "TALLY_SM_PERCENT='101'"),
+    ({"TALLY_SM_PERCENT": "25%"}, "TALLY_SM_PERCENT='25%'"),
+    ({"TALLY_SM_PERCENT": "nan"}, "TALLY_SM_PERCENT='nan'"),
+    ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "-3"}, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='-3'"),
     ({"TALLY_MEMORY_QUOTA": "lots"}, "TALLY_MEMORY_QUOTA='lots'"),
     ({"TALLY_MEMORY_QUOTA": "0"}, "TALLY_MEMORY_QUOTA='0'"),
     ({"TALLY_MEMORY_QUOTA": "-5"}, "TALLY_MEMORY_QUOTA='-5'"),

@@ -6,10 +6,15 @@ modules, launches (best-effort ones transformed, with PTB state written on the
 backend's control stream), copies, events, host functions, graphs and virtual
 memory all go through tally/backends/cuda.py, as on a GPU.
 
+Green contexts go the same way: a job's green contexts and SM share become SM caps
+on the cuda backend's launches, which it runs in green contexts of its own, made
+through tally's libcuda on the emulator (whose %smid shows where blocks ran).
+
 What this cannot show is what a real GPU decides: timing, where blocks run, and
 how a device fault poisons a real context. tests/test_e2e_gpu.py runs on one."""
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +29,7 @@ from test_e2e_gpu import (  # noqa: F401
     test_programs_on_the_gpu,
 )
 from e2e_helpers import (
+    Job,
     Server,
     build_cuda,
     emulator_server_process,
@@ -57,6 +63,8 @@ from test_e2e_virtual_memory import (  # noqa: F401
     test_reserve_create_map_access_unmap,
 )
 
+from test_e2e_green_contexts import build_green_contexts, check_green_context_job
+
 from tally.bench.demo import compile_example
 
 NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
@@ -65,11 +73,12 @@ NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
 class NestedCudaServer(Server):
     """A cuda-backend server running as a job of `under` (an emulator server)."""
 
-    def __init__(self, under: Server, policy: str = "priority"):
+    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto"):
         self.under = under
         self.dir = under.dir
         self.socket = under.dir / "cuda.sock"
-        command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, priority="high")
+        command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, be_transform,
+                              priority="high")
         self.process = ServerProcess(self.socket, command=command, env=job_env())
 
 
@@ -124,3 +133,46 @@ def test_device_printf_goes_to_the_servers_stdout(nvcc, cuda_server):
     assert job.returncode == 0, job.stdout + job.stderr
     assert "host: done sync=0" in job.stdout and "kernel 7" not in job.stdout
     assert "kernel 7: block 1 thread 1" in cuda_server.process.log()
+
+
+@pytest.fixture(scope="module")
+def sm32_cuda_server():
+    """A nested cuda-backend server over an emulator reporting 32 SMs (an H100's
+    partition rules: at least 8 SMs, multiples of 8). Best-effort kernels run whole,
+    as cubin-only kernels (PyTorch's) do on a GPU: the emulator runs a PTB kernel's
+    workers one after another, so the first one takes every task and %smid would
+    show one SM whatever the cap."""
+    under = emulator_server_process("--emulate-sms", "32")
+    server = NestedCudaServer(under, be_transform="none")
+    yield server
+    server.stop()
+    under.stop()
+
+
+def test_a_job_with_green_contexts_of_its_own(nvcc, sm32_cuda_server):
+    # The job's green-context stream carries an SM cap to the cuda backend, which runs
+    # the kernel in a green context of its own (made through tally's libcuda).
+    job = run_job(sm32_cuda_server.socket, build_green_contexts(nvcc), 8, priority="high", timeout=300)
+    check_green_context_job(job, 32)
+    assert "SM shares use green contexts: partitions of at least 8 SMs in multiples of 8, of 32" in (
+        sm32_cuda_server.process.log())
+
+
+def test_a_best_effort_job_with_an_sm_share(nvcc, sm32_cuda_server):
+    census = build_cuda(nvcc, "sm_census.cu")
+
+    def run_census(*share: str) -> Job:
+        command = [sys.executable, "-m", "tally.cli.run_main", "--server", sm32_cuda_server.socket,
+                   "--priority", "best-effort", *share, "--", census, 2, 64, 10]
+        r = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=300, env=job_env(),
+                           check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return Job(r.returncode, r.stdout, r.stderr)
+
+    # 25% of 32 SMs is 8: the job's kernels ran on 8 SMs; without a share on all 32.
+    # (%smid is the emulator worker that ran the block: never more than allowed.)
+    device_sms, distinct, highest, missed = run_census("--sm-percent", "25").ints(
+        "device_sms", "distinct_sms", "max_smid", "blocks_missed")
+    assert device_sms == 32 and 1 <= distinct <= 8 and highest <= 7 and missed == 0
+    distinct, highest, missed = run_census().ints("distinct_sms", "max_smid", "blocks_missed")
+    assert 1 <= distinct <= 32 and highest <= 31 and missed == 0

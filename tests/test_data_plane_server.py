@@ -10,6 +10,7 @@ import os
 import struct
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from e2e_helpers import Server, build_device_code
@@ -17,11 +18,13 @@ from ptx_corpus import CORPUS_DIR, compile_ptx
 from server_harness import PyClient
 
 from tally import _core, protocol
+from tally.backends.base import DataPlaneDevice
 from tally.backends.emulator import EmulatorBackend
 from tally.backends.null import NullBackend
 from tally.backends.ptx_variants import PtxVariantProvider
 from tally.protocol.spec import DEST_ARENA, SOURCE_INLINE
 from tally.scheduler import Launch, Memset, StreamExecutor, make_policy
+from tally.scheduler.hooks import ALLOW, Hooks
 from tally.scheduler.profiler import TransparentProfiler
 from tally.server.client.modules import ModuleRegistry
 
@@ -37,12 +40,13 @@ def segment_pair():
     return server, _core.Segment.open(name)
 
 
-def attached_plane(ex, backend, client_id):
+def attached_plane(ex, backend, client_id, device=None):
     """A ClientPlane for `client_id`, attached to the executor as the server attaches a job's."""
     server, client = segment_pair()
-    device = backend.data_plane()
-    plane = _core.data_plane.ClientPlane(server, device.issuer)
-    ex.attach_fast_lanes(client_id, plane, device.stream_handle, device.issuer.completes_at_issue)
+    real = backend.data_plane()
+    device = device or real            # `device`: what the executor is told of the backend's issuer
+    plane = _core.data_plane.ClientPlane(server, real.issuer)
+    ex.attach_fast_lanes(client_id, plane, device)
     return plane, device, server, client
 
 
@@ -53,14 +57,18 @@ def kernel(backend, source, name, variants=None):
 
 
 def granted(ex) -> dict:
-    return {(client, key): on for client, key, on in ex.fast_lanes.lanes()}
+    return {(client, key): on for client, key, on, _ in ex.fast_lanes.lanes()}
 
 
-def one_launch_each(ex, clients, launch):
+def caps(ex) -> dict:
+    return {(client, key): cap for client, key, on, cap in ex.fast_lanes.lanes() if on}
+
+
+def one_launch_each(ex, clients, launch, device=None):
     """Each client ran one kernel and synchronized; then the executor offers its lane."""
     for client, priority, share in clients:
         ex.add_client(client, priority, sm_percent=share)
-        attached_plane(ex, ex.backend, client)
+        attached_plane(ex, ex.backend, client, device)
         ex.submit(client, LEGACY, launch)
         ex.synchronize_stream(client, LEGACY)
     for client, _, _ in clients:
@@ -69,10 +77,10 @@ def one_launch_each(ex, clients, launch):
 
 
 @pytest.mark.parametrize("policy, options, expected", [
-    ("priority", {"idle_grace_ms": 0}, {"hp": True, "be": True, "share": False}),     # the high-priority job is idle
-    ("priority", {"idle_grace_ms": 60_000}, {"hp": True, "be": False, "share": False}),   # not idle long enough
-    ("fifo", {}, {"hp": True, "be": True, "share": False}),
-    ("kernel-priority", {}, {"hp": True, "be": True, "share": False}),
+    ("priority", {"idle_grace_ms": 0}, {"hp": True, "be": True, "share": True}),     # the high-priority job is idle
+    ("priority", {"idle_grace_ms": 60_000}, {"hp": True, "be": False, "share": True}),   # not idle long enough
+    ("fifo", {}, {"hp": True, "be": True, "share": True}),
+    ("kernel-priority", {}, {"hp": True, "be": True, "share": True}),
     ("time-slice", {}, {"hp": False, "be": False, "share": False}),
 ])
 def test_lanes_are_granted_where_the_executor_issues_at_once(policy, options, expected):
@@ -82,6 +90,9 @@ def test_lanes_are_granted_where_the_executor_issues_at_once(policy, options, ex
     # the best-effort job first: it must not wait out the grace after the others' kernels
     clients = (("be", "best-effort", None), ("hp", "high", None), ("share", "high", 50))
     assert one_launch_each(ex, clients, Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28))) == expected
+    if expected["share"]:                     # the share's launches carry its cap; the others none
+        assert caps(ex)[("share", LEGACY)] == ex.sm_granted("share") < backend.describe().sm_count
+        assert caps(ex)[("hp", LEGACY)] is None
     ex.release_stream("hp", LEGACY)           # a released stream has no lane
     assert ("hp", LEGACY) not in granted(ex)
     ex.close()
@@ -110,6 +121,93 @@ def test_best_effort_release_closes_at_high_priority_work_and_goes_to_one_job_at
     ex.offer_fast_lane("be2", LEGACY)
     assert granted(ex)[("be2", LEGACY)] and not granted(ex)[("be1", LEGACY)]
     ex.close()
+
+
+def test_pause_and_a_new_share_revoke_the_lanes_and_a_gate_keeps_best_effort_work_in_python():
+    backend = NullBackend()
+    fn = kernel(backend, "vector_add.cu", "vector_add").backend_function
+    launch = Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28))
+    ex = StreamExecutor(backend, make_policy("fifo"))
+    assert one_launch_each(ex, (("hp", "high", None), ("be", "best-effort", None)), launch) == {"hp": True,
+                                                                                               "be": True}
+    ex.pause_client("hp")
+    assert not granted(ex)[("hp", LEGACY)]
+    ex.offer_fast_lane("hp", LEGACY)
+    assert not granted(ex)[("hp", LEGACY)]          # not while it is paused
+    ex.resume_client("hp")
+    ex.offer_fast_lane("hp", LEGACY)
+    assert caps(ex)[("hp", LEGACY)] is None
+    granted_sms = ex.set_sm_percent("hp", 25)
+    assert not granted(ex)[("hp", LEGACY)]          # offered again, with the new cap
+    ex.offer_fast_lane("hp", LEGACY, stream_sm_cap=granted_sms + 5)     # a green context's stream: the lesser
+    assert caps(ex)[("hp", LEGACY)] == granted_sms
+    ex.offer_fast_lane("hp", LEGACY, stream_sm_cap=1)
+    assert caps(ex)[("hp", LEGACY)] == 1
+    ex.close()
+
+    class Hold:                                     # a cluster gate (tally/scheduler/hooks.py)
+        def gate(self, unit, now):
+            return ALLOW
+
+    hooks = Hooks()
+    hooks.register(Hold())
+    ex = StreamExecutor(backend, make_policy("fifo"), hooks=hooks)
+    # Every best-effort unit asks the gate in Python; high-priority work is never gated.
+    assert one_launch_each(ex, (("hp", "high", None), ("be", "best-effort", None)), launch) == {"hp": True,
+                                                                                               "be": False}
+    ex.close()
+
+
+def test_an_issuer_that_cannot_confine_launches_gets_no_capped_lane():
+    backend = NullBackend()
+    fn = kernel(backend, "vector_add.cu", "vector_add").backend_function
+    real = backend.data_plane()
+    # the cuda issuer's answer (its capped launches need the Python backend's green partitions)
+    uncapped = DataPlaneDevice(SimpleNamespace(completes_at_issue=True, carries_sm_cap=False),
+                               real.stream_handle, real.register_function)
+    ex = StreamExecutor(backend, make_policy("priority"))
+    clients = (("hp", "high", None), ("share", "high", 50))
+    assert one_launch_each(ex, clients, Launch(fn, (4, 1, 1), (128, 1, 1), 0, bytes(28)), uncapped) == {
+        "hp": True, "share": False}
+    ex.close()
+
+
+def test_a_lanes_launches_run_on_the_jobs_share_of_the_emulators_sms():
+    backend = EmulatorBackend(printf_to_stdout=False)
+    ex = StreamExecutor(backend, make_policy("priority"))
+    try:
+        ex.add_client("hp", "high", sm_percent=25)        # 2 of the emulator's 8 SMs
+        plane, device, server, client = attached_plane(ex, backend, "hp")
+        registry = ModuleRegistry(backend)
+        module = registry.load(compile_ptx(CORPUS_DIR / "vector_add.cu", arch="sm_90").encode())
+        add = registry.function(module.module_id, "vector_add")
+        assert device.register_function(plane, add.function_id, add.backend_function, add.param_bytes)
+        n = 64 * 128
+        a = backend.mem_alloc(4 * n)
+        params = struct.pack("<QQQi", a, a, a, n)
+        ex.submit("hp", LEGACY, Launch(add.backend_function, (64, 1, 1), (128, 1, 1), 0, params))
+        ex.synchronize_stream("hp", LEGACY)
+        ex.offer_fast_lane("hp", LEGACY)
+        plane.stream_rules(LEGACY, True, True)
+        assert caps(ex)[("hp", LEGACY)] == 2
+        stream = ex._clients["hp"].streams[LEGACY].backend_stream
+        backend.sm_usage.pop(stream, None)
+        loop = threading.Thread(target=plane.serve, args=(lambda *request: pytest.fail(f"{request}"), 0.05),
+                                daemon=True)
+        loop.start()
+        client.request_ring.push(protocol.codec("LaunchKernel").kind, 0, protocol.codec("LaunchKernel").pack(
+            params, function=add.function_id, stream=LEGACY, grid=(64, 1, 1), block=(128, 1, 1)))
+        deadline = time.monotonic() + 30
+        while plane.lane_counts(LEGACY)[0] == 0 or not plane.lane_quiet(LEGACY):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        sms_used, _ = backend.sm_usage[stream]
+        assert 1 <= sms_used <= 2
+        plane.stop()
+        loop.join(5)
+    finally:
+        ex.close()
+        backend.close()
 
 
 def test_a_preemptible_unit_revokes_every_lane():

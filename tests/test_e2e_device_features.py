@@ -92,7 +92,9 @@ def test_emulate_cc_runs_ptx_for_that_architecture(compute_120_program):
 
 
 @pytest.mark.parametrize("args, why", [
-    (("--backend", "null", "--emulate-cc", "12.0"), "--emulate-cc and --emulate-driver set what the emulator reports"),
+    (("--backend", "null", "--emulate-cc", "12.0"), "--emulate-driver and --emulate-sms set what the emulator reports"),
+    (("--backend", "null", "--emulate-sms", "32"), "the null backend reports its own device"),
+    (("--backend", "emulator", "--emulate-sms", "0"), "'0' is not an SM count from 1 to 1024"),
     (("--backend", "emulator", "--emulate-cc", "twelve"), "'twelve' is not a compute capability like 9.0"),
     (("--backend", "emulator", "--emulate-cc", "12"), "'12' is not a compute capability like 9.0"),
     (("--backend", "emulator", "--emulate-driver", "13.x"), "'13.x' is not a CUDA version like 13.0"),

@@ -33,7 +33,7 @@ def test_hello_roundtrip():
 
 
 def test_short_payload_is_a_protocol_error():
-    with pytest.raises(protocol.ProtocolError, match="need 96"):
+    with pytest.raises(protocol.ProtocolError, match="need 104"):
         protocol.codec("Hello").unpack(b"\0" * 10)
 
 

@@ -18,7 +18,8 @@ import tally.backends.emulator as emulator  # noqa: E402
 from tally.server.client.modules import ModuleRegistry  # noqa: E402
 from tally.backends.ptx_variants import PtxVariantProvider  # noqa: E402
 
-N, BLOCK = 65536, 128                # saxpy: one element per thread, 512 blocks
+N, BLOCK = 262144, 128               # saxpy: one element per thread, 2048 blocks (each kernel long enough
+                                     # to be preempted by the high-priority job, on 8 workers)
 ALPHAS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
 
 

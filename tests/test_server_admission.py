@@ -60,6 +60,10 @@ BAD = protocol.HandshakeStatus.BAD_REQUEST
      "more than the device has (80.00 GiB)"),
     (dict(priority=7), BAD, "unknown priority 7"),
     (dict(pid=0), BAD, "not a process id"),
+    (dict(sm_percent=math.inf), BAD, "not a percentage of the SMs"),
+    (dict(sm_percent=math.nan), BAD, "not a percentage of the SMs"),
+    (dict(sm_percent=-25.0), BAD, "not a percentage of the SMs"),
+    (dict(sm_percent=150.0), BAD, "not a percentage of the SMs"),
 ])
 def test_each_bad_hello_field_is_refused_with_a_reason(server, fields, status, words):
     got, message = hello(server.socket_path, **fields)
@@ -76,12 +80,51 @@ def test_a_quota_percentage_is_a_share_of_the_device(server):
     assert status == protocol.HandshakeStatus.OK
 
 
+def test_a_hello_of_the_previous_protocol_is_told_the_versions(server):
+    """Version 1's Hello was 8 bytes shorter (no sm_percent): it cannot be decoded as
+    today's, and is answered with the version mismatch, not dropped."""
+    v1_hello = struct.pack("<IIIIQd64s", 1, os.getpid(), protocol.Priority.BEST_EFFORT, 0, 0, 0.0, b"old")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(server.socket_path))
+        send_record(sock, HELLO.kind, v1_hello)
+        kind, _, payload = recv_record(sock)
+    reply, _ = HELLO_REPLY.unpack(payload)
+    assert reply["status"] == protocol.HandshakeStatus.VERSION_MISMATCH
+    assert f"client speaks v1, server v{protocol.PROTOCOL_VERSION}" in protocol.cstr(reply["message"])
+
+
+def test_best_effort_shares_are_the_servers_default_and_never_above_it(tmp_path):
+    s = ServerProcess(tmp_path / "shares.sock", backend="null", extra_args=("--be-sm-percent", "40", "--max-hp-jobs", "2"))
+    try:
+        none_asked = PyClient(s.socket_path, program="none-asked")
+        less = PyClient(s.socket_path, program="less", sm_percent=25.0)
+        more = PyClient(s.socket_path, program="more", sm_percent=90.0)
+        high = PyClient(s.socket_path, priority=protocol.Priority.HIGH, program="online", sm_percent=90.0)
+        whole = PyClient(s.socket_path, priority=protocol.Priority.HIGH, program="whole")
+        status = query_status(s.socket_path)
+        clients = {c["program"]: c for c in status["clients"]}
+        # the null device has 132 SMs: 40% of them is 52.8, so 52 SMs (never more than the share)
+        assert (clients["none-asked"]["sm_percent"], clients["none-asked"]["sm_granted"]) == (40.0, 52)
+        assert (clients["less"]["sm_percent"], clients["less"]["sm_granted"]) == (25.0, 33)
+        assert (clients["more"]["sm_percent"], clients["more"]["sm_granted"]) == (40.0, 52)
+        assert (clients["online"]["sm_percent"], clients["online"]["sm_granted"]) == (90.0, 118)
+        assert (clients["whole"]["sm_percent"], clients["whole"]["sm_granted"]) == (None, 132)
+        assert status["server"]["be_sm_percent"] == 40.0 and status["server"]["sm_count"] == 132
+        assert "asked for 90% of the SMs; best-effort jobs get at most 40%" in s.log()
+        for c in (none_asked, less, more, high, whole):
+            c.close()
+    finally:
+        s.stop()
+
+
 hello_fields = st.fixed_dictionaries({
     "protocol_version": st.sampled_from([protocol.PROTOCOL_VERSION, 0, 2, 0xFFFFFFFF]),
     "pid": st.integers(0, 0xFFFFFFFF),
     "priority": st.integers(0, 0xFFFFFFFF),
     "memory_quota": st.integers(0, 0xFFFFFFFFFFFFFFFF),
     "memory_quota_percent": st.floats(allow_nan=True, allow_infinity=True),
+    "sm_percent": st.floats(allow_nan=True, allow_infinity=True),
     "program": st.binary(max_size=64),
 })
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from tally import paths
-from tally.cli.run_main import job_environment, parse_quota, quota_too_large
+from tally.cli.run_main import job_environment, mps_share_problem, parse_quota, parse_sm_percent, quota_too_large
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -46,6 +46,32 @@ def test_environment_puts_our_library_first():
     assert env["TALLY_PRIORITY"] == "high"
     assert env["TALLY_MEMORY_QUOTA"] == "50%"
     assert env["PATH"] == "/bin"
+
+
+def test_the_sm_share_goes_to_the_job_and_a_stale_one_does_not():
+    env = job_environment({"TALLY_SM_PERCENT": "80"}, "/tmp/s.sock", "best-effort", None, 25.0)
+    assert env["TALLY_SM_PERCENT"] == "25"
+    env = job_environment({"TALLY_SM_PERCENT": "80", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40"}, "/tmp/s.sock",
+                          "best-effort", None)
+    assert "TALLY_SM_PERCENT" not in env and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+
+
+@pytest.mark.parametrize("text, value", [("25", 25.0), ("12.5", 12.5), ("1", 1.0), ("100", 100.0)])
+def test_sm_share_forms(text, value):
+    assert parse_sm_percent(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "0.5", "101", "-5", "25%", "nan", "inf", ""])
+def test_a_bad_sm_share_is_a_clear_error(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a percentage of the device's SMs from 1 to 100"):
+        parse_sm_percent(text)
+
+
+def test_the_jobs_mps_share_is_checked_before_the_job_starts():
+    assert mps_share_problem({}) is None
+    assert mps_share_problem({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"}) is None
+    problem = mps_share_problem({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "300"})
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='300'" in problem and "--sm-percent" in problem
 
 
 def test_without_a_server_tally_run_says_how_to_start_one(tmp_path):

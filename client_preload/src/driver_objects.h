@@ -28,6 +28,8 @@ enum class ObjectTag : uint32_t {
   kGraphExec = 0x47455845, // "GEXE"
   kGraphNode = 0x474e4f44, // "GNOD"
   kLinkState = 0x4c494e4b, // "LINK"
+  kGreenContext = 0x4752434e,  // "GRCN"
+  kResourceDesc = 0x52534443,  // "RSDC"
 };
 
 // CU_FUNC_ATTRIBUTE_* values a FunctionReply carries.
@@ -40,6 +42,7 @@ struct ParamSlot {
 };
 
 struct ModuleObject;
+struct GreenContextObject;
 
 struct FunctionObject {
   std::atomic<ObjectTag> tag{ObjectTag::kFunction};
@@ -64,6 +67,7 @@ struct StreamObject {
   unsigned flags = 0;
   int priority = 0;
   CUcontext context = nullptr;  // current when it was created (nullptr: none was; the primary one serves)
+  GreenContextObject* green = nullptr;  // made in a green context: its kernels keep to that context's SMs
 };
 
 struct EventObject {

@@ -56,6 +56,11 @@ class BackendTraits:
     # jobs' modules (tally/backends/ptx_variants.py); False where the backend
     # models them itself (the sim).
     variants_from_ptx: bool
+    # The backend confines a launch to at most `sm_cap` SMs (DeviceBackend.launch):
+    # green contexts on a GPU, the emulator's worker threads, the sim's SM model.
+    # False: the cap is accepted and has no effect (the executor still caps PTB
+    # workers to the share, and the policy's priorities still hold).
+    confines_sms: bool
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ class DeviceDescription:
     pci_bus: int = 0
     pci_device: int = 0
     driver_version: int = 13000
+    # How the device's SMs may be partitioned (green contexts: sm.minSmPartitionSize and
+    # sm.smCoscheduledAlignment); 0: CUDA's guideline for the compute capability
+    # (tally/backends/sm_partitions.py).
+    sm_partition_min: int = 0
+    sm_partition_alignment: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,9 +199,17 @@ class DeviceBackend(Protocol):
     def event_create(self, timing: bool = True) -> Event: ...
     def event_destroy(self, event: Event) -> None: ...
 
+    # SM confinement: `sm_grant(n)` is the number of SMs a cap of n SMs really gets
+    # (on a GPU rounded to the partition size and alignment the driver reports; n
+    # clamped to [1, sm_count] elsewhere). The executor asks it when a job's share is
+    # set and passes the answer as `sm_cap` on every launch of that job.
+    def sm_grant(self, requested_sms: int) -> int: ...
+
     # asynchronous operations (stream order)
     def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: Stream, params: bytes) -> None: ...
+               stream: Stream, params: bytes, sm_cap: int | None = None) -> None:
+        """At most `sm_cap` SMs run this kernel's blocks (None: the whole device);
+        backends whose traits do not say `confines_sms` accept and ignore it."""
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
         """`src` must stay valid until the copy ran (the caller owns it)."""
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...
@@ -225,6 +243,13 @@ class DeviceBackend(Protocol):
 # The allocation granularity of virtual memory management: what CUDA reports for
 # current NVIDIA GPUs (cuMemGetAllocationGranularity, minimum and recommended).
 VMM_GRANULARITY = 2 << 20
+
+
+def clamp_sm_grant(requested_sms: int, sm_count: int) -> int:
+    """sm_grant of a backend without partition granularity: the request, within the device."""
+    if requested_sms < 1:
+        raise ValueError(f"an SM cap is at least 1 SM, got {requested_sms}")
+    return min(int(requested_sms), sm_count)
 
 
 class NoVirtualMemory:

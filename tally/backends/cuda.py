@@ -8,17 +8,27 @@ streams created with the priority the scheduler asks for.
 On a real GPU a device fault (illegal address...) is sticky for the whole
 context: every stream of every client sees it. The traits'
 `errors_are_context_wide` tell the server so.
+
+A launch with an SM cap runs in a green context of that many SMs
+(green_partitions.py). Where green contexts are unavailable (a driver before
+CUDA 12.4, a MIG instance) the backend says so once in the log and its traits
+say `confines_sms` False: the executor then caps PTB workers and relies on
+priority, and whole kernels may use every SM.
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
+                                 clamp_sm_grant)
+from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
@@ -51,6 +61,9 @@ _MAP_SHARED = 0x01
 _MAP_FIXED_NOREPLACE = 0x100000
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _PAGE = 4096
+
+
+log = logging.getLogger("tally.backends.cuda")
 
 
 def _check(result):
@@ -86,7 +99,7 @@ class CudaBackend(PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True)
+                           variants_from_ptx=True, confines_sms=True)   # where green contexts work: see __init__
 
     def __init__(self, device: int = 0):
         _check(cu.cuInit(0))
@@ -100,6 +113,19 @@ class CudaBackend(PtxVariants):
         self._managed: dict[int, int] = {}     # managed memory: address -> bytes mapped
         self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
         self._current()
+        self._partitions = self._open_partitions()
+
+    def _open_partitions(self) -> GreenPartitions | None:
+        name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
+        partitions, why_not = GreenPartitions.open(self._device, name, _check(cu.cuDriverGetVersion()), _check)
+        if partitions is None:
+            self.traits = dataclasses.replace(type(self).traits, confines_sms=False)
+            log.warning("SM shares cannot use green contexts: %s. Falling back to PTB worker caps plus "
+                        "priority: kernels that run whole may use every SM", why_not)
+        else:
+            log.info("SM shares use green contexts: partitions of at least %d SMs in multiples of %d, of %d",
+                     partitions.rules.minimum, partitions.rules.alignment, partitions.sm_count)
+        return partitions
 
     def _current(self) -> None:
         if getattr(self._local, "bound", False):
@@ -123,11 +149,13 @@ class CudaBackend(PtxVariants):
                 attributes[attr] = _check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute(attr), self._device))
             except (DeviceError, ValueError):
                 continue
+        rules = self._partitions.rules if self._partitions is not None else None
         return DeviceDescription(
             name=name, uuid=uuid, total_memory=_check(cu.cuDeviceTotalMem(self._device)),
             compute_capability=(attributes.get(75, 0), attributes.get(76, 0)), sm_count=attributes.get(16, 0),
             attributes=attributes, pci_domain=attributes.get(50, 0), pci_bus=attributes.get(33, 0),
-            pci_device=attributes.get(34, 0), driver_version=_check(cu.cuDriverGetVersion()))
+            pci_device=attributes.get(34, 0), driver_version=_check(cu.cuDriverGetVersion()),
+            sm_partition_min=rules.minimum if rules else 0, sm_partition_alignment=rules.alignment if rules else 0)
 
     # memory
     def mem_alloc(self, nbytes: int) -> int:
@@ -288,6 +316,8 @@ class CudaBackend(PtxVariants):
 
     def stream_destroy(self, stream) -> None:
         self._current()
+        if self._partitions is not None:
+            self._partitions.forget_stream(stream)
         _check(cu.cuStreamDestroy(stream))
 
     def event_create(self, timing: bool = True):
@@ -300,14 +330,27 @@ class CudaBackend(PtxVariants):
         _check(cu.cuEventDestroy(event))
 
     # asynchronous operations
-    def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes) -> None:
+    def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
+               sm_cap: int | None = None) -> None:
         self._current()
         buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         size = ctypes.c_size_t(len(params))
         extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
                                       _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), _LAUNCH_PARAM_END)
-        # The driver copies the parameter buffer before cuLaunchKernel returns.
-        _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, stream, 0, ctypes.addressof(extra)))
+
+        def launch_on(s) -> None:
+            # The driver copies the parameter buffer before cuLaunchKernel returns.
+            _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+
+        if sm_cap is None or self._partitions is None:
+            launch_on(stream)
+        else:
+            self._partitions.launch(stream, sm_cap, launch_on)
+
+    def sm_grant(self, requested_sms: int) -> int:
+        if self._partitions is not None:
+            return self._partitions.grant(requested_sms)
+        return clamp_sm_grant(requested_sms, self.describe().sm_count)
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream) -> None:
         self._current()
@@ -399,5 +442,7 @@ class CudaBackend(PtxVariants):
         try:
             self._current()
             cu.cuCtxSynchronize()
+            if self._partitions is not None:
+                self._partitions.close()
         finally:
             cu.cuDevicePrimaryCtxRelease(self._device)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
-                                 NoHostRegistration)
+                                 NoHostRegistration, clamp_sm_grant)
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
     CUDA_ERROR_INVALID_VALUE,
@@ -52,7 +52,7 @@ class NullBackend(NoHostRegistration, PtxVariants):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True)
+                           variants_from_ptx=True, confines_sms=False)
 
     def __init__(self, total_memory: int = 80 << 30, sm_count: int = 132):
         self._total = total_memory
@@ -182,7 +182,10 @@ class NullBackend(NoHostRegistration, PtxVariants):
         pass
 
     # asynchronous operations complete at once and do nothing
-    def launch(self, fn, grid, block, shared_bytes, stream, params) -> None:
+    def sm_grant(self, requested_sms: int) -> int:
+        return clamp_sm_grant(requested_sms, self._sm_count)
+
+    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None) -> None:
         pass
 
     def memcpy_htod_async(self, dst, src, stream) -> None:

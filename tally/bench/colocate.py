@@ -26,9 +26,11 @@ import numpy as np
 from tally.backends.sim import SimBackend
 from tally.backends.sim.model import GPU_PRESETS
 from tally.bench import traces
+from tally.bench.sharing_levers import SharingLevers
 from tally.bench.sim_jobs import InferenceJob, TrainingJob
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
 from tally.scheduler.executor import BE_TRANSFORMS, StreamExecutor
+from tally.scheduler.hooks import Hooks
 from tally.scheduler.policies import POLICIES, make_policy
 from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS, TransparentProfiler
 
@@ -50,6 +52,12 @@ class ColocateConfig:
     turnaround_threshold_ms: float = DEFAULT_TURNAROUND_THRESHOLD_MS
     time_slice_ms: float = 10.0
     drain_s: float = 2.0              # after `duration`, time allowed for queued requests to finish
+    # SM shares of the best-effort jobs while they share the device (tally-server's flags)
+    be_sm_percent: float | None = None    # a static share (--be-sm-percent); None: the whole device
+    dynamic_sm: bool = False              # --dynamic-sm: 100% minus the high-priority SM activity
+    be_sm_floor: float = 10.0             # --be-sm-floor
+    be_util_target: float | None = None   # --be-util-target: compute control (0, 1]
+    sample_period_ms: float = 50.0        # how often the dynamic share / compute control are updated
 
     def validate(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]
@@ -71,6 +79,14 @@ class ColocateConfig:
             raise ValueError(f"--be-transform must be one of {', '.join(BE_TRANSFORMS)}")
         if not self.duration > 0:
             raise ValueError(f"--duration must be > 0 s, got {self.duration}")
+        if self.be_sm_percent is not None and not 0 < self.be_sm_percent <= 100:
+            raise ValueError(f"--be-sm-percent is a share of the SMs in (0, 100], got {self.be_sm_percent}")
+        if not 0 < self.be_sm_floor <= 100:
+            raise ValueError(f"--be-sm-floor is a share of the SMs in (0, 100], got {self.be_sm_floor}")
+        if self.be_util_target is not None and not 0 < self.be_util_target <= 1:
+            raise ValueError(f"--be-util-target is a utilization in (0, 1], got {self.be_util_target}")
+        if not self.sample_period_ms > 0:
+            raise ValueError(f"--sample-period-ms must be > 0, got {self.sample_period_ms}")
 
 
 @dataclass
@@ -82,6 +98,7 @@ class RunRecord:
     hp_completed_in_window: int = 0
     be_progress: list[float] = field(default_factory=list)    # iterations done by `duration`, per job
     counters: dict = field(default_factory=dict)
+    levers: dict = field(default_factory=dict)                  # SM shares / compute control at the end
     wall_seconds: float = 0.0
 
 
@@ -97,12 +114,12 @@ class SimRunner:
         self.config = config
         self.gpu = GPU_PRESETS[config.gpu]
 
-    def _executor(self, sim: SimBackend, policy: str) -> StreamExecutor:
+    def _executor(self, sim: SimBackend, policy: str, hooks: Hooks | None = None) -> StreamExecutor:
         c = self.config
         options = {"quantum_ms": c.time_slice_ms} if policy == "time-slice" else {}
         profiler = TransparentProfiler(self.gpu.sm_count, c.turnaround_threshold_ms)
         return StreamExecutor(sim, make_policy(policy, **options), sim.variant_provider(), profiler,
-                              clock=sim.clock, be_transform=c.be_transform)
+                              clock=sim.clock, be_transform=c.be_transform, hooks=hooks)
 
     def service_time(self) -> float:
         sim = SimBackend(self.gpu)
@@ -115,13 +132,18 @@ class SimRunner:
         c = self.config
         started = time.perf_counter()
         sim = SimBackend(self.gpu)
-        executor = self._executor(sim, policy)
+        # the levers apply while the jobs share the device; alone, a job has all of it
+        levers = SharingLevers.from_config(c) if with_hp else SharingLevers()
+        executor = self._executor(sim, policy, levers.hooks)
         hp = InferenceJob(sim, executor, "hp", INFERENCE_MODELS[c.hp_model], arrivals) if with_hp else None
-        bes = [TrainingJob(sim, executor, f"be{i}", TRAINING_MODELS[c.be_model], stop_at=c.duration)
+        bes = [TrainingJob(sim, executor, f"be{i}", TRAINING_MODELS[c.be_model], stop_at=c.duration,
+                           sm_percent=levers.be_sm_percent)
                for i in range(be_count)]
+        levers.attach(executor, [job.client_id for job in bes])
         for job in ([hp] if hp else []) + bes:
             job.start()
         sim.run_until(c.duration)
+        levers.stop()
         record = RunRecord()
         clients = executor.counters()["clients"]
         record.be_progress = [j.progress(clients[j.client_id]["kernels_completed"]) for j in bes]
@@ -138,6 +160,7 @@ class SimRunner:
             record.hp_unfinished = len(left)
             record.hp_completed_in_window = sum(1 for t in hp.completed_at if t <= c.duration)
         record.counters = executor.counters()
+        record.levers = levers.describe()
         record.wall_seconds = time.perf_counter() - started
         return record
 
@@ -157,42 +180,68 @@ class ColocateResult:
     latencies_ms: dict[str, np.ndarray]        # "alone" and per policy, for plots
 
 
-def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> ColocateResult:
-    config.validate()
-    runner = runner or SimRunner(config)
+@dataclass
+class Baseline:
+    """What every co-located run is measured against: the request arrivals and the
+    jobs alone on the device."""
+
+    service_s: float
+    rate_per_s: float
+    arrivals: np.ndarray
+    alone_hp: RunRecord
+    hp_alone_rate: float          # requests completed per second alone
+    be_alone_rate: float          # iterations per second alone (whole device)
+
+    def alone_report(self) -> dict:
+        return {**_latency_stats(self.alone_hp), "hp_throughput_per_s": self.hp_alone_rate,
+                "be_iterations_per_s": self.be_alone_rate}
+
+
+def measure_baseline(config: ColocateConfig, runner: Runner) -> Baseline:
     service = runner.service_time()
     rate = config.load / service
     arrivals = traces.arrivals(config.trace, rate, config.duration, config.seed)
     alone_hp = runner.run("fifo", True, 0, arrivals)
     alone_be = runner.run("fifo", False, 1, arrivals) if config.be_jobs else None
-    hp_alone_rate = alone_hp.hp_completed_in_window / config.duration
-    be_alone_rate = alone_be.be_progress[0] / config.duration if alone_be else 0.0
+    return Baseline(service, rate, arrivals, alone_hp, alone_hp.hp_completed_in_window / config.duration,
+                    alone_be.be_progress[0] / config.duration if alone_be else 0.0)
 
+
+def shared_stats(config: ColocateConfig, baseline: Baseline, record: RunRecord) -> dict:
+    """One co-located run's figures, relative to the baseline."""
+    hp_norm = ((record.hp_completed_in_window / config.duration) / baseline.hp_alone_rate
+               if baseline.hp_alone_rate else 0.0)
+    be_norm = [progress / config.duration / baseline.be_alone_rate if baseline.be_alone_rate else 0.0
+               for progress in record.be_progress]
+    stats = _latency_stats(record)
+    alone_p99 = _latency_stats(baseline.alone_hp)["hp_p99_ms"]
+    return {
+        **stats,
+        "hp_p99_vs_alone": stats["hp_p99_ms"] / alone_p99 if alone_p99 else None,
+        "hp_normalized_throughput": hp_norm,
+        "be_normalized_throughput": be_norm,
+        "system_throughput": hp_norm + sum(be_norm),
+        "counters": {k: v for k, v in record.counters.items() if k != "clients"},
+        "levers": record.levers,
+        "wall_seconds": record.wall_seconds,
+    }
+
+
+def run_colocate(config: ColocateConfig, runner: Runner | None = None) -> ColocateResult:
+    config.validate()
+    runner = runner or SimRunner(config)
+    baseline = measure_baseline(config, runner)
     report = {
         "config": asdict(config),
-        "hp_service_ms": service * 1000.0,
-        "hp_rate_per_s": rate,
-        "hp_arrivals": int(len(arrivals)),
-        "alone": {**_latency_stats(alone_hp), "hp_throughput_per_s": hp_alone_rate,
-                  "be_iterations_per_s": be_alone_rate},
+        "hp_service_ms": baseline.service_s * 1000.0,
+        "hp_rate_per_s": baseline.rate_per_s,
+        "hp_arrivals": int(len(baseline.arrivals)),
+        "alone": baseline.alone_report(),
         "policies": {},
     }
-    latencies = {"alone": np.asarray(alone_hp.hp_latencies) * 1000.0}
+    latencies = {"alone": np.asarray(baseline.alone_hp.hp_latencies) * 1000.0}
     for policy in config.policies:
-        record = runner.run(policy, True, config.be_jobs, arrivals)
-        hp_norm = (record.hp_completed_in_window / config.duration) / hp_alone_rate if hp_alone_rate else 0.0
-        be_norm = [progress / config.duration / be_alone_rate if be_alone_rate else 0.0
-                   for progress in record.be_progress]
-        stats = _latency_stats(record)
-        alone_p99 = report["alone"]["hp_p99_ms"]
-        report["policies"][policy] = {
-            **stats,
-            "hp_p99_vs_alone": stats["hp_p99_ms"] / alone_p99 if alone_p99 else None,
-            "hp_normalized_throughput": hp_norm,
-            "be_normalized_throughput": be_norm,
-            "system_throughput": hp_norm + sum(be_norm),
-            "counters": {k: v for k, v in record.counters.items() if k != "clients"},
-            "wall_seconds": record.wall_seconds,
-        }
+        record = runner.run(policy, True, config.be_jobs, baseline.arrivals)
+        report["policies"][policy] = shared_stats(config, baseline, record)
         latencies[policy] = np.asarray(record.hp_latencies) * 1000.0
     return ColocateResult(report, latencies)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class ProcessColocateConfig(ColocateConfig):
     drain_s: float = 10.0
     gpu: str = ""                        # the sim's GPU preset: unused (the report names the server's device)
     startup_timeout_s: float = 300.0     # a job's start-up: module loads (and transforms) on the emulator
+    server_args: tuple[str, ...] = ()    # more tally-server flags (e.g. --emulate-sms 4)
 
     def validate(self) -> None:
         if self.backend not in PROCESS_BACKENDS:
@@ -84,7 +86,9 @@ class ProcessColocateConfig(ColocateConfig):
         # the shared checks, without the sim's model and GPU names
         dataclasses.replace(ColocateConfig(), policies=self.policies, trace=self.trace, load=self.load,
                             be_jobs=self.be_jobs, duration=self.duration, seed=self.seed,
-                            be_transform=self.be_transform).validate()
+                            be_transform=self.be_transform, be_sm_percent=self.be_sm_percent,
+                            dynamic_sm=self.dynamic_sm, be_sm_floor=self.be_sm_floor,
+                            be_util_target=self.be_util_target, sample_period_ms=self.sample_period_ms).validate()
 
     @classmethod
     def for_workload(cls, workload: str, hp_job: str | None = None, be_job: str | None = None,
@@ -150,11 +154,11 @@ class ProcessRunner:
         a second set spaced CALIBRATION_SPACING estimates apart gives the figure."""
         started = time.perf_counter()
         zeros = np.zeros(CALIBRATION_REQUESTS)
-        with self._run_group("calibrate", "fifo") as (group, server, directory):
-            report = self._run_high_priority(group, server, directory, zeros, duration=0.0)
+        with self.server_run("calibrate", "fifo") as (group, server, directory):
+            report = self.run_high_priority(group, server, directory, zeros, duration=0.0)
             estimate = float(np.median(high_priority_result(report, zeros, 0.0).service))
             spaced = np.arange(CALIBRATION_REQUESTS) * CALIBRATION_SPACING * max(estimate, 1e-4)
-            report = self._run_high_priority(group, server, directory, spaced, duration=float(spaced[-1]),
+            report = self.run_high_priority(group, server, directory, spaced, duration=float(spaced[-1]),
                                              name="spaced")
             counters = self._counters(server)
             pids = {m.label: m.pid for m in group.processes}
@@ -170,14 +174,14 @@ class ProcessRunner:
         name = f"{policy}-{'hp' if with_hp else 'nohp'}-{be_count}be"
         record = RunRecord()
         checks: list[str] = []
-        with self._run_group(name, policy) as (group, server, directory):
+        with self.server_run(name, policy, shared=with_hp and be_count > 0) as (group, server, directory):
             stop_file = directory / "stop"
             bes = [self._start_best_effort(group, server, directory, i, stop_file) for i in range(be_count)]
             for i, be in enumerate(bes):
                 ready = directory / f"be{i}.ready"
                 wait_for(ready.exists, c.startup_timeout_s, be, "its first iteration", also=(server.process, *bes))
             if with_hp:
-                report = self._run_high_priority(group, server, directory, arrivals, c.duration, watch=bes)
+                report = self.run_high_priority(group, server, directory, arrivals, c.duration, watch=bes)
                 hp = high_priority_result(report, arrivals, c.duration)
                 record.hp_latencies = hp.latencies.tolist()
                 record.hp_unfinished = hp.unfinished
@@ -212,14 +216,15 @@ class ProcessRunner:
             self._commands[program.name] = program.command()    # compiles a cuda job once
         return self._commands[program.name]
 
-    def _run_group(self, name: str, policy: str):
+    def server_run(self, name: str, policy: str, shared: bool = False):
         self._runs += 1
         directory = self.workdir / f"run{self._runs:02d}-{name}"
-        return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock")
+        return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock", shared)
 
-    def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
+    def _tally_run(self, server: RunningServer, priority: str, sm_percent: float | None = None) -> list[str]:
+        share = ["--sm-percent", f"{sm_percent:g}"] if sm_percent is not None else []
         return [*commands.tool("tally-run"), "--server", str(server.socket_path),
-                "--priority", priority, "--"]
+                "--priority", priority, *share, "--"]
 
     def _start_best_effort(self, group: ProcessGroup, server: RunningServer, directory: Path, i: int,
                            stop_file: Path) -> Managed:
@@ -228,17 +233,19 @@ class ProcessRunner:
                    "--ready", str(directory / f"be{i}.ready"), *self.config.be_args])
         return group.start(f"best-effort job {i + 1} ({self.be_program.name})", argv, f"be{i}.log")
 
-    def _run_high_priority(self, group: ProcessGroup, server: RunningServer, directory: Path, arrivals: np.ndarray,
-                           duration: float, watch: list[Managed] = (), name: str = "") -> dict:
-        """Play `arrivals` to a high-priority job; `name` tells apart its files and label
-        from another one's in the same run."""
+    def run_high_priority(self, group: ProcessGroup, server: RunningServer, directory: Path, arrivals: np.ndarray,
+                          duration: float, watch: list[Managed] = (), name: str = "", sm_percent: float | None = None,
+                          job_args: tuple[str, ...] = ()) -> dict:
+        """Play `arrivals` to a high-priority job (with its SM share, and `job_args`
+        after the config's); `name` tells apart its files and label from another
+        one's in the same run."""
         c = self.config
         suffix = f"-{name}" if name else ""
         arrival_file = directory / f"arrivals{suffix}.txt"
         np.savetxt(arrival_file, arrivals, fmt="%.9f")
-        argv = (self._tally_run(server, "high") + self._command(self.hp_program)
+        argv = (self._tally_run(server, "high", sm_percent) + self._command(self.hp_program)
                 + ["--arrivals", str(arrival_file), "--duration", repr(duration), "--drain", repr(c.drain_s),
-                   "--out", str(directory / f"hp{suffix}.json"), *c.hp_args])
+                   "--out", str(directory / f"hp{suffix}.json"), *c.hp_args, *job_args])
         label = f"high-priority job ({self.hp_program.name}{', ' + name if name else ''})"
         hp = group.start(label, argv, f"hp{suffix}.log")
         limit = c.startup_timeout_s + duration + c.drain_s + 30.0
@@ -277,8 +284,10 @@ class RunningServer:
 class _ServerRun:
     """Context manager for one run: a process group holding a fresh tally-server."""
 
-    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path, socket_path: Path):
+    def __init__(self, config: ProcessColocateConfig, policy: str, directory: Path, socket_path: Path,
+                 shared: bool = False):
         self.config, self.policy, self.directory, self.socket_path = config, policy, directory, socket_path
+        self.shared = shared          # the jobs share the device: the SM-share levers apply
         self.group = ProcessGroup(directory)
 
     def __enter__(self):
@@ -288,7 +297,7 @@ class _ServerRun:
             socket_path = self.socket_path
             argv = [*commands.tool("tally-server"), "--backend", c.backend, "--policy", self.policy,
                     "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
-                    "--socket", str(socket_path)]
+                    "--socket", str(socket_path), *(lever_flags(c) if self.shared else ()), *c.server_args]
             process = self.group.start(f"tally-server (--backend {c.backend} --policy {self.policy})", argv,
                                        "server.log")
             wait_for(socket_path.exists, 60.0, process, "listening on its socket")
@@ -301,6 +310,27 @@ class _ServerRun:
         self.group.__exit__(*exc)
 
 
+def gpu_present() -> bool:
+    """Whether an NVIDIA driver and GPU are here. Asked in a child process: cuInit
+    here would initialize the driver in the process that forks every server and job."""
+    probe = "from tally.backends.registry import real_driver_present as p; raise SystemExit(0 if p() else 1)"
+    return subprocess.run(commands.python_code(probe), check=False).returncode == 0
+
+
+def lever_flags(c: ColocateConfig) -> list[str]:
+    """tally-server's flags for the SM-share levers the config asks for."""
+    flags = []
+    if c.be_sm_percent is not None:
+        flags += ["--be-sm-percent", repr(c.be_sm_percent)]
+    if c.dynamic_sm:
+        flags += ["--dynamic-sm", "--be-sm-floor", repr(c.be_sm_floor)]
+    if c.be_util_target is not None:
+        flags += ["--be-util-target", repr(c.be_util_target)]
+    if c.dynamic_sm or c.be_util_target is not None:
+        flags += ["--sample-period-ms", repr(c.sample_period_ms)]
+    return flags
+
+
 def config_from_args(args) -> ProcessColocateConfig:
     """The config for `tally-bench colocate --backend cuda|emulator` (ValueError on bad options)."""
     return ProcessColocateConfig.for_workload(
@@ -309,7 +339,10 @@ def config_from_args(args) -> ProcessColocateConfig:
         load=args.load, be_jobs=args.be_jobs, duration=args.duration, seed=args.seed,
         be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
         time_slice_ms=args.time_slice_ms, hp_args=tuple(shlex.split(args.hp_args or "")),
-        be_args=tuple(shlex.split(args.be_args or "")))
+        be_args=tuple(shlex.split(args.be_args or "")), be_sm_percent=args.be_sm_percent,
+        dynamic_sm=args.dynamic_sm, be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
+        sample_period_ms=args.sample_period_ms)
 
 
-__all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]
+__all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args",
+           "gpu_present"]

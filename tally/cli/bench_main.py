@@ -2,17 +2,19 @@
 
     tally-bench demo                       # tally's main job: two CUDA programs sharing one device
     tally-bench colocate --backend sim --json out.json --png out.png
+    tally-bench colocate --backend sim --be-transform none --dynamic-sm   # SM shares: tally-server's flags
+    tally-bench colocate --sm-sweep --png sweep.png   # high-priority p99 vs best-effort throughput per SM share
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
     tally-bench launch --backend null --json out.json   # a launch's server cost, C++ vs Python data plane
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
+    tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
 """
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from tally.bench.process_jobs import (
 )
 from tally.bench.traces import TRACE_KINDS
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
+from tally.cli.server_main import add_share_flags
 from tally.scheduler.executor import BE_TRANSFORMS
 from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS
 
@@ -52,13 +55,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="share of GPU time the inference job needs alone, in (0, 1) (default: %(default)s)")
     c.add_argument("--be-jobs", type=int, default=1)
     c.add_argument("--hp-model", choices=sorted(INFERENCE_MODELS), default="bert-base")
-    c.add_argument("--be-model", choices=sorted(TRAINING_MODELS), default="whisper-train")
+    c.add_argument("--be-model", choices=sorted(TRAINING_MODELS), default=None,
+                   help="the training job (default whisper-train; with --sm-sweep: each of them)")
     c.add_argument("--duration", type=float, default=2.0, help="seconds per run (default: %(default)s)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--gpu", choices=("a100", "h100"), default="a100", help="simulated GPU (sim backend)")
     c.add_argument("--be-transform", choices=BE_TRANSFORMS, default="auto")
     c.add_argument("--turnaround-threshold-ms", type=float, default=DEFAULT_TURNAROUND_THRESHOLD_MS)
     c.add_argument("--time-slice-ms", type=float, default=10.0)
+    add_share_flags(c)
+    c.add_argument("--sm-sweep", action="store_true",
+                   help="(sim) the priority policy with the best-effort job at static SM shares 10..90%%, the "
+                        "whole device and --dynamic-sm: high-priority p99 against best-effort throughput, as a "
+                        "table (--json, --png: the sweep's report and figure)")
     real = c.add_argument_group("real processes (--backend cuda|emulator)")
     real.add_argument("--workload", choices=WORKLOADS, default="cuda",
                       help="cuda: CUDA C++ jobs (run on the emulator too); torch: PyTorch jobs (GPU)")
@@ -115,14 +124,14 @@ def colocate_processes(args: argparse.Namespace) -> int:
     from tally.bench.process_colocate import run_process_colocate
     from tally.bench.process_group import JobFailed
     from tally.bench.process_jobs import JobBuildError
-    from tally.bench.process_runner import config_from_args
+    from tally.bench.process_runner import config_from_args, gpu_present
     try:
         config = config_from_args(args)
         config.validate()
     except ValueError as e:
         print(f"tally-bench colocate: {e}", file=sys.stderr)
         return 2
-    if args.backend == "cuda" and not _gpu_present():
+    if args.backend == "cuda" and not gpu_present():
         print("tally-bench colocate: --backend cuda needs an NVIDIA driver and GPU, and none was found; "
               "use --backend emulator to run the cuda workload on the CPU", file=sys.stderr)
         return 2
@@ -147,14 +156,6 @@ def colocate_processes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_present() -> bool:
-    # asked in a child process: cuInit here would initialize the driver in the
-    # process that forks every server and job
-    probe = "from tally.backends.registry import real_driver_present as p; raise SystemExit(0 if p() else 1)"
-    from tally.cli.commands import python_code
-    return subprocess.run(python_code(probe), check=False).returncode == 0
-
-
 def _write_outputs(args: argparse.Namespace, result) -> None:
     if args.json:
         args.json.write_text(json.dumps(result.report, indent=1, sort_keys=True) + "\n")
@@ -164,19 +165,26 @@ def _write_outputs(args: argparse.Namespace, result) -> None:
 
 
 def colocate(args: argparse.Namespace) -> int:
+    if args.sm_sweep and args.backend != "sim":
+        print("tally-bench colocate: --sm-sweep runs on the sim backend (--backend sim)", file=sys.stderr)
+        return 2
     if args.backend != "sim":
         return colocate_processes(args)
     try:
         config = ColocateConfig(
             policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
             trace=args.trace, load=args.load, be_jobs=args.be_jobs, hp_model=args.hp_model,
-            be_model=args.be_model, duration=args.duration, seed=args.seed, gpu=args.gpu,
+            be_model=args.be_model or "whisper-train", duration=args.duration, seed=args.seed, gpu=args.gpu,
             be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-            time_slice_ms=args.time_slice_ms)
+            time_slice_ms=args.time_slice_ms, be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
+            be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
+            sample_period_ms=args.sample_period_ms)
         config.validate()
     except ValueError as e:
         print(f"tally-bench colocate: {e}", file=sys.stderr)
         return 2
+    if args.sm_sweep:
+        return sm_sweep(args, config)
     result = run_colocate(config)
     print(_summary(result.report))
     if args.json:
@@ -210,6 +218,19 @@ def launch(args: argparse.Namespace) -> int:
     print(summary(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+def sm_sweep(args: argparse.Namespace, config: ColocateConfig) -> int:
+    from tally.bench.sm_sweep import format_sweep, run_sm_sweep
+    models = (args.be_model,) if args.be_model else None
+    report = run_sm_sweep(config, models)
+    print(format_sweep(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    if args.png:
+        from tally.bench.sm_sweep import plot_sm_sweep
+        plot_sm_sweep(report, args.png)
     return 0
 
 

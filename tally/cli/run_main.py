@@ -1,12 +1,15 @@
 """tally-run: start a job whose CUDA work goes through a tally-server.
 
-    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--server PATH] -- cmd args...
+    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--sm-percent P] [--server PATH] -- cmd args...
 
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
 absolute-path dlopen of the real driver lands on it too), names the server and
 the job's scheduling class in the environment, and execs the command: the job's
-stdout, stderr and exit status are its own.
+stdout, stderr and exit status are its own. Before that it asks the server's
+status, and exits 2 with the server's own sentence when the server would refuse
+the job at handshake (no server, a quota the device or the server's
+--be-memory-quota cannot give, a high-priority job over --max-hp-jobs).
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ import sys
 
 from tally import paths
 from tally.cli.server_main import query_status
+from tally.cluster.high_priority_jobs import AttachedJob
+from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
+from tally.cluster.memory_limits import quota_above_server, to_bytes
 from tally.units import SizeError, format_bytes, parse_size
 
 
@@ -37,6 +43,53 @@ def quota_too_large(quota: str | None, status: dict) -> str | None:
             f"({format_bytes(total)}); ask for at most that, or a percentage (e.g. 50%)")
 
 
+MPS_SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+STATUS_TIMEOUT_S = 30.0
+
+
+def parse_sm_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"SM share {text!r} is not a percentage of the device's SMs from 1 to 100")
+    return value
+
+
+def mps_share_problem(env: dict) -> str | None:
+    """Why the job's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE cannot be its share, or None."""
+    text = env.get(MPS_SHARE_ENV)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0 < value <= 100:
+        return None
+    return (f"{MPS_SHARE_ENV}={text!r} in the job's environment is not an SM share in (0, 100]; "
+            f"fix or unset it, or give tally-run --sm-percent")
+
+
+def server_refuses(priority: str, quota: str | None, status: dict) -> str | None:
+    """Why the server would refuse this job at handshake, from its status (the same
+    sentence the server sends), or None: tally-run says it before starting the job."""
+    server = status.get("server", {})
+    if priority == "high":
+        attached = [AttachedJob(c["client_id"], c["pid"], c["program"])
+                    for c in status.get("clients", []) if c.get("priority") == "high"]
+        max_jobs = server.get("max_hp_jobs", 1)
+        if len(attached) >= max_jobs:
+            return high_priority_refusal(attached, max_jobs)
+        return None
+    be_quota, total = server.get("be_memory_quota_bytes"), server.get("memory_total")
+    if quota is None or be_quota is None or not total:
+        return None
+    asked = to_bytes(float(quota[:-1]), total) if quota.endswith("%") else int(quota)
+    return quota_above_server(asked, be_quota) if asked > be_quota else None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tally-run", description=__doc__.split("\n\n")[0],
                                 usage="tally-run [options] -- command [args...]")
@@ -45,12 +98,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-quota", type=parse_quota,
                    help="device memory this job may allocate: a size with a unit (8G, 512M, 4096B) "
                         "or a percentage of device memory (50%%)")
+    p.add_argument("--sm-percent", type=parse_sm_percent, metavar="P",
+                   help="the job's share of the device's SMs, 1-100: its kernels run on at most that many "
+                        f"SMs. Without it, the job's own ${MPS_SHARE_ENV} is its share (jobs set up for MPS "
+                        "keep their setting); a best-effort job gets at most tally-server's --be-sm-percent")
     p.add_argument("--server", help="the tally-server socket (default $TALLY_SERVER or the default path)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job to run, after --")
     return p
 
 
-def job_environment(base: dict, socket_path, priority: str, quota: str | None) -> dict:
+def job_environment(base: dict, socket_path, priority: str, quota: str | None,
+                    sm_percent: float | None = None) -> dict:
     env = dict(base)
     lib_dir = str(paths.LIB_DIR)
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (lib_dir, base.get("LD_LIBRARY_PATH", "")) if p)
@@ -63,6 +121,10 @@ def job_environment(base: dict, socket_path, priority: str, quota: str | None) -
         env["TALLY_MEMORY_QUOTA"] = quota
     else:
         env.pop("TALLY_MEMORY_QUOTA", None)
+    if sm_percent is not None:
+        env["TALLY_SM_PERCENT"] = f"{sm_percent:g}"
+    else:
+        env.pop("TALLY_SM_PERCENT", None)     # the client falls back to the job's MPS setting
     return env
 
 
@@ -78,17 +140,26 @@ def main(argv: list[str] | None = None) -> int:
               f"(pip install .)", file=sys.stderr)
         return 2
     try:
-        status = query_status(socket_path)
+        # A server that exists answers at once unless its machine is very busy (many
+        # jobs starting together): wait for it rather than call it absent.
+        status = query_status(socket_path, timeout=STATUS_TIMEOUT_S)
+    except TimeoutError:
+        print(f"tally-run: the tally-server on {socket_path} did not answer within {STATUS_TIMEOUT_S:g} s; "
+              f"is its machine overloaded? `tally-server status --socket {socket_path}` asks it again",
+              file=sys.stderr)
+        return 2
     except (OSError, ConnectionError):
         print(f"tally-run: no tally-server answers on {socket_path}. Start one first, e.g.\n"
               f"  tally-server --socket {socket_path} &\n"
               f"then run: tally-run --server {socket_path} -- {' '.join(command)}", file=sys.stderr)
         return 2
-    refused = quota_too_large(args.memory_quota, status)
+    refused = quota_too_large(args.memory_quota, status) or server_refuses(args.priority, args.memory_quota, status)
+    if refused is None and args.sm_percent is None:
+        refused = mps_share_problem(os.environ)
     if refused:
         print(f"tally-run: {refused}", file=sys.stderr)
         return 2
-    env = job_environment(os.environ, socket_path, args.priority, args.memory_quota)
+    env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:
         os.execvpe(command[0], command, env)
     except OSError as e:

@@ -1,8 +1,13 @@
 """tally-server: own one GPU and run every job's work on it.
 
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
-                 [--emulate-cc 9.0] [--emulate-driver 13.0]
+                 [--emulate-cc 9.0] [--emulate-driver 13.0] [--emulate-sms 8]
+                 [--be-memory-quota SIZE|PCT%] [--hp-memory-reserve SIZE|PCT%] [--max-hp-jobs N]
     tally-server status [--socket PATH] [--json]
+    tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
+    tally-server pause --client ID [--force]
+    tally-server resume --client ID
+    tally-server top [--socket PATH] [--interval SECONDS]
 """
 from __future__ import annotations
 
@@ -22,15 +27,19 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
 from tally.server.status import ServerStatus
+from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
+CONTROL_COMMANDS = ("set", "pause", "resume")     # tally/cli/control_main.py
 
 
 def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
-                    "Subcommand: `tally-server status` reports connected clients.")
+                    "Subcommands: `tally-server status` reports connected clients, `tally-server top` "
+                    "shows them live; `tally-server set`, `pause` and `resume` change a running job "
+                    "(each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -59,8 +68,92 @@ def serve_parser() -> argparse.ArgumentParser:
                         "idle synchronizations the scheduler lets through go to the device without Python; "
                         "default) or python (every request through its Python handler); "
                         f"${DATA_PLANE_ENV} sets the default")
+    p.add_argument("--emulate-sms", type=sm_count, default=None, metavar="N",
+                   help="the SM count the emulator reports (default 8; an H100 has 132): what %%nsmid, the "
+                        "device attributes and green-context resources say")
+    # memory protection and high-priority jobs (tally/cluster/memory_limits.py, high_priority_jobs.py)
+    p.add_argument("--be-memory-quota", type=size_flag("--be-memory-quota"), default=None, metavar="SIZE|PCT%",
+                   help="device memory a best-effort job may hold unless it asks for less with tally-run "
+                        "--memory-quota (asking for more is refused): a size with a unit (8G, 512M) or a "
+                        "percentage of device memory (25%%); default: no quota")
+    p.add_argument("--hp-memory-reserve", type=size_flag("--hp-memory-reserve"), default=None,
+                   metavar="SIZE|PCT%",
+                   help="device memory best-effort jobs can never take, kept for high-priority jobs whether or "
+                        "not one is attached yet: a size with a unit or a percentage; default: none")
+    p.add_argument("--max-hp-jobs", type=positive_int, default=1, metavar="N",
+                   help="high-priority jobs allowed at once (default 1); another is refused at handshake")
+    p.add_argument("--metrics-port", type=port_number, default=0, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (default 0: none)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
+                   help="the address /metrics listens on (default 127.0.0.1: this host only, as the metrics "
+                        "name every job's program; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_share_flags(p)
     return p
+
+
+def add_share_flags(p: argparse.ArgumentParser) -> None:
+    """SM shares and compute control (also on `tally-bench colocate`)."""
+    g = p.add_argument_group("SM shares and compute control")
+    g.add_argument("--be-sm-percent", type=sm_percent, default=None, metavar="P",
+                   help="SM share of a best-effort job that asks for none (tally-run --sm-percent), and the "
+                        "most one may ask for, in percent of the device's SMs (1-100; default: no limit)")
+    g.add_argument("--dynamic-sm", action="store_true",
+                   help="every sample period, best-effort jobs together get 100%% minus the high-priority "
+                        "jobs' SM activity, never below --be-sm-floor, never above a job's own share")
+    g.add_argument("--be-sm-floor", type=sm_percent, default=10.0, metavar="P",
+                   help="with --dynamic-sm: the least share best-effort jobs get together (default 10)")
+    g.add_argument("--be-util-target", type=utilization, default=None, metavar="F",
+                   help="compute control: hold best-effort work back while the device's utilization "
+                        "(SM activity x SM clock / max clock) is over F, in (0, 1] (default: off)")
+    g.add_argument("--sample-period-ms", type=positive_ms, default=50.0, metavar="MS",
+                   help="how often --dynamic-sm and --be-util-target read the device (default 50)")
+
+
+def sm_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an SM share: give a percentage of the SMs from 1 to 100")
+    return value
+
+
+def utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a utilization target: give a fraction in (0, 1], "
+                                         f"e.g. 0.9")
+    return value
+
+
+def positive_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a period in milliseconds (> 0)")
+    return value
+
+
+def size_flag(flag: str):
+    def parse(text: str) -> int | float:
+        try:
+            return parse_size(text, flag, allow_percent=True)
+        except SizeError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def _major_minor(text: str, what: str) -> tuple[int, int]:
@@ -70,6 +163,12 @@ def _major_minor(text: str, what: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def port_number(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return int(text)
+
+
 def compute_capability(text: str) -> tuple[int, int]:
     return _major_minor(text, "a compute capability like 9.0 or 12.0")
 
@@ -77,6 +176,12 @@ def compute_capability(text: str) -> tuple[int, int]:
 def cuda_version(text: str) -> int:
     major, minor = _major_minor(text, "a CUDA version like 13.0 or 13.2")
     return major * 1000 + minor * 10
+
+
+def sm_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an SM count from 1 to 1024")
+    return int(text)
 
 
 def status_parser() -> argparse.ArgumentParser:
@@ -91,12 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "status":
         return status_main(argv[1:])
+    if argv and argv[0] == "top":
+        from tally.cli.top_main import top_main
+        return top_main(argv[1:], query_status)
+    if argv and argv[0] in CONTROL_COMMANDS:
+        from tally.cli.control_main import control_main
+        return control_main(argv[0], argv[1:])
     return serve_main(argv)
 
 
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
     socket_path = paths.server_socket(args.socket, args.device)
@@ -105,11 +217,13 @@ def serve_main(argv: list[str]) -> int:
         options["compute_capability"] = args.emulate_cc
     if args.emulate_driver is not None:
         options["driver_version"] = args.emulate_driver
+    if args.emulate_sms is not None:
+        options["sm_count"] = args.emulate_sms
     try:
         backend = make_backend(args.backend, args.device, **options)
     except BackendOptionsRefused as e:
-        print(f"tally-server: --emulate-cc and --emulate-driver set what the emulator reports; the "
-              f"{e.backend} backend reports its own device and driver (use --backend emulator)",
+        print(f"tally-server: --emulate-cc, --emulate-driver and --emulate-sms set what the emulator reports; "
+              f"the {e.backend} backend reports its own device and driver (use --backend emulator)",
               file=sys.stderr)
         return 2
     except BackendUnavailable as e:
@@ -122,12 +236,35 @@ def serve_main(argv: list[str]) -> int:
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-                          spin_us=args.spin_us, data_plane=data_plane)
-    server = TallyServer(config, backend)
+                          spin_us=args.spin_us, data_plane=data_plane,
+                          # share14: SM shares and compute control
+                          be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
+                          be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
+                          sample_period_ms=args.sample_period_ms,
+                          # admin14: memory protection and high-priority jobs
+                          be_memory_quota=args.be_memory_quota,
+                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs)
+    try:
+        server = TallyServer(config, backend)
+    except ValueError as e:
+        backend.close()
+        print(f"tally-server: {e}", file=sys.stderr)
+        return 2
+    metrics = None
+    if args.metrics_port:
+        try:
+            metrics = MetricsEndpoint(server, args.metrics_host, args.metrics_port)
+        except MetricsEndpointError as e:
+            backend.close()
+            print(f"tally-server: {e}; choose another --metrics-port (or leave it out to serve no metrics)",
+                  file=sys.stderr)
+            return 2
     try:
         server.bind()
     except (ServerError, OSError) as e:
         print(f"tally-server: cannot listen on {socket_path}: {e}", file=sys.stderr)
+        if metrics is not None:
+            metrics.close()
         return 2
 
     def on_signal(signum, _frame):
@@ -142,7 +279,13 @@ def serve_main(argv: list[str]) -> int:
           f"{data_plane} data plane)",
           flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
-    server.serve_forever()
+    if metrics is not None:
+        print(f"tally-server: Prometheus metrics at http://{args.metrics_host}:{metrics.port}/metrics", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        if metrics is not None:
+            metrics.close()
     print("tally-server: stopped", flush=True)
     return 0
 
@@ -183,6 +326,7 @@ def status_main(argv: list[str]) -> int:
 
 
 def format_status(s: ServerStatus) -> str:
+    be_quota = format_bytes(s.be_memory_quota_bytes) if s.be_memory_quota_bytes is not None else "none"
     lines = [
         f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}  "
         f"{s.data_plane} data plane",
@@ -190,16 +334,45 @@ def format_status(s: ServerStatus) -> str:
         f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
         f"memory {_gib(s.memory_total - s.memory_free)} "
         f"used of {_gib(s.memory_total)}  uptime {s.uptime_s:.0f} s",
+        f"limits   high-priority jobs at most {s.max_hp_jobs}  memory reserved for them "
+        f"{format_bytes(s.hp_memory_reserve_bytes)}  best-effort quota {be_quota}",
         f"clients  {len(s.clients)}",
     ]
+    levers = _levers_line(s)
+    if levers:
+        lines.insert(2, levers)
     if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'memory':>10} {'quota':>10} "
-                     f"{'requests':>10} {'errors':>7}  program")
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
+                     f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
         for c in s.clients:
-            quota = _gib(c.memory_quota) if c.memory_quota is not None else "-"
-            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} "
-                         f"{_gib(c.memory_used):>10} {quota:>10} {c.requests:>10} {c.errors:>7}  {c.program}")
+            quota = _gib(c.memory_quota_bytes) if c.memory_quota_bytes is not None else "-"
+            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<8} "
+                         f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
+                         f"{c.errors:>7}  {c.program}")
     return "\n".join(lines)
+
+
+def _sms(c, sm_count: int) -> str:
+    """SMs granted now / the device's (its own share in percent, if it has one)."""
+    if c.sm_granted is None:
+        return "-"
+    share = f" {c.sm_percent:g}%" if c.sm_percent is not None else ""
+    return f"{c.sm_granted}/{sm_count}{share}"
+
+
+def _levers_line(s: ServerStatus) -> str:
+    parts = []
+    if s.be_sm_percent is not None:
+        parts.append(f"best-effort SM share {s.be_sm_percent:g}%")
+    dynamic = s.levers.get("dynamic_sm")
+    if s.dynamic_sm and dynamic:
+        parts.append(f"dynamic SM: best-effort jobs get {dynamic['best_effort_percent']:g}% "
+                     f"(floor {dynamic['floor_percent']:g}%)")
+    control = s.levers.get("compute_control")
+    if s.be_util_target is not None and control:
+        parts.append(f"compute control: target {control['target']:g}, holding best-effort work "
+                     f"{control['hold']:.0%} of the time")
+    return "levers   " + "; ".join(parts) if parts else ""
 
 
 def _gib(n: int) -> str:

@@ -27,6 +27,7 @@ class DeviceSample:
     power_w: float | None = None
     power_limit_w: float | None = None
     xid_errors: tuple[int, ...] = field(default=())   # critical XID events since the last sample
+    hp_busy_percent: float | None = None       # % of the period high-priority work was on the device (tally's accounting)
 
     @property
     def clock_factor(self) -> float | None:

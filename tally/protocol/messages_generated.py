@@ -32,7 +32,7 @@ def _too_long(name: str, field: str, got: int, limit: int) -> ProtocolError:
     return ProtocolError(f"{name}.{field}: {got} bytes > {limit}")
 
 
-_Hello = struct.Struct('<IIIIQd64s')
+_Hello = struct.Struct('<IIIIQdd64s')
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +40,29 @@ class Hello:
     """client -> server over the socket: first record of a connection"""
 
     KIND: ClassVar[int] = 1
-    SIZE: ClassVar[int] = 96  # bytes before the tail
+    SIZE: ClassVar[int] = 104  # bytes before the tail
     protocol_version: int = 0
     pid: int = 0
     priority: int = 0
     memory_quota: int = 0
     memory_quota_percent: float = 0.0
+    sm_percent: float = 0.0
     program: bytes = b""
 
     @classmethod
     def decode(cls, payload) -> Hello:
-        if len(payload) != 96:
-            if len(payload) < 96:
-                raise _short('Hello', len(payload), 96)
-            raise _trailing('Hello', len(payload) - 96)
-        v0, v1, v2, v3, v4, v5, v6 = _Hello.unpack_from(payload)
-        return cls(v0, v1, v2, v4, v5, v6)
+        if len(payload) != 104:
+            if len(payload) < 104:
+                raise _short('Hello', len(payload), 104)
+            raise _trailing('Hello', len(payload) - 104)
+        v0, v1, v2, v3, v4, v5, v6, v7 = _Hello.unpack_from(payload)
+        return cls(v0, v1, v2, v4, v5, v6, v7)
 
     def encode(self) -> bytes:
         if len(self.program) > 64:
             raise _too_long('Hello', 'program', len(self.program), 64)
         return _Hello.pack(self.protocol_version, self.pid, self.priority, 0, self.memory_quota,
-                           self.memory_quota_percent, self.program)
+                           self.memory_quota_percent, self.sm_percent, self.program)
 
 
 _HelloReply = struct.Struct('<IIQ64s192s')
@@ -173,6 +174,111 @@ class StatusReply:
 
     def encode(self) -> bytes:
         return bytes(self.tail)
+
+
+_ClientSet = struct.Struct('<QQdd')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSet:
+    """tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it
+    is
+    """
+
+    KIND: ClassVar[int] = 30
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    client_id: int = 0
+    memory_quota: int = 0
+    memory_quota_percent: float = 0.0
+    sm_percent: float = 0.0
+
+    @classmethod
+    def decode(cls, payload) -> ClientSet:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('ClientSet', len(payload), 32)
+            raise _trailing('ClientSet', len(payload) - 32)
+        v0, v1, v2, v3 = _ClientSet.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _ClientSet.pack(self.client_id, self.memory_quota, self.memory_quota_percent, self.sm_percent)
+
+
+_ClientPause = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPause:
+    """tool -> server over the socket: hold the job's work (nothing of it starts, nothing is lost); `force`
+    = 1 allows pausing a high-priority job
+    """
+
+    KIND: ClassVar[int] = 31
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    client_id: int = 0
+    force: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> ClientPause:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('ClientPause', len(payload), 16)
+            raise _trailing('ClientPause', len(payload) - 16)
+        v0, v1, v2 = _ClientPause.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _ClientPause.pack(self.client_id, self.force, 0)
+
+
+_ClientResume = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResume:
+    """tool -> server over the socket: release a paused job's work"""
+
+    KIND: ClassVar[int] = 32
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    client_id: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> ClientResume:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('ClientResume', len(payload), 8)
+            raise _trailing('ClientResume', len(payload) - 8)
+        (v0,) = _ClientResume.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _ClientResume.pack(self.client_id)
+
+
+_ControlReply = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class ControlReply:
+    """server -> tool over the socket: `ok` = 1 when done (or nothing needed doing), 0 when refused. Tail:
+    UTF-8 sentence: what changed, or why nothing did.
+    """
+
+    KIND: ClassVar[int] = 33
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    ok: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> ControlReply:
+        if len(payload) < 8:
+            raise _short('ControlReply', len(payload), 8)
+        v0, v1 = _ControlReply.unpack_from(payload)
+        return cls(v0, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _ControlReply.pack(self.ok, 0) + self.tail
 
 
 _Ping = struct.Struct('<Q')
@@ -1881,12 +1987,93 @@ class LinkDestroy:
         return _LinkDestroy.pack(self.link)
 
 
+@dataclass(frozen=True, slots=True)
+class SmResourceQuery:
+    """cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job may use now and how they may be
+    partitioned; answered by SmResourceReply
+    """
+
+    KIND: ClassVar[int] = 200
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> SmResourceQuery:
+        if len(payload):
+            raise _trailing('SmResourceQuery', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
+_SmResourceReply = struct.Struct('<IIII')
+
+
+@dataclass(frozen=True, slots=True)
+class SmResourceReply:
+    """answer to SmResourceQuery: `sm_count` SMs (the job's share, else the device's), partitions of at
+    least `min_partition` SMs in multiples of `alignment`
+    """
+
+    KIND: ClassVar[int] = 201
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    sm_count: int = 0
+    min_partition: int = 0
+    alignment: int = 0
+    device_sm_count: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> SmResourceReply:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('SmResourceReply', len(payload), 16)
+            raise _trailing('SmResourceReply', len(payload) - 16)
+        v0, v1, v2, v3 = _SmResourceReply.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _SmResourceReply.pack(self.sm_count, self.min_partition, self.alignment, self.device_sm_count)
+
+
+_GreenStreamCreate = struct.Struct('<QIiII')
+
+
+@dataclass(frozen=True, slots=True)
+class GreenStreamCreate:
+    """async: a stream of a green context, as StreamCreate, whose kernels run on at most `sm_count` SMs
+    (and never more than the job's share)
+    """
+
+    KIND: ClassVar[int] = 202
+    SIZE: ClassVar[int] = 24  # bytes before the tail
+    stream: int = 0
+    flags: int = 0
+    priority: int = 0
+    sm_count: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> GreenStreamCreate:
+        if len(payload) != 24:
+            if len(payload) < 24:
+                raise _short('GreenStreamCreate', len(payload), 24)
+            raise _trailing('GreenStreamCreate', len(payload) - 24)
+        v0, v1, v2, v3, v4 = _GreenStreamCreate.unpack_from(payload)
+        return cls(v0, v1, v2, v3)
+
+    def encode(self) -> bytes:
+        return _GreenStreamCreate.pack(self.stream, self.flags, self.priority, self.sm_count, 0)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
     DeviceInfo,
     StatusRequest,
     StatusReply,
+    ClientSet,
+    ClientPause,
+    ClientResume,
+    ControlReply,
     Ping,
     Pong,
     Notify,
@@ -1955,5 +2142,8 @@ MESSAGES = (
     LinkComplete,
     LinkReply,
     LinkDestroy,
+    SmResourceQuery,
+    SmResourceReply,
+    GreenStreamCreate,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 # "TALY" in little-endian ASCII; first word of every shared segment header.
 SEGMENT_MAGIC = 0x594C4154
 
@@ -234,6 +234,17 @@ DRIVER_MESSAGES = (
              F("error_log_size", "u64"), F("arena_offset", "u64"), F("size", "u64"))),
     Message("LinkDestroy", 163, "async: cuLinkDestroy; the server forgets the link state's inputs",
             (F("link", "u64"),)),
+    # Green contexts (cuDeviceGetDevResource, cuGreenCtxCreate, cuGreenCtxStreamCreate...): the
+    # client splits and describes SM resources itself; the server says how many SMs the job may
+    # use now (its SM share) and keeps a green context's streams to its SMs.
+    Message("SmResourceQuery", 200, "cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job "
+            "may use now and how they may be partitioned; answered by SmResourceReply"),
+    Message("SmResourceReply", 201, "answer to SmResourceQuery: `sm_count` SMs (the job's share, else the "
+            "device's), partitions of at least `min_partition` SMs in multiples of `alignment`",
+            (F("sm_count", "u32"), F("min_partition", "u32"), F("alignment", "u32"), F("device_sm_count", "u32"))),
+    Message("GreenStreamCreate", 202, "async: a stream of a green context, as StreamCreate, whose kernels run "
+            "on at most `sm_count` SMs (and never more than the job's share)",
+            (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"), F("sm_count", "u32"), F("_pad0", "u32"))),
 )
 
 
@@ -243,6 +254,7 @@ MESSAGES = (
             (F("protocol_version", "u32"), F("pid", "u32"), F("priority", "u32"), F("_pad0", "u32"),
              F("memory_quota", "u64"),  # bytes; 0 = no quota
              F("memory_quota_percent", "f64"),  # of device memory; 0 = unused
+             F("sm_percent", "f64"),  # the job's SM share in (0, 100]; 0 = none asked
              F("program", "u8", 64))),  # argv[0] basename, NUL-padded, for status output
     Message("HelloReply", 2, "server -> client over the socket",
             (F("status", "u32"), F("protocol_version", "u32"), F("client_id", "u64"),
@@ -258,6 +270,22 @@ MESSAGES = (
              F("attributes", "i32", ATTRIBUTE_SLOTS))),  # indexed by CUdevice_attribute; 0 = unknown
     Message("StatusRequest", 3, "tool -> server over the socket: ask for a status report"),
     Message("StatusReply", 4, "server -> tool over the socket", tail="msgpack-encoded status dictionary"),
+    # Operator control of running jobs (tally-server set/pause/resume; tally/server/control.py):
+    # one request per connection, answered by ControlReply.
+    Message("ClientSet", 30, "tool -> server over the socket: change a running job's limits; a field of 0 "
+            "leaves that limit as it is",
+            (F("client_id", "u64"),
+             F("memory_quota", "u64"),           # bytes
+             F("memory_quota_percent", "f64"),   # of device memory
+             F("sm_percent", "f64"))),
+    Message("ClientPause", 31, "tool -> server over the socket: hold the job's work (nothing of it starts, "
+            "nothing is lost); `force` = 1 allows pausing a high-priority job",
+            (F("client_id", "u64"), F("force", "u32"), F("_pad0", "u32"))),
+    Message("ClientResume", 32, "tool -> server over the socket: release a paused job's work",
+            (F("client_id", "u64"),)),
+    Message("ControlReply", 33, "server -> tool over the socket: `ok` = 1 when done (or nothing needed "
+            "doing), 0 when refused", (F("ok", "u32"), F("_pad0", "u32")),
+            tail="UTF-8 sentence: what changed, or why nothing did"),
     Message("Ping", 16, "client -> server on the request ring: sync no-op, answered by Pong",
             (F("value", "u64"),)),
     Message("Pong", 17, "server -> client on the completion ring", (F("value", "u64"),)),

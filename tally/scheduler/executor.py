@@ -22,16 +22,19 @@ thread (SimClock.wait_for).
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import Hashable
 
 from tally.backends.base import DeviceBackend
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
+from tally.scheduler.delay_histogram import DelayHistogram
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
 from tally.scheduler.events import ExecutorEvent
 from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
+from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
@@ -39,6 +42,7 @@ from tally.scheduler.policy import (HIGH, PRIORITIES, PolicyError, Schedule, Sch
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
+from tally.scheduler.sm_activity import ActivityTotals, SmActivity, launch_sms
 from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
@@ -56,19 +60,35 @@ class ClientGone(ValueError):
     unknown client."""
 
 
+def _sm_cap(client: ClientState, op: Launch) -> int | None:
+    """The SMs a launch may use: its green context's, within the job's share."""
+    return _within_share(client, op.sm_cap)
+
+
+def _within_share(client: ClientState, stream_cap: int | None) -> int | None:
+    if stream_cap is None:
+        return client.sm_cap
+    return stream_cap if client.sm_cap is None else min(stream_cap, client.sm_cap)
+
+
 class StreamExecutor:
     def __init__(self, backend: DeviceBackend, policy: SchedulingPolicy,
                  variants: VariantProvider | None = None,
                  profiler: TransparentProfiler | None = None, clock: Clock | None = None, *,
-                 be_transform: str = "auto"):
+                 be_transform: str = "auto", hooks: Hooks | None = None):
         self.backend = backend
         self.policy = policy
-        self.profiler = profiler or TransparentProfiler(backend.describe().sm_count)
+        self.sm_count = backend.describe().sm_count
+        self.profiler = profiler or TransparentProfiler(self.sm_count)
         self.clock: Clock = clock or WallClock()
+        # The cluster layer's plugins; the executor asks only `gate_best_effort`.
+        self.hooks = hooks or Hooks()
         self._planner = KernelPlanner(self.profiler, variants, be_transform)
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
+        # how long high-priority kernels waited here, from the head of their queue to their launch
+        self._hp_queueing = DelayHistogram()
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._clients: dict[Hashable, ClientState] = {}
@@ -80,22 +100,62 @@ class StreamExecutor:
         self._records_dispatched = False
         self._closed = False
         self._ops_submitted = 0
+        self._activity = SmActivity(self.sm_count, self.clock.now())
         # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
-        self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed)
+        self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
+        self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
 
     # clients ---------------------------------------------------------------------------
     def add_client(self, client_id: Hashable, priority: str = "best-effort",
                    sm_percent: float | None = None) -> None:
         if priority not in PRIORITIES:
             raise ValueError(f"client priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
-        if sm_percent is not None and not 0 < sm_percent <= 100:
-            raise ValueError(f"sm_percent must be in (0, 100], got {sm_percent}")
+        sm_cap = self._sm_cap(sm_percent)
         with self._lock:
             if client_id in self._clients:
                 raise ValueError(f"client {client_id!r} is already registered")
-            client = self._clients[client_id] = ClientState(client_id, priority, sm_percent)
+            client = self._clients[client_id] = ClientState(client_id, priority, sm_percent, sm_cap)
             if self.fast_lanes.attached(client_id):
                 self._fast_lane_roles(client)
+
+    def set_sm_percent(self, client_id: Hashable, percent: float | None) -> int:
+        """Change the client's SM share (None: the whole device) and return the SMs it
+        was granted (the backend's sm_grant of its share's SMs). Its launches from
+        now on carry the new cap; kernels already on the device keep theirs (a GPU
+        cannot move a running kernel between partitions)."""
+        sm_cap = self._sm_cap(percent)
+        with self._lock:
+            client = self._client(client_id)
+            client.set_share(percent, sm_cap)
+            self.fast_lanes.revoke_client(client_id)    # offered again with the new cap
+            return self.sm_count if sm_cap is None else sm_cap
+
+    def sm_share(self, client_id: Hashable) -> tuple[float | None, int]:
+        """(the share the client has now, in percent or None, the SMs granted for it)."""
+        with self._lock:
+            client = self._client(client_id)
+            return client.sm_percent, self.sm_count if client.sm_cap is None else client.sm_cap
+
+    def is_paused(self, client_id: Hashable) -> bool:
+        with self._lock:
+            return self._client(client_id).paused
+
+    def _sm_cap(self, percent: float | None) -> int | None:
+        """The SMs granted for a share: the largest whole number of SMs within it (at
+        least one), as the backend can grant it. None for the whole device."""
+        if percent is None:
+            return None
+        if not (isinstance(percent, (int, float)) and math.isfinite(percent) and 0 < percent <= 100):
+            raise ValueError(f"sm_percent must be in (0, 100], got {percent!r}")
+        if percent >= 100:
+            return None
+        return self.backend.sm_grant(max(1, math.floor(self.sm_count * percent / 100 + 1e-9)))
+
+    def sm_granted(self, client_id: Hashable) -> int | None:
+        """The SMs the client's share grants (after the backend's rounding); None
+        when it has no share (the whole device)."""
+        with self._lock:
+            return self._client(client_id).sm_cap
 
     def remove_client(self, client_id: Hashable) -> None:
         """Drop the client's queued operations, stop its running PTB kernels, wait
@@ -130,6 +190,26 @@ class StreamExecutor:
                 self._destroy_event(event)
             self._pump()
 
+    def pause_client(self, client_id: Hashable) -> None:
+        """Hold the client's work: nothing of it starts (kernels, copies, records)
+        until resume_client, and nothing is lost; its running PTB kernels are
+        preempted (they resume where they stopped), other running units finish.
+        Its synchronizations wait meanwhile. Idempotent."""
+        with self._lock:
+            client = self._client(client_id)
+            client.paused = True
+            self.fast_lanes.revoke_client(client_id)    # nothing of it reaches the device from C++ either
+            for unit in list(self._in_flight.units.values()):
+                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
+                    self._preempt(unit)
+            self._pump()
+
+    def resume_client(self, client_id: Hashable) -> None:
+        """Let a paused client's work go on where it stopped. Idempotent."""
+        with self._lock:
+            self._client(client_id).paused = False
+            self._pump()
+
     # operations ------------------------------------------------------------------------
     def submit(self, client_id: Hashable, stream_key: Hashable, op: Op) -> None:
         """Queue one operation; never waits for the device."""
@@ -157,11 +237,14 @@ class StreamExecutor:
             stream.queue.append(item)
             if len(stream.queue) > 1:
                 return                    # behind a held kernel or a blocked wait
+            if client.paused:
+                return                    # held until resume_client
             if isinstance(item, KernelTask):
                 item.waiting_since = now
                 if client.priority == HIGH:
                     self.fast_lanes.gate.close()      # no best-effort lane starts a kernel after it
-                if self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view):
+                if (self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view)
+                        and (client.priority == HIGH or not self.hooks.gate)):
                     self._start(item, transform=False)   # fast path: the policy's answer is known
                     return
                 # It waits for the policy: no other job's best-effort lane may overtake it.
@@ -171,20 +254,23 @@ class StreamExecutor:
                 return
             self._pump()
 
-    def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable) -> None:
+    def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable, stream_sm_cap: int | None = None) -> None:
         """After a submission: the stream's lane is granted to the data plane while
         the executor would issue its next operation at once, revoked otherwise
-        (tally/scheduler/fast_lane.py)."""
+        (tally/scheduler/fast_lane.py). `stream_sm_cap`: the stream's own SM cap (a
+        green context's), which the lane's launches carry within the job's share."""
         with self._lock:
             client = self._clients.get(client_id)
             stream = client.streams.get(stream_key) if client is not None else None
             if stream is not None:
-                self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream))
+                sm_cap = _within_share(client, stream_sm_cap)
+                self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream, sm_cap), sm_cap)
 
-    def attach_fast_lanes(self, client_id: Hashable, plane, stream_handle, completes_at_issue: bool) -> None:
-        """The client's requests go through a C++ data plane that may be given lanes."""
+    def attach_fast_lanes(self, client_id: Hashable, plane, device) -> None:
+        """The client's requests go through a C++ data plane that may be given lanes;
+        `device`: the backend's DataPlaneDevice."""
         with self._lock:
-            self.fast_lanes.attach(client_id, plane, stream_handle, completes_at_issue)
+            self.fast_lanes.attach(client_id, plane, device)
             client = self._clients.get(client_id)
             if client is not None:
                 self._fast_lane_roles(client)
@@ -203,17 +289,20 @@ class StreamExecutor:
             return client is not None and kernel_key(op.function.name, op.grid, op.block,
                                                      op.shared_bytes) in client.whole_keys
 
-    def _fast_lane_eligible(self, client: ClientState, stream: StreamState) -> bool:
+    def _fast_lane_eligible(self, client: ClientState, stream: StreamState, sm_cap: int | None) -> bool:
         # submit()'s fast path, held true for every next operation: an empty queue, a
-        # policy that starts this client's kernels at once (or, for a job whose kernels
-        # it holds back, would start one now: fast_lane.py's best-effort release), no
-        # preemptible unit (a new high-priority kernel would have to preempt it), the
-        # whole device (an SM share caps each launch).
-        if (stream.queue or client.removing or stream.released or self._in_flight.preemptible
-                or client.sm_percent is not None):
+        # client that is not paused, a policy that starts this client's kernels at once
+        # (or, for a job whose kernels it holds back, would start one now: fast_lane.py's
+        # best-effort release) with no cluster gate to ask, no preemptible unit (a new
+        # high-priority kernel would have to preempt it), and an issuer that confines
+        # launches to the SM cap where there is one.
+        if (stream.queue or client.removing or client.paused or stream.released or self._in_flight.preemptible
+                or (sm_cap is not None and not self.fast_lanes.carries_sm_cap(client.client_id))):
             return False
         if self.policy.starts_at_once(client.view):
-            return True
+            return client.priority == HIGH or not self.hooks.gate
+        if self.hooks.gate:
+            return False        # the cluster layer's gates answer for each best-effort unit
         view, _ = self._view(lanes_always=True)
         return self.policy.releases_at_once(client.view, view)
 
@@ -347,12 +436,23 @@ class StreamExecutor:
             out = {"ops_submitted": self._ops_submitted, **self._counters}
             out["ops_queued"] = sum(len(s.queue) for c in self._clients.values() for s in c.streams.values())
             out["units_in_flight"] = len(self._in_flight.units)
+            out["hp_queueing_delay_s"] = self._hp_queueing.snapshot()
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
                                             "kernels_completed": c.kernels_completed,
-                                            "ops_queued": sum(len(s.queue) for s in c.streams.values())}
+                                            "ops_queued": sum(len(s.queue) for s in c.streams.values()),
+                                            "sm_percent": c.sm_percent,
+                                            "sm_granted": self.sm_count if c.sm_cap is None else c.sm_cap,
+                                            "paused": c.paused}
                               for c in self._clients.values()}
             self.fast_lanes.add_counters(out)
             return out
+
+    def activity(self) -> ActivityTotals:
+        """Running totals of the device's SM activity by priority (sm_activity.py)."""
+        with self._lock:
+            now = self.clock.now()
+            self.fast_lanes.running(self.policy, now)    # the C++ plane's work counts too
+            return self._activity.totals(now)
 
     def close(self) -> None:
         for client_id in list(self._clients):
@@ -441,8 +541,12 @@ class StreamExecutor:
                 if not waiting:
                     break                 # nothing to decide (policies are asked only then)
                 schedule = self.policy.schedule(view)
+                self._gate_retry_at = None
                 changed = self._apply(schedule, waiting)
-                self._arm_wake(schedule.wake_at)
+                wake_at = schedule.wake_at
+                if self._gate_retry_at is not None and (wake_at is None or self._gate_retry_at < wake_at):
+                    wake_at = self._gate_retry_at
+                self._arm_wake(wake_at)
                 if not changed and not self._repump:
                     break
         finally:
@@ -456,12 +560,16 @@ class StreamExecutor:
         while True:
             self._records_dispatched = False
             for client in list(self._clients.values()):
+                if client.paused:
+                    continue
                 for stream in list(client.streams.values()):
                     self._drain_head(stream)
             if not self._records_dispatched:
                 return
 
     def _drain_head(self, stream: StreamState) -> None:
+        if stream.client.paused:
+            return
         while stream.queue:
             item = stream.queue[0]
             if isinstance(item, KernelTask):
@@ -525,7 +633,7 @@ class StreamExecutor:
         waiting: dict[int, KernelTask] = {}
         views = []
         for client in self._clients.values():
-            if client.removing:
+            if client.removing or client.paused:
                 continue
             for stream in client.streams.values():
                 if stream.queue and isinstance(stream.queue[0], KernelTask) and stream.queue[0].unit is None:
@@ -549,6 +657,8 @@ class StreamExecutor:
             if task is None:
                 raise PolicyError(f"policy {self.policy.name!r} started kernel {start.kernel_id}, "
                                   "which is not waiting (or was started twice)")
+            if task.stream.client.priority != HIGH and not self._gate_allows(task):
+                continue
             self._start(task, start.transform)
             changed = True
         for unit_id in schedule.preempt:
@@ -559,6 +669,21 @@ class StreamExecutor:
             self._preempt(unit)
             changed = True
         return changed
+
+    def _gate_allows(self, task: KernelTask) -> bool:
+        """Ask the cluster layer's gates before a best-effort unit starts; on WAIT,
+        remember when to ask again (the pass arms a wake-up for it)."""
+        if not self.hooks.gate:
+            return True
+        now = self.clock.now()
+        status = self.hooks.gate_best_effort(
+            BestEffortUnit(task.stream.client.client_id, task.kernel_id, task.total_blocks), now)
+        if status.allowed:
+            return True
+        retry = now + max(status.retry_after_s, 1e-6)
+        if self._gate_retry_at is None or retry < self._gate_retry_at:
+            self._gate_retry_at = retry
+        return False
 
     def _arm_wake(self, at: float | None) -> None:
         if at == self._wake_at:
@@ -584,10 +709,12 @@ class StreamExecutor:
         (a slice, or a PTB launch that starts or resumes it)."""
         stream, op = task.stream, task.op
         if task.plan is None:
+            if stream.client.priority == HIGH:
+                self._hp_queueing.observe(self.clock.now() - task.waiting_since)
             stream.client.kernels += 1
             self._counters["kernels"] += 1
             if transform:
-                task.plan = self._planner.plan(op, stream.client.sm_percent)
+                task.plan = self._planner.plan(op, _sm_cap(stream.client, op))
                 if task.plan.untransformable:
                     self._counters["untransformable"] += 1
             else:
@@ -636,9 +763,10 @@ class StreamExecutor:
     def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
         stream, op = task.stream, task.op
         started_at = self.clock.now()
+        sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring)
+                                             timed=task.plan.measuring, sm_cap=sm_cap)
         except DeviceError as e:
             stream.errors.append(e)         # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:
@@ -646,6 +774,8 @@ class StreamExecutor:
             return
         unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
                     blocks, task.counter)
+        unit.sms = launch_sms(grid[0] * grid[1] * grid[2], sm_cap, self.sm_count)
+        self._activity.launched(stream, unit.priority, unit.sms, started_at)
         if mode is not WHOLE:
             task.unit = unit
         self._in_flight.add(unit)
@@ -676,6 +806,7 @@ class StreamExecutor:
         task, stream, outcome = unit.task, unit.task.stream, unit.device
         self._in_flight.remove(unit)
         stream.inflight -= 1
+        self._activity.completed(stream, unit.sms, now)
         if outcome.error is not None:
             stream.errors.append(outcome.error)     # reported at the job's next synchronization
         blocks = unit.blocks

@@ -80,6 +80,7 @@ class Unit:
     counter_before: int = 0             # PTB: tasks done before this launch
     preempt_requested: bool = False
     contended: bool = False             # high-priority work overlapped it (measurement unusable)
+    sms: int = 0                        # SMs it occupies, for the activity account (sm_activity.py)
     _view: RunningUnit | None = None
 
     def view(self) -> RunningUnit:
@@ -163,10 +164,12 @@ class StreamState:
 class ClientState:
     client_id: Hashable
     priority: str
-    sm_percent: float | None
+    sm_percent: float | None            # the share it asked for (None: the whole device)
+    sm_cap: int | None = None           # SMs granted for its current share, passed on its launches
     streams: dict[Hashable, StreamState] = field(default_factory=dict)
     events: list[ExecutorEvent] = field(default_factory=list)
     removing: bool = False
+    paused: bool = False                # its queued work is held (pause_client)
     kernels: int = 0                    # started
     kernels_completed: int = 0
     # Best-effort kernels (kernel keys) the planner settled on running whole: the
@@ -175,3 +178,7 @@ class ClientState:
 
     def __post_init__(self) -> None:
         self.view = ClientView(self.client_id, self.priority, self.sm_percent)
+
+    def set_share(self, sm_percent: float | None, sm_cap: int | None) -> None:
+        self.sm_percent, self.sm_cap = sm_percent, sm_cap
+        self.view = ClientView(self.client_id, self.priority, sm_percent)

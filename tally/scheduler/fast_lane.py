@@ -48,6 +48,7 @@ from typing import Any, Callable, Hashable
 from tally import _core
 from tally.scheduler.policy import RunningUnit, SchedulingPolicy
 from tally.scheduler.run_mode import WHOLE
+from tally.scheduler.sm_activity import SmActivity
 
 # (policy, now) -> None, run by the executor under its lock before it schedules again
 LaneChange = Callable[[SchedulingPolicy, float], None]
@@ -58,6 +59,7 @@ class _Attached:
     plane: Any                          # tally._core.data_plane.ClientPlane
     stream_handle: Callable[[Any], int]     # backend stream -> the handle the plane issues to
     completes_at_issue: bool            # the null device: nothing to watch
+    carries_sm_cap: bool                # the issuer confines a launch to an SM cap (else: no capped lane)
     needs_gate: bool = False            # a best-effort job: its kernels go through the gate
 
 
@@ -67,6 +69,7 @@ class _Lane:
     attached: _Attached
     view: RunningUnit
     granted: bool = False
+    sm_cap: int | None = None           # what its launches carry (the job's share, its green context)
     seen: int = 0                       # operations issued when the executor last looked
     drained: int = 0                    # operations known to have completed
     launches_done: int = 0              # kernels among them
@@ -76,23 +79,32 @@ class _Lane:
 
 
 class FastLanes:
-    def __init__(self, backend, clock, on_change: Callable[[LaneChange], None]):
+    def __init__(self, backend, clock, on_change: Callable[[LaneChange], None], activity: SmActivity,
+                 sm_count: int):
         self._backend = backend
         self._clock = clock
         self._on_change = on_change     # the executor: run it under the lock, then schedule
+        self._activity = activity       # the executor's SM account: busy lanes count in it
+        self._sm_count = sm_count
         self._attached: dict[Hashable, _Attached] = {}
         self._lanes: dict[Any, _Lane] = {}      # StreamState -> lane
         self._unit_ids = itertools.count(-1, -1)    # never an id of the device layer's units
         self.gate = _core.data_plane.BestEffortGate()
         self._best_effort_holder: Hashable | None = None   # the job whose best-effort lanes are granted
 
-    def attach(self, client_id: Hashable, plane, stream_handle: Callable[[Any], int],
-               completes_at_issue: bool) -> None:
-        """The client's requests go through a C++ plane that may be given lanes."""
-        self._attached[client_id] = _Attached(plane, stream_handle, completes_at_issue)
+    def attach(self, client_id: Hashable, plane, device) -> None:
+        """The client's requests go through a C++ plane that may be given lanes;
+        `device`: the backend's DataPlaneDevice."""
+        issuer = device.issuer
+        self._attached[client_id] = _Attached(plane, device.stream_handle, issuer.completes_at_issue,
+                                              issuer.carries_sm_cap)
 
     def attached(self, client_id: Hashable) -> bool:
         return client_id in self._attached
+
+    def carries_sm_cap(self, client_id: Hashable) -> bool:
+        attached = self._attached.get(client_id)
+        return attached is not None and attached.carries_sm_cap
 
     def set_roles(self, client_id: Hashable, closes_gate: bool, needs_gate: bool) -> None:
         """Whether the client's kernels close the best-effort gate (high priority)
@@ -112,9 +124,10 @@ class FastLanes:
         if self._best_effort_holder == client_id:
             self._best_effort_holder = None
 
-    def offer(self, stream, eligible: bool) -> None:
+    def offer(self, stream, eligible: bool, sm_cap: int | None = None) -> None:
         """After a submission to `stream`: grant its lane if `eligible` (the
-        executor would issue the stream's next operation at once), else revoke it."""
+        executor would issue the stream's next operation at once), its launches
+        confined to `sm_cap` SMs; else revoke it."""
         lane = self._lanes.get(stream)
         if lane is None:
             attached = self._attached.get(stream.client.client_id)
@@ -133,9 +146,17 @@ class FastLanes:
                 self.revoke_best_effort(client_id)
             self._best_effort_holder = client_id
             self.gate.open()
-        if lane.granted != eligible:
-            lane.attached.plane.grant(stream.key, eligible)
-            lane.granted = eligible
+        if lane.granted != eligible or (eligible and lane.sm_cap != sm_cap):
+            lane.attached.plane.grant(stream.key, eligible, sm_cap or 0)
+            lane.granted, lane.sm_cap = eligible, sm_cap
+
+    def revoke_client(self, client_id: Hashable) -> None:
+        """The client is paused or its SM share changed: no lane of it issues
+        anything until the executor offers it again."""
+        for lane in self._lanes.values():
+            if lane.granted and lane.stream.client.client_id == client_id:
+                lane.attached.plane.grant(lane.stream.key, False, 0)   # waits for an operation being issued
+                lane.granted = False
 
     def revoke_best_effort(self, client_id: Hashable) -> None:
         """A kernel of `client_id` waits for the policy: another job's best-effort
@@ -146,7 +167,7 @@ class FastLanes:
         self._best_effort_holder = None
         for lane in self._lanes.values():
             if lane.granted and lane.stream.client.client_id == holder:
-                lane.attached.plane.grant(lane.stream.key, False)
+                lane.attached.plane.grant(lane.stream.key, False, 0)
                 lane.granted = False
 
     def revoke_all(self) -> bool:
@@ -158,7 +179,7 @@ class FastLanes:
         for lane in self._lanes.values():
             if not lane.granted:
                 continue
-            lane.attached.plane.grant(lane.stream.key, False)     # waits for an operation being issued
+            lane.attached.plane.grant(lane.stream.key, False, 0)     # waits for an operation being issued
             lane.granted = False
             moved |= self._counts(lane)[1] != lane.seen
         return moved
@@ -169,11 +190,15 @@ class FastLanes:
         lane = self._lanes.pop(stream, None)
         if lane is not None:
             lane.closed = True
+            if lane.busy:       # its work drained (the stream is released after it)
+                lane.busy = False
+                self._activity.completed(lane, self._lane_sms(lane), self._clock.now())
             lane.attached.plane.close_lane(stream.key)
 
-    def lanes(self) -> list[tuple[Hashable, Hashable, bool]]:
-        """(client id, stream key, granted) of every lane."""
-        return [(lane.stream.client.client_id, lane.stream.key, lane.granted) for lane in self._lanes.values()]
+    def lanes(self) -> list[tuple[Hashable, Hashable, bool, int | None]]:
+        """(client id, stream key, granted, SM cap of its launches) of every lane."""
+        return [(lane.stream.client.client_id, lane.stream.key, lane.granted, lane.sm_cap)
+                for lane in self._lanes.values()]
 
     def running(self, policy: SchedulingPolicy, now: float) -> tuple[RunningUnit, ...]:
         """The lanes whose work may still be on the device, as running units of
@@ -197,6 +222,7 @@ class FastLanes:
                 # fairness): the lane's work started at the latest now.
                 lane.busy = True
                 lane.view = dataclasses.replace(lane.view, started_at=now)
+                self._activity.launched(lane, lane.view.priority, self._lane_sms(lane), now)
             busy.append(lane.view)
             if lane.watched is None:
                 self._watch(lane)
@@ -219,6 +245,10 @@ class FastLanes:
                 client["kernels_completed"] += lane.launches_done
 
     # internals --------------------------------------------------------------------------
+    def _lane_sms(self, lane: _Lane) -> int:
+        # What is on the lane is not known kernel by kernel: count the SMs it may use.
+        return lane.sm_cap or self._sm_count
+
     def _counts(self, lane: _Lane) -> tuple[int, int, int]:
         return lane.attached.plane.lane_counts(lane.stream.key)
 
@@ -243,6 +273,7 @@ class FastLanes:
                 lane.drained, lane.launches_done = issued, launches
             if lane.busy:
                 lane.busy = False
+                self._activity.completed(lane, self._lane_sms(lane), now)
                 policy.on_unit_finished(lane.view, now)
 
         b.host_callback(stream.lane.notify, lambda: self._clock.call_soon(lambda: self._on_change(drained)))

@@ -47,8 +47,9 @@ class KernelPlanner:
         self.variants = variants
         self.be_transform = be_transform
 
-    def plan(self, op: Launch, sm_percent: float | None) -> KernelPlan:
-        """For a kernel started with transform=True. A job's SM share caps its PTB workers."""
+    def plan(self, op: Launch, sm_cap: int | None) -> KernelPlan:
+        """For a kernel started with transform=True. The SMs granted to the job's share
+        (`sm_cap`, None: the whole device) cap its PTB workers: one worker per SM."""
         fn = op.function
         sliced = ptb = None
         if self.variants is not None and transformable_grid(op.grid):
@@ -59,8 +60,8 @@ class KernelPlanner:
         if sliced is None and ptb is None:
             return WHOLE_PLAN if self.be_transform == "none" else _UNTRANSFORMABLE
         max_workers = None
-        if sm_percent is not None and sm_percent < 100:
-            max_workers = max(1, int(self.profiler.sm_count * sm_percent / 100))
+        if sm_cap is not None and sm_cap < self.profiler.sm_count:
+            max_workers = max(1, sm_cap)
         can_slice, can_ptb, blocks = sliced is not None, ptb is not None, total_blocks(op.grid)
         config, measuring = self.profiler.plan(_key(op), blocks, can_slice=can_slice, can_ptb=can_ptb,
                                                max_workers=max_workers)

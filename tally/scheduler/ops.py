@@ -23,6 +23,9 @@ class Launch:
     block: Dim3
     shared_bytes: int
     params: bytes
+    # At most this many SMs run it: its stream belongs to a green context of the job
+    # (None: only the job's SM share, if it has one, limits it).
+    sm_cap: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +121,8 @@ def validate_op(op: object) -> None:
             raise ValueError(f"shared_bytes must be >= 0, got {op.shared_bytes}")
         if not isinstance(op.params, (bytes, bytearray)):
             raise ValueError("Launch.params must be the serialized parameter buffer (bytes)")
+        if op.sm_cap is not None and (not isinstance(op.sm_cap, int) or op.sm_cap < 1):
+            raise ValueError(f"Launch.sm_cap must be a positive number of SMs or None, got {op.sm_cap!r}")
     elif isinstance(op, MemcpyDtoH):
         if op.dst.readonly or op.dst.nbytes != op.nbytes:
             raise ValueError(f"MemcpyDtoH needs a writable destination of exactly {op.nbytes} bytes, "

@@ -29,23 +29,51 @@ class Admission:
     priority: protocol.Priority
     quota_bytes: int | None      # None: no quota of its own
     program: str
+    sm_percent: float | None = None      # its SM share; None: the whole device
+    sm_percent_asked: float | None = None    # what the job asked, before the server's limit
 
 
-def admit(hello: Hello, total_memory: int) -> Admission:
-    """The job's admission from its Hello; raises Refused with the reason."""
-    bad = protocol.HandshakeStatus.BAD_REQUEST
-    if hello.protocol_version != protocol.PROTOCOL_VERSION:
+def check_version(version: int) -> None:
+    if version != protocol.PROTOCOL_VERSION:
         raise Refused(protocol.HandshakeStatus.VERSION_MISMATCH,
-                      f"protocol version mismatch: client speaks v{hello.protocol_version}, "
+                      f"protocol version mismatch: client speaks v{version}, "
                       f"server v{protocol.PROTOCOL_VERSION}; use the tally-run/libcuda.so.1 of the "
                       f"same tally installation as the server")
+
+
+def hello_version(payload: bytes) -> int:
+    """The protocol version a Hello names (its first field), read before decoding it:
+    another version's Hello may have another layout and not decode at all."""
+    return int.from_bytes(payload[:4], "little") if len(payload) >= 4 else 0
+
+
+def admit(hello: Hello, total_memory: int, *, be_sm_percent: float | None = None) -> Admission:
+    """The job's admission from its Hello; raises Refused with the reason.
+    `be_sm_percent` (tally-server --be-sm-percent): a best-effort job's share when
+    it asks for none, and the most it may ask for."""
+    bad = protocol.HandshakeStatus.BAD_REQUEST
+    check_version(hello.protocol_version)
     try:
         priority = protocol.Priority(hello.priority)
     except ValueError:
         raise Refused(bad, f"unknown priority {hello.priority} (0 = high, 1 = best-effort)") from None
     if hello.pid <= 0:
         raise Refused(bad, f"pid {hello.pid} is not a process id")
-    return Admission(priority, _quota_bytes(hello, total_memory), _program(hello))
+    asked = _sm_percent(hello)
+    share = asked
+    if priority == protocol.Priority.BEST_EFFORT and be_sm_percent is not None:
+        share = be_sm_percent if asked is None else min(asked, be_sm_percent)
+    return Admission(priority, _quota_bytes(hello, total_memory), _program(hello), share, asked)
+
+
+def _sm_percent(hello: Hello) -> float | None:
+    percent = hello.sm_percent
+    if percent == 0:
+        return None
+    if not math.isfinite(percent) or not 0 < percent <= 100:
+        raise Refused(protocol.HandshakeStatus.BAD_REQUEST,
+                      f"SM share {percent!r}% is not a percentage of the SMs in (0, 100]")
+    return float(percent)
 
 
 def _quota_bytes(hello: Hello, total_memory: int) -> int | None:

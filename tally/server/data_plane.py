@@ -93,8 +93,7 @@ class CppDataPlane:
         self.plane = _core.data_plane.ClientPlane(session.segment, issuer)
         self.fast = FastPath(self.plane, device, session)
         if device is not None:
-            session.server.executor.attach_fast_lanes(session.client_id, self.plane, device.stream_handle,
-                                                      issuer.completes_at_issue)
+            session.server.executor.attach_fast_lanes(session.client_id, self.plane, device)
 
     def serve(self) -> str:
         return self.plane.serve(self._session.handle, POLL_INTERVAL_S)

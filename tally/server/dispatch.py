@@ -26,7 +26,7 @@ request or the deferred error of an asynchronous one.
 Where things are: tally/server/handlers/<concept>.py holds the handlers of one
 driver concept (memory, copies, host_memory, managed_memory, virtual_memory,
 ipc, streams, events, host_functions, sync, modules, linker, launch,
-connection), each module listing its own in a HANDLERS table that
+connection, green_contexts), each module listing its own in a HANDLERS table that
 handlers/__init__.py merges. What a job has created through them lives in
 tally/server/client/ (ClientState, made by the session).
 """

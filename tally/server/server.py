@@ -3,7 +3,8 @@
 One thread runs a selector over the listening socket and every client's
 handshake socket. A connection's first record decides what it is: Hello (a job
 attaching: handshake on a short-lived thread, then a Session with its own
-thread) or StatusRequest (`tally-server status`). After the handshake a job's
+thread), StatusRequest (`tally-server status`) or an operator's control request
+(`tally-server set/pause/resume`: tally/server/control.py). After the handshake a job's
 socket carries nothing; its EOF is how the server learns that the job is gone,
 however it died (the kernel closes the socket of a SIGKILLed process).
 """
@@ -25,12 +26,19 @@ import msgpack
 from tally import _core, protocol
 from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
+from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
+from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
+from tally.protocol.messages_generated import ControlReply, DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
 from tally.scheduler import BEST_EFFORT, HIGH
+from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
-from tally.server.admission import Refused, admit
+from tally.scheduler.hooks import Hooks
+from tally.server import control
+from tally.server.admission import Refused, admit, check_version, hello_version
+from tally.server.counters import ServerCounters
 from tally.server.data_plane import DATA_PLANES, default_data_plane
 from tally.server.ipc_registry import IpcRegistry
+from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
@@ -69,6 +77,17 @@ class ServerConfig:
     spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
+    # SM shares and compute control (share14; tally/server/levers.py)
+    be_sm_percent: float | None = None   # a best-effort job's share by default, and its most
+    dynamic_sm: bool = False             # best-effort jobs get 100% minus the high-priority activity
+    be_sm_floor: float = 10.0            # ... never less than this, together
+    be_util_target: float | None = None  # compute control: hold best-effort work over this U_GPU
+    sample_period_ms: float = 50.0       # device samples for dynamic SM / compute control
+    # Memory protection and high-priority jobs (tally/cluster/memory_limits.py,
+    # high_priority_jobs.py): sizes in bytes (int) or percent of device memory (float).
+    be_memory_quota: int | float | None = None
+    hp_memory_reserve: int | float | None = None
+    max_hp_jobs: int = 1
     # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
     data_plane: str = field(default_factory=default_data_plane)
 
@@ -89,8 +108,15 @@ class TallyServer:
         self.description = backend.describe()
         self._retire_lock = threading.Lock()
         self._retired: set[int] = set()
+        # Flags are checked against the device before anything starts (ValueError says which).
+        self.memory_limits = MemoryLimits(MemoryPolicy.from_flags(
+            self.description.total_memory, backend.mem_info()[0], config.be_memory_quota, config.hp_memory_reserve))
+        self.high_priority_jobs = HighPriorityJobs(config.max_hp_jobs, self._attached_high_priority)
         self.variants, clock = make_variant_provider(backend)
-        self.executor = make_executor(config, backend, self.description, self.variants, clock)
+        self.hooks = make_hooks(self)
+        self.levers = SmLevers(config, self.hooks)
+        self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
+        self.levers.start(self.executor, backend)
         if config.data_plane not in DATA_PLANES:
             raise ServerError(f"unknown data plane {config.data_plane!r}; choose one of {', '.join(DATA_PLANES)}")
         # How the C++ data plane issues work on this device (None: the backend has no way;
@@ -114,6 +140,7 @@ class TallyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
         self.started_at = time.time()
+        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
 
     # ---- socket ----------------------------------------------------------------
@@ -192,6 +219,7 @@ class TallyServer:
             except FileNotFoundError:
                 pass
         try:
+            self.levers.stop()
             self.executor.close()
             self.staging.close()
             self.backend.close()
@@ -217,12 +245,21 @@ class TallyServer:
             elif kind == StatusRequest.KIND:
                 send_record(conn, StatusReply.KIND, StatusReply(msgpack.packb(self.status().to_json())).encode(), tag)
                 conn.close()
+            elif kind in control.REQUESTS:
+                send_record(conn, ControlReply.KIND, control.answer(self, kind, payload).encode(), tag)
+                conn.close()
             else:
-                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello or StatusRequest")
+                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest or a "
+                                             f"control request")
         except (OSError, ConnectionError, protocol.ProtocolError) as e:
             # Idle probes and dropped connections come in crowds (a port scan, a
             # crash loop): the first of each cause is a warning, the rest are counted.
             self.dropped_connections.note(_drop_cause(e), str(e))
+            conn.close()
+        except Exception:
+            # A bug answering one connection must not leave its peer waiting, nor end
+            # the server: say so, hang up, carry on.
+            log.exception("tally-server failed answering a connection's first record")
             conn.close()
 
     def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
@@ -235,48 +272,68 @@ class TallyServer:
         log.log(level, "refused pid %d: %s", pid, message)
 
     def _handshake(self, conn: socket.socket, payload: bytes) -> None:
+        try:
+            check_version(hello_version(payload))
+        except Refused as e:
+            pid = int.from_bytes(payload[4:8], "little") if len(payload) >= 8 else 0
+            self._refuse(conn, e.status, e.message, pid)
+            return
         hello = Hello.decode(payload)
         try:
-            admission = admit(hello, self.description.total_memory)
+            admission = admit(hello, self.description.total_memory, be_sm_percent=self.config.be_sm_percent)
         except Refused as e:
             self._refuse(conn, e.status, e.message, hello.pid)
             return
-        client_id = next(self._client_ids)
-        name = f"{segment_prefix()}{client_id}"
-        sizes = self.config.segment_sizes
-        try:
-            segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                           spin_us=self.config.session_spin_us(self.backend.traits))
-        except (_core.TransportError, OSError) as e:
-            self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
-                         f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
-                         hello.pid)
-            return
-        # The job's liveness is its end of this socket, not its pid (which may be in
-        # another pid namespace: a container's).
-        segment.watch_peer_socket(conn.fileno())
-        priority, quota, program = admission.priority, admission.quota_bytes, admission.program
-        session = Session(self, client_id, hello.pid, priority, program, segment, conn, quota)
+        priority, asked, program = admission.priority, admission.quota_bytes, admission.program
+        high = priority == protocol.Priority.HIGH
+        request = AdmissionRequest(pid=hello.pid, program=program, high_priority=high, memory_quota_bytes=asked,
+                                   sm_percent=admission.sm_percent)
+        # Held from the plugins' verdict to the session's registration, so what they
+        # counted (the high-priority jobs attached) is still true when the job attaches.
         with self._admit_lock:
             if not self._admitting:
-                segment.unlink()
-                segment.close()
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                              "tally-server is shutting down; start the job again once a server runs", hello.pid)
                 return
+            verdict = self.hooks.admit_client(request)
+            if not verdict.allowed:
+                self._refuse(conn, protocol.HandshakeStatus.QUOTA_UNAVAILABLE, verdict.reason, hello.pid)
+                return
+            client_id = next(self._client_ids)
+            name = f"{segment_prefix()}{client_id}"
+            sizes = self.config.segment_sizes
+            try:
+                segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
+                                               spin_us=self.config.session_spin_us(self.backend.traits))
+            except (_core.TransportError, OSError) as e:
+                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
+                             f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
+                             hello.pid)
+                return
+            # The job's liveness is its end of this socket, not its pid (which may be in
+            # another pid namespace: a container's).
+            segment.watch_peer_socket(conn.fileno())
+            memory = self.memory_limits.account(high, asked)
+            session = Session(self, client_id, hello.pid, priority, program, segment, conn, memory)
+            # Listed before the job hears that it is in, so status and operator commands know it then.
+            with self._sessions_lock:
+                self.sessions[client_id] = session
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=admission.sm_percent)
+            granted_sms = self.executor.sm_share(client_id)[1]
             try:
                 send_record(conn, HelloReply.KIND, HelloReply(
                     status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
                     client_id=client_id, segment_name=name.encode()).encode())
                 send_record(conn, DeviceInfo.KIND, self._device_info().encode())
             except OSError:
+                self.executor.remove_client(client_id)
+                with self._sessions_lock:
+                    self.sessions.pop(client_id, None)
                 segment.unlink()
                 segment.close()
                 raise
             conn.settimeout(None)
-            with self._sessions_lock:
-                self.sessions[client_id] = session
-            self.executor.add_client(client_id, SCHEDULING_CLASS[priority])
+            self.levers.client_added(client_id, not high, admission.sm_percent)
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
             with self._registration_lock:
@@ -284,10 +341,27 @@ class TallyServer:
                     try:
                         self._selector.register(conn, selectors.EVENT_READ, ("client", session))
                     except ValueError:
-                        pass  # closed between the check and here: forget_session follows
-        log.info("client %d attached: pid %d, %s, priority %s, quota %s", client_id, hello.pid,
-                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota))
+                        pass  # the job is gone already: its session closed this socket (and forgets it)
+        quota = memory.quota_bytes
+        log.info("client %d attached: pid %d, %s, priority %s, quota %s, SM share %s", client_id, hello.pid,
+                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota)
+                 + (" (the server's --be-memory-quota)" if asked is None else ""),
+                 "whole device" if admission.sm_percent is None else
+                 f"{admission.sm_percent:g}% ({granted_sms} SMs)")
+        if admission.sm_percent_asked is not None and admission.sm_percent != admission.sm_percent_asked:
+            log.info("client %d asked for %g%% of the SMs; best-effort jobs get at most %g%% on this server "
+                     "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
+
+    def attached_sessions(self) -> list[Session]:
+        """The sessions of jobs attached now (not those whose release is under way)."""
+        with self._sessions_lock:
+            sessions = list(self.sessions.values())
+        return [s for s in sessions if not s.gone()]
+
+    def _attached_high_priority(self) -> list[AttachedJob]:
+        return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
+                if s.priority == protocol.Priority.HIGH]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description
@@ -324,6 +398,7 @@ class TallyServer:
             if client_id in self._retired:
                 return
             self._retired.add(client_id)
+        self.levers.client_removed(client_id)
         self.executor.remove_client(client_id)
 
     def forget_session(self, session: Session) -> None:
@@ -351,7 +426,16 @@ def make_variant_provider(backend):
     return backend.variant_provider(), backend.clock if backend.traits.virtual_clock else None
 
 
-def make_executor(config: ServerConfig, backend, description, variants, clock):
+def make_hooks(server: TallyServer) -> Hooks:
+    """The cluster plugins the server's flags ask for, registered explicitly."""
+    hooks = Hooks()
+    # memory protection and the high-priority job count (admin14)
+    hooks.register(server.memory_limits)
+    hooks.register(server.high_priority_jobs)
+    return hooks
+
+
+def make_executor(config: ServerConfig, backend, description, variants, clock, hooks=None):
     """The stream executor every client's stream-ordered work goes through."""
     from tally.scheduler.executor import StreamExecutor
     from tally.scheduler.policies import make_policy
@@ -361,7 +445,7 @@ def make_executor(config: ServerConfig, backend, description, variants, clock):
     profiler = TransparentProfiler(description.sm_count, config.turnaround_threshold_ms,
                                    cache=ProfileCache(default_cache_directory(), description.name))
     return StreamExecutor(backend, make_policy(config.policy), variants=variants, profiler=profiler,
-                          clock=clock, be_transform=config.be_transform)
+                          clock=clock, be_transform=config.be_transform, hooks=hooks)
 
 
 def _drop_cause(e: Exception) -> str:

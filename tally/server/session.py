@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tally import _core, protocol
+from tally.cluster.memory_limits import JobMemory
 from tally.protocol.errors import (
     CUDA_ERROR_ASSERT,
     CUDA_ERROR_INVALID_VALUE,
@@ -71,7 +73,7 @@ class SessionCounters:
 
 class Session:
     def __init__(self, server, client_id: int, pid: int, priority: protocol.Priority,
-                 program: str, segment, connection, quota_bytes: int | None):
+                 program: str, segment, connection, memory: JobMemory):
         self.server = server
         self.backend = server.backend
         self.client_id = client_id
@@ -92,8 +94,9 @@ class Session:
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
+        self.paused = False                    # the operator paused it (tally/server/control.py)
         self.data_plane = make_data_plane(self, server.config.data_plane, server.data_plane_device)
-        self.client = ClientState(self, quota_bytes)   # what the job creates through the driver API
+        self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -171,11 +174,17 @@ class Session:
         has exited has a closed socket even if the selector has not noticed yet."""
         if self._closing.is_set():
             return True
+        # Polled first: during the handshake the socket still has a timeout, and
+        # Python then waits for data up to it whatever MSG_DONTWAIT says.
         try:
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return False
             peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
-        except OSError:
+        except (OSError, ValueError):     # ValueError: closed already (fileno -1)
             return True
         return peeked == b""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from tally import protocol
 from tally.protocol import Priority
@@ -26,13 +26,19 @@ class ClientStatus:
     connected_s: float
     memory_used: int
     memory_peak: int
-    memory_quota: int | None
+    memory_quota: int | None         # what the job asked for at handshake (None: nothing)
     allocations: int
     requests: int
     sync_requests: int
     errors: int
     protocol_errors: int
     requests_by_kind: dict[str, int]
+    sm_percent: float | None = None      # its own SM share (asked, within the server's limit); None: whole device
+    sm_granted: int | None = None        # SMs its launches are confined to now (dynamic SM moves it)
+    # the quota in force: the job's own, the server's --be-memory-quota, or what the
+    # operator set (None: no quota; the reserve for high-priority jobs still applies)
+    memory_quota_bytes: int | None = None
+    state: str = "running"           # "running" | "paused" (tally-server pause/resume)
     # Of `requests`, those the C++ data plane took without Python (docs/data-plane.md).
     requests_in_cpp: int = 0
 
@@ -65,6 +71,14 @@ class ServerStatus:
     dropped_connections: dict[str, int]
     clients_leaving: int             # jobs that left (no longer listed) whose release is under way
     clients: tuple[ClientStatus, ...]
+    be_sm_percent: float | None = None   # tally-server --be-sm-percent
+    dynamic_sm: bool = False             # --dynamic-sm
+    be_util_target: float | None = None  # --be-util-target (compute control)
+    sm_count: int = 0
+    levers: dict = field(default_factory=dict)   # the dynamic share and the controller's hold now
+    be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
+    hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
+    max_hp_jobs: int = 1                       # high-priority jobs allowed at once
     data_plane: str = "python"       # `tally-server --data-plane`
 
     def to_json(self) -> dict:
@@ -84,6 +98,11 @@ def _known(cls, data: dict) -> dict:
 
 def client_status(session) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
+    server = session.server
+    try:
+        _share, granted = server.executor.sm_share(session.client_id)
+    except ValueError:          # leaving: the executor let it go already
+        granted = None
     return ClientStatus(
         client_id=session.client_id,
         pid=session.pid,
@@ -92,13 +111,17 @@ def client_status(session) -> ClientStatus:
         connected_s=round(time.time() - session.started_at, 3),
         memory_used=allocations.used_bytes,
         memory_peak=allocations.peak_bytes,
-        memory_quota=allocations.quota_bytes,
+        memory_quota=allocations.memory.asked_bytes,
         allocations=len(allocations),
         requests=counters.requests,
         sync_requests=counters.sync_requests,
         errors=counters.errors,
         protocol_errors=counters.protocol_errors,
         requests_by_kind=dict(counters.by_kind),
+        sm_percent=server.levers.share_of(session.client_id),
+        sm_granted=granted,
+        memory_quota_bytes=allocations.quota_bytes,
+        state="paused" if session.paused else "running",
         requests_in_cpp=session.data_plane.counts()[0],
     )
 
@@ -125,5 +148,13 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         dropped_connections=server.dropped_connections.snapshot(),
         clients_leaving=leaving,
         clients=tuple(client_status(s) for s in sessions),
+        be_sm_percent=server.config.be_sm_percent,
+        dynamic_sm=server.config.dynamic_sm,
+        be_util_target=server.config.be_util_target,
+        sm_count=d.sm_count,
+        levers=server.levers.describe(),
+        be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
+        hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
+        max_hp_jobs=server.high_priority_jobs.max_jobs,
         data_plane=server.config.data_plane,
     )

@@ -62,6 +62,22 @@ bool parse_memory_quota(const char* text, ClientConfig* out, std::string* error)
   return true;
 }
 
+bool parse_sm_percent(const char* text, const char* variable, double* out, std::string* error) {
+  *out = 0.0;
+  if (text == nullptr || text[0] == '\0') return true;
+  errno = 0;
+  char* end = nullptr;
+  double percent = std::strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !std::isfinite(percent) || !(percent > 0.0) || percent > 100.0) {
+    *error = std::string(variable) + "='" + text +
+             "' is not an SM share; set it to a percentage of the device's SMs in (0, 100] (25), "
+             "or use tally-run --sm-percent";
+    return false;
+  }
+  *out = percent;
+  return true;
+}
+
 bool read_client_config(ClientConfig* out, std::string* error) {
   const char* server = std::getenv("TALLY_SERVER");
   out->socket_path = server != nullptr && server[0] != '\0' ? server : default_socket_path();
@@ -70,8 +86,15 @@ bool read_client_config(ClientConfig* out, std::string* error) {
              std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes); start tally-server with a shorter --socket";
     return false;
   }
-  return parse_priority(std::getenv("TALLY_PRIORITY"), &out->priority, error) &&
-         parse_memory_quota(std::getenv("TALLY_MEMORY_QUOTA"), out, error);
+  if (!parse_priority(std::getenv("TALLY_PRIORITY"), &out->priority, error) ||
+      !parse_memory_quota(std::getenv("TALLY_MEMORY_QUOTA"), out, error)) {
+    return false;
+  }
+  // tally-run's --sm-percent wins; a job set up for MPS keeps the share it gave MPS.
+  const char* share = std::getenv("TALLY_SM_PERCENT");
+  if (share != nullptr && share[0] != '\0') return parse_sm_percent(share, "TALLY_SM_PERCENT", &out->sm_percent, error);
+  return parse_sm_percent(std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                          &out->sm_percent, error);
 }
 
 }  // namespace tally::client

@@ -4,6 +4,9 @@
 //   TALLY_PRIORITY      high | best-effort (default best-effort, as tally-run)
 //   TALLY_MEMORY_QUOTA  device memory the job may use: bytes ("1073741824") or a
 //                       percentage of the device ("50%"); unset or empty: no quota
+//   TALLY_SM_PERCENT    the job's SM share in (0, 100] (tally-run --sm-percent); unset or
+//                       empty: the job's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE if it has one
+//                       (jobs configured for MPS keep their share), else none asked
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +20,7 @@ struct ClientConfig {
   protocol::Priority priority = protocol::Priority::BEST_EFFORT;
   uint64_t memory_quota_bytes = 0;    // 0: none
   double memory_quota_percent = 0.0;  // 0: unused
+  double sm_percent = 0.0;            // 0: none asked
 };
 
 std::string default_socket_path();
@@ -24,8 +28,10 @@ std::string default_socket_path();
 // Parsers for one variable each; false plus a message saying what to set on bad input.
 bool parse_priority(const char* text, protocol::Priority* out, std::string* error);
 bool parse_memory_quota(const char* text, ClientConfig* out, std::string* error);
+// `variable` names where the text came from, for the message.
+bool parse_sm_percent(const char* text, const char* variable, double* out, std::string* error);
 
-// Reads all three variables; false plus a message on the first bad one.
+// Reads all the variables; false plus a message on the first bad one.
 bool read_client_config(ClientConfig* out, std::string* error);
 
 }  // namespace tally::client

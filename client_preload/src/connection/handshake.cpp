@@ -110,6 +110,7 @@ HandshakeResult handshake(const ClientConfig& config, int timeout_ms) {
   hello.priority = static_cast<uint32_t>(config.priority);
   hello.memory_quota = config.memory_quota_bytes;
   hello.memory_quota_percent = config.memory_quota_percent;
+  hello.sm_percent = config.sm_percent;
   std::strncpy(reinterpret_cast<char*>(hello.program), program_invocation_short_name, sizeof(hello.program) - 1);
   RecordHeader header{static_cast<uint32_t>(protocol::MessageKind::Hello), sizeof hello, 0};
   char wire[sizeof header + sizeof hello];

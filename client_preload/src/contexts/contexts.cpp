@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "connection/connection.h"
+#include "contexts/green_contexts.h"
 #include "entry_points/entry_point.h"
 #include "logging/log.h"
 
@@ -20,12 +21,6 @@ ContextObject* as_context(CUcontext ctx) { return reinterpret_cast<ContextObject
 CUcontext handle(ContextObject* c) { return reinterpret_cast<CUcontext>(c); }
 
 ContextObject* top() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
-
-CUresult check_device(CUdevice dev) {
-  const Connection& c = Connection::instance();
-  if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
-  return dev >= 0 && dev < c.device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
-}
 
 // Objects are never freed, so a handle the job made stays readable; anything else
 // must be the primary context or an object this file created and still live.
@@ -114,6 +109,26 @@ CUresult release_resources(ContextObject* c) {
 
 }  // namespace
 
+CUresult check_device(CUdevice dev) {
+  const Connection& c = Connection::instance();
+  if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
+  return dev >= 0 && dev < c.device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+ContextObject* current_context() { return top(); }
+
+ContextObject* new_green_context(CUdevice dev, GreenContextObject* green) {
+  auto* c = new ContextObject(false, g_next_context_id.fetch_add(1, std::memory_order_relaxed));
+  c->device = dev;
+  c->green = green;
+  {
+    std::lock_guard<std::mutex> lock(g_created_mutex);
+    g_created.insert(c);
+  }
+  g_any_created.store(true, std::memory_order_release);
+  return c;
+}
+
 bool valid_context_flags(unsigned flags) {
   const unsigned sched = flags & CU_CTX_SCHED_MASK;
   return (flags & ~unsigned{CU_CTX_FLAGS_MASK}) == 0 &&
@@ -169,7 +184,7 @@ CUresult check_current_context_for_new_resource() {
 
 void note_context_resource(ContextResource kind, uint64_t h) {
   ContextObject* c = top();
-  if (c == nullptr || c->primary) return;
+  if (c == nullptr || c->primary || c->green != nullptr) return;
   std::lock_guard<std::mutex> lock(c->mutex);
   c->resources.emplace(kind, h);
 }
@@ -212,9 +227,12 @@ TALLY_ENTRY(cuCtxCreate_v11040)(CUcontext* pctx, CUexecAffinityParam* paramsArra
 TALLY_ENTRY(cuCtxCreate_v12050)(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
                                 CUdevice dev) {
   if (ctxCreateParams == nullptr) return create(pctx, nullptr, 0, flags, dev);
+  // CUDA-in-Graphics shares SMs with a graphics API's (D3D12) command queue; tally's
+  // jobs have no graphics queue to share with. SM partitions of a job's own are green
+  // contexts (cuGreenCtxCreate), which tally supports.
   if (ctxCreateParams->cigParams != nullptr) {
     log_error("cuCtxCreate: contexts in CUDA-in-Graphics mode (cigParams) are not supported by tally; "
-              "create the context without cigParams");
+              "create the context without cigParams (for a partition of SMs, use green contexts)");
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return create(pctx, ctxCreateParams->execAffinityParams, ctxCreateParams->numExecAffinityParams, flags, dev);
@@ -226,6 +244,10 @@ TALLY_ENTRY(cuCtxDestroy_v4000)(CUcontext ctx) {
   ContextObject* c = as_context(ctx);
   // The primary context is released with cuDevicePrimaryCtxRelease, never destroyed.
   if (c == &g_primary || !known(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->green != nullptr) {
+    log_error("cuCtxDestroy: this context stands for a green context; destroy it with cuGreenCtxDestroy");
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   ContextState expected = ContextState::kLive;
   if (!c->state.compare_exchange_strong(expected, ContextState::kDestroyed)) return CUDA_ERROR_INVALID_CONTEXT;
   // Popped if current here; other threads keep it current and get CONTEXT_IS_DESTROYED.
@@ -316,8 +338,9 @@ TALLY_ENTRY(cuCtxGetExecAffinity_v11040)(CUexecAffinityParam* pExecAffinity, CUe
   if (CUresult rc = context_object(nullptr, &c); rc != CUDA_SUCCESS) return rc;
   if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
   pExecAffinity->type = type;
-  pExecAffinity->param.smCount.val =
-      c->sm_count_affinity != 0 ? c->sm_count_affinity : static_cast<unsigned>(Connection::instance().device().sm_count);
+  unsigned sms = static_cast<unsigned>(Connection::instance().device().sm_count);
+  if (c->green != nullptr) sms = c->green->sm_count;  // a green context's SMs
+  pExecAffinity->param.smCount.val = c->sm_count_affinity != 0 ? c->sm_count_affinity : sms;
   return CUDA_SUCCESS;
 }
 

@@ -10,6 +10,11 @@
 // current context as they are made (note_context_resource) and released through
 // their own destroy/free entry points when it is destroyed. Libraries (cuLibrary*)
 // and stream-ordered or virtual memory belong to no context, as in CUDA.
+//
+// A green context (green_contexts.h) has a context of its own, what
+// cuCtxFromGreenCtx returns: it can be made current like any other, and what is
+// made while it is current belongs to the primary context, as CUDA's green
+// contexts share the primary context's modules and memory.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -21,6 +26,8 @@
 #include "driver_headers.h"
 
 namespace tally::client {
+
+struct GreenContextObject;
 
 // cuCtxGetLimit's answers: CUDA's defaults until the job sets them.
 struct ContextLimits {
@@ -50,6 +57,7 @@ struct ContextObject {
   CUdevice device = 0;
   std::atomic<unsigned> flags{0};
   unsigned sm_count_affinity = 0;    // CU_EXEC_AFFINITY_TYPE_SM_COUNT asked at creation; 0: none
+  GreenContextObject* green = nullptr;  // the green context this context stands for (cuCtxFromGreenCtx)
   ContextLimits limits;
   std::atomic<int> cache_config{CU_FUNC_CACHE_PREFER_NONE};
   std::atomic<int> retains{0};       // the primary context's cuDevicePrimaryCtxRetain count
@@ -64,6 +72,15 @@ struct ContextObject {
 
 // CUDA's context flags, with at most one scheduling policy.
 bool valid_context_flags(unsigned flags);
+
+// CUDA_SUCCESS when connected and `dev` is the server's device.
+CUresult check_device(CUdevice dev);
+
+// The calling thread's current context (it may have been destroyed since); nullptr: none.
+ContextObject* current_context();
+
+// The context a new green context stands for, made known to every context call.
+ContextObject* new_green_context(CUdevice dev, GreenContextObject* green);
 
 // The primary context of `dev`, marked active (cudart obtains it this way, through
 // the runtime-interface export table, instead of cuDevicePrimaryCtxRetain).

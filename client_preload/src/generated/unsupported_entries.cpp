@@ -961,54 +961,6 @@ CUresult tally_entry_cuDeviceUnregisterAsyncNotification_v12040(CUdevice device,
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceUnregisterAsyncNotification");
 }
-CUresult tally_entry_cuGreenCtxCreate_v12040(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxCreate");
-}
-CUresult tally_entry_cuGreenCtxDestroy_v12040(CUgreenCtx hCtx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxDestroy");
-}
-CUresult tally_entry_cuDeviceGetDevResource_v12040(CUdevice dev, CUdevResource* result, CUdevResourceType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetDevResource");
-}
-CUresult tally_entry_cuCtxGetDevResource_v12040(CUcontext hCtx, CUdevResource* result, CUdevResourceType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxGetDevResource");
-}
-CUresult tally_entry_cuGreenCtxGetDevResource_v12040(CUgreenCtx hCtx, CUdevResource* result, CUdevResourceType type) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxGetDevResource");
-}
-CUresult tally_entry_cuGreenCtxRecordEvent_v12040(CUgreenCtx hCtx, CUevent hEvent) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxRecordEvent");
-}
-CUresult tally_entry_cuGreenCtxWaitEvent_v12040(CUgreenCtx hCtx, CUevent hEvent) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxWaitEvent");
-}
-CUresult tally_entry_cuDevResourceGenerateDesc_v12040(CUdevResourceDesc* phDesc, CUdevResource* resources, unsigned int nbResources) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDevResourceGenerateDesc");
-}
-CUresult tally_entry_cuDevSmResourceSplitByCount_v12040(CUdevResource* result, unsigned int* nbGroups, const CUdevResource* input, CUdevResource* remaining, unsigned int useFlags, unsigned int minCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDevSmResourceSplitByCount");
-}
-CUresult tally_entry_cuStreamGetGreenCtx_v12040(CUstream hStream, CUgreenCtx *phCtx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetGreenCtx");
-}
-CUresult tally_entry_cuCtxFromGreenCtx_v12040(CUcontext *pContext, CUgreenCtx hCtx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxFromGreenCtx");
-}
-CUresult tally_entry_cuGreenCtxGetId_v12090(CUgreenCtx greenCtx, unsigned long long *greenCtxId) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxGetId");
-}
 CUresult tally_entry_cuCtxRecordEvent_v12050(CUcontext hCtx, CUevent hEvent) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxRecordEvent");
@@ -1016,10 +968,6 @@ CUresult tally_entry_cuCtxRecordEvent_v12050(CUcontext hCtx, CUevent hEvent) {
 CUresult tally_entry_cuCtxWaitEvent_v12050(CUcontext hCtx, CUevent hEvent) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxWaitEvent");
-}
-CUresult tally_entry_cuGreenCtxStreamCreate_v12050(CUstream* phStream, CUgreenCtx greenCtx, unsigned int flags, int priority) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGreenCtxStreamCreate");
 }
 CUresult tally_entry_cuMemBatchDecompressAsync_v12060(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream) {
   static tally::client::OnceFlag logged;

@@ -1,15 +1,20 @@
 // Streams. The client picks each stream's id, so cuStreamCreate is fire-and-forget
 // and the questions CUDA answers from the stream itself (flags, priority, context,
 // id, capture status) need no round trip. Query and synchronize go to the server,
-// which applies the legacy default stream's ordering rules.
+// which applies the legacy default stream's ordering rules. A stream made in a
+// green context (cuGreenCtxStreamCreate, or any stream made while one is current)
+// is made with its SM count, and the NULL stream is the green context's default
+// stream while one is current.
 #include <atomic>
 
 #include "graphs/capture.h"
 #include "connection/connection.h"
 #include "contexts/contexts.h"
+#include "contexts/green_contexts.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
 #include "streams/stream_ids.h"
+#include "streams/streams.h"
 
 namespace tally::client {
 namespace {
@@ -20,27 +25,6 @@ std::atomic<uint64_t> g_next_thread_stream{1};
 // cuCtxGetStreamPriorityRange: CUDA's range on current GPUs, 0 (lowest) to -5.
 constexpr int kLeastPriority = 0;
 constexpr int kGreatestPriority = -5;
-
-CUresult create(CUstream* out, unsigned flags, int priority) {
-  if (out == nullptr || (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
-  // Out-of-range priorities are clamped, as the driver does.
-  priority = priority > kLeastPriority ? kLeastPriority : priority < kGreatestPriority ? kGreatestPriority : priority;
-  auto* stream = new StreamObject();
-  stream->id = g_next_stream.fetch_add(1, std::memory_order_relaxed);
-  stream->flags = flags;
-  stream->priority = priority;
-  tally_entry_cuCtxGetCurrent_v4000(&stream->context);
-  protocol::StreamCreateMsg m{stream->id, flags, priority};
-  if (CUresult rc = Connection::instance().send(m); rc != CUDA_SUCCESS) {
-    stream->tag.store(ObjectTag::kDead);
-    return rc;
-  }
-  *out = reinterpret_cast<CUstream>(stream);
-  note_context_resource(ContextResource::kStream, reinterpret_cast<uint64_t>(stream));
-  return CUDA_SUCCESS;
-}
 
 StreamObject* as_stream(CUstream s) { return live_object<StreamObject, ObjectTag::kStream>(s); }
 
@@ -93,6 +77,28 @@ CUresult stream_context(CUstream stream, bool per_thread, CUcontext* ctx) {
   return primary_context(0, ctx);
 }
 
+// The green context a stream belongs to: its own, or for the NULL and legacy streams
+// the current one (nullptr: none). CUDA: CU_STREAM_PER_THREAD is no stream of a green context.
+CUresult stream_green_context(CUstream stream, bool per_thread, GreenContextObject** out) {
+  if (CUresult rc = describe(stream, per_thread, nullptr, nullptr); rc != CUDA_SUCCESS) return rc;
+  if (StreamObject* s = as_stream(stream); s != nullptr) {
+    *out = s->green;
+    return CUDA_SUCCESS;
+  }
+  const bool per_thread_stream = stream == CU_STREAM_PER_THREAD || (stream == nullptr && per_thread);
+  *out = current_green_context();
+  return per_thread_stream && *out != nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+// cuStreamGetCtx_v2: a green context's stream names the primary context beside it.
+CUresult stream_contexts(CUstream stream, bool per_thread, CUcontext* ctx, CUgreenCtx* green_out) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GreenContextObject* green = nullptr;
+  if (CUresult rc = stream_green_context(stream, per_thread, &green); rc != CUDA_SUCCESS) return rc;
+  if (green_out != nullptr) *green_out = reinterpret_cast<CUgreenCtx>(green);
+  return green != nullptr ? primary_context(0, ctx) : stream_context(stream, per_thread, ctx);
+}
+
 CUresult stream_id_of(CUstream stream, bool per_thread, unsigned long long* out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
@@ -119,7 +125,51 @@ CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus*
   return CUDA_SUCCESS;
 }
 
+// The NULL stream: the legacy default stream, or the current green context's own.
+CUresult default_stream_id(uint64_t* id) {
+  GreenContextObject* g = current_green_context();
+  if (g == nullptr) {
+    *id = kLegacyStream;
+    return CUDA_SUCCESS;
+  }
+  if (!g->context->live()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *id = g->default_stream->id;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
+
+CUresult create_stream(CUstream* out, unsigned flags, int priority, GreenContextObject* green) {
+  if (out == nullptr || (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = check_current_context_for_new_resource(); rc != CUDA_SUCCESS) return rc;
+  // Out-of-range priorities are clamped, as the driver does.
+  priority = priority > kLeastPriority ? kLeastPriority : priority < kGreatestPriority ? kGreatestPriority : priority;
+  auto* stream = new StreamObject();
+  stream->id = g_next_stream.fetch_add(1, std::memory_order_relaxed);
+  stream->flags = flags;
+  stream->priority = priority;
+  stream->green = green;
+  CUresult sent;
+  if (green != nullptr) {
+    stream->context = reinterpret_cast<CUcontext>(green->context);
+    sent = Connection::instance().send(protocol::GreenStreamCreateMsg{stream->id, flags, priority, green->sm_count, 0});
+  } else {
+    tally_entry_cuCtxGetCurrent_v4000(&stream->context);
+    sent = Connection::instance().send(protocol::StreamCreateMsg{stream->id, flags, priority});
+  }
+  if (sent != CUDA_SUCCESS) {
+    stream->tag.store(ObjectTag::kDead);
+    return sent;
+  }
+  *out = reinterpret_cast<CUstream>(stream);
+  if (green != nullptr) {
+    note_green_stream(green, stream);
+  } else {
+    note_context_resource(ContextResource::kStream, reinterpret_cast<uint64_t>(stream));
+  }
+  return CUDA_SUCCESS;
+}
 
 uint64_t per_thread_stream_id() {
   thread_local uint64_t id = kPerThreadStreamBit | g_next_thread_stream.fetch_add(1, std::memory_order_relaxed);
@@ -128,14 +178,16 @@ uint64_t per_thread_stream_id() {
 
 CUresult stream_id(CUstream stream, bool per_thread_entry, uint64_t* id) {
   if (stream == nullptr) {
-    *id = per_thread_entry ? per_thread_stream_id() : kLegacyStream;
+    if (!per_thread_entry) return default_stream_id(id);
+    *id = per_thread_stream_id();
   } else if (stream == CU_STREAM_LEGACY) {
-    *id = kLegacyStream;
+    return default_stream_id(id);
   } else if (stream == CU_STREAM_PER_THREAD) {
     *id = per_thread_stream_id();
   } else {
     StreamObject* s = as_stream(stream);
     if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (s->green != nullptr && !s->green->context->live()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     *id = s->id;
   }
   return CUDA_SUCCESS;
@@ -146,9 +198,13 @@ CUresult stream_id(CUstream stream, bool per_thread_entry, uint64_t* id) {
 using namespace tally::client;
 namespace protocol = tally::protocol;
 
-TALLY_ENTRY(cuStreamCreate_v2000)(CUstream* phStream, unsigned int Flags) { return create(phStream, Flags, 0); }
+// A stream made while a green context is current is that green context's (CUDA:
+// cuStreamGetGreenCtx).
+TALLY_ENTRY(cuStreamCreate_v2000)(CUstream* phStream, unsigned int Flags) {
+  return create_stream(phStream, Flags, 0, current_green_context());
+}
 TALLY_ENTRY(cuStreamCreateWithPriority_v5050)(CUstream* phStream, unsigned int flags, int priority) {
-  return create(phStream, flags, priority);
+  return create_stream(phStream, flags, priority, current_green_context());
 }
 
 TALLY_ENTRY(cuStreamDestroy_v4000)(CUstream hStream) {
@@ -193,12 +249,17 @@ TALLY_ENTRY(cuStreamGetCtx_v9020_ptsz)(CUstream hStream, CUcontext* pctx) {
   return stream_context(hStream, true, pctx);
 }
 TALLY_ENTRY(cuStreamGetCtx_v12050)(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
-  if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
-  return stream_context(hStream, false, pCtx);
+  return stream_contexts(hStream, false, pCtx, pGreenCtx);
+}
+TALLY_ENTRY(cuStreamGetGreenCtx_v12040)(CUstream hStream, CUgreenCtx* phCtx) {
+  if (phCtx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GreenContextObject* green = nullptr;
+  if (CUresult rc = stream_green_context(hStream, false, &green); rc != CUDA_SUCCESS) return rc;
+  *phCtx = reinterpret_cast<CUgreenCtx>(green);
+  return CUDA_SUCCESS;
 }
 TALLY_ENTRY(cuStreamGetCtx_v12050_ptsz)(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
-  if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
-  return stream_context(hStream, true, pCtx);
+  return stream_contexts(hStream, true, pCtx, pGreenCtx);
 }
 TALLY_ENTRY(cuStreamGetId_v12000)(CUstream hStream, unsigned long long* streamId) {
   return stream_id_of(hStream, false, streamId);

@@ -5,7 +5,7 @@
 
 namespace tally::protocol {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr uint32_t kSegmentMagic = 0x594C4154u;
 
 // Starts every record on the rings and on the handshake socket.
@@ -50,6 +50,10 @@ enum class MessageKind : uint32_t {
   DeviceInfo = 5,
   StatusRequest = 3,
   StatusReply = 4,
+  ClientSet = 30,
+  ClientPause = 31,
+  ClientResume = 32,
+  ControlReply = 33,
   Ping = 16,
   Pong = 17,
   Notify = 18,
@@ -118,6 +122,9 @@ enum class MessageKind : uint32_t {
   LinkComplete = 161,
   LinkReply = 162,
   LinkDestroy = 163,
+  SmResourceQuery = 200,
+  SmResourceReply = 201,
+  GreenStreamCreate = 202,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -128,6 +135,10 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::DeviceInfo: return "DeviceInfo";
     case MessageKind::StatusRequest: return "StatusRequest";
     case MessageKind::StatusReply: return "StatusReply";
+    case MessageKind::ClientSet: return "ClientSet";
+    case MessageKind::ClientPause: return "ClientPause";
+    case MessageKind::ClientResume: return "ClientResume";
+    case MessageKind::ControlReply: return "ControlReply";
     case MessageKind::Ping: return "Ping";
     case MessageKind::Pong: return "Pong";
     case MessageKind::Notify: return "Notify";
@@ -196,6 +207,9 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::LinkComplete: return "LinkComplete";
     case MessageKind::LinkReply: return "LinkReply";
     case MessageKind::LinkDestroy: return "LinkDestroy";
+    case MessageKind::SmResourceQuery: return "SmResourceQuery";
+    case MessageKind::SmResourceReply: return "SmResourceReply";
+    case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     default: return nullptr;
   }
 }
@@ -210,17 +224,19 @@ struct HelloMsg {
   uint32_t _pad0;
   uint64_t memory_quota;
   double memory_quota_percent;
+  double sm_percent;
   uint8_t program[64];
 };
-static_assert(sizeof(HelloMsg) == 96, "HelloMsg layout differs from the Python codec");
+static_assert(sizeof(HelloMsg) == 104, "HelloMsg layout differs from the Python codec");
 static_assert(offsetof(HelloMsg, protocol_version) == 0);
 static_assert(offsetof(HelloMsg, pid) == 4);
 static_assert(offsetof(HelloMsg, priority) == 8);
 static_assert(offsetof(HelloMsg, _pad0) == 12);
 static_assert(offsetof(HelloMsg, memory_quota) == 16);
 static_assert(offsetof(HelloMsg, memory_quota_percent) == 24);
-static_assert(offsetof(HelloMsg, program) == 32);
-constexpr uint32_t kHelloSize = 96;  // bytes on the wire (0: empty)
+static_assert(offsetof(HelloMsg, sm_percent) == 32);
+static_assert(offsetof(HelloMsg, program) == 40);
+constexpr uint32_t kHelloSize = 104;  // bytes on the wire (0: empty)
 
 // server -> client over the socket
 struct HelloReplyMsg {
@@ -287,6 +303,58 @@ struct StatusReplyMsg {
 };
 static_assert(sizeof(StatusReplyMsg) == 1, "StatusReplyMsg layout differs from the Python codec");
 constexpr uint32_t kStatusReplySize = 0;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it is
+struct ClientSetMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientSet;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint64_t memory_quota;
+  double memory_quota_percent;
+  double sm_percent;
+};
+static_assert(sizeof(ClientSetMsg) == 32, "ClientSetMsg layout differs from the Python codec");
+static_assert(offsetof(ClientSetMsg, client_id) == 0);
+static_assert(offsetof(ClientSetMsg, memory_quota) == 8);
+static_assert(offsetof(ClientSetMsg, memory_quota_percent) == 16);
+static_assert(offsetof(ClientSetMsg, sm_percent) == 24);
+constexpr uint32_t kClientSetSize = 32;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: hold the job's work (nothing of it starts, nothing is lost); `force` = 1 allows pausing a high-priority job
+struct ClientPauseMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientPause;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint32_t force;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ClientPauseMsg) == 16, "ClientPauseMsg layout differs from the Python codec");
+static_assert(offsetof(ClientPauseMsg, client_id) == 0);
+static_assert(offsetof(ClientPauseMsg, force) == 8);
+static_assert(offsetof(ClientPauseMsg, _pad0) == 12);
+constexpr uint32_t kClientPauseSize = 16;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: release a paused job's work
+struct ClientResumeMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientResume;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+};
+static_assert(sizeof(ClientResumeMsg) == 8, "ClientResumeMsg layout differs from the Python codec");
+static_assert(offsetof(ClientResumeMsg, client_id) == 0);
+constexpr uint32_t kClientResumeSize = 8;  // bytes on the wire (0: empty)
+
+// server -> tool over the socket: `ok` = 1 when done (or nothing needed doing), 0 when refused; tail: UTF-8 sentence: what changed, or why nothing did
+struct ControlReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::ControlReply;
+  static constexpr bool kHasTail = true;
+  uint32_t ok;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ControlReplyMsg) == 8, "ControlReplyMsg layout differs from the Python codec");
+static_assert(offsetof(ControlReplyMsg, ok) == 0);
+static_assert(offsetof(ControlReplyMsg, _pad0) == 4);
+constexpr uint32_t kControlReplySize = 8;  // bytes on the wire (0: empty)
 
 // client -> server on the request ring: sync no-op, answered by Pong
 struct PingMsg {
@@ -1127,5 +1195,47 @@ struct LinkDestroyMsg {
 static_assert(sizeof(LinkDestroyMsg) == 8, "LinkDestroyMsg layout differs from the Python codec");
 static_assert(offsetof(LinkDestroyMsg, link) == 0);
 constexpr uint32_t kLinkDestroySize = 8;  // bytes on the wire (0: empty)
+
+// cuDeviceGetDevResource/cuCtxGetDevResource for SMs: the SMs this job may use now and how they may be partitioned; answered by SmResourceReply
+struct SmResourceQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::SmResourceQuery;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(SmResourceQueryMsg) == 1, "SmResourceQueryMsg layout differs from the Python codec");
+constexpr uint32_t kSmResourceQuerySize = 0;  // bytes on the wire (0: empty)
+
+// answer to SmResourceQuery: `sm_count` SMs (the job's share, else the device's), partitions of at least `min_partition` SMs in multiples of `alignment`
+struct SmResourceReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::SmResourceReply;
+  static constexpr bool kHasTail = false;
+  uint32_t sm_count;
+  uint32_t min_partition;
+  uint32_t alignment;
+  uint32_t device_sm_count;
+};
+static_assert(sizeof(SmResourceReplyMsg) == 16, "SmResourceReplyMsg layout differs from the Python codec");
+static_assert(offsetof(SmResourceReplyMsg, sm_count) == 0);
+static_assert(offsetof(SmResourceReplyMsg, min_partition) == 4);
+static_assert(offsetof(SmResourceReplyMsg, alignment) == 8);
+static_assert(offsetof(SmResourceReplyMsg, device_sm_count) == 12);
+constexpr uint32_t kSmResourceReplySize = 16;  // bytes on the wire (0: empty)
+
+// async: a stream of a green context, as StreamCreate, whose kernels run on at most `sm_count` SMs (and never more than the job's share)
+struct GreenStreamCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::GreenStreamCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint32_t flags;
+  int32_t priority;
+  uint32_t sm_count;
+  uint32_t _pad0;
+};
+static_assert(sizeof(GreenStreamCreateMsg) == 24, "GreenStreamCreateMsg layout differs from the Python codec");
+static_assert(offsetof(GreenStreamCreateMsg, stream) == 0);
+static_assert(offsetof(GreenStreamCreateMsg, flags) == 8);
+static_assert(offsetof(GreenStreamCreateMsg, priority) == 12);
+static_assert(offsetof(GreenStreamCreateMsg, sm_count) == 16);
+static_assert(offsetof(GreenStreamCreateMsg, _pad0) == 20);
+constexpr uint32_t kGreenStreamCreateSize = 24;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

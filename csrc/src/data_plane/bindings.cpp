@@ -75,6 +75,7 @@ void bind_data_plane(py::module_& parent) {
                                                           "How a backend's work reaches its device from C++.")
       .def_property_readonly("name", &DeviceIssuer::name)
       .def_property_readonly("completes_at_issue", &DeviceIssuer::completes_at_issue)
+      .def_property_readonly("carries_sm_cap", &DeviceIssuer::carries_sm_cap)
       .def("stream_quiet", &DeviceIssuer::stream_quiet, py::arg("stream"),
            "Whether the backend stream (its native handle) finished everything issued to it.");
   py::class_<NullIssuer, DeviceIssuer, std::shared_ptr<NullIssuer>>(m, "NullIssuer", "The null device's.")
@@ -109,10 +110,11 @@ void bind_data_plane(py::module_& parent) {
            }, py::arg("key"), py::arg("exists"), py::arg("allowed"))
       .def("open_lane", [](PyClientPlane& p, uint64_t key, uint64_t native) { p.plane->open_lane(key, native); },
            py::arg("key"), py::arg("native"))
-      .def("grant", [](PyClientPlane& p, uint64_t key, bool granted) {
+      .def("grant", [](PyClientPlane& p, uint64_t key, bool granted, uint32_t sm_cap) {
              py::gil_scoped_release nogil;   // waits for a fast operation in progress
-             p.plane->grant(key, granted);
-           }, py::arg("key"), py::arg("granted"))
+             p.plane->grant(key, granted, sm_cap);
+           }, py::arg("key"), py::arg("granted"), py::arg("sm_cap") = 0,
+           "Grant or revoke the lane; its launches run on at most sm_cap SMs (0: all).")
       .def("revoke_all", [](PyClientPlane& p) {
              py::gil_scoped_release nogil;
              p.plane->revoke_all();

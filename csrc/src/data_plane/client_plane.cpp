@@ -172,7 +172,7 @@ bool ClientPlane::fast_launch(const RecordView& v) {
   }
   // Before the kernel is on its way: no best-effort lane may start one after this.
   if (closes_gate_) gate_->close();
-  if (!issuer_->launch(lane->native, fn->second, shape, params, param_bytes)) return false;
+  if (!issuer_->launch(lane->native, fn->second, shape, params, param_bytes, lane->sm_cap)) return false;
   lane->launches.fetch_add(1, std::memory_order_release);
   note_issued(m.stream, *lane);
   count(v.kind, v.tag);
@@ -298,9 +298,11 @@ void ClientPlane::open_lane(uint64_t key, uint64_t native) {
   lane.has_native = true;
 }
 
-void ClientPlane::grant(uint64_t key, bool granted) {
+void ClientPlane::grant(uint64_t key, bool granted, uint32_t sm_cap) {
   std::lock_guard<std::mutex> lock(mu_);
-  lane_entry(key).granted = granted;
+  Lane& lane = lane_entry(key);
+  lane.granted = granted;
+  lane.sm_cap = sm_cap;
 }
 
 void ClientPlane::revoke_all() {

@@ -36,6 +36,7 @@ struct Lane {
   bool exists = false;     // the job's stream id names a stream (server/client/streams.py)
   bool allowed = false;    // CUDA's default-stream rules put nothing before the next operation
   bool granted = false;    // the executor would issue the next operation at once (scheduler/fast_lane.py)
+  uint32_t sm_cap = 0;     // its launches run on at most this many SMs (0: the whole device)
   bool has_native = false;
   uint64_t native = 0;     // the executor's backend stream for it
   std::atomic<uint64_t> launches{0};       // kernels among them
@@ -85,7 +86,7 @@ class ClientPlane {
 
   void stream_rules(uint64_t key, bool exists, bool allowed);   // streams.py
   void open_lane(uint64_t key, uint64_t native);                // fast_lane.py: the executor stream
-  void grant(uint64_t key, bool granted);                       // fast_lane.py (synchronous)
+  void grant(uint64_t key, bool granted, uint32_t sm_cap);      // fast_lane.py (synchronous)
   void revoke_all();
   void close_lane(uint64_t key);                                // the executor stream is going away
   // (kernels launched, operations issued, steady-clock ns of the last) on the lane;

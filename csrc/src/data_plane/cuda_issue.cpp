@@ -67,8 +67,8 @@ bool CudaIssuer::current() {
 }
 
 bool CudaIssuer::launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& s, const uint8_t* params,
-                        uint32_t param_bytes) {
-  if (!current()) return false;
+                        uint32_t param_bytes, uint32_t sm_cap) {
+  if (sm_cap != 0 || !current()) return false;
   static const uint8_t kNoParams = 0;
   size_t size = param_bytes;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(param_bytes ? params : &kNoParams),

@@ -16,12 +16,15 @@ class CudaIssuer final : public DeviceIssuer {
   CudaIssuer& operator=(const CudaIssuer&) = delete;
 
   bool launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& shape, const uint8_t* params,
-              uint32_t param_bytes) override;
+              uint32_t param_bytes, uint32_t sm_cap) override;
   bool memset(uint64_t stream, uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count) override;
   bool copy_dtod(uint64_t stream, uint64_t dst, uint64_t src, uint64_t nbytes) override;
   bool copy_htod(uint64_t stream, uint64_t dst, const uint8_t* src, uint64_t nbytes) override;
   bool stream_quiet(uint64_t stream) override;
   bool completes_at_issue() const override { return false; }
+  // A capped launch goes to a green-context partition's stream, which the Python
+  // backend keeps (tally/backends/green_partitions.py): capped lanes stay Python's.
+  bool carries_sm_cap() const override { return false; }
   const char* name() const override { return "cuda"; }
 
  private:

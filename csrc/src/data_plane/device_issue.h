@@ -33,8 +33,10 @@ struct LaunchShape {
 class DeviceIssuer {
  public:
   virtual ~DeviceIssuer() = default;
+  // `sm_cap`: at most this many SMs run the kernel's blocks (0: the whole device);
+  // only issuers that carry_sm_cap() are handed one.
   virtual bool launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& shape, const uint8_t* params,
-                      uint32_t param_bytes) = 0;
+                      uint32_t param_bytes, uint32_t sm_cap) = 0;
   virtual bool memset(uint64_t stream, uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count) = 0;
   virtual bool copy_dtod(uint64_t stream, uint64_t dst, uint64_t src, uint64_t nbytes) = 0;
   // `src` is valid only during the call (the ring or arena slot is reused afterwards).
@@ -44,18 +46,24 @@ class DeviceIssuer {
   virtual bool stream_quiet(uint64_t stream) = 0;
   // Work is complete the moment it is issued (null): no completion to watch.
   virtual bool completes_at_issue() const = 0;
+  // It confines a launch to an SM cap as the Python backend does (or, like the null
+  // device, does what the Python backend does with one: nothing).
+  virtual bool carries_sm_cap() const = 0;
   virtual const char* name() const = 0;
 };
 
 // The null device: accepts everything, executes nothing (tally/backends/null.py).
 class NullIssuer final : public DeviceIssuer {
  public:
-  bool launch(uint64_t, const FunctionEntry&, const LaunchShape&, const uint8_t*, uint32_t) override { return true; }
+  bool launch(uint64_t, const FunctionEntry&, const LaunchShape&, const uint8_t*, uint32_t, uint32_t) override {
+    return true;
+  }
   bool memset(uint64_t, uint64_t, uint32_t, uint32_t, uint64_t) override { return true; }
   bool copy_dtod(uint64_t, uint64_t, uint64_t, uint64_t) override { return true; }
   bool copy_htod(uint64_t, uint64_t, const uint8_t*, uint64_t) override { return true; }
   bool stream_quiet(uint64_t) override { return true; }
   bool completes_at_issue() const override { return true; }
+  bool carries_sm_cap() const override { return true; }   // the null backend accepts a cap and ignores it
   const char* name() const override { return "null"; }
 };
 

@@ -36,9 +36,9 @@ bool EmulatorIssuer::owned(uint64_t addr, uint64_t nbytes) {
 }
 
 bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& s, const uint8_t* params,
-                            uint32_t param_bytes) {
+                            uint32_t param_bytes, uint32_t sm_cap) {
   auto program = std::static_pointer_cast<emu::Program>(fn.object);
-  if (!program) return false;
+  if (!program || sm_cap > sm_count_) return false;
   uint64_t threads = 1;
   for (int i = 0; i < 3; ++i) {
     if (s.grid[i] > kMaxGrid[i] || s.block[i] > kMaxBlock[i]) return false;
@@ -60,6 +60,7 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
   }
   op->config.dynamic_shared = s.shared_bytes;
   op->config.sm_count = sm_count_;
+  op->config.sm_cap = sm_cap;
   op->config.max_warp_steps = max_warp_steps_;
   op->config.timeout_seconds = timeout_seconds_;
   op->cancel = cancel_;

@@ -18,12 +18,13 @@ class EmulatorIssuer final : public DeviceIssuer {
                  double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel);
 
   bool launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& shape, const uint8_t* params,
-              uint32_t param_bytes) override;
+              uint32_t param_bytes, uint32_t sm_cap) override;
   bool memset(uint64_t stream, uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count) override;
   bool copy_dtod(uint64_t stream, uint64_t dst, uint64_t src, uint64_t nbytes) override;
   bool copy_htod(uint64_t stream, uint64_t dst, const uint8_t* src, uint64_t nbytes) override;
   bool stream_quiet(uint64_t stream) override;
   bool completes_at_issue() const override { return false; }
+  bool carries_sm_cap() const override { return true; }   // its worker threads are the SMs
   const char* name() const override { return "emulator"; }
 
  private:

@@ -171,11 +171,13 @@ void bind_launch(py::module_& m) {
       .def_property_readonly("printf_output", [](const LaunchResult& r) { return utf8(r.printf_output); })
       .def_property_readonly("assert_output", [](const LaunchResult& r) { return utf8(r.assert_output); })
       .def_readonly("warp_steps", &LaunchResult::warp_steps)
-      .def_readonly("thread_instructions", &LaunchResult::thread_instructions);
+      .def_readonly("thread_instructions", &LaunchResult::thread_instructions)
+      .def_readonly("sms_used", &LaunchResult::sms_used)
+      .def_readonly("max_concurrent", &LaunchResult::max_concurrent);
   m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
                          std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
                          uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,
-                         std::shared_ptr<CancelFlag> cancel) {
+                         std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap) {
           std::string param_bytes = params;
           LaunchConfig c;
           c.grid[0] = std::get<0>(grid);
@@ -186,6 +188,7 @@ void bind_launch(py::module_& m) {
           c.block[2] = std::get<2>(block);
           c.dynamic_shared = dynamic_shared;
           c.sm_count = sm_count;
+          c.sm_cap = sm_cap;
           c.max_warp_steps = max_warp_steps;
           c.timeout_seconds = timeout_seconds;
           c.cancel = cancel ? &cancel->value : nullptr;
@@ -193,8 +196,10 @@ void bind_launch(py::module_& m) {
           return run_launch(*program, *memory, param_bytes, c);
         }, py::arg("program"), py::arg("memory"), py::arg("params"), py::arg("grid"), py::arg("block"),
         py::arg("dynamic_shared") = 0, py::arg("sm_count") = 8, py::arg("max_warp_steps") = 0,
-        py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr,
-        "Runs a launch to completion (GIL released); the result carries the CUresult and message of a fault.");
+        py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr, py::arg("sm_cap") = 0,
+        "Runs a launch to completion (GIL released) on up to sm_count workers (SMs; at most sm_cap of "
+        "them when sm_cap > 0); the result carries the CUresult and message of a fault and how many "
+        "workers ran blocks.");
 }
 
 py::dict named(std::initializer_list<std::pair<const char*, uint32_t>> items) {

@@ -20,7 +20,8 @@ struct LaunchConfig {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared = 0;
-  uint32_t sm_count = 8;
+  uint32_t sm_count = 8;               // the device's SMs: at most this many workers run a launch
+  uint32_t sm_cap = 0;                 // at most this many (0: sm_count), e.g. a job's SM share
   uint64_t max_warp_steps = 0;         // 0: unlimited
   double timeout_seconds = 0;          // 0: unlimited
   const std::atomic<bool>* cancel = nullptr;
@@ -33,6 +34,8 @@ struct LaunchResult {
   std::string assert_output;   // what failed device asserts print (a GPU writes it to stderr)
   uint64_t warp_steps = 0;
   uint64_t thread_instructions = 0;
+  uint32_t sms_used = 0;       // workers (SMs) that ran at least one block
+  uint32_t max_concurrent = 0; // most blocks that ran at the same moment
 };
 
 LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std::string& params,
@@ -77,13 +80,16 @@ struct Block {
   Barrier barriers[16];
 };
 
+// One worker's view of a launch: each worker (one of the emulator's SMs) runs
+// whole blocks with its own warps, block state and caches.
 struct Launch {
-  Launch(const Program& p, DeviceMemory& m, const std::string& params, const LaunchConfig& c)
-      : prog(p), mem(m), params(params), cfg(c) {}
+  Launch(const Program& p, DeviceMemory& m, const std::string& params, const LaunchConfig& c, uint32_t sm = 0)
+      : prog(p), mem(m), params(params), cfg(c), smid(sm) {}
   const Program& prog;
   DeviceMemory& mem;
   const std::string& params;
   const LaunchConfig& cfg;
+  uint32_t smid;               // the worker running it: what %smid reads
   std::vector<Warp> warps;
   Block block;
   uint32_t threads_per_block = 0;

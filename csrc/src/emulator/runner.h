@@ -3,9 +3,12 @@
 // warp-synchronous instructions); see scheduler.cpp for the execution model.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emulator/exec.h"
@@ -28,19 +31,53 @@ struct LaunchAbort {
   std::string message;
 };
 
+// A worker of the launch failed at a lower block: this one stops where it is.
+struct Stopped {};
+
+// What the workers of one launch share: the next block to run, the first
+// failure, and what they printed, by block (so the output reads in block order,
+// as when one worker ran them all).
+struct LaunchShared {
+  uint64_t blocks = 0;
+  std::chrono::steady_clock::time_point start;
+  std::atomic<uint64_t> next{0};
+  // The lowest block that failed so far: blocks after it stop (a single worker
+  // would never have run them), blocks before it run on, and may fail first.
+  std::atomic<uint64_t> stop_after{~0ull};
+  std::atomic<uint64_t> warp_steps{0};      // all workers', for the launch's instruction limit
+  std::atomic<uint32_t> running{0};         // blocks running now
+  std::atomic<uint32_t> max_running{0};
+  std::mutex mutex;                          // the fields below
+  std::vector<std::pair<uint64_t, std::string>> printf_chunks, assert_chunks;
+  bool failed = false;
+  uint64_t failed_block = 0;
+  int code = 0;
+  std::string message;
+  uint64_t thread_instructions = 0;
+  uint32_t sms_used = 0;
+
+  // Keeps the failure of the lowest block (the one a single worker would have met first).
+  void fail(uint64_t block, int fault_code, std::string text);
+};
+
 // "0-31, 64, 96-127" (at most 8 ranges).
 std::string thread_ranges(const std::vector<uint32_t>& ids);
 
 class Runner {
  public:
-  explicit Runner(Launch& L) : L_(L), prog_(L.prog) {}
+  Runner(Launch& L, LaunchShared& S) : L_(L), S_(S), prog_(L.prog) {}
 
+  // Runs blocks taken from the launch's counter until none is left or another
+  // worker failed; records this worker's failure, output and counts in S_.
   void run();
 
  private:
   Launch& L_;
+  LaunchShared& S_;
   const Program& prog_;
-  std::chrono::steady_clock::time_point start_;
+  uint64_t steps_reported_ = 0;             // of L_.warp_steps, added to S_.warp_steps
+
+  void keep_output(uint64_t block);
 
   // ------------------------------------------------------------ setup
 

@@ -18,11 +18,14 @@
 // not count, as on the hardware. If the live threads of a block all wait and no
 // barrier can complete, or a count-less barrier would release threads waiting
 // at different instructions, the launch fails with a message naming them.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <map>
 
 #include "emulator/runner.h"
+#include "emulator/worker_pool.h"
 
 namespace tally::emu {
 namespace detail {
@@ -47,15 +50,62 @@ std::string thread_ranges(const std::vector<uint32_t>& ids) {
   return out;
 }
 
+void LaunchShared::fail(uint64_t block, int fault_code, std::string text) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!failed || block < failed_block) {
+    failed = true;
+    failed_block = block;
+    code = fault_code;
+    message = std::move(text);
+    stop_after.store(block);
+  }
+}
+
 void Runner::run() {
   const LaunchConfig& c = L_.cfg;
   L_.threads_per_block = c.block[0] * c.block[1] * c.block[2];
   uint32_t nwarps = (L_.threads_per_block + kWarpSize - 1) / kWarpSize;
   L_.warps.resize(nwarps);
   for (uint32_t w = 0; w < nwarps; ++w) allocate_warp(L_.warps[w], w);
-  start_ = std::chrono::steady_clock::now();
-  uint64_t blocks = static_cast<uint64_t>(c.grid[0]) * c.grid[1] * c.grid[2];
-  for (uint64_t b = 0; b < blocks; ++b) run_block(b);
+  bool ran = false;
+  for (;;) {
+    uint64_t b = S_.next.fetch_add(1);
+    if (b >= S_.blocks || b > S_.stop_after.load(std::memory_order_relaxed)) break;
+    ran = true;
+    uint32_t now = S_.running.fetch_add(1) + 1;
+    uint32_t most = S_.max_running.load();
+    while (now > most && !S_.max_running.compare_exchange_weak(most, now)) {
+    }
+    bool ok = false;
+    try {
+      run_block(b);
+      ok = true;
+    } catch (Stopped&) {
+    } catch (LaunchAbort& a) {
+      S_.fail(b, a.code, a.message);
+    } catch (Fault& f) {  // raised outside a warp (barrier release): message is complete
+      S_.fail(b, f.code, f.message);
+    } catch (std::exception& e) {
+      S_.fail(b, kLaunchFailed, std::string("the emulator failed running ") + block_name() + ": " + e.what());
+    }
+    S_.running.fetch_sub(1);
+    keep_output(b);
+    if (!ok) break;
+  }
+  std::lock_guard<std::mutex> lock(S_.mutex);
+  S_.thread_instructions += L_.thread_instructions;
+  S_.warp_steps.fetch_add(L_.warp_steps - steps_reported_);
+  steps_reported_ = L_.warp_steps;
+  if (ran) ++S_.sms_used;
+}
+
+void Runner::keep_output(uint64_t block) {
+  if (L_.printf_output.empty() && L_.assert_output.empty()) return;
+  std::lock_guard<std::mutex> lock(S_.mutex);
+  if (!L_.printf_output.empty()) S_.printf_chunks.emplace_back(block, std::move(L_.printf_output));
+  if (!L_.assert_output.empty()) S_.assert_chunks.emplace_back(block, std::move(L_.assert_output));
+  L_.printf_output.clear();
+  L_.assert_output.clear();
 }
 
 void Runner::allocate_warp(Warp& w, uint32_t index) {
@@ -121,7 +171,7 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
     case kLaneId: return static_cast<uint64_t>(lane);
     case kWarpId: return w.index;
     case kNWarpId: return 64;
-    case kSmId: return B.linear % (c.sm_count ? c.sm_count : 1);
+    case kSmId: return L_.smid;
     case kNSmId: return c.sm_count;
     case kGridId: return 1;
     case kLanemaskEq: return lane_bit;
@@ -162,7 +212,10 @@ void Runner::run_block(uint64_t linear) {
 
 void Runner::check_limits() {
   const LaunchConfig& c = L_.cfg;
-  if (c.max_warp_steps && L_.warp_steps > c.max_warp_steps) {
+  if (L_.block.linear > S_.stop_after.load(std::memory_order_relaxed)) throw Stopped{};
+  uint64_t all_steps = S_.warp_steps.fetch_add(L_.warp_steps - steps_reported_) + (L_.warp_steps - steps_reported_);
+  steps_reported_ = L_.warp_steps;
+  if (c.max_warp_steps && all_steps > c.max_warp_steps) {
     throw LaunchAbort{kLaunchTimeout, "kernel exceeded the emulator's instruction limit (" +
                                           std::to_string(c.max_warp_steps) + " warp instructions) in " +
                                           block_name() + " at " + where_running()};
@@ -171,7 +224,7 @@ void Runner::check_limits() {
     throw LaunchAbort{kLaunchFailed, "launch cancelled (the device is shutting down)"};
   }
   if (c.timeout_seconds > 0) {
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - S_.start).count();
     if (elapsed > c.timeout_seconds) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.3g", c.timeout_seconds);
@@ -251,20 +304,39 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
     return result;
   }
   DeviceMemory::Use use(memory);
-  Launch launch(program, memory, params, config);
-  try {
-    detail::Runner(launch).run();
-  } catch (detail::LaunchAbort& a) {
-    result.code = a.code;
-    result.message = a.message;
-  } catch (Fault& f) {  // raised outside a warp (barrier release): message is complete
-    result.code = f.code;
-    result.message = f.message;
+  detail::LaunchShared shared;
+  shared.blocks = static_cast<uint64_t>(config.grid[0]) * config.grid[1] * config.grid[2];
+  shared.start = std::chrono::steady_clock::now();
+  // One worker per SM the launch may use, as a GPU spreads a grid over its SMs;
+  // an SM cap (a job's share) leaves the other workers to other launches.
+  uint64_t sms = std::max<uint32_t>(1, config.sm_count);
+  if (config.sm_cap) sms = std::min<uint64_t>(sms, config.sm_cap);
+  auto workers = static_cast<uint32_t>(std::min<uint64_t>(sms, shared.blocks));
+  WorkerPool::instance().run(workers, [&](uint32_t smid) {
+    Launch launch(program, memory, params, config, smid);
+    detail::Runner(launch, shared).run();
+  });
+  // What blocks after a failed one printed before they were stopped is dropped: one
+  // worker running the blocks in order would never have started them.
+  auto in_block_order = [&](std::vector<std::pair<uint64_t, std::string>>& chunks) {
+    std::stable_sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string out;
+    for (auto& chunk : chunks) {
+      if (shared.failed && chunk.first > shared.failed_block) break;
+      out += chunk.second;
+    }
+    return out;
+  };
+  result.printf_output = in_block_order(shared.printf_chunks);
+  result.assert_output = in_block_order(shared.assert_chunks);
+  if (shared.failed) {
+    result.code = shared.code;
+    result.message = std::move(shared.message);
   }
-  result.printf_output = std::move(launch.printf_output);
-  result.assert_output = std::move(launch.assert_output);
-  result.warp_steps = launch.warp_steps;
-  result.thread_instructions = launch.thread_instructions;
+  result.warp_steps = shared.warp_steps.load();
+  result.thread_instructions = shared.thread_instructions;
+  result.sms_used = shared.sms_used;
+  result.max_concurrent = shared.max_running.load();
   return result;
 }
 

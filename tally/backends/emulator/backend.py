@@ -4,6 +4,9 @@ csrc/src/emulator/).
 Memory is real (allocations at device-like addresses from 0x7f00_0000_0000,
 backed by host memory only where a kernel or copy touches it); streams run on
 their own threads; kernels are lowered from PTX at their first launch. A
+launch's blocks run on up to `sm_count` worker threads at once, one per SM
+(%smid is the worker's number); a launch with an SM cap runs on at most that
+many (`sm_usage` records, per stream, the most any launch used). A
 kernel that faults (illegal address, divergent barrier, time limit, an
 instruction the emulator lacks) fails that launch only: the error is kept on
 its stream and the device keeps working. A failed device assert fails it with
@@ -13,7 +16,8 @@ Kernel printf output is kept per stream (`take_printf(stream)`) and, unless
 `printf_to_stdout=False`, also written to the server's stdout.
 
 Options: total_memory (bytes of address space to hand out, backed only where
-touched), sm_count (what %nsmid and the device attributes say),
+touched), sm_count (what %nsmid and the device attributes say; a launch's
+blocks take %smid 0..n-1 round-robin, n its SM cap or sm_count),
 compute_capability (what the device reports, (9, 0) by default: modules load
 only PTX for it or older; `tally-server --emulate-cc`), driver_version (the
 CUDA version cuDriverGetVersion reports, 13000 by default: modules load only PTX
@@ -30,7 +34,7 @@ from collections.abc import Callable
 
 from tally._core import emulator as core
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, Dim3, ModuleSource,
-                                 NoHostRegistration)
+                                 NoHostRegistration, clamp_sm_grant)
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
@@ -65,7 +69,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     kind = "emulator"
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,
-                           variants_from_ptx=True)
+                           variants_from_ptx=True, confines_sms=True)
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,
@@ -84,6 +88,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         self._printf: dict[EmulatorStream, list[str]] = {}
         self._uuid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, "emulator.tally").bytes
         self.stats = {"launches": 0, "thread_instructions": 0, "warp_instructions": 0}
+        # per stream: the most workers (SMs) any of its launches ran blocks on, and the
+        # most blocks that ran at once
+        self.sm_usage: dict[EmulatorStream, list[int]] = {}
 
     def describe(self) -> DeviceDescription:
         cc = self._cc
@@ -178,6 +185,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         with self._lock:
             self._streams.discard(stream)
             self._printf.pop(stream, None)
+            self.sm_usage.pop(stream, None)
 
     def stream_destroy(self, stream: EmulatorStream) -> None:
         stream.stop()
@@ -190,8 +198,11 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     # ------------------------------------------------------------------ asynchronous operations
 
+    def sm_grant(self, requested_sms: int) -> int:
+        return clamp_sm_grant(requested_sms, self._sm_count)
+
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes) -> None:
+               params: bytes, sm_cap: int | None = None) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
@@ -207,6 +218,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         if not 0 <= shared_bytes <= MAX_SHARED_BYTES:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")
+        if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
         params = bytes(params)
         if len(params) < fn.param_bytes:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} takes {fn.param_bytes} parameter bytes, "
@@ -220,7 +233,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel)
+                                     self._cancel, sm_cap or 0)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)
@@ -231,6 +244,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             self.stats["launches"] += 1
             self.stats["thread_instructions"] += result.thread_instructions
             self.stats["warp_instructions"] += result.warp_steps
+            usage = self.sm_usage.setdefault(stream, [0, 0])
+            usage[0] = max(usage[0], result.sms_used)
+            usage[1] = max(usage[1], result.max_concurrent)
         if result.printf_output:
             self._emit_printf(stream, result.printf_output)
         if result.code:

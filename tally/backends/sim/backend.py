@@ -5,7 +5,8 @@ it makes scheduler behaviour (the high-priority job's tail latency under
 interference) testable deterministically on a machine without a GPU.
 
 - Streams execute their operations in order; kernels go to the SM model in
-  device.py (waves of thread blocks, stream priorities, PTB workers);
+  device.py (waves of thread blocks, stream priorities, PTB workers); a launch
+  with an SM cap holds at most the blocks that many SMs hold at once;
   copies take latency + bytes / bandwidth on copy engines (no SMs).
 - Memory operations really move bytes (memory.py). Kernels compute nothing
   unless their definition carries an `effect(memory, params, grid, block,
@@ -38,6 +39,7 @@ from tally.backends.base import (
     NoHostRegistration,
     NoManagedMemory,
     NoVirtualMemory,
+    clamp_sm_grant,
 )
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
@@ -74,7 +76,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     kind = "sim"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=True, printf_per_stream=False,
-                           variants_from_ptx=False)
+                           variants_from_ptx=False, confines_sms=True)
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
                  realtime: bool = False, eager: bool = False):
@@ -201,8 +203,11 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
         pass   # pending records still complete; nothing to release
 
     # asynchronous operations ---------------------------------------------------------------
+    def sm_grant(self, requested_sms: int) -> int:
+        return clamp_sm_grant(requested_sms, self.gpu.sm_count)
+
     def launch(self, fn: SimFunction, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: SimStream, params: bytes) -> None:
+               stream: SimStream, params: bytes, sm_cap: int | None = None) -> None:
         if not isinstance(fn, SimFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a sim function")
         if min(grid) < 1 or min(block) < 1:
@@ -215,7 +220,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
         if fn.params_known and len(params) != fn.launch_param_bytes:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"{fn.name} takes {fn.launch_param_bytes} parameter bytes, got {len(params)}")
-        self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params)))
+        if sm_cap is not None and not 1 <= sm_cap <= self.gpu.sm_count:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self.gpu.sm_count}")
+        self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params), sm_cap))
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: SimStream) -> None:
         src = memoryview(src).cast("B")

@@ -38,12 +38,14 @@ class SimMachine(Protocol):
 
 def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> None:
     """The kernel's launch overhead has passed: hand it to the SM model as a
-    run of blocks, slices or PTB tasks, per the launch contract."""
+    run of blocks, slices or PTB tasks, per the launch contract. An SM cap
+    limits the run to the blocks `sm_cap` SMs hold at once (its slots)."""
     fn = op.fn
     backend.arrivals += 1
     rank = (stream.priority, backend.arrivals)
     r = resident_blocks_per_sm(backend.gpu, fn.cost, op.block[0] * op.block[1] * op.block[2])
     unit = SM_UNITS // r
+    cap_slots = None if op.sm_cap is None else op.sm_cap * r
     base_ns = fn.cost.block_time_us * 1000
     extras_at = extra_params_offset(fn.original_param_bytes)
     original_params = op.params[:fn.original_param_bytes]
@@ -70,7 +72,7 @@ def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> No
                               range(counter0, counter0 + started))
 
         run = KernelRun(rank=rank, unit=unit, task_ns=int(base_ns * (1 + fn.cost.ptb_task_overhead)),
-                        total=total, max_slots=total_blocks(op.grid), on_finish=finished,
+                        total=total, max_slots=_capped(total_blocks(op.grid), cap_slots), on_finish=finished,
                         flag_is_set=flag_is_set)
         backend.memory.watch(flag_ptr, lambda: backend.device.flag_changed(run))
         backend.device.add(run)
@@ -87,8 +89,12 @@ def kernel_arrives(backend: SimMachine, stream: SimStream, op: "KernelOp") -> No
     else:
         grid, blocks, task_ns = op.grid, range(total_blocks(op.grid)), int(base_ns)
     backend.device.add(KernelRun(
-        rank=rank, unit=unit, task_ns=task_ns, total=len(blocks), max_slots=len(blocks),
+        rank=rank, unit=unit, task_ns=task_ns, total=len(blocks), max_slots=_capped(len(blocks), cap_slots),
         on_finish=lambda _started: _kernel_done(backend, stream, fn, original_params, grid, op.block, blocks)))
+
+def _capped(slots: int, cap_slots: int | None) -> int:
+    return slots if cap_slots is None else min(slots, cap_slots)
+
 
 def _kernel_done(backend: SimMachine, stream: SimStream, fn: SimFunction, params: bytes, grid: Dim3,
                  block: Dim3, blocks: range) -> None:
@@ -124,10 +130,10 @@ class Op:
 
 
 class KernelOp(Op):
-    __slots__ = ("fn", "grid", "block", "params")
+    __slots__ = ("fn", "grid", "block", "params", "sm_cap")
 
-    def __init__(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes):
-        self.fn, self.grid, self.block, self.params = fn, grid, block, params
+    def __init__(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes, sm_cap: int | None = None):
+        self.fn, self.grid, self.block, self.params, self.sm_cap = fn, grid, block, params, sm_cap
 
     def start(self, backend: SimMachine, stream: SimStream) -> bool:
         at = backend.loop.now_ns + int(backend.gpu.launch_overhead_us * 1000)

@@ -1,58 +1,68 @@
 """Which device memory belongs to which client, and how much it may have.
 
 The server checks every address a client names in memcpy/memset/free against
-this table (a job must never read or corrupt another job's memory), enforces
-the client's memory quota, and frees everything the client still owns when it
-goes away.
+this table (a job must never read or corrupt another job's memory), counts
+what the client holds in its JobMemory (tally/cluster/memory_limits.py: the
+job's quota and the memory reserved for high-priority jobs), and frees
+everything the client still owns when it goes away.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 
-from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, DeviceError
+from tally.cluster.memory_limits import JobMemory, refusal
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.units import format_bytes
 
 
 class Allocations:
-    def __init__(self, quota_bytes: int | None = None, fast=None):
-        self.quota_bytes = quota_bytes          # None: no quota
+    def __init__(self, memory: JobMemory | None = None, fast=None):
+        self.memory = memory or JobMemory()     # the counts and the limits they are checked against
         self._fast = fast                       # the C++ data plane's copy of the table (fast_path.py), or None
         self._starts: list[int] = []            # sorted allocation base addresses
         self._sizes: dict[int, int] = {}
         self._lock = threading.Lock()
-        self.used_bytes = 0
-        self.peak_bytes = 0
+
+    @property
+    def quota_bytes(self) -> int | None:
+        return self.memory.quota_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.memory.used_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.memory.peak_bytes
 
     def __len__(self) -> int:
         return len(self._starts)
 
-    def reserve(self, nbytes: int) -> None:
-        """Check the quota before allocating on the device; raises OUT_OF_MEMORY."""
-        if self.quota_bytes is not None and self.used_bytes + nbytes > self.quota_bytes:
-            raise DeviceError(
-                CUDA_ERROR_OUT_OF_MEMORY,
-                f"allocation of {format_bytes(nbytes)} ({nbytes} bytes) refused: this job's memory quota is "
-                f"{format_bytes(self.quota_bytes)}, {format_bytes(self.used_bytes)} in use")
+    @contextlib.contextmanager
+    def charging(self, nbytes: int):
+        """Count `nbytes` against the job's limits around the block that makes
+        them on the device (raises OUT_OF_MEMORY naming the limit before it runs);
+        if the block fails, they are given back."""
+        self.memory.take(nbytes)
+        try:
+            yield
+        except BaseException:
+            self.memory.give(nbytes)
+            raise
 
     @staticmethod
     def device_full(nbytes: int, free: int, total: int) -> DeviceError:
         """The refusal when the device itself has no room (no quota was in the way)."""
-        return DeviceError(CUDA_ERROR_OUT_OF_MEMORY,
-                           f"allocation of {format_bytes(nbytes)} ({nbytes} bytes) refused: the device has "
-                           f"{format_bytes(free)} free of {format_bytes(total)}")
-
-    def charge(self, nbytes: int) -> None:
-        """Count memory that is not an allocation (virtual memory's physical handles)."""
-        with self._lock:
-            self.used_bytes += nbytes
-            self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        return refusal(nbytes, f"the device has {format_bytes(free)} free of {format_bytes(total)}")
 
     def uncharge(self, nbytes: int) -> None:
-        with self._lock:
-            self.used_bytes -= nbytes
+        """Give back memory counted by `charging` that is not an allocation (virtual memory's physical handles)."""
+        self.memory.give(nbytes)
 
     def add(self, ptr: int, nbytes: int) -> None:
+        """Record an allocation whose bytes `charging` counted."""
         with self._lock:
             if ptr in self._sizes:
                 raise AssertionError(f"device returned address 0x{ptr:x} twice")
@@ -60,8 +70,11 @@ class Allocations:
             self._sizes[ptr] = nbytes
             if self._fast is not None:
                 self._fast.allocation_added(ptr, nbytes)
-            self.used_bytes += nbytes
-            self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+
+    def add_back(self, ptr: int, nbytes: int) -> None:
+        """Record again an allocation `remove` just forgot (its free failed): counted without checks."""
+        self.memory.take_back(nbytes)
+        self.add(ptr, nbytes)
 
     def remove(self, ptr: int) -> int:
         """Forget the allocation starting at ptr; returns its size.
@@ -74,8 +87,8 @@ class Allocations:
             if self._fast is not None:
                 self._fast.allocation_removed(ptr)
             self._starts.pop(bisect.bisect_left(self._starts, ptr))
-            self.used_bytes -= size
-            return size
+        self.memory.give(size)
+        return size
 
     def find(self, ptr: int) -> tuple[int, int] | None:
         """The (base, size) of the allocation containing ptr, if any."""
@@ -106,5 +119,5 @@ class Allocations:
                 self._fast.allocations_cleared()
             self._starts.clear()
             self._sizes.clear()
-            self.used_bytes = 0
-            return owned
+        self.memory.give(sum(size for _, size in owned))
+        return owned

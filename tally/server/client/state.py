@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from tally.cluster.memory_limits import JobMemory
 from tally.protocol import Priority
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.blocking import BlockingCalls
@@ -27,7 +28,7 @@ log = logging.getLogger("tally.server")
 
 
 class ClientState:
-    def __init__(self, session, quota_bytes: int | None):
+    def __init__(self, session, memory: JobMemory):
         server = session.server
         self.session = session
         self.executor = server.executor
@@ -35,7 +36,7 @@ class ClientState:
         self.client_id = session.client_id
         # What the job's C++ data plane must know of this state (None: the Python plane).
         self.fast = fast = session.data_plane.fast
-        self.allocations = Allocations(quota_bytes, fast)
+        self.allocations = Allocations(memory, fast)
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.

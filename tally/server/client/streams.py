@@ -8,6 +8,10 @@ exempt; per-thread default streams are blocking). The table enforces it with
 executor events, only where work actually crossed, so a program that uses one
 stream pays nothing.
 
+A stream of a green context has an SM cap: the table puts it on every kernel
+launched there, and the executor keeps the kernel to that many SMs (within the
+job's share).
+
 With the C++ data plane (tally/server/data_plane.py) the table also tells it, for
 each stream id, whether the id names a stream and whether the rule needs a fence
 before the stream's next operation: where it needs none, that operation may go to
@@ -20,11 +24,11 @@ C++ is counted here before the table decides anything else.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
-from tally.scheduler.ops import EventRecord, StreamWaitEvent
+from tally.scheduler.ops import EventRecord, Launch, StreamWaitEvent
 
 LEGACY = 0
 CU_STREAM_NON_BLOCKING = 0x1
@@ -37,6 +41,7 @@ class ClientStream:
     priority: int = 0
     waited_legacy_gen: int = 0     # legacy work this stream has been ordered behind
     fence: object = None           # executor event the legacy stream waits on
+    sm_cap: int | None = None      # a green context's stream: its kernels run on at most this many SMs
 
     @property
     def blocking(self) -> bool:
@@ -58,9 +63,11 @@ class StreamTable:
 
     # ---- table ------------------------------------------------------------------
 
-    def create(self, key: int, flags: int, priority: int) -> None:
+    def create(self, key: int, flags: int, priority: int, sm_cap: int | None = None) -> None:
         if key == LEGACY or key & PER_THREAD_STREAM_BIT:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key:#x} is reserved for a default stream")
+        if sm_cap is not None and sm_cap < 1:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"a green context's stream needs at least 1 SM, not {sm_cap}")
         with self._lock:
             if key in self._streams:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key} already exists")
@@ -68,7 +75,7 @@ class StreamTable:
             # Waited for nothing yet: its first operation follows the legacy stream's
             # work so far, however old (CUDA orders a blocking stream after every
             # earlier legacy operation, not only those since it was created).
-            self._streams[key] = ClientStream(key, flags, priority)
+            self._streams[key] = ClientStream(key, flags, priority, sm_cap=sm_cap)
             self._publish(key)
 
     def forget(self, key: int) -> None:
@@ -135,6 +142,8 @@ class StreamTable:
                 self._publish(LEGACY, *fenced)
                 return
             stream = self._get(key)
+            if stream.sm_cap is not None and type(op) is Launch:
+                op = replace(op, sm_cap=stream.sm_cap)
             if stream.blocking:
                 if stream.waited_legacy_gen != self._legacy_gen:
                     if self._legacy_fence is None:
@@ -176,7 +185,8 @@ class StreamTable:
         if self._fast is None:
             return
         for key in keys:
-            self.executor.offer_fast_lane(self.client_id, key)
+            stream = self._streams.get(key)
+            self.executor.offer_fast_lane(self.client_id, key, stream.sm_cap if stream is not None else None)
 
 
     def _fence_legacy(self, stream: ClientStream) -> None:

@@ -106,10 +106,8 @@ class VirtualMemory:
 
     def create(self, nbytes: int) -> int:
         _check_granular("physical allocation size", nbytes)
-        allocations = self.allocations
-        allocations.reserve(nbytes)
-        backend_handle = self.backend.vmm_create(nbytes)
-        allocations.charge(nbytes)
+        with self.allocations.charging(nbytes):
+            backend_handle = self.backend.vmm_create(nbytes)
         with self.lock:
             handle = self._next_handle
             self._next_handle += 1

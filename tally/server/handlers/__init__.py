@@ -9,6 +9,7 @@ from tally.server.handlers import (
     connection,
     copies,
     events,
+    green_contexts,
     host_functions,
     host_memory,
     ipc,
@@ -23,7 +24,7 @@ from tally.server.handlers import (
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, events,
-           host_functions, sync, modules, linker, launch)
+           host_functions, sync, modules, linker, launch, green_contexts)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:

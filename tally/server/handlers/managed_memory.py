@@ -8,7 +8,7 @@ maps the object too and makes the same address name the same bytes on the device
 pointer with no copies and no page migration: the memory is coherent at every
 moment, which CUDA promises only where concurrentManagedAccess is 1.
 
-The allocation is charged to the client's quota and freed like any other
+The allocation counts against the client's memory limits and freed like any other
 (MemFree, or when the client goes). CUDA_ERROR_ALREADY_MAPPED tells the client
 that the device addresses are taken: it maps a new object elsewhere and asks again.
 """
@@ -32,13 +32,13 @@ def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
     if flags not in (CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"managed memory flags must be CU_MEM_ATTACH_GLOBAL or "
                                                     f"CU_MEM_ATTACH_HOST, not {flags:#x}")
-    client.allocations.reserve(nbytes)
-    fd = client.regions.open_object(name_in_tail(msg.tail), nbytes)
-    try:
-        session.backend.managed_alloc(address, nbytes, fd)
-    finally:
-        os.close(fd)                     # the backend holds its own mapping
-    client.allocations.add(address, nbytes)
+    with client.allocations.charging(nbytes):
+        fd = client.regions.open_object(name_in_tail(msg.tail), nbytes)
+        try:
+            session.backend.managed_alloc(address, nbytes, fd)
+        finally:
+            os.close(fd)                     # the backend holds its own mapping
+        client.allocations.add(address, nbytes)
 
 
 HANDLERS = {MemAllocManaged: mem_alloc_managed}

@@ -1,4 +1,4 @@
-"""Device memory: allocation under the client's quota, freeing, memset.
+"""Device memory: allocation under the client's limits (tally/cluster/memory_limits.py), freeing, memset.
 
 Every address a client names is checked against what it owns before anything
 is queued (client.check_device_range); a bad one fails with
@@ -26,14 +26,14 @@ def mem_alloc(session, msg: MemAlloc, tag: int) -> MemAllocReply:
     nbytes = msg.bytes
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
-    allocations.reserve(nbytes)
-    try:
-        ptr = backend.mem_alloc(nbytes)
-    except DeviceError as e:
-        if e.code != CUDA_ERROR_OUT_OF_MEMORY:
-            raise
-        raise allocations.device_full(nbytes, *backend.mem_info()) from None
-    allocations.add(ptr, nbytes)
+    with allocations.charging(nbytes):
+        try:
+            ptr = backend.mem_alloc(nbytes)
+        except DeviceError as e:
+            if e.code != CUDA_ERROR_OUT_OF_MEMORY:
+                raise
+            raise allocations.device_full(nbytes, *backend.mem_info()) from None
+        allocations.add(ptr, nbytes)
     return MemAllocReply(ptr)
 
 
@@ -54,7 +54,7 @@ def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
         client.streams.submit(msg.stream, ops.EventRecord(reached))
     except DeviceError:
         client.executor.event_destroy(reached)
-        client.allocations.add(ptr, size)    # not freed: the job still owns it
+        client.allocations.add_back(ptr, size)    # not freed: the job still owns it
         raise
 
     def free_when_reached() -> None:
@@ -68,12 +68,7 @@ def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
 
 
 def mem_get_info(session, msg: MemGetInfo, tag: int) -> MemInfoReply:
-    allocations = session.client.allocations
-    free, total = session.backend.mem_info()
-    quota = allocations.quota_bytes
-    if quota is not None:
-        total = min(total, quota)
-        free = min(free, max(quota - allocations.used_bytes, 0))
+    free, total = session.client.allocations.memory.view(*session.backend.mem_info())
     return MemInfoReply(free=free, total=total)
 
 
