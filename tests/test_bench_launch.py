@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tally.bench import process_runner
 from tally.cli import bench_main
 
 REQUIRED = {"hp_us_per_launch", "be_us_per_launch", "python_hp_us_per_launch", "sync_rtt_us", "wake_us",
@@ -43,7 +44,7 @@ def test_bad_options_are_refused(argv, words, capsys):
 
 
 def test_the_cuda_backend_needs_a_gpu(capsys, monkeypatch):
-    monkeypatch.setattr(bench_main, "_gpu_present", lambda: False)
+    monkeypatch.setattr(process_runner, "gpu_present", lambda: False)
     assert bench_main.main(["launch", "--backend", "cuda"]) == 2
     assert "needs an NVIDIA driver and GPU" in capsys.readouterr().err
 

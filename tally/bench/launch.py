@@ -70,10 +70,10 @@ class LaunchBenchConfig:
 class _Server:
     """A tally-server with the given data plane, in its own process group."""
 
-    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path):
+    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path, hp_jobs: int = 1):
         self.socket_path = directory / f"server-{plane}.sock"
         argv = [*commands.tool("tally-server"), "--backend", backend, "--data-plane", plane,
-                "--socket", str(self.socket_path)]
+                "--max-hp-jobs", str(hp_jobs), "--socket", str(self.socket_path)]
         self.process = group.start(f"tally-server (--backend {backend} --data-plane {plane})", argv,
                                    f"server-{plane}.log")
         wait_for(self.socket_path.exists, 60.0, self.process, "listening on its socket")
@@ -143,7 +143,7 @@ class LaunchBench:
         """Launches per second of `jobs` high-priority jobs launching at once (cpp plane)."""
         c = self.config
         with ProcessGroup(self.directory / "aggregate") as group:
-            server = _Server(group, c.backend, "cpp", self.directory / "aggregate")
+            server = _Server(group, c.backend, "cpp", self.directory / "aggregate", hp_jobs=c.jobs)
             start_at = time.monotonic() + 3.0 + 0.5 * c.jobs     # after every job has started and warmed up
             jobs = [self._start(group, server, "high", "--mode", "together", "--start-at", f"{start_at:.6f}",
                                 "--rounds", str(c.rounds), "--batch", str(c.batch)) for _ in range(c.jobs)]

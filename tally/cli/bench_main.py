@@ -199,6 +199,7 @@ def launch(args: argparse.Namespace) -> int:
     from tally.bench.launch import LaunchBenchConfig, run_launch_bench, summary
     from tally.bench.process_group import JobFailed
     from tally.bench.process_jobs import JobBuildError
+    from tally.bench.process_runner import gpu_present
     config = LaunchBenchConfig(backend=args.backend, rounds=args.rounds, batch=args.batch, syncs=args.syncs,
                                wakes=args.wakes, gap_us=args.gap_us, jobs=args.jobs)
     try:
@@ -206,7 +207,7 @@ def launch(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tally-bench launch: {e}", file=sys.stderr)
         return 2
-    if args.backend == "cuda" and not _gpu_present():
+    if args.backend == "cuda" and not gpu_present():
         print("tally-bench launch: --backend cuda needs an NVIDIA driver and GPU, and none was found; "
               "use --backend null", file=sys.stderr)
         return 2
