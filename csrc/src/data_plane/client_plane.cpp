@@ -238,7 +238,7 @@ bool ClientPlane::fast_copy_htod(const RecordView& v) {
   } else {
     src = upload.data() + m.arena_offset;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Lane* lane = usable_lane(m.stream);
   if (lane == nullptr || !owned_.contains(m.dst, bytes)) return false;
   if (source == proto::CopySource::ARENA) {
@@ -254,6 +254,7 @@ bool ClientPlane::fast_copy_htod(const RecordView& v) {
     return false;
   }
   note_issued(m.stream, *lane);
+  lock.unlock();   // a job slow to drain its completion ring holds up no grant
   count(v.kind, v.tag);
   if (v.tag) push_completion(static_cast<uint32_t>(MessageKind::Done), v.tag, nullptr, 0);
   return true;
@@ -261,23 +262,26 @@ bool ClientPlane::fast_copy_htod(const RecordView& v) {
 
 bool ClientPlane::fast_synchronize(const RecordView& v) {
   if (v.tag == 0 || !quiet_.load(std::memory_order_acquire)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<MessageKind>(v.kind) == MessageKind::StreamSynchronize) {
-    proto::StreamSynchronizeMsg m;
-    if (!read_fixed(v, &m, false)) return false;
-    auto it = lanes_.find(m.stream);
-    if (it == lanes_.end() || !it->second->exists) return false;
-  } else if (v.size != 0) {
-    return false;
-  }
-  // Python found every stream of the job idle when it last answered; since then only
-  // the fast path issued work, on its lanes: they are all there is to look at.
-  for (auto& [key, lane] : lanes_) {
-    if (!lane->has_native) continue;
-    if (lane->issued.load(std::memory_order_acquire) == 0) continue;
-    if (!issuer_->stream_quiet(lane->native)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<MessageKind>(v.kind) == MessageKind::StreamSynchronize) {
+      proto::StreamSynchronizeMsg m;
+      if (!read_fixed(v, &m, false)) return false;
+      auto it = lanes_.find(m.stream);
+      if (it == lanes_.end() || !it->second->exists) return false;
+    } else if (v.size != 0) {
+      return false;
+    }
+    // Python found every stream of the job idle when it last answered; since then only
+    // the fast path issued work, on its lanes: they are all there is to look at.
+    for (auto& [key, lane] : lanes_) {
+      if (!lane->has_native) continue;
+      if (lane->issued.load(std::memory_order_acquire) == 0) continue;
+      if (!issuer_->stream_quiet(lane->native)) return false;
+    }
   }
   count(v.kind, v.tag);
+  // Outside the tables' lock: a job slow to drain its completion ring holds up no grant.
   push_completion(static_cast<uint32_t>(MessageKind::Done), v.tag, nullptr, 0);
   return true;
 }
