@@ -18,7 +18,6 @@
 // live in different processes.
 #pragma once
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -109,8 +108,6 @@ class PeerProbe {
 
 class EventCount {
  public:
-  static constexpr int64_t kYieldAfterNs = 2'000;
-
   explicit EventCount(WaitLine* line = nullptr) : line_(line) {}
 
   // Call after publishing (the release store of an index). No syscall unless a
@@ -138,18 +135,10 @@ class EventCount {
     if (deadline.passed(now)) return WaitStatus::kTimedOut;
 
     const int64_t spin_end = std::min(now + policy.spin_ns, deadline.is_never() ? INT64_MAX : now + deadline.remaining_ns(now));
-    // After a short pure spin the spinner yields between looks: where the peer
-    // shares this CPU (a loaded or small host), spinning alone would keep it from
-    // running until the spin ends, and both sides would pay a wake-up.
-    const int64_t yield_from = now + kYieldAfterNs;
     for (unsigned i = 1;; ++i) {
       cpu_relax();
       if (ready()) return WaitStatus::kReady;
-      if ((i & 31) == 0) {
-        now = monotonic_ns();
-        if (now >= spin_end) break;
-        if (now >= yield_from) sched_yield();
-      }
+      if ((i & 31) == 0 && monotonic_ns() >= spin_end) break;
     }
 
     int64_t next_peer_check = 0;  // check before the first sleep
