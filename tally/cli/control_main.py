@@ -1,8 +1,9 @@
-"""tally-server set / pause / resume: change a running job from the command line.
+"""tally-server set / pause / resume / evict: change a running job from the command line.
 
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%] [--socket PATH]
     tally-server pause --client ID [--force] [--socket PATH]
     tally-server resume --client ID [--socket PATH]
+    tally-server evict --client ID --reason TEXT [--force] [--socket PATH]
 
 `tally-server status` lists the client ids. Each command sends one request on
 the server's socket and prints the server's answer: what changed, or why
@@ -19,7 +20,7 @@ import sys
 
 from tally import paths
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ControlReply
+from tally.protocol.messages_generated import ClientEvict, ClientPause, ClientResume, ClientSet, ControlReply
 from tally.units import SizeError, parse_size
 
 DESCRIPTIONS = {
@@ -28,6 +29,9 @@ DESCRIPTIONS = {
     "pause": "Hold a running job's work: nothing of it starts, nothing is lost, and its synchronizing calls "
              "wait until `tally-server resume`.",
     "resume": "Let a paused job's work go on where it stopped.",
+    "evict": "Take the device from a running job: its queued work is dropped, its memory freed, its next driver "
+             "call fails, and tally-run exits 75 (EX_TEMPFAIL) printing the reason, so an orchestrator runs it "
+             "again.",
 }
 
 
@@ -65,6 +69,10 @@ def parser(command: str) -> argparse.ArgumentParser:
                             "device memory (25%%)")
     if command == "pause":
         p.add_argument("--force", action="store_true", help="pause a high-priority job too")
+    if command == "evict":
+        p.add_argument("--reason", required=True, metavar="TEXT",
+                       help="why: the job prints it (tally-run: evicted by tally-server: TEXT)")
+        p.add_argument("--force", action="store_true", help="evict a high-priority job too")
     p.add_argument("--socket", help="the server's socket (default $TALLY_SERVER or the default path)")
     return p
 
@@ -77,10 +85,12 @@ def request(command: str, args) -> bytes:
                          memory_quota_percent=quota if isinstance(quota, float) else 0.0).encode()
     if command == "pause":
         return ClientPause(client_id=args.client, force=int(args.force)).encode()
+    if command == "evict":
+        return ClientEvict(client_id=args.client, force=int(args.force), tail=args.reason.encode()).encode()
     return ClientResume(client_id=args.client).encode()
 
 
-KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "resume": ClientResume.KIND}
+KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "resume": ClientResume.KIND, "evict": ClientEvict.KIND}
 
 
 def send(socket_path, kind: int, payload: bytes, timeout: float = 10.0) -> ControlReply:
@@ -103,6 +113,8 @@ def control_main(command: str, argv: list[str]) -> int:
     args = p.parse_args(argv)
     if command == "set" and args.sm_percent is None and args.memory_quota is None:
         p.error("nothing to set: give --sm-percent and/or --memory-quota")
+    if command == "evict" and not args.reason.strip():
+        p.error("--reason is empty: the evicted job prints it, so whoever reruns it knows why")
     socket_path = paths.server_socket(args.socket)
     try:
         reply = send(socket_path, KINDS[command], request(command, args))

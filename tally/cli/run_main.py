@@ -5,11 +5,14 @@
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
 absolute-path dlopen of the real driver lands on it too), names the server and
-the job's scheduling class in the environment, and execs the command: the job's
-stdout, stderr and exit status are its own. Before that it asks the server's
-status, and exits 2 with the server's own sentence when the server would refuse
-the job at handshake (no server, a quota the device or the server's
---be-memory-quota cannot give, a high-priority job over --max-hp-jobs).
+the job's scheduling class in the environment, and runs the command as its
+child (tally/cli/job_process.py): the job's stdout and stderr are its own,
+signals sent to tally-run go to the job, and tally-run exits as the job did,
+except that an evicted job makes it print the reason and exit 75 (EX_TEMPFAIL).
+Before that it asks the server's status, and exits 2 with the server's own
+sentence when the server would refuse the job at handshake (no server, a quota
+the device or the server's --be-memory-quota cannot give, a high-priority job
+over --max-hp-jobs).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import os
 import sys
 
 from tally import paths
+from tally.cli import job_process
 from tally.cli.server_main import query_status
 from tally.cluster.high_priority_jobs import AttachedJob
 from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
@@ -153,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:
-        os.execvpe(command[0], command, env)
-    except OSError as e:
-        print(f"tally-run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return job_process.run(command, env)
+    except job_process.CannotRun as e:
+        print(f"tally-run: {e}", file=sys.stderr)
         return 127
 
 

@@ -7,6 +7,7 @@
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
     tally-server pause --client ID [--force]
     tally-server resume --client ID
+    tally-server evict --client ID --reason TEXT [--force]
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ import os
 import signal
 import socket
 import sys
+import time
+
+from pathlib import Path
 
 import msgpack
 
@@ -28,7 +32,7 @@ from tally.server.status import ServerStatus
 from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
-CONTROL_COMMANDS = ("set", "pause", "resume")     # tally/cli/control_main.py
+CONTROL_COMMANDS = ("set", "pause", "resume", "evict")     # tally/cli/control_main.py
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -36,7 +40,7 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
                     "Subcommands: `tally-server status` reports connected clients; `tally-server set`, "
-                    "`pause` and `resume` change a running job (each with --help).")
+                    "`pause`, `resume` and `evict` change a running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -75,7 +79,21 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="high-priority jobs allowed at once (default 1); another is refused at handshake")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
+    add_health_flags(p)
     return p
+
+
+def add_health_flags(p: argparse.ArgumentParser) -> None:
+    """SysProbe (tally/server/device_health.py) and where device samples come from."""
+    g = p.add_argument_group("device health (SysProbe)")
+    g.add_argument("--health-config", type=Path, default=None, metavar="FILE",
+                   help="SysProbe's thresholds, limits and timings (TOML; README, \"Device health\"); SIGHUP "
+                        "reloads it. Default: the documented defaults")
+    g.add_argument("--no-health", action="store_true",
+                   help="run without SysProbe: no health state, no admission refusals, no evictions by it")
+    g.add_argument("--metrics-trace", type=Path, default=None, metavar="FILE",
+                   help="read device samples from a recorded trace (JSON lines of samples, replayed at their "
+                        "own pace) instead of the device: for demos and tests")
 
 
 def add_share_flags(p: argparse.ArgumentParser) -> None:
@@ -164,6 +182,23 @@ def sm_count(text: str) -> int:
     return int(text)
 
 
+def health_settings(args) -> dict:
+    """ServerConfig's SysProbe fields from the flags; ValueError says what is wrong."""
+    from tally.cluster.health_config import load_health_config
+    from tally.cluster.trace_source import TraceError, read_trace
+
+    if args.no_health and args.health_config is not None:
+        raise ValueError("--no-health and --health-config contradict each other; give one")
+    if args.metrics_trace is not None:
+        try:
+            read_trace(args.metrics_trace)
+        except (OSError, TraceError) as e:
+            raise ValueError(f"--metrics-trace: {e}") from None
+    config = load_health_config(args.health_config) if args.health_config is not None else None
+    return {"health": not args.no_health, "health_config": config, "health_config_path": args.health_config,
+            "metrics_trace": args.metrics_trace}
+
+
 def status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tally-server status",
                                 description="Print the clients connected to a running tally-server.")
@@ -205,6 +240,12 @@ def serve_main(argv: list[str]) -> int:
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
+    try:
+        health = health_settings(args)
+    except ValueError as e:
+        backend.close()
+        print(f"tally-server: {e}", file=sys.stderr)
+        return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
                           spin_us=args.spin_us,
@@ -214,7 +255,9 @@ def serve_main(argv: list[str]) -> int:
                           sample_period_ms=args.sample_period_ms,
                           # admin14: memory protection and high-priority jobs
                           be_memory_quota=args.be_memory_quota,
-                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs)
+                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
+                          # evict15: SysProbe
+                          **health)
     try:
         server = TallyServer(config, backend)
     except ValueError as e:
@@ -231,8 +274,15 @@ def serve_main(argv: list[str]) -> int:
         logging.getLogger("tally.server").info("received %s, shutting down", signal.Signals(signum).name)
         server.stop()
 
+    def on_hangup(_signum, _frame):
+        if server.health is None:
+            logging.getLogger("tally.server").info("SIGHUP: SysProbe is off (--no-health); nothing to reload")
+        else:
+            server.health.reload()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     d = server.description
     print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
           f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
@@ -293,6 +343,7 @@ def format_status(s: ServerStatus) -> str:
     levers = _levers_line(s)
     if levers:
         lines.insert(2, levers)
+    lines[-1:-1] = _health_lines(s)
     if s.clients:
         lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
                      f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
@@ -301,7 +352,29 @@ def format_status(s: ServerStatus) -> str:
             lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<8} "
                          f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
                          f"{c.errors:>7}  {c.program}")
+            if c.evicted is not None:
+                lines.append(f"       evicted: {c.evicted}")
     return "\n".join(lines)
+
+
+def _health_lines(s: ServerStatus) -> list[str]:
+    """SysProbe's state, why, its back-off and last transition; evictions by cause."""
+    lines = []
+    h = s.health
+    if h is None:
+        lines.append("health   off (--no-health)")
+    else:
+        since = time.strftime("%H:%M:%S", time.localtime(h["since_s"]))
+        line = f"health   {h['state']} since {since}: {h['reason']}"
+        if h.get("backoff_until_s"):
+            line += f"; best-effort jobs refused until {time.strftime('%H:%M:%S', time.localtime(h['backoff_until_s']))}"
+        lines.append(line)
+        for tr in h.get("transitions", [])[-3:]:
+            at = time.strftime("%H:%M:%S", time.localtime(tr["at"]))
+            lines.append(f"         {at} {tr['from']} -> {tr['to']}: {tr['cause']}")
+    if s.evictions:
+        lines.append("evicted  " + ", ".join(f"{n} by {cause}" for cause, n in sorted(s.evictions.items())))
+    return lines
 
 
 def _sms(c, sm_count: int) -> str:

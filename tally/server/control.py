@@ -1,9 +1,10 @@
-"""Operator control of running jobs: `tally-server set`, `pause` and `resume`.
+"""Operator control of running jobs: `tally-server set`, `pause`, `resume` and `evict`.
 
 Each command is one request on the server's socket (ClientSet, ClientPause,
-ClientResume), answered by one ControlReply: `ok` and a sentence saying what
-changed, or why nothing did. Every executor call these commands make is in
-this file (set_sm_percent, pause_client, resume_client).
+ClientResume, ClientEvict), answered by one ControlReply: `ok` and a sentence
+saying what changed, or why nothing did. Every executor call these commands make
+is in this file (set_sm_percent, pause_client, resume_client) or, for an
+eviction, in the evicted job's session (tally/server/eviction.py).
 
 Decisions:
 - A memory quota applies to the job's future allocations. One below what the
@@ -18,6 +19,9 @@ Decisions:
   Pausing a high-priority job needs `--force`: it is the job tally exists to
   protect. Pausing a paused job, or resuming a running one, changes nothing
   and says so.
+- Evicting needs a reason (the job prints it; an orchestrator's log shows it),
+  and evicting a high-priority job needs `--force`, as pausing does. Evicting
+  an evicted job changes nothing and says so.
 """
 from __future__ import annotations
 
@@ -26,13 +30,15 @@ import math
 
 from tally import protocol
 from tally.cluster.memory_limits import QuotaBelowUse, to_bytes
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ControlReply
+from tally.protocol.messages_generated import ClientEvict, ClientPause, ClientResume, ClientSet, ControlReply
 from tally.scheduler.executor import ClientGone
+from tally.server import eviction
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND})
+REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientEvict.KIND})
+REASON_LIMIT = 1000          # characters of an eviction's reason
 
 
 class Refusal(Exception):
@@ -46,6 +52,8 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
             done = set_limits(server, ClientSet.decode(payload))
         elif kind == ClientPause.KIND:
             done = pause(server, ClientPause.decode(payload))
+        elif kind == ClientEvict.KIND:
+            done = evict(server, ClientEvict.decode(payload))
         else:
             done = resume(server, ClientResume.decode(payload))
     except (Refusal, protocol.ProtocolError) as e:
@@ -135,3 +143,28 @@ def _executor_call(method, session, *args):
         return method(session.client_id, *args)
     except ClientGone as e:          # the job left meanwhile
         raise Refusal(f"{_name(session)} left while the request was carried out ({e})") from None
+
+
+def evict(server, msg: ClientEvict) -> str:
+    reason = _reason(bytes(msg.tail))
+    session = _session(server, msg.client_id)
+    if session.priority == protocol.Priority.HIGH and not msg.force:
+        raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; evict it only on "
+                      f"purpose, with --force")
+    if session.evicted is not None:
+        return f"{_name(session)} was evicted already ({session.evicted}); nothing changed"
+    held = session.client.allocations.used_bytes
+    if not eviction.evict(server, session, reason, eviction.OPERATOR):
+        raise Refusal(f"{_name(session)} left while the request was carried out")
+    return (f"{_name(session)} evicted: its queued work dropped, its memory ({format_bytes(held)}) freed; "
+            f"it was told: {reason}")
+
+
+def _reason(raw: bytes) -> str:
+    """The reason as one printable line (the job prints it on one line)."""
+    text = " ".join(raw.decode(errors="replace").split())
+    if not text:
+        raise Refusal("give a reason with --reason: the evicted job prints it, so whoever reruns it knows why")
+    if len(text) > REASON_LIMIT:
+        raise Refusal(f"the reason is {len(text)} characters long; give at most {REASON_LIMIT}")
+    return text

@@ -26,15 +26,17 @@ import msgpack
 from tally import _core, protocol
 from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
+from tally.cluster.health_config import HealthConfig
 from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
 from tally.protocol.messages_generated import ControlReply, DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
-from tally.scheduler.hooks import Hooks
 from tally.server import control
 from tally.server.admission import Refused, admit, check_version, hello_version
+from tally.server.counters import ServerCounters
+from tally.server.device_health import DeviceHealth, default_health_config
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -86,6 +88,16 @@ class ServerConfig:
     be_memory_quota: int | float | None = None
     hp_memory_reserve: int | float | None = None
     max_hp_jobs: int = 1
+    # SysProbe (tally/server/device_health.py): on unless health is False; its config
+    # (None: the defaults) and the file it came from (reloaded on SIGHUP).
+    health: bool = True
+    health_config: HealthConfig | None = None
+    health_config_path: Path | None = None
+    # Device samples from a recorded trace instead of the device (demos, tests);
+    # replayed at the trace's own pace unless metrics_trace_realtime is False (then
+    # one trace sample per sampler tick).
+    metrics_trace: Path | None = None
+    metrics_trace_realtime: bool = True
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -109,10 +121,14 @@ class TallyServer:
             self.description.total_memory, backend.mem_info()[0], config.be_memory_quota, config.hp_memory_reserve))
         self.high_priority_jobs = HighPriorityJobs(config.max_hp_jobs, self._attached_high_priority)
         self.variants, clock = make_variant_provider(backend)
+        self.started_at = time.time()
+        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
+        self.health: DeviceHealth | None = None
         self.hooks = make_hooks(self)
         self.levers = SmLevers(config, self.hooks)
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
-        self.levers.start(self.executor, backend)
+        self.levers.start(self.executor, backend,
+                          self.health.probe.config.timing.sample_interval_s if self.health else None)
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
@@ -130,7 +146,6 @@ class TallyServer:
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
-        self.started_at = time.time()
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
 
     # ---- socket ----------------------------------------------------------------
@@ -417,6 +432,13 @@ def make_hooks(server: TallyServer) -> Hooks:
     # memory protection and the high-priority job count (admin14)
     hooks.register(server.memory_limits)
     hooks.register(server.high_priority_jobs)
+    # SysProbe: device health, its admissions and evictions (evict15)
+    config = server.config
+    if config.health:
+        server.health = DeviceHealth(server, config.health_config or
+                                     default_health_config(server.backend.traits.nvml_metrics),
+                                     config.health_config_path)
+        hooks.register(server.health)
     return hooks
 
 

@@ -13,6 +13,11 @@ on a GPU: once the job has been told, every later driver request fails with it
 (other jobs carry on). What the device wrote for the job's stderr with an error
 (the assert's message) reaches the job once, right before the error.
 
+An evicted job (tally/server/eviction.py) is told why by an Evicted record, and
+every later request fails with CUDA_ERROR_DEVICE_UNAVAILABLE; the session thread
+then drops its work and frees what it holds, and the session stays listed (state
+"evicted") until the job's process goes.
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
 (device memory and driver objects), what was registered with `add_cleanup`, and
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import select
 import socket
 import threading
 import time
@@ -33,12 +39,14 @@ from tally import _core, protocol
 from tally.cluster.memory_limits import JobMemory
 from tally.protocol.errors import (
     CUDA_ERROR_ASSERT,
+    CUDA_ERROR_DEVICE_UNAVAILABLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_UNKNOWN,
     DeviceError,
     ProtocolError,
 )
-from tally.protocol.messages_generated import Done, Error, Goodbye, HostFuncDone, KernelStderr, Notify, Ping
+from tally.protocol.messages_generated import (Done, Error, Evicted, Goodbye, HostFuncDone, KernelStderr, Notify,
+                                               Ping)
 from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
@@ -56,8 +64,12 @@ STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
 POP_BATCH = 64
 # Bounds how long a session thread sleeps in the ring before noticing a close
-# request from another thread; the ring itself wakes it at once for requests.
+# request (or an eviction) from another thread; the ring itself wakes it at once for requests.
 POLL_INTERVAL_S = 0.25
+# What every call of an evicted job fails with: cudart's cudaErrorDevicesUnavailable,
+# "CUDA-capable device(s) is/are busy or unavailable", which frameworks print as such.
+EVICTED_CODE = CUDA_ERROR_DEVICE_UNAVAILABLE
+EVICTION_REASON_LIMIT = 1000       # bytes of the reason the job is told
 
 
 @dataclass
@@ -95,6 +107,10 @@ class Session:
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
+        self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
+        self._evict_lock = threading.Lock()
+        self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
+        self._released = threading.Event()
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -109,6 +125,37 @@ class Session:
         self._closing.set()
         if not self._thread.is_alive():
             self.close()
+
+    def evict(self, reason: str) -> bool:
+        """Tell the job it is evicted and have the session thread drop its work and
+        free what it holds (wait_released). False when it was evicted already or is
+        leaving anyway."""
+        with self._evict_lock:
+            if self.evicted is not None or self._closing.is_set():
+                return False
+            self.evicted = reason
+        told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
+        # The record first, then the flag: a client that sees the flag finds the record.
+        self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
+        with self._reply_lock:
+            if not self._segment_closed:
+                self.segment.mark_evicted()
+        self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
+        self._release_asked.set()
+        return True
+
+    def wait_released(self, timeout: float) -> bool:
+        """Whether the evicted job's work and memory were released within `timeout` s."""
+        return self._released.wait(timeout)
+
+    def _release_evicted(self) -> None:
+        """On the session thread: what the evicted job held goes now, not when its process exits."""
+        try:
+            self.client.close()
+        except Exception:       # close() runs again when the session ends; carry on
+            log.exception("client %d: releasing the evicted job's state failed", self.client_id)
+        finally:
+            self._released.set()
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Run fn when the session closes (last added runs first)."""
@@ -154,10 +201,15 @@ class Session:
         if self._closing.is_set():
             return True
         try:
+            # select first: during the handshake the socket has a timeout, and Python then
+            # waits that long for data before a recv, MSG_DONTWAIT or not (status stalled 5 s).
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
             peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
-        except OSError:
+        except (OSError, ValueError):      # ValueError: the socket is closed already
             return True
         return peeked == b""
 
@@ -232,8 +284,11 @@ class Session:
                     break
                 for kind, tag, payload in records:
                     self.handle(kind, tag, payload)
+                if self._release_asked.is_set() and not self._released.is_set():
+                    self._release_evicted()      # once: it sets _released
         finally:
             self.close()
+            self._released.set()
 
     def handle(self, kind: int, tag: int, payload: bytes) -> None:
         counters = self.counters

@@ -38,7 +38,8 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    state: str = "running"           # "running" | "paused" (tally-server pause/resume)
+    state: str = "running"           # "running" | "paused" (tally-server pause/resume) | "evicted"
+    evicted: str | None = None       # why, once evicted (listed until its process exits)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -77,6 +78,8 @@ class ServerStatus:
     be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
     hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
     max_hp_jobs: int = 1                       # high-priority jobs allowed at once
+    evictions: dict = field(default_factory=dict)   # jobs evicted, by cause (tally/server/eviction.py)
+    health: dict | None = None                 # SysProbe's record (device_health.py); None: --no-health
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -118,7 +121,8 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="paused" if session.paused else "running",
+        state="evicted" if session.evicted is not None else "paused" if session.paused else "running",
+        evicted=session.evicted,
     )
 
 
@@ -152,4 +156,6 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
         hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
         max_hp_jobs=server.high_priority_jobs.max_jobs,
+        evictions=dict(server.counters.evictions),
+        health=server.health.describe() if server.health is not None else None,
     )

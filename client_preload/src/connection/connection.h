@@ -149,6 +149,12 @@ class Connection {
   Connection() = default;
   CUresult connect_locked();
   CUresult fail_transport(const char* what);  // the server is gone: every call fails from now on
+  // The server marked this job evicted: read its Evicted record off the completion
+  // ring (it was pushed before the mark) and fail every call from now on.
+  CUresult learn_eviction(int64_t wait_for_reader_ms);
+  // With reply_mutex_ held: an Evicted record arrived.
+  void evicted_locked(const Reply& got);
+  static void at_exit();
   CUresult wait_reply(uint64_t tag, Reply* reply);
   // Reads one completion record (the caller holds the reader role).
   ReadStatus read_record(int64_t timeout_ns, Reply* got, uint64_t* tag, std::string* failure);
