@@ -8,15 +8,19 @@ on a null-backend server in this process, so every step is checked in order."""
 from __future__ import annotations
 
 import dataclasses
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from server_harness import PyClient
+from server_harness import PyClient, ServerProcess
 
 from tally import protocol
 from tally.backends.null import NullBackend
+from tally.cli.server_main import query_status
 from tally.cluster.health_config import load_health_config
 from tally.protocol.messages_generated import Evicted
 from tally.server.server import ServerConfig, TallyServer
@@ -237,3 +241,49 @@ def test_on_the_emulators_accounting_the_defaults_leave_utilization_alone(tmp_pa
         assert "utilization warning is off" in server.status().health["config"]
     finally:
         server._shutdown_now()
+
+
+def serve(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket",
+                           str(tmp_path / "cli.sock"), *flags], capture_output=True, text=True, timeout=60)
+
+
+def test_bad_health_flags_are_refused_before_the_server_starts(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[limits]\nmemory_used_percent = 90\n[thresholds]\nmemory_used_percent = 95\n")
+    r = serve(tmp_path, "--health-config", str(bad))
+    assert r.returncode == 2 and "[limits] memory_used_percent = 90 is below [thresholds]" in r.stderr
+    r = serve(tmp_path, "--health-config", str(tmp_path / "missing.toml"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = serve(tmp_path, "--no-health", "--health-config", str(bad))
+    assert r.returncode == 2 and "contradict" in r.stderr
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"t": 2}\n{"t": 1}\n')
+    r = serve(tmp_path, "--metrics-trace", str(trace))
+    assert r.returncode == 2 and "--metrics-trace" in r.stderr and "goes back" in r.stderr
+    assert not (tmp_path / "cli.sock").exists()
+
+
+def test_sighup_reloads_a_running_servers_health_config(tmp_path):
+    path = tmp_path / "health.toml"
+    path.write_text("[limits]\ntemperature_c = 95\n")
+    server = ServerProcess(tmp_path / "hup.sock", backend="null", extra_args=("--health-config", str(path)))
+    try:
+        path.write_text("[limits]\ntemperature_c = 97\n")
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while f"health config reloaded from {path}" not in server.log():
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
+        path.write_text("not = [toml")
+        server.proc.send_signal(signal.SIGHUP)
+        while "not valid TOML" not in server.log():
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
+        status = query_status(server.socket_path)
+        assert status["server"]["health"]["state"] == "healthy" and status["server"]["health"]["config"] == str(path)
+        table = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "status", "--socket",
+                                str(server.socket_path)], capture_output=True, text=True, timeout=60).stdout
+        assert "health   healthy since " in table and "init -> healthy" in table
+    finally:
+        assert server.stop() == 0

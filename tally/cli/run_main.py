@@ -12,13 +12,15 @@ except that an evicted job makes it print the reason and exit 75 (EX_TEMPFAIL).
 Before that it asks the server's status, and exits 2 with the server's own
 sentence when the server would refuse the job at handshake (no server, a quota
 the device or the server's --be-memory-quota cannot give, a high-priority job
-over --max-hp-jobs).
+over --max-hp-jobs), and 75 (EX_TEMPFAIL: try again later) when SysProbe
+refuses best-effort jobs for now (the device is not healthy, or in its back-off).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 
 from tally import paths
 from tally.cli import job_process
@@ -93,6 +95,20 @@ def server_refuses(priority: str, quota: str | None, status: dict) -> str | None
     return quota_above_server(asked, be_quota) if asked > be_quota else None
 
 
+def health_refusal(priority: str, status: dict) -> str | None:
+    """Why the server's SysProbe refuses this job for now, or None (high-priority
+    jobs are never refused by it; a server without SysProbe has no health record)."""
+    health = status.get("server", {}).get("health")
+    if priority == "high" or not health or health.get("state") == "healthy":
+        return None
+    why = f"tally-server admits no best-effort job now: SysProbe: the device is {health.get('state')} " \
+          f"({health.get('reason', '')})"
+    until = health.get("backoff_until_s")
+    if until:
+        why += f"; its back-off ends in {max(0.0, until - time.time()):.0f} s"
+    return why + "; run the job again later"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tally-run", description=__doc__.split("\n\n")[0],
                                 usage="tally-run [options] -- command [args...]")
@@ -155,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"tally-run: {refused}", file=sys.stderr)
         return 2
+    unhealthy = health_refusal(args.priority, status)
+    if unhealthy:
+        print(f"tally-run: {unhealthy}", file=sys.stderr)
+        return job_process.EX_TEMPFAIL
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:
         return job_process.run(command, env)
