@@ -12,8 +12,9 @@ except that an evicted job makes it print the reason and exit 75 (EX_TEMPFAIL).
 Before that it asks the server's status, and exits 2 with the server's own
 sentence when the server would refuse the job at handshake (no server, a quota
 the device or the server's --be-memory-quota cannot give, a high-priority job
-over --max-hp-jobs), and 75 (EX_TEMPFAIL: try again later) when SysProbe
-refuses best-effort jobs for now (the device is not healthy, or in its back-off).
+over --max-hp-jobs), and 75 (EX_TEMPFAIL: try again later) when the server is
+shutting down or SysProbe refuses best-effort jobs for now (the device is not
+healthy, or in its back-off).
 """
 from __future__ import annotations
 
@@ -95,9 +96,12 @@ def server_refuses(priority: str, quota: str | None, status: dict) -> str | None
     return quota_above_server(asked, be_quota) if asked > be_quota else None
 
 
-def health_refusal(priority: str, status: dict) -> str | None:
-    """Why the server's SysProbe refuses this job for now, or None (high-priority
-    jobs are never refused by it; a server without SysProbe has no health record)."""
+def temporary_refusal(priority: str, status: dict) -> str | None:
+    """Why the server refuses this job for now, or None: it is shutting down, or
+    its SysProbe admits no best-effort job (high-priority jobs are never refused by
+    it; a server without SysProbe has no health record)."""
+    if status.get("server", {}).get("shutting_down"):
+        return "tally-server is shutting down; run the job again once a tally-server runs"
     health = status.get("server", {}).get("health")
     if priority == "high" or not health or health.get("state") == "healthy":
         return None
@@ -171,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"tally-run: {refused}", file=sys.stderr)
         return 2
-    unhealthy = health_refusal(args.priority, status)
-    if unhealthy:
-        print(f"tally-run: {unhealthy}", file=sys.stderr)
+    later = temporary_refusal(args.priority, status)
+    if later:
+        print(f"tally-run: {later}", file=sys.stderr)
         return job_process.EX_TEMPFAIL
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:

@@ -80,6 +80,9 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
     add_health_flags(p)
+    p.add_argument("--drain-timeout", type=seconds, default=10.0, metavar="S",
+                   help="on SIGTERM/SIGINT: stop admitting, let the work on the device finish for at most S "
+                        "seconds, then tell every job (tally-run exits 75) and exit (default 10)")
     return p
 
 
@@ -142,6 +145,16 @@ def positive_ms(text: str) -> float:
         value = float("nan")
     if not 0 < value < 1e6:
         raise argparse.ArgumentTypeError(f"{text!r} is not a period in milliseconds (> 0)")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 86400")
     return value
 
 
@@ -256,8 +269,8 @@ def serve_main(argv: list[str]) -> int:
                           # admin14: memory protection and high-priority jobs
                           be_memory_quota=args.be_memory_quota,
                           hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
-                          # evict15: SysProbe
-                          **health)
+                          # evict15: SysProbe, graceful exit
+                          drain_timeout_s=args.drain_timeout, **health)
     try:
         server = TallyServer(config, backend)
     except ValueError as e:
@@ -271,8 +284,7 @@ def serve_main(argv: list[str]) -> int:
         return 2
 
     def on_signal(signum, _frame):
-        logging.getLogger("tally.server").info("received %s, shutting down", signal.Signals(signum).name)
-        server.stop()
+        server.drain.begin(signal.Signals(signum).name)
 
     def on_hangup(_signum, _frame):
         if server.health is None:
@@ -290,6 +302,12 @@ def serve_main(argv: list[str]) -> int:
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
     server.serve_forever()
     print("tally-server: stopped", flush=True)
+    if server.abandoned:
+        # Work still on the device (the drain's deadline passed): end the process now,
+        # which ends that work, instead of waiting for it in the interpreter's exit.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -37,6 +37,7 @@ from tally.server import control
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
 from tally.server.device_health import DeviceHealth, default_health_config
+from tally.server.drain import Drain
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -98,6 +99,8 @@ class ServerConfig:
     # one trace sample per sampler tick).
     metrics_trace: Path | None = None
     metrics_trace_realtime: bool = True
+    # SIGTERM/SIGINT: how long the work on the device may take to finish (tally/server/drain.py)
+    drain_timeout_s: float = 10.0
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -141,6 +144,8 @@ class TallyServer:
         # so no session can start after shutdown has closed the others.
         self._admit_lock = threading.Lock()
         self._admitting = True
+        self.drain = Drain(self, config.drain_timeout_s)   # SIGTERM/SIGINT
+        self.abandoned = False
         self._client_ids = itertools.count(1)
         self._selector = selectors.DefaultSelector()
         self._stop = threading.Event()
@@ -196,22 +201,55 @@ class TallyServer:
         finally:
             self._shutdown_now()
 
-    def stop(self) -> None:
-        """Ask serve_forever to return (safe from signal handlers and other threads)."""
+    def stop(self, abandon_device_work: bool = False) -> None:
+        """Ask serve_forever to return (safe from signal handlers and other threads).
+        `abandon_device_work`: do not wait for work still on the device (the drain's
+        deadline passed); the caller then ends the process, which ends that work and
+        frees its memory (`abandoned` says so)."""
+        self.abandoned = abandon_device_work
         self._stop.set()
         try:
             self._wake_w.send(b"x")
         except OSError:
             pass
 
-    def _shutdown_now(self) -> None:
+    @property
+    def admitting(self) -> bool:
+        return self._admitting
+
+    def stop_admitting(self) -> None:
+        """Refuse every handshake from now on (a drain, a shutdown)."""
         with self._admit_lock:
             self._admitting = False
+
+    def _shutdown_now(self) -> None:
+        self.stop_admitting()
         with self._sessions_lock:
             sessions = list(self.sessions.values())
+        if self.abandoned:
+            for session in sessions:
+                session.abandon("server shutting down")
+            self._close_listener()
+            log.warning("exiting without waiting for the work still on the device: the process's exit ends it "
+                        "and frees its memory")
+            return
         for session in sessions:
             session.request_close("server shutting down")
             session.close()
+        if sessions:
+            free, total = self.backend.mem_info()
+            log.info("released every job: %s of device memory in use, %d job(s) listed", format_bytes(total - free),
+                     len(self.sessions))
+        self._close_listener()
+        try:
+            self.levers.stop()
+            self.executor.close()
+            self.staging.close()
+            self.backend.close()
+        except Exception:
+            log.exception("closing the executor/backend failed")
+
+    def _close_listener(self) -> None:
         if self._listener is not None:
             try:
                 self._selector.unregister(self._listener)
@@ -223,13 +261,6 @@ class TallyServer:
                 self.config.socket_path.unlink()
             except FileNotFoundError:
                 pass
-        try:
-            self.levers.stop()
-            self.executor.close()
-            self.staging.close()
-            self.backend.close()
-        except Exception:
-            log.exception("closing the executor/backend failed")
 
     # ---- connections ---------------------------------------------------------------
 

@@ -191,6 +191,26 @@ class Session:
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
 
+    def abandon(self, reason: str) -> None:
+        """The server exits without waiting for this job's work on the device (its
+        exit ends that work and frees its memory): the job's side learns that the
+        segment is closed, and the segment's name goes. Nothing here waits."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closing.set()
+        with self._reply_lock:
+            if not self._segment_closed:
+                self._segment_closed = True
+                try:
+                    self.segment.mark_closed()
+                    self.segment.unlink()
+                except Exception:       # noqa: BLE001 - exiting anyway; the job sees the socket close
+                    pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+
     @property
     def closed(self) -> bool:
         return self._closed

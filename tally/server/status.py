@@ -80,6 +80,7 @@ class ServerStatus:
     max_hp_jobs: int = 1                       # high-priority jobs allowed at once
     evictions: dict = field(default_factory=dict)   # jobs evicted, by cause (tally/server/eviction.py)
     health: dict | None = None                 # SysProbe's record (device_health.py); None: --no-health
+    shutting_down: bool = False                # draining after SIGTERM/SIGINT: no job is admitted
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -158,4 +159,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         max_hp_jobs=server.high_priority_jobs.max_jobs,
         evictions=dict(server.counters.evictions),
         health=server.health.describe() if server.health is not None else None,
+        shutting_down=not server.admitting,
     )
