@@ -48,22 +48,22 @@ class CannotRun(Exception):
 
 def run(command: list[str], env: dict) -> int:
     """Run the job to its end; tally-run's exit status (see the module docstring)."""
-    fd, notice_name = tempfile.mkstemp(prefix="tally-run-", suffix=".evicted")
-    os.close(fd)
-    notice = Path(notice_name)
+    notice = _notice_file()
+    if notice is not None:
+        env = {**env, NOTICE_ENV: str(notice)}
     watched = FORWARDED | {signal.SIGCHLD}
     job_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     me = os.getpid()
     try:
         try:
-            job = subprocess.Popen(command, env={**env, NOTICE_ENV: str(notice)},
-                                   preexec_fn=lambda: _in_child(me, job_mask))
+            job = subprocess.Popen(command, env=env, preexec_fn=lambda: _in_child(me, job_mask))
         except OSError as e:
             raise CannotRun(f"cannot run {command[0]!r}: {e.strerror}") from None
         _wait(job, watched)
-        reason = _eviction_reason(notice)
+        reason = _eviction_reason(notice) if notice is not None else None
     finally:
-        notice.unlink(missing_ok=True)
+        if notice is not None:
+            notice.unlink(missing_ok=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, job_mask)
     if reason is not None:
         print(f"tally-run: evicted by tally-server: {reason}", file=sys.stderr, flush=True)
@@ -71,6 +71,20 @@ def run(command: list[str], env: dict) -> int:
     if job.returncode < 0:
         return _die_like(-job.returncode)
     return job.returncode
+
+
+def _notice_file() -> Path | None:
+    """An empty file for the job's client library to write an eviction's reason to;
+    None when no temporary file can be made (an eviction then shows only in the
+    job's own stderr), which tally-run says."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="tally-run-", suffix=".evicted")
+    except OSError as e:
+        print(f"tally-run: cannot create a temporary file ({e}); if tally-server evicts the job, only the "
+              f"job's stderr will say so, and tally-run exits as the job does", file=sys.stderr)
+        return None
+    os.close(fd)
+    return Path(name)
 
 
 def _in_child(parent: int, mask) -> None:

@@ -220,16 +220,20 @@ class Session:
         has exited has a closed socket even if the selector has not noticed yet."""
         if self._closing.is_set():
             return True
+        fd = self.connection.fileno()
+        if fd < 0:
+            return True
         try:
-            # select first: during the handshake the socket has a timeout, and Python then
+            # poll first: during the handshake the socket has a timeout, and Python then
             # waits that long for data before a recv, MSG_DONTWAIT or not (status stalled 5 s).
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(0):
                 return False
             peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
-        except (OSError, ValueError):      # ValueError: the socket is closed already
+        except OSError:
             return True
         return peeked == b""
 
