@@ -7,6 +7,8 @@ recreates its context and runs the next jobs correctly."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from e2e_helpers import CUDA_ERROR_ILLEGAL_ADDRESS, build_cuda, finish, run_job, start_job
 
@@ -34,6 +36,10 @@ def check_fault_recovery(nvcc, server) -> None:
     [be_id] = fault["caused_by"]
     assert be_id != hp_id and fault["jobs_failed"] == sorted([hp_id, be_id])
     assert fault["recovery_s"] is not None and fault["recovery_s"] < 60
+    shown = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "status", "--socket", str(server.socket)],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert (f"faults   1 device faults; last: CUDA_ERROR_ILLEGAL_ADDRESS, caused by client {be_id}, 2 jobs failed, "
+            f"context recovered") in shown, shown
 
     # The job that faulted is named, with its pid, program and priority, in what each job is told.
     [told_be] = explanations(be.stderr)
