@@ -260,6 +260,11 @@ class TallyServer:
             # crash loop): the first of each cause is a warning, the rest are counted.
             self.dropped_connections.note(_drop_cause(e), str(e))
             conn.close()
+        except Exception:
+            # A bug answering one connection must not leave its peer waiting, nor end
+            # the server: say so, hang up, carry on.
+            log.exception("tally-server failed answering a connection's first record")
+            conn.close()
 
     def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
         try:

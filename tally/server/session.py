@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import select
 import socket
 import threading
 import time
@@ -187,11 +188,17 @@ class Session:
         has exited has a closed socket even if the selector has not noticed yet."""
         if self._closing.is_set():
             return True
+        # Polled first: during the handshake the socket still has a timeout, and
+        # Python then waits for data up to it whatever MSG_DONTWAIT says.
         try:
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return False
             peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
-        except OSError:
+        except (OSError, ValueError):     # ValueError: closed already (fileno -1)
             return True
         return peeked == b""
 
