@@ -10,8 +10,8 @@ GPU, where the fault is noticed by the server's watch of its context instead."""
 from __future__ import annotations
 
 import pytest
-from device_fault_scenario import check_fault_recovery
-from e2e_helpers import emulator_server_process
+from device_fault_scenario import check_fault_recovery, explanations
+from e2e_helpers import CUDA_ERROR_ILLEGAL_ADDRESS, build_cuda, emulator_server_process, finish, run_job, start_job
 from test_cuda_backend_nested import NestedCudaServer
 
 
@@ -29,3 +29,24 @@ def test_a_best_effort_jobs_fault_fails_every_job_and_the_server_recovers(nvcc, 
     # the outer server still serves the nested one, which lost nothing it did not own
     outer = cuda_server.under.status()
     assert [c["state"] for c in outer["clients"]] == ["running"]
+
+
+def test_jobs_with_unconfirmed_kernels_are_all_named(nvcc, cuda_server):
+    # The high-priority job's last kernel was never synchronized when the fault was
+    # seen: it may have been the one that faulted (on a GPU nothing says which kernel
+    # did), so both jobs are named.
+    hp = start_job(cuda_server.socket, build_cuda(nvcc, "fault_bystander.cu"), "unsynced", priority="high")
+    assert hp.stdout.readline().split() == ["ready", "good=4096"]
+    be = run_job(cuda_server.socket, build_cuda(nvcc, "illegal_address.cu"), priority="best-effort", timeout=300)
+    assert be.value("sync") == str(CUDA_ERROR_ILLEGAL_ADDRESS), be.stdout + be.stderr
+    fault = cuda_server.wait_for(lambda s: (s["server"]["last_device_fault"] or {}).get("state") == "recovered",
+                                 timeout=120, what="the recovery")["server"]["last_device_fault"]
+    assert len(fault["caused_by"]) == 2 and fault["caused_by"] == fault["jobs_failed"]
+    [told] = explanations(be.stderr)
+    hp_id, be_id = fault["caused_by"]
+    assert (f"device fault: a kernel of one of client {hp_id} (pid " in told and f", client {be_id} (pid " in told
+            and "(each had kernels that no synchronization had found done yet, and a GPU does not say whose "
+                "kernel faulted)" in told), told
+    hp.stdin.write("go\n")
+    hp.stdin.flush()
+    assert finish(hp).ints("after_copy", "after_sync", "after_malloc") == [CUDA_ERROR_ILLEGAL_ADDRESS] * 3

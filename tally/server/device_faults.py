@@ -178,8 +178,8 @@ class DeviceFaults:
         if len(who) == 1:
             cause = f"a kernel of {who[0]}"
         elif who:
-            cause = (f"a kernel of one of {', '.join(who)} (they had kernels on the device then, and the GPU does "
-                     f"not say whose faulted)")
+            cause = (f"a kernel of one of {', '.join(who)} (each had kernels that no synchronization had "
+                     f"found done yet, and a GPU does not say whose kernel faulted)")
         else:
             cause = "a kernel of a job tally could not tell"
         return (f"device fault: {cause} failed with {error_name(error.code)}, which poisons the device context "

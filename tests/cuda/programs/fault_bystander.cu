@@ -3,8 +3,10 @@
 // other job faults meanwhile), then tries to go on and prints what each call
 // returned: after_copy=<copying its result back> after_sync=<cudaDeviceSynchronize>
 // after_malloc=<a new allocation>. On a GPU, where the fault poisons the context the
-// jobs share, each is cudaErrorIllegalAddress (700).
+// jobs share, each is cudaErrorIllegalAddress (700). With "unsynced" as its argument
+// it launches its kernel once more before printing "ready", without synchronizing.
 #include <cstdio>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #include "runtime_check.h"
@@ -16,7 +18,7 @@ __global__ void triple_plus_one(const int* in, int* out, int n) {
   if (i < n) out[i] = in[i] * 3 + 1;
 }
 
-int main() {
+int main(int argc, char** argv) {
   static int host_in[N], host_out[N];
   for (int i = 0; i < N; ++i) host_in[i] = i - 17;
   int *in = nullptr, *out = nullptr;
@@ -28,6 +30,7 @@ int main() {
   CHECK(cudaMemcpy(host_out, out, sizeof host_out, cudaMemcpyDeviceToHost));
   int good = 0;
   for (int i = 0; i < N; ++i) good += host_out[i] == host_in[i] * 3 + 1;
+  if (argc > 1 && strcmp(argv[1], "unsynced") == 0) triple_plus_one<<<N / 256, 256>>>(in, out, N);
   printf("ready good=%d\n", good);
   fflush(stdout);
   char line[16];
