@@ -404,6 +404,31 @@ class StreamExecutor:
             return [c.client_id for c in self._clients.values()
                     if any(s.kernels_launched > s.kernels_confirmed for s in c.streams.values())]
 
+    def check_running(self, started_before: float) -> None:
+        """Query the backend streams of units running since before `started_before`
+        (clock time); an error one reports goes through `device_errors` and stays
+        for the stream's next synchronization. The watch of a context-wide backend
+        calls this: a kernel that faulted there never completes, and its stream
+        says why."""
+        with self._lock:
+            streams = {id(u.task.stream): u.task.stream for u in self._in_flight.units.values()
+                       if u.started_at < started_before}.values()
+            streams = [s for s in streams if not s.released and not s.client.removing]
+            for stream in streams:
+                stream.backend_syncs += 1       # keeps it from being destroyed meanwhile (_retire)
+        for stream in streams:
+            error = None
+            try:
+                self.backend.stream_query(stream.backend_stream)
+            except DeviceError as e:
+                error = self._seen(stream, e)
+            with self._lock:
+                if error is not None:
+                    stream.errors.append(error)
+                stream.backend_syncs -= 1
+                if stream.backend_syncs == 0:
+                    self._cond.notify_all()
+
     def abandon(self, error: DeviceError) -> None:
         """The device lost every job's work (a context-wide fault): end every unit
         in flight and drop every queued operation without asking the device, and

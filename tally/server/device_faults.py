@@ -5,11 +5,12 @@ recreates the context and goes on admitting jobs.
 
 Noticing. Every error the backend raises passes through `seen`: those of a
 client's stream (the executor's `device_errors`), those of a request (Session.fail)
-and those of a watch thread that checks the context every WATCH_PERIOD_S. The
-thread is needed on a GPU: once its context faulted the driver never calls the
-host functions that tell the executor a kernel ended, so every waiting job would
-wait forever. A sticky code (CONTEXT_FAULT_CODES) is a fault, unless it is the one
-being handled or comes from a job that fault failed already.
+and those of a watch thread that, every WATCH_PERIOD_S, checks the context and
+queries the streams of kernels running since the last check. The thread is needed
+on a GPU: once its context faulted the driver never calls the host functions that
+tell the executor a kernel ended, so every waiting job would wait forever. A
+sticky code (CONTEXT_FAULT_CODES) is a fault, unless it is the one being handled
+or comes from a job that fault failed already.
 
 Naming. The suspects are the jobs with kernels that no clean synchronization of
 their stream has confirmed (StreamExecutor.suspects) when the fault is seen. On a
@@ -105,11 +106,12 @@ class DeviceFaults:
 
     def start_watch(self) -> None:
         def watch() -> None:
-            backend = self._server.backend
+            backend, executor = self._server.backend, self._server.executor
             while not self._stop.wait(WATCH_PERIOD_S):
                 if self._current is not None or self.device_lost is not None:
                     continue
                 try:
+                    executor.check_running(executor.clock.now() - WATCH_PERIOD_S)
                     backend.check_context()
                 except DeviceError as e:
                     self.seen(e, None)
