@@ -38,6 +38,7 @@ from typing import Callable, Hashable
 from tally.backends.base import DeviceBackend
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
+from tally.scheduler.delay_histogram import DelayHistogram
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
 from tally.scheduler.events import ExecutorEvent
 from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
@@ -90,6 +91,8 @@ class StreamExecutor:
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
+        # how long high-priority kernels waited here, from the head of their queue to their launch
+        self._hp_queueing = DelayHistogram()
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._clients: dict[Hashable, ClientState] = {}
@@ -380,6 +383,7 @@ class StreamExecutor:
             out = {"ops_submitted": self._ops_submitted, **self._counters}
             out["ops_queued"] = sum(len(s.queue) for c in self._clients.values() for s in c.streams.values())
             out["units_in_flight"] = len(self._in_flight.units)
+            out["hp_queueing_delay_s"] = self._hp_queueing.snapshot()
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
                                             "kernels_completed": c.kernels_completed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values()),
@@ -723,6 +727,8 @@ class StreamExecutor:
         (a slice, or a PTB launch that starts or resumes it)."""
         stream, op = task.stream, task.op
         if task.plan is None:
+            if stream.client.priority == HIGH:
+                self._hp_queueing.observe(self.clock.now() - task.waiting_since)
             stream.client.kernels += 1
             self._counters["kernels"] += 1
             if transform:
