@@ -9,7 +9,11 @@ too: one context holds every job's), recreates its context and runs the next job
 GPU, where the fault is noticed by the server's watch of its context instead."""
 from __future__ import annotations
 
+import re
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from device_fault_scenario import check_fault_recovery, explanations
 from e2e_helpers import CUDA_ERROR_ILLEGAL_ADDRESS, build_cuda, emulator_server_process, finish, run_job, start_job
 from test_cuda_backend_nested import NestedCudaServer
@@ -18,14 +22,23 @@ from test_cuda_backend_nested import NestedCudaServer
 @pytest.fixture
 def cuda_server():
     under = emulator_server_process()
-    server = NestedCudaServer(under)
+    server = NestedCudaServer(under, metrics=True)
     yield server
     server.stop()
     under.stop()
 
 
+def device_faults_counted(server) -> float:
+    port = re.search(r"metrics on port (\d+)", server.process.log())[1]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "tally_device_faults"]
+    return family.samples[0].value
+
+
 def test_a_best_effort_jobs_fault_fails_every_job_and_the_server_recovers(nvcc, cuda_server):
+    assert device_faults_counted(cuda_server) == 0
     check_fault_recovery(nvcc, cuda_server)
+    assert device_faults_counted(cuda_server) == 1
     # the outer server still serves the nested one, which lost nothing it did not own
     outer = cuda_server.under.status()
     assert [c["state"] for c in outer["clients"]] == ["running"]

@@ -77,12 +77,12 @@ NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
 class NestedCudaServer(Server):
     """A cuda-backend server running as a job of `under` (an emulator server)."""
 
-    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto"):
+    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto", metrics: bool = False):
         self.under = under
         self.dir = under.dir
         self.socket = under.dir / "cuda.sock"
         command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, be_transform,
-                              priority="high")
+                              "metrics" if metrics else "-", priority="high")
         self.process = ServerProcess(self.socket, command=command, env=job_env())
 
 
