@@ -10,6 +10,7 @@ however it died (the kernel closes the socket of a SIGKILLed process).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -38,6 +39,7 @@ from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
 from tally.server.device_health import DeviceHealth, default_health_config
 from tally.server.drain import Drain
+from tally.server.device_faults import DeviceFaults
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -126,16 +128,20 @@ class TallyServer:
         self.variants, clock = make_variant_provider(backend)
         self.started_at = time.time()
         self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
+        self.sessions: dict[int, Session] = {}     # before the first device sample (SysProbe may act on it)
+        self._sessions_lock = threading.Lock()
         self.health: DeviceHealth | None = None
         self.hooks = make_hooks(self)
         self.levers = SmLevers(config, self.hooks)
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
         self.levers.start(self.executor, backend,
                           self.health.probe.config.timing.sample_interval_s if self.health else None)
+        # Where one job's fault poisons every job's context (a GPU), the server recovers from it.
+        self.device_faults = DeviceFaults(self) if backend.traits.errors_are_context_wide else None
+        if self.device_faults is not None:
+            self.executor.device_errors = self.device_faults.seen
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
-        self.sessions: dict[int, Session] = {}
-        self._sessions_lock = threading.Lock()
         # A session can end (its job died at once) before the handshake thread
         # registers its socket: registering and forgetting take turns, and a closed
         # session is never registered.
@@ -152,6 +158,7 @@ class TallyServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
+        self.exit_status = 0               # what tally-server exits with once serve_forever returns
 
     # ---- socket ----------------------------------------------------------------
 
@@ -188,6 +195,8 @@ class TallyServer:
     def serve_forever(self) -> None:
         if self._listener is None:
             self.bind()
+        if self.device_faults is not None:
+            self.device_faults.start_watch()
         try:
             while not self._stop.is_set():
                 for key, _ in self._selector.select(timeout=1.0):
@@ -201,11 +210,12 @@ class TallyServer:
         finally:
             self._shutdown_now()
 
-    def stop(self, abandon_device_work: bool = False) -> None:
+    def stop(self, exit_status: int = 0, abandon_device_work: bool = False) -> None:
         """Ask serve_forever to return (safe from signal handlers and other threads).
         `abandon_device_work`: do not wait for work still on the device (the drain's
         deadline passed); the caller then ends the process, which ends that work and
         frees its memory (`abandoned` says so)."""
+        self.exit_status = exit_status or self.exit_status
         self.abandoned = abandon_device_work
         self._stop.set()
         try:
@@ -226,6 +236,8 @@ class TallyServer:
         self.stop_admitting()
         with self._sessions_lock:
             sessions = list(self.sessions.values())
+        if self.device_faults is not None:
+            self.device_faults.stop()
         if self.abandoned:
             for session in sessions:
                 session.abandon("server shutting down")
@@ -292,6 +304,11 @@ class TallyServer:
             # crash loop): the first of each cause is a warning, the rest are counted.
             self.dropped_connections.note(_drop_cause(e), str(e))
             conn.close()
+        except Exception:
+            # A bug answering one connection must not leave its peer waiting, nor end
+            # the server: say so, hang up, carry on.
+            log.exception("tally-server failed answering a connection's first record")
+            conn.close()
 
     def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
         try:
@@ -325,6 +342,9 @@ class TallyServer:
             if not self._admitting:
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                              "tally-server is shutting down; start the job again once a server runs", hello.pid)
+                return
+            if self.device_faults is not None and self.device_faults.device_lost is not None:
+                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR, self.device_faults.device_lost, hello.pid)
                 return
             verdict = self.hooks.admit_client(request)
             if not verdict.allowed:
@@ -384,6 +404,22 @@ class TallyServer:
                      "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
 
+    @contextlib.contextmanager
+    def admission_held(self):
+        """No job is admitted while this is held (a device fault's recovery)."""
+        with self._admit_lock:
+            yield
+
+    def live_sessions(self) -> list[Session]:
+        """Every session not closed yet, attached or leaving."""
+        with self._sessions_lock:
+            return [s for s in self.sessions.values() if not s.closed]
+
+    def renew_staging(self) -> None:
+        """After a device fault: registered buffers of the dead context are replaced."""
+        old, self.staging = self.staging, PinnedPool(self.backend)
+        old.close()
+
     def attached_sessions(self) -> list[Session]:
         """The sessions of jobs attached now (not those whose release is under way)."""
         with self._sessions_lock:
@@ -391,8 +427,9 @@ class TallyServer:
         return [s for s in sessions if not s.gone()]
 
     def _attached_high_priority(self) -> list[AttachedJob]:
+        # A job a device fault failed holds nothing: its replacement may attach.
         return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH]
+                if s.priority == protocol.Priority.HIGH and s.device_fault is None]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description

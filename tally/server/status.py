@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tally import protocol
 from tally.protocol import Priority
+from tally.protocol.errors import DeviceError
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    state: str = "running"           # "running" | "paused" (tally-server pause/resume) | "evicted"
+    state: str = "running"           # "running" | "paused" (tally-server pause/resume) | "faulted" | "evicted"
     evicted: str | None = None       # why, once evicted (listed until its process exits)
 
     def to_json(self) -> dict:
@@ -81,6 +82,10 @@ class ServerStatus:
     evictions: dict = field(default_factory=dict)   # jobs evicted, by cause (tally/server/eviction.py)
     health: dict | None = None                 # SysProbe's record (device_health.py); None: --no-health
     shutting_down: bool = False                # draining after SIGTERM/SIGINT: no job is admitted
+    # device faults that poisoned the context (a GPU's), and the last one: at, code, error,
+    # detail, caused_by (client ids), jobs_failed, state, recovery_s (tally/server/device_faults.py)
+    device_faults: int = 0
+    last_device_fault: dict | None = None
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -122,7 +127,8 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="evicted" if session.evicted is not None else "paused" if session.paused else "running",
+        state=("evicted" if session.evicted is not None else "faulted" if session.device_fault is not None
+               else "paused" if session.paused else "running"),
         evicted=session.evicted,
     )
 
@@ -130,7 +136,11 @@ def client_status(session) -> ClientStatus:
 def server_status(server, sessions: list, leaving: int) -> ServerStatus:
     """`sessions`: the clients still attached; `leaving`: how many more are being released."""
     d = server.description
-    free, total = server.backend.mem_info()
+    try:
+        free, total = server.backend.mem_info()
+    except DeviceError:         # a faulted context answers nothing until it is recreated
+        free, total = 0, d.total_memory
+    faults = server.device_faults
     return ServerStatus(
         pid=os.getpid(),
         socket=str(server.config.socket_path),
@@ -160,4 +170,6 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         evictions=dict(server.counters.evictions),
         health=server.health.describe() if server.health is not None else None,
         shutting_down=not server.admitting,
+        device_faults=server.counters.device_faults,
+        last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
     )
