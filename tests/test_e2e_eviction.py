@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from e2e_helpers import build_cuda, finish, idle, server, start_job  # noqa: F401
+from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job  # noqa: F401
 
 from tally.units import format_bytes
 
@@ -101,3 +101,20 @@ def test_evict_refusals(nvcc, server):
     done = finish(hp)
     assert done.returncode == 0 and done.stdout.split() == ["launched", "synced", "wrong=0"], done.stderr
     assert server.status()["server"]["evictions"] == {}
+
+
+def test_an_evicted_high_priority_job_makes_room_for_its_replacement(nvcc, server):
+    # With --force the operator may evict the high-priority job; its replacement is admitted
+    # at once (--max-hp-jobs 1), while the evicted process still runs.
+    first = start_job(server.socket, build_cuda(nvcc, "paused_job.cu"), priority="high")
+    assert first.stdout.readline().strip() == "ready"
+    cid = str(server.wait_for(lambda s: len(s["clients"]) == 1)["clients"][0]["client_id"])
+    r = tally_server(server, "evict", "--client", cid, "--reason", "moving the service", "--force")
+    assert r.returncode == 0 and "(paused_job" in r.stdout and "high) evicted" in r.stdout, r.stderr
+    replacement = run_job(server.socket, build_cuda(nvcc, "vector_add.cu"), 300, priority="high")
+    assert replacement.returncode == 0 and replacement.ints("n", "wrong") == [300, 0], replacement.stderr
+    send_line(first)
+    evicted = finish(first)
+    assert evicted.returncode == EX_TEMPFAIL
+    assert evicted.stderr.splitlines()[-1] == "tally-run: evicted by tally-server: moving the service"
+    server.wait_for(idle, what="every job's memory to be freed")

@@ -84,8 +84,10 @@ def server_refuses(priority: str, quota: str | None, status: dict) -> str | None
     sentence the server sends), or None: tally-run says it before starting the job."""
     server = status.get("server", {})
     if priority == "high":
+        # as the server counts them: a faulted or evicted job holds nothing any more
         attached = [AttachedJob(c["client_id"], c["pid"], c["program"])
-                    for c in status.get("clients", []) if c.get("priority") == "high"]
+                    for c in status.get("clients", [])
+                    if c.get("priority") == "high" and c.get("state") not in ("faulted", "evicted")]
         max_jobs = server.get("max_hp_jobs", 1)
         if len(attached) >= max_jobs:
             return high_priority_refusal(attached, max_jobs)

@@ -427,9 +427,9 @@ class TallyServer:
         return [s for s in sessions if not s.gone()]
 
     def _attached_high_priority(self) -> list[AttachedJob]:
-        # A job a device fault failed holds nothing: its replacement may attach.
+        # A job a device fault failed, or an evicted one, holds nothing: its replacement may attach.
         return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH and s.device_fault is None]
+                if s.priority == protocol.Priority.HIGH and s.device_fault is None and s.evicted is None]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description
