@@ -8,6 +8,7 @@ on a null-backend server in this process, so every step is checked in order."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -257,6 +258,10 @@ def test_bad_health_flags_are_refused_before_the_server_starts(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
     r = serve(tmp_path, "--no-health", "--health-config", str(bad))
     assert r.returncode == 2 and "contradict" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "--backend", "null", "--socket",
+                        str(tmp_path / "cli.sock")], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "TALLY_HEALTH_CONFIG": str(bad)})        # the DaemonSet's way
+    assert r.returncode == 2 and f"health config {bad}: [limits] memory_used_percent = 90" in r.stderr
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"t": 2}\n{"t": 1}\n')
     r = serve(tmp_path, "--metrics-trace", str(trace))

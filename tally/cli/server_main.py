@@ -33,6 +33,7 @@ from tally.server.status import ServerStatus
 from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
+HEALTH_CONFIG_ENV = "TALLY_HEALTH_CONFIG"    # --health-config's default (deploy/daemonset.yaml sets it)
 CONTROL_COMMANDS = ("set", "pause", "resume", "evict")     # tally/cli/control_main.py
 
 
@@ -98,7 +99,7 @@ def add_health_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("device health (SysProbe)")
     g.add_argument("--health-config", type=Path, default=None, metavar="FILE",
                    help="SysProbe's thresholds, limits and timings (TOML; README, \"Device health\"); SIGHUP "
-                        "reloads it. Default: the documented defaults")
+                        f"reloads it. Default: ${HEALTH_CONFIG_ENV} if set, else the documented defaults")
     g.add_argument("--no-health", action="store_true",
                    help="run without SysProbe: no health state, no admission refusals, no evictions by it")
     g.add_argument("--metrics-trace", type=Path, default=None, metavar="FILE",
@@ -215,6 +216,8 @@ def health_settings(args) -> dict:
 
     if args.no_health and args.health_config is not None:
         raise ValueError("--no-health and --health-config contradict each other; give one")
+    if args.health_config is None and not args.no_health and os.environ.get(HEALTH_CONFIG_ENV):
+        args.health_config = Path(os.environ[HEALTH_CONFIG_ENV])     # the DaemonSet's ConfigMap
     if args.metrics_trace is not None:
         try:
             read_trace(args.metrics_trace)
