@@ -2,6 +2,7 @@
 
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%] [--socket PATH]
     tally-server pause --client ID [--force] [--socket PATH]
+    tally-server suspend --client ID [--force] [--socket PATH]
     tally-server resume --client ID [--socket PATH]
 
 `tally-server status` lists the client ids. Each command sends one request on
@@ -19,7 +20,7 @@ import sys
 
 from tally import paths
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ControlReply
+from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ClientSuspend, ControlReply
 from tally.units import SizeError, parse_size
 
 DESCRIPTIONS = {
@@ -27,7 +28,10 @@ DESCRIPTIONS = {
            "holds).",
     "pause": "Hold a running job's work: nothing of it starts, nothing is lost, and its synchronizing calls "
              "wait until `tally-server resume`.",
-    "resume": "Let a paused job's work go on where it stopped.",
+    "suspend": "Hold a running job's work, save its device memory to host memory and free it on the device "
+               "(the job waits; `tally-server resume` brings it back at the same addresses).",
+    "resume": "Let a paused job's work go on where it stopped, or bring a suspended job's memory back and "
+              "let its work go on.",
 }
 
 
@@ -63,8 +67,8 @@ def parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--memory-quota", type=memory_quota, metavar="SIZE|PCT%",
                        help="device memory the job may hold: a size with a unit (8G, 512M) or a percentage of "
                             "device memory (25%%)")
-    if command == "pause":
-        p.add_argument("--force", action="store_true", help="pause a high-priority job too")
+    if command in ("pause", "suspend"):
+        p.add_argument("--force", action="store_true", help=f"{command} a high-priority job too")
     p.add_argument("--socket", help="the server's socket (default $TALLY_SERVER or the default path)")
     return p
 
@@ -77,13 +81,15 @@ def request(command: str, args) -> bytes:
                          memory_quota_percent=quota if isinstance(quota, float) else 0.0).encode()
     if command == "pause":
         return ClientPause(client_id=args.client, force=int(args.force)).encode()
+    if command == "suspend":
+        return ClientSuspend(client_id=args.client, force=int(args.force)).encode()
     return ClientResume(client_id=args.client).encode()
 
 
-KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "resume": ClientResume.KIND}
+KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "suspend": ClientSuspend.KIND, "resume": ClientResume.KIND}
 
 
-def send(socket_path, kind: int, payload: bytes, timeout: float = 10.0) -> ControlReply:
+def send(socket_path, kind: int, payload: bytes, timeout: float = 120.0) -> ControlReply:
     """One control request and the server's reply; OSError/ConnectionError when none answers."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)

@@ -41,6 +41,8 @@ from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
+from tally.server.migration import MigrationRecord
+from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -114,6 +116,8 @@ class TallyServer:
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
         self.levers.start(self.executor, backend)
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
+        self.mobility = MobilityRecord()  # suspensions and resumes (tally/server/suspend.py)
+        self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()

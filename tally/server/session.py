@@ -43,6 +43,7 @@ from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.request_hold import RequestHold
 
 log = logging.getLogger("tally.server")
 
@@ -95,6 +96,13 @@ class Session:
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
+        self.hold = RequestHold()              # no request runs while it is held (a suspended job)
+        # Taken off the request ring and not handled yet (a migration hands them over).
+        self.pending_records: collections.deque = collections.deque()
+        self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
+        self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
+        # Migrated (tally/server/migration.py): another server serves its segment and socket now.
+        self.handed_over = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -122,6 +130,10 @@ class Session:
         self._closing.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+        with self.suspend_lock:                 # a suspend or resume under way finishes first
+            if self.suspension is not None:     # its memory is saved, not on the device: nothing to free there
+                self.suspension.discard(self)
+                self.suspension = None
         for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
@@ -129,11 +141,12 @@ class Session:
                 log.exception("client %d: cleanup step failed", self.client_id)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
-            try:
-                self.segment.mark_closed()
-            except Exception:
-                pass
-            self.segment.unlink()
+            if not self.handed_over:
+                try:
+                    self.segment.mark_closed()
+                except Exception:
+                    pass
+                self.segment.unlink()
             self.segment.close()
         try:
             self.connection.close()
@@ -221,17 +234,19 @@ class Session:
     def _run(self) -> None:
         ring = self.segment.request_ring
         try:
-            while not self._closing.is_set():
-                try:
-                    records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
-                except _core.PeerDead:
-                    self.request_close("client process died")
-                    break
-                except _core.TransportError as e:
-                    self.request_close(f"transport failure: {e}")
-                    break
-                for kind, tag, payload in records:
-                    self.handle(kind, tag, payload)
+            pending = self.pending_records
+            while self.hold.checkpoint(self._closing, POLL_INTERVAL_S):
+                if not pending:
+                    try:
+                        pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
+                    except _core.PeerDead:
+                        self.request_close("client process died")
+                        break
+                    except _core.TransportError as e:
+                        self.request_close(f"transport failure: {e}")
+                        break
+                    continue
+                self.handle(*pending.popleft())
         finally:
             self.close()
 

@@ -38,7 +38,8 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    state: str = "running"           # "running" | "paused" (tally-server pause/resume)
+    state: str = "running"           # "running" | "paused" | "suspended" (tally-server pause/suspend/resume)
+    suspended_bytes: int = 0         # its device memory held in host memory while suspended
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -77,6 +78,8 @@ class ServerStatus:
     be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
     hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
     max_hp_jobs: int = 1                       # high-priority jobs allowed at once
+    # suspensions and resumes so far, and how long the last of each took (tally/server/suspend.py)
+    mobility: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -95,6 +98,7 @@ def _known(cls, data: dict) -> dict:
 
 def client_status(session) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
+    suspension = session.suspension
     server = session.server
     try:
         _share, granted = server.executor.sm_share(session.client_id)
@@ -118,7 +122,8 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="paused" if session.paused else "running",
+        state="suspended" if suspension is not None else "paused" if session.paused else "running",
+        suspended_bytes=suspension.nbytes if suspension is not None else 0,
     )
 
 
@@ -152,4 +157,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
         hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
         max_hp_jobs=server.high_priority_jobs.max_jobs,
+        mobility={**server.mobility.to_json(), **server.migrations.to_json()},
     )

@@ -310,6 +310,32 @@ class Segment {
     }
   }
 
+  // Server side, for a job migrating here from another server on this node: attaches
+  // to the segment that server created (validated as open() does) as its server
+  // end, leaving the attached client as it is.
+  static std::unique_ptr<Segment> adopt(const std::string& name, const WaitPolicy& policy = {}) {
+    detail::check_name(name);
+    detail::Fd fd(shm_open(name.c_str(), O_RDWR, 0));
+    if (fd.get() < 0) throw TransportError(system_error_text("shm_open(" + name + ")", errno));
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) throw TransportError(system_error_text("fstat(" + name + ")"));
+    const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+    if (file_bytes < sizeof(SegmentHeader))
+      throw CorruptSegment("segment " + name + " is " + std::to_string(file_bytes) + " bytes, too small for a tally header");
+    auto* base = map(fd.get(), file_bytes, name);
+    try {
+      SegmentLayout layout;
+      std::memcpy(&layout, base, sizeof layout);
+      validate_layout(layout, file_bytes, name);
+      auto segment = std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
+      segment->validate_indices();
+      return segment;
+    } catch (...) {
+      munmap(base, file_bytes);
+      throw;
+    }
+  }
+
   ~Segment() { munmap(base_, layout_.total_bytes); }
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;

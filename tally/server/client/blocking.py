@@ -16,6 +16,7 @@ no answer (nobody is left to read it).
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,13 @@ class BlockingCalls:
         self._session = session
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self._pending = 0                   # taken and not yet answered (a migration waits for none)
+        self._pending_changed = threading.Condition()
+
+    def wait_none_pending(self, timeout: float) -> bool:
+        """Wait until every blocking request taken so far has been answered."""
+        with self._pending_changed:
+            return self._pending_changed.wait_for(lambda: self._pending == 0, timeout)
 
     def run(self, tag: int, work: Callable[[], object]) -> None:
         """Run `work` on a pool thread and answer `tag` with what it returns; a
@@ -45,6 +53,8 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
+        with self._pending_changed:
+            self._pending += 1
         self._pool.submit(self._answer, tag, self._session.current_request, work)
 
     def close(self) -> None:
@@ -73,3 +83,7 @@ class BlockingCalls:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:
                 log.exception("client %d: could not answer a blocking request", session.client_id)
+        finally:
+            with self._pending_changed:
+                self._pending -= 1
+                self._pending_changed.notify_all()
