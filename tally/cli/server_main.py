@@ -8,6 +8,7 @@
     tally-server pause --client ID [--force]
     tally-server suspend --client ID [--force]
     tally-server resume --client ID
+    tally-server migrate --client ID --to SOCKET
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tally.server.status import ServerStatus
 from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
-CONTROL_COMMANDS = ("set", "pause", "suspend", "resume")     # tally/cli/control_main.py
+CONTROL_COMMANDS = ("set", "pause", "suspend", "resume", "migrate")     # tally/cli/control_main.py
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,7 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
                     "Subcommands: `tally-server status` reports connected clients; `tally-server set`, "
-                    "`pause`, `suspend` and `resume` change a running job (each with --help).")
+                    "`pause`, `suspend`, `resume` and `migrate` change a running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")

@@ -1,5 +1,5 @@
-"""Operator control of running jobs: `tally-server set`, `pause`, `suspend` and `resume`
-(suspending: tally/server/suspend.py).
+"""Operator control of running jobs: `tally-server set`, `pause`, `suspend`, `resume` and
+`migrate` (suspending: tally/server/suspend.py; migrating: tally/server/migration.py).
 
 Each command is one request on the server's socket (ClientSet, ClientPause,
 ClientResume), answered by one ControlReply: `ok` and a sentence saying what
@@ -27,14 +27,16 @@ import math
 
 from tally import protocol
 from tally.cluster.memory_limits import QuotaBelowUse, to_bytes
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ClientSuspend, ControlReply
+from tally.protocol.messages_generated import (ClientMigrate, ClientPause, ClientResume, ClientSet, ClientSuspend,
+                                               ControlReply)
 from tally.scheduler.executor import ClientGone
+from tally.server import migration
 from tally.server import suspend as suspension
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND})
+REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND, ClientMigrate.KIND})
 
 
 class Refusal(Exception):
@@ -50,9 +52,12 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
             done = pause(server, ClientPause.decode(payload))
         elif kind == ClientSuspend.KIND:
             done = suspend(server, ClientSuspend.decode(payload))
+        elif kind == ClientMigrate.KIND:
+            msg = ClientMigrate.decode(payload)
+            done = migration.migrate(server, _session(server, msg.client_id), bytes(msg.tail).decode())
         else:
             done = resume(server, ClientResume.decode(payload))
-    except (Refusal, suspension.SuspendRefused, protocol.ProtocolError) as e:
+    except (Refusal, suspension.SuspendRefused, migration.MigrationRefused, protocol.ProtocolError) as e:
         log.warning("operator request refused: %s", e)
         return ControlReply(ok=0, tail=str(e).encode())
     except Exception as e:           # the server carries on; the operator learns it failed

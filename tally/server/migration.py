@@ -3,8 +3,9 @@ migrate --client ID --to SOCKET`), the source's side; the target's is
 tally/server/migration_import.py.
 
 The job's process keeps its shared segment and its handshake socket: on one
-node the target adopts both (the socket goes over as SCM_RIGHTS, the segment by
-name), so the job's client library changes nothing and notices only a pause.
+node the target adopts both (the socket and the segment's shared memory go over
+as SCM_RIGHTS
+descriptor), so the job's client library changes nothing and notices only a pause.
 Its device state moves over the target's socket and is restored at the same
 device addresses there.
 
@@ -37,6 +38,7 @@ import lz4.frame
 import msgpack
 
 from tally import protocol
+from tally.protocol.errors import DeviceError
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.scheduler.executor import ClientGone
@@ -105,17 +107,19 @@ def _migrate(server, session, target: str) -> str:
                 _quiesce(server, session)
                 sent = _send_state(server, session, sock)
                 _commit(session, sock)
+                session.hand_over()         # the target serves the segment from now on
             except BaseException:
                 session.hold.release()      # the job runs on here
                 raise
-        # The target serves the job now: the source frees its device memory and
-        # forgets it, leaving the segment and the socket (the target's) alone.
-        session.handed_over = True
+        # The source frees the job's device memory and forgets it, leaving the
+        # segment and the socket (the target's now) alone.
         session.request_close(f"migrated to {target}")
     except (OSError, ConnectionError, protocol.ProtocolError) as e:
         raise MigrationRefused(f"{name(session)} stays here: the transfer to {target} failed ({e})") from None
     except ClientGone:
         raise MigrationRefused(f"{name(session)} left during its migration") from None
+    except DeviceError as e:
+        raise MigrationRefused(f"{name(session)} stays here: reading its device state failed ({e})") from None
     finally:
         sock.close()
     elapsed_ms = (time.monotonic() - started) * 1000
@@ -252,7 +256,10 @@ def _send_state(server, session, sock) -> int:
 
 def _commit(session, sock) -> None:
     """Hand the job's socket over, then its segment and unhandled requests."""
-    socket.send_fds(sock, [b"F"], [session.connection.fileno()])
+    # The target reads the next byte with the job's socket and its segment's shared
+    # memory attached (the segment's name was unlinked once the job attached).
+    _piece(sock, {"op": "handover"})
+    socket.send_fds(sock, [b"F"], [session.connection.fileno(), session.segment.shm_fd])
     commit = {"segment": session.segment.name,
               "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
     _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")

@@ -28,12 +28,13 @@ from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
 from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
-from tally.protocol.messages_generated import ControlReply, DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
+from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, HelloReply, MigrateOffer, StatusReply,
+                                               StatusRequest)
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.scheduler.hooks import Hooks
-from tally.server import control
+from tally.server import control, migration_import
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
@@ -242,6 +243,8 @@ class TallyServer:
             elif kind in control.REQUESTS:
                 send_record(conn, ControlReply.KIND, control.answer(self, kind, payload).encode(), tag)
                 conn.close()
+            elif kind == MigrateOffer.KIND:
+                migration_import.receive(self, conn, payload)
             else:
                 raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest or a "
                                              f"control request")
@@ -341,6 +344,43 @@ class TallyServer:
             log.info("client %d asked for %g%% of the SMs; best-effort jobs get at most %g%% on this server "
                      "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
+
+    def attach_migrated(self, conn: socket.socket, segment, pid: int, priority: protocol.Priority, program: str,
+                        memory, sm_percent: float | None, setup) -> Session:
+        """A job migrating here from another server on this node (tally/server/migration_import.py):
+        a session on the segment and socket it already has; `setup(session)` gives it the
+        job's state before its thread starts."""
+        high = priority == protocol.Priority.HIGH
+        with self._admit_lock:
+            if not self._admitting:
+                raise OSError("tally-server is shutting down")
+            client_id = next(self._client_ids)
+            segment.watch_peer_socket(conn.fileno())
+            session = Session(self, client_id, pid, priority, program, segment, conn, memory)
+            with self._sessions_lock:
+                self.sessions[client_id] = session
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=sm_percent)
+            try:
+                setup(session)
+            except BaseException:
+                self.executor.remove_client(client_id)
+                with self._sessions_lock:
+                    self.sessions.pop(client_id, None)
+                raise
+            conn.settimeout(None)
+            self.levers.client_added(client_id, not high, sm_percent)
+            session.add_cleanup(lambda: self.retire_client(client_id))
+            session.start()
+            with self._registration_lock:
+                if not session.closed:
+                    try:
+                        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+                    except ValueError:
+                        pass
+        log.info("client %d attached: pid %d, %s, priority %s, migrated from another server", client_id, pid,
+                 program, protocol.priority_name(priority))
+        self._wake_w.send(b"x")
+        return session
 
     def attached_sessions(self) -> list[Session]:
         """The sessions of jobs attached now (not those whose release is under way)."""

@@ -141,7 +141,7 @@ class Session:
                 log.exception("client %d: cleanup step failed", self.client_id)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
-            if not self.handed_over:
+            if not self.handed_over:    # migrated: the other server's segment now
                 try:
                     self.segment.mark_closed()
                 except Exception:
@@ -166,6 +166,10 @@ class Session:
         has exited has a closed socket even if the selector has not noticed yet."""
         if self._closing.is_set():
             return True
+        if self.connection.gettimeout() is not None:
+            # Its handshake is still being answered: a peek on a socket with a timeout
+            # would wait up to that timeout for data (CPython polls first).
+            return False
         try:
             peeked = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -196,6 +200,13 @@ class Session:
             self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
                                                         f"{error.message}")
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
+
+    def hand_over(self) -> None:
+        """Another server serves the job's segment from now on (a migration): this
+        session sends nothing more on it and, closing, leaves it to that server."""
+        with self._reply_lock:
+            self._segment_closed = True
+            self.handed_over = True
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
