@@ -50,7 +50,9 @@ log = logging.getLogger("tally.server")
 # Bytes of device memory per state record (under the socket's record limit).
 CHUNK_BYTES = 8 << 20
 # Compressed only when that at least halves a chunk: otherwise the CPU time is not paid back.
+# A probe of its first bytes decides whether to try (random data is not worth a full pass).
 COMPRESS_BELOW = 0.5
+PROBE_BYTES = 64 << 10
 CONNECT_TIMEOUT_S = 5.0
 # The target answers an offer at once; a commit after restoring what it received.
 REPLY_TIMEOUT_S = 120.0
@@ -112,8 +114,10 @@ def _migrate(server, session, target: str) -> str:
                 session.hold.release()      # the job runs on here
                 raise
         # The source frees the job's device memory and forgets it, leaving the
-        # segment and the socket (the target's now) alone.
+        # segment and the socket (the target's now) alone; done before the answer, so
+        # a migration straight back finds its addresses free here.
         session.request_close(f"migrated to {target}")
+        session.close()
     except (OSError, ConnectionError, protocol.ProtocolError) as e:
         raise MigrationRefused(f"{name(session)} stays here: the transfer to {target} failed ({e})") from None
     except ClientGone:
@@ -226,10 +230,13 @@ def _send_state(server, session, sock) -> int:
                 view = memoryview(buffer)[:n]
                 backend.memcpy_dtoh_async(view, ptr + offset, stream)
                 backend.stream_synchronize(stream)
-                packed = lz4.frame.compress(view, compression_level=0)
-                small = len(packed) < n * COMPRESS_BELOW
+                small = False
+                probe = view[:PROBE_BYTES]
+                if len(lz4.frame.compress(probe)) < len(probe) * COMPRESS_BELOW:
+                    packed = lz4.frame.compress(view)
+                    small = len(packed) < n * COMPRESS_BELOW
                 _piece(sock, {"op": "bytes", "ptr": ptr + offset, "lz4": small,
-                              "data": packed if small else bytes(view)})
+                              "data": packed if small else view})
                 sent += n
 
         for ptr, size in client.allocations.all():

@@ -1,53 +1,76 @@
-"""Stopping a session thread between two requests (a suspended job's).
+"""Stopping a session thread between two requests (a suspended or migrating job's).
 
 While a job is suspended its device memory is gone, so none of its requests may
-run: the session thread waits at `checkpoint` before each one. The job notices
-nothing but a pause: its synchronous calls wait for their answers, and its
-asynchronous ones wait in the request ring (once the ring is full, in the job's
-own send). The operator's thread asks for the hold and learns when the session
-thread has stopped, i.e. when no handler of the job runs any more.
+run: the session thread waits before each one. The job notices nothing but a
+pause: its synchronous calls wait for their answers, and its asynchronous ones
+wait in its request ring (once the ring is full, in the job's own send). The
+operator's thread asks for the hold and learns when no request of the job runs
+any more: at once when the session thread is waiting for requests, else once
+the request it is handling is done.
+
+The hot path takes no lock: the session thread marks itself busy, then looks at
+the hold; `hold` sets the hold, then looks at the mark. Under the GIL one of them
+sees the other's write, so a request never starts once `hold` has returned True.
 """
 from __future__ import annotations
 
 import threading
+import time
+
+# How often `hold` looks again whether the handler it waits for is done.
+HOLD_POLL_S = 0.001
 
 
 class RequestHold:
     def __init__(self):
         self._cond = threading.Condition()
         self._held = False
-        self._parked = False
+        self._busy = False           # the session thread is inside a request
 
     @property
     def held(self) -> bool:
         return self._held
 
     def hold(self, timeout: float) -> bool:
-        """Ask the session thread to stop before its next request, and wait until it
-        has (True) or `timeout` seconds passed (False; the hold is then taken back)."""
-        with self._cond:
-            self._held = True
-            self._cond.notify_all()
-            if self._cond.wait_for(lambda: self._parked, timeout):
-                return True
-            self._held = False
-            self._cond.notify_all()
-            return False
+        """Stop the session thread before its next request and wait until none runs
+        (True), or `timeout` seconds passed (False; the hold is then taken back)."""
+        self._held = True
+        deadline = time.monotonic() + timeout
+        while self._busy:
+            if time.monotonic() > deadline:
+                self.release()
+                return False
+            time.sleep(HOLD_POLL_S)
+        return True
 
     def release(self) -> None:
         with self._cond:
             self._held = False
             self._cond.notify_all()
 
-    def checkpoint(self, closing: threading.Event, poll_s: float) -> bool:
-        """Called by the session thread before each request: returns once no hold is
-        asked for (True), or False when the session is closing meanwhile."""
-        if not self._held:
-            return not closing.is_set()
+    def wake(self) -> None:
+        """Make a waiting session thread look again (its session is closing)."""
         with self._cond:
-            while self._held and not closing.is_set():
-                self._parked = True
-                self._cond.notify_all()
-                self._cond.wait(poll_s)
-            self._parked = False
+            self._cond.notify_all()
+
+    def wait_released(self, closing: threading.Event, poll_s: float) -> bool:
+        """Block while held; False once the session is closing."""
+        if self._held:
+            with self._cond:
+                while self._held and not closing.is_set():
+                    self._cond.wait(poll_s)
         return not closing.is_set()
+
+    def enter(self, closing: threading.Event, poll_s: float) -> bool:
+        """The session thread is about to handle a request: waits while held; False
+        once the session is closing (the request is not handled)."""
+        while True:
+            self._busy = True
+            if not self._held:
+                return True
+            self._busy = False
+            if not self.wait_released(closing, poll_s):
+                return False
+
+    def leave(self) -> None:
+        self._busy = False

@@ -115,6 +115,7 @@ class Session:
         if self.close_reason is None:
             self.close_reason = reason
         self._closing.set()
+        self.hold.wake()
         if not self._thread.is_alive():
             self.close()
 
@@ -245,8 +246,8 @@ class Session:
     def _run(self) -> None:
         ring = self.segment.request_ring
         try:
-            pending = self.pending_records
-            while self.hold.checkpoint(self._closing, POLL_INTERVAL_S):
+            pending, hold = self.pending_records, self.hold
+            while hold.wait_released(self._closing, POLL_INTERVAL_S):
                 if not pending:
                     try:
                         pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
@@ -257,7 +258,12 @@ class Session:
                         self.request_close(f"transport failure: {e}")
                         break
                     continue
-                self.handle(*pending.popleft())
+                if not hold.enter(self._closing, POLL_INTERVAL_S):
+                    break
+                try:
+                    self.handle(*pending.popleft())
+                finally:
+                    hold.leave()
         finally:
             self.close()
 
