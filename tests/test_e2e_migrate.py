@@ -93,12 +93,14 @@ def test_refused_up_front_when_the_target_quota_is_too_small(nvcc, two_servers):
 
 
 class KillingProxy:
-    """Forwards one connection to `upstream`'s socket and SIGKILLs `victim` once
-    `after` bytes went from the source to the target (the offer is smaller: its
-    state was on its way), a server dying mid-transfer."""
+    """Forwards one connection to `upstream`'s socket (descriptors passed along
+    included) and SIGKILLs `victim` once `after` bytes went from the source to the
+    target (the offer is smaller: its state was on its way). With `cut` it then
+    closes both ends, as a dead server's sockets close; without, it goes on
+    forwarding."""
 
-    def __init__(self, path: Path, upstream: Path, victim: int, after: int):
-        self.path, self.upstream, self.victim, self.after = path, upstream, victim, after
+    def __init__(self, path: Path, upstream: Path, victim: int, after: int, cut: bool = True):
+        self.path, self.upstream, self.victim, self.after, self.cut = path, upstream, victim, after, cut
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen(1)
@@ -112,15 +114,21 @@ class KillingProxy:
         threading.Thread(target=self._back, args=(up, conn), daemon=True).start()
         forwarded = 0
         while True:
-            data = conn.recv(1 << 16)
+            data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 4)
             if not data:
                 break
-            up.sendall(data)
+            if fds:
+                socket.send_fds(up, [data], fds)
+                for fd in fds:
+                    os.close(fd)
+            else:
+                up.sendall(data)
             forwarded += len(data)
-            if forwarded >= self.after:
+            if forwarded >= self.after and not self.killed.is_set():
                 os.kill(self.victim, signal.SIGKILL)
                 self.killed.set()
-                break
+                if self.cut:
+                    break
         for end in (conn, up):        # as the dead server's own sockets would: closed at once
             try:
                 end.shutdown(socket.SHUT_RDWR)
@@ -170,3 +178,17 @@ def test_source_killed_mid_transfer_leaves_nothing_on_the_target(nvcc, two_serve
     assert b.alive()
     job.kill()
     job.wait(timeout=30)
+
+
+def test_job_killed_mid_transfer_leaves_nothing_on_either_server(nvcc, two_servers, tmp_path):
+    a, b = two_servers
+    job = start_job(a.socket, build_cuda(nvcc, "suspended_job.cu"), "wait")
+    assert job.stdout.readline().strip() == "looping"
+    proxy = KillingProxy(tmp_path / "proxy.sock", b.socket, job.pid, after=2048, cut=False)
+    r = migrate(a, only_client(a)["client_id"], proxy.path)
+    assert proxy.killed.is_set() and job.wait(timeout=30) == -signal.SIGKILL
+    # The transfer went on to its end; the job was gone on whichever side had it.
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    for server in (a, b):
+        server.wait_for(idle, what="the killed job's release")
+        assert server.alive()
