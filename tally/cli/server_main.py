@@ -3,6 +3,7 @@
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
                  [--emulate-cc 9.0] [--emulate-driver 13.0] [--emulate-sms 8]
                  [--be-memory-quota SIZE|PCT%] [--hp-memory-reserve SIZE|PCT%] [--max-hp-jobs N]
+                 [--oversubscribe [--slice-seconds S]]
     tally-server status [--socket PATH] [--json]
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
     tally-server pause --client ID [--force]
@@ -31,6 +32,16 @@ from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
 CONTROL_COMMANDS = ("set", "pause", "suspend", "resume", "migrate")     # tally/cli/control_main.py
+
+
+def slice_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0.1 <= value <= 3600):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time slice in seconds between 0.1 and 3600")
+    return value
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -75,6 +86,13 @@ def serve_parser() -> argparse.ArgumentParser:
                         "not one is attached yet: a size with a unit or a percentage; default: none")
     p.add_argument("--max-hp-jobs", type=positive_int, default=1, metavar="N",
                    help="high-priority jobs allowed at once (default 1); another is refused at handshake")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="best-effort jobs whose memory does not fit together take turns: an allocation that finds "
+                        "no room waits, and the server suspends and resumes best-effort jobs (never the "
+                        "high-priority one) every --slice-seconds")
+    p.add_argument("--slice-seconds", type=slice_seconds, default=5.0, metavar="S",
+                   help="with --oversubscribe: the time a best-effort job runs before it may be suspended for "
+                        "another (default 5)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
     return p
@@ -216,7 +234,9 @@ def serve_main(argv: list[str]) -> int:
                           sample_period_ms=args.sample_period_ms,
                           # admin14: memory protection and high-priority jobs
                           be_memory_quota=args.be_memory_quota,
-                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs)
+                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
+                          # susp17: suspend-based time-slicing
+                          oversubscribe=args.oversubscribe, slice_seconds=args.slice_seconds)
     try:
         server = TallyServer(config, backend)
     except ValueError as e:

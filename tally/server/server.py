@@ -43,6 +43,7 @@ from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
 from tally.server.migration import MigrationRecord
+from tally.server.oversubscribe import TimeSlicer
 from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
 
@@ -89,6 +90,9 @@ class ServerConfig:
     be_memory_quota: int | float | None = None
     hp_memory_reserve: int | float | None = None
     max_hp_jobs: int = 1
+    # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
+    oversubscribe: bool = False
+    slice_seconds: float = 5.0
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -119,6 +123,7 @@ class TallyServer:
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.mobility = MobilityRecord()  # suspensions and resumes (tally/server/suspend.py)
         self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
+        self.time_slicer = TimeSlicer(self, config.slice_seconds) if config.oversubscribe else None
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
@@ -137,6 +142,8 @@ class TallyServer:
         self._listener: socket.socket | None = None
         self.started_at = time.time()
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
+        if self.time_slicer is not None:
+            self.time_slicer.start()
 
     # ---- socket ----------------------------------------------------------------
 
@@ -213,6 +220,8 @@ class TallyServer:
                 self.config.socket_path.unlink()
             except FileNotFoundError:
                 pass
+        if self.time_slicer is not None:
+            self.time_slicer.stop()
         try:
             self.levers.stop()
             self.executor.close()

@@ -69,6 +69,9 @@ class Suspension:
     mappings: list[tuple[int, object]] = field(default_factory=list)   # (address, VirtualMemory Mapping)
     operator_paused: bool = False     # paused before it was suspended: stays paused on resume
     suspended_at: float = 0.0
+    # What of it counted against its quota and the best-effort pool (allocations, physical
+    # memory): given back while it is suspended, so other jobs may use the memory.
+    charged: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -79,6 +82,7 @@ class Suspension:
         """The job went while suspended: forget what is not on the device any more,
         so its release frees only what is (its modules free nothing: evicted)."""
         client = session.client
+        client.allocations.memory.take_back(self.charged)     # the forgetting below gives it back
         kept = set(client.managed)
         for ptr, _size in client.allocations.all():
             if ptr not in kept:
@@ -136,6 +140,8 @@ def suspend(server, session, force: bool = False) -> str:
                                      f"(a host function of the job may hold its stream); nothing changed")
             state = _save(backend, session.client)
             _free(backend, session.client, state)
+            state.charged = sum(len(s.data) for s in state.allocations) + sum(len(p.data) for p in state.physical)
+            session.client.allocations.memory.give(state.charged)
         except BaseException as e:
             if not operator_paused:
                 _release_work(executor, session)
@@ -167,8 +173,14 @@ def resume(server, session) -> str:
         state = session.suspension
         if state is None:
             return f"{name(session)} is not suspended; nothing changed"
+        memory = session.client.allocations.memory
         try:
-            _restore(backend, session.client, state)
+            memory.take(state.charged)        # its quota and the best-effort pool, as for an allocation
+            try:
+                _restore(backend, session.client, state)
+            except DeviceError:
+                memory.give(state.charged)
+                raise
         except DeviceError as e:
             raise SuspendRefused(f"{name(session)} stays suspended: its memory cannot come back at its addresses "
                                  f"now ({e}); free device memory (or wait for jobs to end) and try again") from None
