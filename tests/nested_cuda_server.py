@@ -5,7 +5,7 @@ launches of transformed kernels, events, host functions, copies, virtual memory)
 runs without a GPU. tally-server --backend cuda refuses tally's own driver on
 purpose (a user would mean a GPU); tests build the server here instead.
 
-Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM]]"""
+Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [suspendable]]]"""
 from __future__ import annotations
 
 import logging
@@ -20,10 +20,11 @@ from tally.server.server import ServerConfig, TallyServer
 def main() -> int:
     socket_path, policy = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "priority")
     be_transform = sys.argv[3] if len(sys.argv) > 3 else "auto"
+    restorable = len(sys.argv) > 4 and sys.argv[4] == "suspendable"     # tally-server --suspendable
     logging.basicConfig(level=logging.INFO, format="nested tally-server %(levelname)s %(message)s")
     # spin like the CPU backends: the emulator underneath needs the cores
     config = ServerConfig(socket_path=Path(socket_path), policy=policy, be_transform=be_transform, spin_us=20.0)
-    server = TallyServer(config, CudaBackend(0))
+    server = TallyServer(config, CudaBackend(0, restorable=restorable))
     server.bind()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     print(f"listening on {socket_path}", flush=True)

@@ -33,7 +33,10 @@ def emulator():
 
 def test_only_backends_that_can_say_so():
     assert EmulatorBackend.traits.restores_at_address and NullBackend.traits.restores_at_address
+    assert EmulatorBackend.traits.migrates_jobs and NullBackend.traits.migrates_jobs
+    # the cuda backend restores at addresses only when made restorable (tally-server --suspendable)
     assert not CudaBackend.traits.restores_at_address and not SimBackend.traits.restores_at_address
+    assert not CudaBackend.traits.migrates_jobs and not SimBackend.traits.migrates_jobs
 
 
 def read(backend, ptr: int, nbytes: int) -> bytes:

@@ -64,6 +64,9 @@ class BackendTraits:
     # The backend can give a job's device memory back and later restore it at the
     # same addresses (AddressRestore below): what `tally-server suspend` needs.
     restores_at_address: bool = False
+    # ... and moves a job's modules with their globals to another server's backend
+    # (module_memory lists them all, module_load_at places them): what migration needs.
+    migrates_jobs: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,9 +236,14 @@ class AddressRestore(Protocol):
     work of the job runs meanwhile; a restore that cannot get the same addresses
     raises DeviceError and leaves nothing half made."""
 
+    def mem_evict(self, ptr: int) -> None:
+        """Give back an allocation's memory, keeping its address for mem_alloc_at."""
     def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
-        """An allocation at exactly ptr (mem_free frees it); CUDA_ERROR_ALREADY_MAPPED
-        when the addresses are taken, CUDA_ERROR_OUT_OF_MEMORY when the device is full."""
+        """An allocation at exactly ptr (an evicted one's address, or a migrated job's; mem_free
+        frees it); CUDA_ERROR_ALREADY_MAPPED when the addresses are taken, CUDA_ERROR_OUT_OF_MEMORY
+        when the device is full."""
+    def mem_free_evicted(self, ptr: int) -> None:
+        """An evicted allocation will not come back (its job left): release what keeps its address."""
     def module_memory(self, module: Module) -> dict[str, tuple[int, int]]:
         """name -> (ptr, size) of the device memory a loaded module holds (its globals)."""
     def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> Module:

@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, clamp_sm_grant
+from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
@@ -94,13 +95,17 @@ class CudaModule:
     image: bytes   # the driver reads the image during load only, but keep it for reloads
 
 
-class CudaBackend(PtxVariants):
+class CudaBackend(CudaAddressRestore, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
                            variants_from_ptx=True, confines_sms=True)   # where green contexts work: see __init__
 
-    def __init__(self, device: int = 0):
+    _check = staticmethod(_check)
+
+    def __init__(self, device: int = 0, restorable: bool = False):
+        """restorable: back job allocations with reservations so jobs can be suspended
+        (tally/backends/cuda_restore.py; tally-server --suspendable)."""
         _check(cu.cuInit(0))
         self._device = _check(cu.cuDeviceGet(device))
         self._context = _check(cu.cuDevicePrimaryCtxRetain(self._device))
@@ -113,6 +118,9 @@ class CudaBackend(PtxVariants):
         self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
         self._current()
         self._partitions = self._open_partitions()
+        self._init_restore(restorable)
+        if restorable:
+            self.traits = dataclasses.replace(self.traits, restores_at_address=True)
 
     def _open_partitions(self) -> GreenPartitions | None:
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
@@ -159,10 +167,14 @@ class CudaBackend(PtxVariants):
     # memory
     def mem_alloc(self, nbytes: int) -> int:
         self._current()
+        if self._restorable:
+            return self._backed_alloc(nbytes)
         return int(_check(cu.cuMemAlloc(nbytes)))
 
     def mem_free(self, ptr: int) -> None:
         self._current()
+        if self._backed_free(ptr):
+            return
         size = self._managed.pop(ptr, None)
         if size is None:
             _check(cu.cuMemFree(ptr))

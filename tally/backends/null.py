@@ -52,7 +52,8 @@ class NullBackend(NoHostRegistration, PtxVariants):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True, confines_sms=False, restores_at_address=True)
+                           variants_from_ptx=True, confines_sms=False, restores_at_address=True,
+                           migrates_jobs=True)
 
     def __init__(self, total_memory: int = 80 << 30, sm_count: int = 132):
         self._total = total_memory
@@ -102,6 +103,12 @@ class NullBackend(NoHostRegistration, PtxVariants):
             if any(p < ptr + nbytes and ptr < p + n for p, n in self._live.items()):
                 raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{ptr:x} overlaps an allocation")
             self._live[ptr] = nbytes
+
+    def mem_evict(self, ptr: int) -> None:
+        self.mem_free(ptr)
+
+    def mem_free_evicted(self, ptr: int) -> None:
+        pass
 
     def module_memory(self, module: NullModule) -> dict[str, tuple[int, int]]:
         return {}         # the null device keeps no globals

@@ -24,7 +24,8 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.registry import CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend
+from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend,
+                                     resolve_backend)
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.server.status import ServerStatus
@@ -86,6 +87,10 @@ def serve_parser() -> argparse.ArgumentParser:
                         "not one is attached yet: a size with a unit or a percentage; default: none")
     p.add_argument("--max-hp-jobs", type=positive_int, default=1, metavar="N",
                    help="high-priority jobs allowed at once (default 1); another is refused at handshake")
+    p.add_argument("--suspendable", action="store_true",
+                   help="(cuda backend) back job allocations with virtual-memory reservations, rounded up to 2 MiB, "
+                        "so `tally-server suspend` and --oversubscribe work on a GPU; the emulator and null "
+                        "backends always can")
     p.add_argument("--oversubscribe", action="store_true",
                    help="best-effort jobs whose memory does not fit together take turns: an allocation that finds "
                         "no room waits, and the server suspends and resumes best-effort jobs (never the "
@@ -215,6 +220,8 @@ def serve_main(argv: list[str]) -> int:
         options["driver_version"] = args.emulate_driver
     if args.emulate_sms is not None:
         options["sm_count"] = args.emulate_sms
+    if args.suspendable and resolve_backend(args.backend) == "cuda":
+        options["restorable"] = True
     try:
         backend = make_backend(args.backend, args.device, **options)
     except BackendOptionsRefused as e:

@@ -138,8 +138,9 @@ def _migrate(server, session, target: str) -> str:
 
 def _check_movable(server, session) -> None:
     backend = server.backend
-    if not backend.traits.restores_at_address:
-        raise MigrationRefused(f"the {backend.kind} backend cannot read a job's state for another server")
+    if not backend.traits.migrates_jobs:
+        raise MigrationRefused(f"the {backend.kind} backend cannot move a job's state to another server "
+                               f"(its modules' globals stay where its driver put them)")
     client = session.client
     why = []
     if session.suspension is not None:

@@ -106,7 +106,7 @@ class JobImport:
     def __init__(self, server, offer: dict):
         self.server = server
         backend = self.backend = server.backend
-        if not backend.traits.restores_at_address:
+        if not backend.traits.migrates_jobs:
             raise ImportRefused(f"this server's {backend.kind} backend cannot restore a job at its addresses")
         cc = tuple(server.description.compute_capability)
         if offer["cubin_only"] and tuple(offer["compute_capability"]) != cc:

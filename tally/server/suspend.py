@@ -83,10 +83,9 @@ class Suspension:
         so its release frees only what is (its modules free nothing: evicted)."""
         client = session.client
         client.allocations.memory.take_back(self.charged)     # the forgetting below gives it back
-        kept = set(client.managed)
-        for ptr, _size in client.allocations.all():
-            if ptr not in kept:
-                client.allocations.remove(ptr)
+        for saved in self.allocations:
+            client.allocations.remove(saved.ptr)
+            session.backend.mem_free_evicted(saved.ptr)
         client.vmm.forget_physical()
 
 
@@ -242,7 +241,7 @@ def _save(backend, client) -> Suspension:
 
 def _free(backend, client, state: Suspension) -> None:
     for saved in state.allocations:
-        backend.mem_free(saved.ptr)
+        backend.mem_evict(saved.ptr)
     for module, _globals in state.modules:
         backend.module_evict(module.backend_module)
     vmm = client.vmm
@@ -263,7 +262,7 @@ def _restore(backend, client, state: Suspension) -> None:
     with contextlib.ExitStack() as undo:
         for saved in state.allocations:
             backend.mem_alloc_at(saved.ptr, len(saved.data))
-            undo.callback(backend.mem_free, saved.ptr)
+            undo.callback(backend.mem_evict, saved.ptr)
         for module, _saved in modules:
             backend.module_restore(module.backend_module)
             undo.callback(backend.module_evict, module.backend_module)
