@@ -5,12 +5,8 @@ an SM share; the program (nvcc-built, started as a container would start it, wit
 no tally-run) gets exactly the response's environment, and the response's mounts
 are made in a mount namespace of its own (unshare), as a container runtime would.
 The server's status (`tally-server status --json`) must show the job at the
-pod's priority and quota; the job must compute correctly and be refused memory
-past its quota.
-
-The SM share is checked in the environment only: `tally-run`/the client honour
-TALLY_SM_PERCENT once per-job SM share lands (another branch), and this test then
-asserts the status field `sm_percent` too.
+pod's priority, quota and SM share; the job must compute correctly and be refused
+memory past its quota.
 """
 from __future__ import annotations
 
@@ -118,7 +114,7 @@ def run_allocated_job(node, nvcc, priority, quota, quota_bytes, own_pids: bool =
         ready = job.stdout.readline()
         assert ready.strip() == "ready", f"{first}{ready}{job.stderr.read() if job.poll() is not None else ''}"
         clients = server_status(server.socket_path)["clients"]
-        assert [(c["priority"], c["memory_quota"]) for c in clients] == [(priority, quota_bytes)]
+        assert [(c["priority"], c["memory_quota"], c["sm_percent"]) for c in clients] == [(priority, quota_bytes, 50.0)]
         out, err = job.communicate("done\n", timeout=60)
     finally:
         if job.poll() is None:

@@ -1,5 +1,6 @@
-"""`tally-bench profile` (sim backend; others refused by name) and a tiny
-`tally-bench plan` run end to end through the CLI."""
+"""`tally-bench profile` on the sim backend (the real-process backends:
+test_profile_processes.py) and a tiny `tally-bench plan` run end to end through
+the CLI."""
 from __future__ import annotations
 
 import json
@@ -22,11 +23,27 @@ def test_profile_on_the_sim_writes_a_table_the_planner_reads(tmp_path):
     assert whole.latency_ms < quarter.latency_ms and whole.throughput > quarter.throughput
 
 
-def test_profile_refuses_backends_it_cannot_profile_yet(tmp_path, capsys):
-    for backend, reason in (("cuda", "per-job SM shares are not in tally yet"), ("emulator", "no timing model")):
-        assert bench_main.main(["profile", "--backend", backend, "-o", str(tmp_path / "t.yaml")]) == 2
-        err = capsys.readouterr().err
-        assert f"--backend {backend} is not supported yet" in err and reason in err and "--backend sim" in err
+def test_profile_on_the_sim_measures_only_the_shares_asked_for(tmp_path):
+    out = tmp_path / "table.json"
+    assert bench_main.main(["profile", "--shares", "30,60", "--models", "resnet18", "--batches", "2",
+                            "-o", str(out)]) == 0
+    table = load_profile(out, "a100-40gb", "sm-share")
+    assert table.step_percent == 10                     # gcd(30, 60, 100)
+    assert [(r.partition, r.batch) for r in table.rows] == [("30%", 2), ("60%", 2)]
+    assert table.rows[1].throughput > table.rows[0].throughput
+
+
+def test_profile_refuses_unknown_backends_and_bad_shares(tmp_path, capsys):
+    cases = ((["--backend", "tpu"], "unknown backend 'tpu'; use --backend sim"),
+             (["--backend", "emulator", "--partitions", "mig"], "--backend emulator measures SM shares"),
+             (["--shares", "25,60", "--step", "25"], "--shares 60 are not multiples of --step 25"),
+             (["--shares", "0,50"], "--shares must be percentages from 1 to 100"),
+             (["--shares", "half"], "--shares must be comma-separated integers"),
+             (["--partitions", "mig", "--shares", "50"], "--shares lists SM shares"),
+             (["--batches", "0"], "--batches must be integers >= 1"))
+    for flags, message in cases:
+        assert bench_main.main(["profile", *flags, "-o", str(tmp_path / "t.yaml")]) == 2, flags
+        assert message in capsys.readouterr().err, flags
     assert not (tmp_path / "t.yaml").exists()
 
 

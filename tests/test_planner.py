@@ -214,6 +214,10 @@ def test_tally_run_lines_give_each_part_its_sm_share(sm_profile):
     assert any(f"-- serve --batch {ranker[0].batch} &" in line for line in runs)
     for gpu in deployment.gpus:
         assert sum(int(p.partition.rstrip("%")) for p in gpu.parts) <= 100
+    servers = [line for line in script.splitlines() if line.startswith("tally-server --device")]
+    assert [int(line.split("--max-hp-jobs ")[1].split()[0]) for line in servers] == [len(g.parts)
+                                                                                     for g in deployment.gpus]
+    assert script.count("until tally-server status --socket") == len(deployment.gpus)
     with pytest.raises(PlanInputError, match="MIG plans"):
         mig_parted(deployment)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class ProcessColocateConfig(ColocateConfig):
     drain_s: float = 10.0
     gpu: str = ""                        # the sim's GPU preset: unused (the report names the server's device)
     startup_timeout_s: float = 300.0     # a job's start-up: module loads (and transforms) on the emulator
+    server_args: tuple[str, ...] = ()    # more tally-server flags (e.g. --emulate-sms 4)
 
     def validate(self) -> None:
         if self.backend not in PROCESS_BACKENDS:
@@ -152,11 +154,11 @@ class ProcessRunner:
         a second set spaced CALIBRATION_SPACING estimates apart gives the figure."""
         started = time.perf_counter()
         zeros = np.zeros(CALIBRATION_REQUESTS)
-        with self._run_group("calibrate", "fifo") as (group, server, directory):
-            report = self._run_high_priority(group, server, directory, zeros, duration=0.0)
+        with self.server_run("calibrate", "fifo") as (group, server, directory):
+            report = self.run_high_priority(group, server, directory, zeros, duration=0.0)
             estimate = float(np.median(high_priority_result(report, zeros, 0.0).service))
             spaced = np.arange(CALIBRATION_REQUESTS) * CALIBRATION_SPACING * max(estimate, 1e-4)
-            report = self._run_high_priority(group, server, directory, spaced, duration=float(spaced[-1]),
+            report = self.run_high_priority(group, server, directory, spaced, duration=float(spaced[-1]),
                                              name="spaced")
             counters = self._counters(server)
             pids = {m.label: m.pid for m in group.processes}
@@ -172,14 +174,14 @@ class ProcessRunner:
         name = f"{policy}-{'hp' if with_hp else 'nohp'}-{be_count}be"
         record = RunRecord()
         checks: list[str] = []
-        with self._run_group(name, policy, shared=with_hp and be_count > 0) as (group, server, directory):
+        with self.server_run(name, policy, shared=with_hp and be_count > 0) as (group, server, directory):
             stop_file = directory / "stop"
             bes = [self._start_best_effort(group, server, directory, i, stop_file) for i in range(be_count)]
             for i, be in enumerate(bes):
                 ready = directory / f"be{i}.ready"
                 wait_for(ready.exists, c.startup_timeout_s, be, "its first iteration", also=(server.process, *bes))
             if with_hp:
-                report = self._run_high_priority(group, server, directory, arrivals, c.duration, watch=bes)
+                report = self.run_high_priority(group, server, directory, arrivals, c.duration, watch=bes)
                 hp = high_priority_result(report, arrivals, c.duration)
                 record.hp_latencies = hp.latencies.tolist()
                 record.hp_unfinished = hp.unfinished
@@ -214,14 +216,15 @@ class ProcessRunner:
             self._commands[program.name] = program.command()    # compiles a cuda job once
         return self._commands[program.name]
 
-    def _run_group(self, name: str, policy: str, shared: bool = False):
+    def server_run(self, name: str, policy: str, shared: bool = False):
         self._runs += 1
         directory = self.workdir / f"run{self._runs:02d}-{name}"
         return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock", shared)
 
-    def _tally_run(self, server: RunningServer, priority: str) -> list[str]:
+    def _tally_run(self, server: RunningServer, priority: str, sm_percent: float | None = None) -> list[str]:
+        share = ["--sm-percent", f"{sm_percent:g}"] if sm_percent is not None else []
         return [*commands.tool("tally-run"), "--server", str(server.socket_path),
-                "--priority", priority, "--"]
+                "--priority", priority, *share, "--"]
 
     def _start_best_effort(self, group: ProcessGroup, server: RunningServer, directory: Path, i: int,
                            stop_file: Path) -> Managed:
@@ -230,17 +233,19 @@ class ProcessRunner:
                    "--ready", str(directory / f"be{i}.ready"), *self.config.be_args])
         return group.start(f"best-effort job {i + 1} ({self.be_program.name})", argv, f"be{i}.log")
 
-    def _run_high_priority(self, group: ProcessGroup, server: RunningServer, directory: Path, arrivals: np.ndarray,
-                           duration: float, watch: list[Managed] = (), name: str = "") -> dict:
-        """Play `arrivals` to a high-priority job; `name` tells apart its files and label
-        from another one's in the same run."""
+    def run_high_priority(self, group: ProcessGroup, server: RunningServer, directory: Path, arrivals: np.ndarray,
+                          duration: float, watch: list[Managed] = (), name: str = "", sm_percent: float | None = None,
+                          job_args: tuple[str, ...] = ()) -> dict:
+        """Play `arrivals` to a high-priority job (with its SM share, and `job_args`
+        after the config's); `name` tells apart its files and label from another
+        one's in the same run."""
         c = self.config
         suffix = f"-{name}" if name else ""
         arrival_file = directory / f"arrivals{suffix}.txt"
         np.savetxt(arrival_file, arrivals, fmt="%.9f")
-        argv = (self._tally_run(server, "high") + self._command(self.hp_program)
+        argv = (self._tally_run(server, "high", sm_percent) + self._command(self.hp_program)
                 + ["--arrivals", str(arrival_file), "--duration", repr(duration), "--drain", repr(c.drain_s),
-                   "--out", str(directory / f"hp{suffix}.json"), *c.hp_args])
+                   "--out", str(directory / f"hp{suffix}.json"), *c.hp_args, *job_args])
         label = f"high-priority job ({self.hp_program.name}{', ' + name if name else ''})"
         hp = group.start(label, argv, f"hp{suffix}.log")
         limit = c.startup_timeout_s + duration + c.drain_s + 30.0
@@ -292,7 +297,7 @@ class _ServerRun:
             socket_path = self.socket_path
             argv = [*commands.tool("tally-server"), "--backend", c.backend, "--policy", self.policy,
                     "--be-transform", c.be_transform, "--turnaround-threshold-ms", repr(c.turnaround_threshold_ms),
-                    "--socket", str(socket_path), *(lever_flags(c) if self.shared else ())]
+                    "--socket", str(socket_path), *(lever_flags(c) if self.shared else ()), *c.server_args]
             process = self.group.start(f"tally-server (--backend {c.backend} --policy {self.policy})", argv,
                                        "server.log")
             wait_for(socket_path.exists, 60.0, process, "listening on its socket")
@@ -303,6 +308,13 @@ class _ServerRun:
 
     def __exit__(self, *exc) -> None:
         self.group.__exit__(*exc)
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA driver and GPU are here. Asked in a child process: cuInit
+    here would initialize the driver in the process that forks every server and job."""
+    probe = "from tally.backends.registry import real_driver_present as p; raise SystemExit(0 if p() else 1)"
+    return subprocess.run(commands.python_code(probe), check=False).returncode == 0
 
 
 def lever_flags(c: ColocateConfig) -> list[str]:
@@ -332,4 +344,5 @@ def config_from_args(args) -> ProcessColocateConfig:
         sample_period_ms=args.sample_period_ms)
 
 
-__all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args"]
+__all__ = ["PROCESS_BACKENDS", "JobFailed", "ProcessColocateConfig", "ProcessRunner", "config_from_args",
+           "gpu_present"]

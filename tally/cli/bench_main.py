@@ -7,6 +7,7 @@
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
+    tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
     tally-bench migrate --json out.json --png out.png   # suspend/resume/migrate time vs a job's footprint
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -119,14 +119,14 @@ def colocate_processes(args: argparse.Namespace) -> int:
     from tally.bench.process_colocate import run_process_colocate
     from tally.bench.process_group import JobFailed
     from tally.bench.process_jobs import JobBuildError
-    from tally.bench.process_runner import config_from_args
+    from tally.bench.process_runner import config_from_args, gpu_present
     try:
         config = config_from_args(args)
         config.validate()
     except ValueError as e:
         print(f"tally-bench colocate: {e}", file=sys.stderr)
         return 2
-    if args.backend == "cuda" and not _gpu_present():
+    if args.backend == "cuda" and not gpu_present():
         print("tally-bench colocate: --backend cuda needs an NVIDIA driver and GPU, and none was found; "
               "use --backend emulator to run the cuda workload on the CPU", file=sys.stderr)
         return 2
@@ -149,14 +149,6 @@ def colocate_processes(args: argparse.Namespace) -> int:
         print(f"logs and reports kept in {result.report['workdir']}")
     _write_outputs(args, result)
     return 0
-
-
-def _gpu_present() -> bool:
-    # asked in a child process: cuInit here would initialize the driver in the
-    # process that forks every server and job
-    probe = "from tally.backends.registry import real_driver_present as p; raise SystemExit(0 if p() else 1)"
-    from tally.cli.commands import python_code
-    return subprocess.run(python_code(probe), check=False).returncode == 0
 
 
 def _write_outputs(args: argparse.Namespace, result) -> None:

@@ -44,6 +44,7 @@ def quota_too_large(quota: str | None, status: dict) -> str | None:
 
 
 MPS_SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+STATUS_TIMEOUT_S = 30.0
 
 
 def parse_sm_percent(text: str) -> float:
@@ -139,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
               f"(pip install .)", file=sys.stderr)
         return 2
     try:
-        status = query_status(socket_path)
+        # A server that exists answers at once unless its machine is very busy (many
+        # jobs starting together): wait for it rather than call it absent.
+        status = query_status(socket_path, timeout=STATUS_TIMEOUT_S)
+    except TimeoutError:
+        print(f"tally-run: the tally-server on {socket_path} did not answer within {STATUS_TIMEOUT_S:g} s; "
+              f"is its machine overloaded? `tally-server status --socket {socket_path}` asks it again",
+              file=sys.stderr)
+        return 2
     except (OSError, ConnectionError):
         print(f"tally-run: no tally-server answers on {socket_path}. Start one first, e.g.\n"
               f"  tally-server --socket {socket_path} &\n"

@@ -9,6 +9,7 @@
     tally-server pause --client ID [--force]
     tally-server suspend --client ID [--force]
     tally-server resume --client ID
+    tally-server top [--socket PATH] [--interval SECONDS]
     tally-server migrate --client ID --to SOCKET
 """
 from __future__ import annotations
@@ -49,8 +50,9 @@ def serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
-                    "Subcommands: `tally-server status` reports connected clients; `tally-server set`, "
-                    "`pause`, `suspend`, `resume` and `migrate` change a running job (each with --help).")
+                    "Subcommands: `tally-server status` reports connected clients, `tally-server top` "
+                    "shows them live; `tally-server set`, `pause`, `suspend`, `resume` and `migrate` change a "
+                    "running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -87,6 +89,11 @@ def serve_parser() -> argparse.ArgumentParser:
                         "not one is attached yet: a size with a unit or a percentage; default: none")
     p.add_argument("--max-hp-jobs", type=positive_int, default=1, metavar="N",
                    help="high-priority jobs allowed at once (default 1); another is refused at handshake")
+    p.add_argument("--metrics-port", type=port_number, default=0, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (default 0: none)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
+                   help="the address /metrics listens on (default 127.0.0.1: this host only, as the metrics "
+                        "name every job's program; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--suspendable", action="store_true",
                    help="(cuda backend) back job allocations with virtual-memory reservations, rounded up to 2 MiB, "
                         "so `tally-server suspend` and --oversubscribe work on a GPU; the emulator and null "
@@ -174,6 +181,12 @@ def _major_minor(text: str, what: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def port_number(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return int(text)
+
+
 def compute_capability(text: str) -> tuple[int, int]:
     return _major_minor(text, "a compute capability like 9.0 or 12.0")
 
@@ -201,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "status":
         return status_main(argv[1:])
+    if argv and argv[0] == "top":
+        from tally.cli.top_main import top_main
+        return top_main(argv[1:], query_status)
     if argv and argv[0] in CONTROL_COMMANDS:
         from tally.cli.control_main import control_main
         return control_main(argv[0], argv[1:])
@@ -210,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
     socket_path = paths.server_socket(args.socket, args.device)
@@ -250,10 +267,21 @@ def serve_main(argv: list[str]) -> int:
         backend.close()
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
+    metrics = None
+    if args.metrics_port:
+        try:
+            metrics = MetricsEndpoint(server, args.metrics_host, args.metrics_port)
+        except MetricsEndpointError as e:
+            backend.close()
+            print(f"tally-server: {e}; choose another --metrics-port (or leave it out to serve no metrics)",
+                  file=sys.stderr)
+            return 2
     try:
         server.bind()
     except (ServerError, OSError) as e:
         print(f"tally-server: cannot listen on {socket_path}: {e}", file=sys.stderr)
+        if metrics is not None:
+            metrics.close()
         return 2
 
     def on_signal(signum, _frame):
@@ -267,9 +295,15 @@ def serve_main(argv: list[str]) -> int:
           f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
           flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
-    server.serve_forever()
+    if metrics is not None:
+        print(f"tally-server: Prometheus metrics at http://{args.metrics_host}:{metrics.port}/metrics", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        if metrics is not None:
+            metrics.close()
     print("tally-server: stopped", flush=True)
-    return 0
+    return server.exit_status       # 1 when a device fault left the GPU unusable in this process
 
 
 def query_status(socket_path, timeout: float = 2.0) -> dict:
@@ -322,6 +356,11 @@ def format_status(s: ServerStatus) -> str:
     levers = _levers_line(s)
     if levers:
         lines.insert(2, levers)
+    if s.last_device_fault:
+        fault = s.last_device_fault
+        cause = ", ".join(f"client {c}" for c in fault["caused_by"]) or "not known"
+        lines.insert(-1, f"faults   {s.device_faults} device faults; last: {fault['error']}, caused by {cause}, "
+                         f"{len(fault['jobs_failed'])} jobs failed, context {fault['state']}")
     if s.clients:
         lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<9} {'memory':>10} {'quota':>10} "
                      f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")

@@ -206,7 +206,7 @@ def _quiesce(server, session) -> None:
     cid = session.client_id
     if not server.executor.wait_client_idle(cid, IDLE_TIMEOUT_S, drain=True):
         raise MigrationRefused(f"{name(session)}'s queued work did not finish within {IDLE_TIMEOUT_S:g} s")
-    if not session.client.blocking.wait_none_pending(IDLE_TIMEOUT_S):
+    if not session.client.blocking.wait_idle(IDLE_TIMEOUT_S):
         raise MigrationRefused(f"{name(session)} waits on something that did not come within {IDLE_TIMEOUT_S:g} s")
     if server.executor.pending_errors(cid):
         raise MigrationRefused(f"{name(session)} has an error it was not told yet; try again after its next "

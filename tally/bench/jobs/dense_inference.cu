@@ -2,10 +2,12 @@
 // service whose requests arrive at the times listed in a file.
 //
 //   dense_inference --arrivals FILE --duration S --out REPORT.json
-//                   [--drain S] [--layers N] [--width N] [--warmup N]
+//                   [--drain S] [--layers N] [--width N] [--warmup N] [--batch N]
 //
-// A request is: copy an input vector to the device, run --layers dense+ReLU
-// layers of --width units (one kernel each), copy the output back. Requests are
+// A request is: copy --batch input vectors (default 1) to the device, run
+// --layers dense+ReLU layers of --width units over the whole batch (one kernel
+// each; its grid has a row of blocks per input, so a bigger batch gives a kernel
+// more blocks to spread over the SMs), copy the outputs back. Requests are
 // served one at a time in arrival order, as a single-stream server does, so a
 // request that arrives while another is served waits: its latency is completion
 // minus arrival. The first request arrives --warmup requests after start-up
@@ -20,12 +22,14 @@
 
 #include "job_common.h"
 
+// x and y hold one row of `width` values per input of the batch (blockIdx.y).
 __global__ void dense_relu(const float* w, const float* b, const float* x, float* y, int width) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= width) return;
+  const size_t row = (size_t)blockIdx.y * width;
   float acc = b[r];
-  for (int c = 0; c < width; ++c) acc += w[(size_t)r * width + c] * x[c];
-  y[r] = acc > 0.f ? acc : 0.f;
+  for (int c = 0; c < width; ++c) acc += w[(size_t)r * width + c] * x[row + c];
+  y[row + r] = acc > 0.f ? acc : 0.f;
 }
 
 namespace {
@@ -33,16 +37,19 @@ namespace {
 constexpr int kDistinctInputs = 8;   // inputs cycle, so expected outputs are computed once, before t0
 
 struct Model {
-  int layers, width;
+  int layers, width, batch;
   std::vector<float> w, b;           // layer-major
   float *dw = nullptr, *db = nullptr, *dx = nullptr, *dy = nullptr;
 };
 
-std::vector<float> input(int q, int width) {
+std::vector<float> input(int k, int width) {
   std::vector<float> x(width);
-  for (int c = 0; c < width; ++c) x[c] = job::hashed_unit(c, 1000 + q % kDistinctInputs);
+  for (int c = 0; c < width; ++c) x[c] = job::hashed_unit(c, 1000 + k);
   return x;
 }
+
+// Request q's batch is inputs q, q+1, ... (mod kDistinctInputs), one after the other.
+int input_of(int q, int i, int batch) { return (q * batch + i) % kDistinctInputs; }
 
 std::vector<float> cpu_forward(const Model& m, std::vector<float> x) {
   const size_t ww = (size_t)m.width * m.width;
@@ -58,23 +65,29 @@ std::vector<float> cpu_forward(const Model& m, std::vector<float> x) {
   return x;
 }
 
-std::vector<float> serve(const Model& m, const std::vector<float>& x) {
+// Serves request q (its batch of inputs); true if every output equals the CPU's.
+bool serve(const Model& m, int q, const std::vector<std::vector<float>>& inputs,
+           const std::vector<std::vector<float>>& expected, std::vector<float>& x, std::vector<float>& y) {
   const size_t ww = (size_t)m.width * m.width;
+  for (int i = 0; i < m.batch; ++i) {
+    const std::vector<float>& one = inputs[input_of(q, i, m.batch)];
+    std::copy(one.begin(), one.end(), x.begin() + (size_t)i * m.width);
+  }
   JOB_CHECK(cudaMemcpy(m.dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
   float *in = m.dx, *out = m.dy;
+  const dim3 grid((m.width + 127) / 128, m.batch);
   for (int l = 0; l < m.layers; ++l) {
-    dense_relu<<<(m.width + 127) / 128, 128>>>(m.dw + l * ww, m.db + (size_t)l * m.width, in, out, m.width);
+    dense_relu<<<grid, 128>>>(m.dw + l * ww, m.db + (size_t)l * m.width, in, out, m.width);
     std::swap(in, out);
   }
   JOB_CHECK(cudaGetLastError());
-  std::vector<float> y(m.width);
   JOB_CHECK(cudaMemcpy(y.data(), in, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return y;
-}
-
-bool same(const std::vector<float>& got, const std::vector<float>& want) {
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!(std::fabs(got[i] - want[i]) <= 1e-3f * (1.f + std::fabs(want[i])))) return false;
+  for (int i = 0; i < m.batch; ++i) {
+    const std::vector<float>& want = expected[input_of(q, i, m.batch)];
+    const float* got = y.data() + (size_t)i * m.width;
+    for (int r = 0; r < m.width; ++r)
+      if (!(std::fabs(got[r] - want[r]) <= 1e-3f * (1.f + std::fabs(want[r])))) return false;
+  }
   return true;
 }
 
@@ -102,13 +115,14 @@ std::vector<double> read_arrivals(const std::string& path) {
 
 int main(int argc, char** argv) {
   job::program_name = "dense_inference";
-  job::Flags flags(argc, argv, {"arrivals", "duration", "out", "drain", "layers", "width", "warmup"});
+  job::Flags flags(argc, argv, {"arrivals", "duration", "out", "drain", "layers", "width", "warmup", "batch"});
   const std::vector<double> arrivals = read_arrivals(flags.str("arrivals", nullptr));
   const double duration = flags.num("duration", 0), drain = flags.num("drain", 10);
   const std::string out_path = flags.str("out", nullptr);
   Model m;
   m.layers = (int)flags.whole("layers", 4, 1);
   m.width = (int)flags.whole("width", 256, 1);
+  m.batch = (int)flags.whole("batch", 1, 1);
   const int warmup = (int)flags.whole("warmup", 3, 1);
 
   const size_t ww = (size_t)m.width * m.width;
@@ -119,8 +133,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < m.b.size(); ++i) m.b[i] = job::hashed_unit(i, 2) * 0.1f;
   JOB_CHECK(cudaMalloc(&m.dw, m.w.size() * sizeof(float)));
   JOB_CHECK(cudaMalloc(&m.db, m.b.size() * sizeof(float)));
-  JOB_CHECK(cudaMalloc(&m.dx, m.width * sizeof(float)));
-  JOB_CHECK(cudaMalloc(&m.dy, m.width * sizeof(float)));
+  const size_t batch_bytes = (size_t)m.batch * m.width * sizeof(float);
+  JOB_CHECK(cudaMalloc(&m.dx, batch_bytes));
+  JOB_CHECK(cudaMalloc(&m.dy, batch_bytes));
   JOB_CHECK(cudaMemcpy(m.dw, m.w.data(), m.w.size() * sizeof(float), cudaMemcpyHostToDevice));
   JOB_CHECK(cudaMemcpy(m.db, m.b.data(), m.b.size() * sizeof(float), cudaMemcpyHostToDevice));
   std::vector<std::vector<float>> inputs, expected;
@@ -128,8 +143,9 @@ int main(int argc, char** argv) {
     inputs.push_back(input(q, m.width));
     expected.push_back(cpu_forward(m, inputs.back()));
   }
+  std::vector<float> x((size_t)m.batch * m.width), y(x.size());
   int wrong = 0;
-  for (int q = 0; q < warmup; ++q) wrong += !same(serve(m, inputs[q % kDistinctInputs]), expected[q % kDistinctInputs]);
+  for (int q = 0; q < warmup; ++q) wrong += !serve(m, q, inputs, expected, x, y);
 
   const double t0 = job::now_s(), deadline = t0 + duration + drain;
   std::vector<double> start, end;
@@ -140,16 +156,17 @@ int main(int argc, char** argv) {
           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(due))));
     const double begin = job::now_s();
     if (begin > deadline) break;
-    const std::vector<float> y = serve(m, inputs[q % kDistinctInputs]);
+    const bool right = serve(m, (int)q, inputs, expected, x, y);
     const double done = job::now_s();
     start.push_back(begin - t0);
     end.push_back(done - t0);
-    wrong += !same(y, expected[q % kDistinctInputs]);
+    wrong += !right;
   }
   const double stopped = job::now_s() - t0;
   const bool ok = wrong == 0;
   job::Report report;
   report.text("job", "dense-inference");
+  report.number("batch", m.batch);
   report.number("t0", t0);
   report.numbers("start_s", start);
   report.numbers("end_s", end);
@@ -158,8 +175,8 @@ int main(int argc, char** argv) {
   report.boolean("ok", ok);
   report.text("check", ok ? "every output equals the CPU's" : std::to_string(wrong) + " WRONG outputs");
   report.write(out_path);
-  std::printf("dense_inference: %zu of %zu requests served (%d layers x %d), %s\n", end.size(), arrivals.size(),
-              m.layers, m.width, ok ? "results correct" : "WRONG RESULTS");
+  std::printf("dense_inference: %zu of %zu requests served (%d layers x %d, batch %d), %s\n", end.size(),
+              arrivals.size(), m.layers, m.width, m.batch, ok ? "results correct" : "WRONG RESULTS");
   cudaFree(m.dw); cudaFree(m.db); cudaFree(m.dx); cudaFree(m.dy);
   return ok ? 0 : 1;
 }

@@ -99,13 +99,16 @@ def tally_run(deployment: Deployment, gpus_per_node: int | None = None) -> str:
         raise PlanInputError("tally-run lines are for SM-share plans; a MIG plan is deployed with --format mig-parted")
     commands = {s["name"]: s.get("command") for s in deployment.services}
     lines = ["#!/bin/sh", f"# tally-plan: {len(deployment.gpus)} {deployment.gpu} GPUs, SM shares. Each job reads",
-             "# its batch size from the command; <...> marks a service with no 'command' in the input.", ""]
+             "# its batch size from the command; <...> marks a service with no 'command' in the input.", "",
+             "mkdir -p /run/tally", ""]
     for gpu in deployment.gpus:
         node, device = (None, gpu.index) if not gpus_per_node else divmod(gpu.index, gpus_per_node)
         where = f"node {node}, " if node is not None else ""
         socket = f"/run/tally/gpu{device}.sock"
         lines.append(f"# GPU {gpu.index} ({where}device {device})")
-        lines.append(f"tally-server --device {device} --socket {socket} &")
+        # every part is a high-priority job of its own: the server must admit them all
+        lines.append(f"tally-server --device {device} --socket {socket} --max-hp-jobs {max(1, len(gpu.parts))} &")
+        lines.append(f"until tally-server status --socket {socket} >/dev/null 2>&1; do sleep 0.2; done")
         for part in gpu.parts:
             template = commands.get(part.service)
             command = (template.replace("{batch}", str(part.batch)) if template

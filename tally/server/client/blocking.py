@@ -36,13 +36,8 @@ class BlockingCalls:
         self._session = session
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
-        self._pending = 0                   # taken and not yet answered (a migration waits for none)
-        self._pending_changed = threading.Condition()
-
-    def wait_none_pending(self, timeout: float) -> bool:
-        """Wait until every blocking request taken so far has been answered."""
-        with self._pending_changed:
-            return self._pending_changed.wait_for(lambda: self._pending == 0, timeout)
+        self._active = 0                       # work submitted and not yet answered
+        self._idle = threading.Condition()
 
     def run(self, tag: int, work: Callable[[], object]) -> None:
         """Run `work` on a pool thread and answer `tag` with what it returns; a
@@ -53,9 +48,20 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
-        with self._pending_changed:
-            self._pending += 1
-        self._pool.submit(self._answer, tag, self._session.current_request, work)
+        with self._idle:
+            self._active += 1
+        # runs when the work ended, and when close() cancelled it before it began
+        self._pool.submit(self._answer, tag, self._session.current_request, work).add_done_callback(self._done)
+
+    def _done(self, _future) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no work is running (answered or ended); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout=timeout_s)
 
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
