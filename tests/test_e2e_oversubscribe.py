@@ -1,7 +1,8 @@
 """Suspend-based time-slicing (`tally-server --oversubscribe --slice-seconds S`) on
 the emulator: two best-effort jobs whose memory does not fit together (the
 high-priority reserve leaves best-effort jobs 24 MiB; each holds ~16 MiB) both
-finish with exact results, taking turns; without --oversubscribe the second
+finish with exact results, taking turns (the first is suspended so the second
+can allocate, and they swap each slice); without --oversubscribe the second
 one's allocation fails as before."""
 from __future__ import annotations
 
@@ -21,10 +22,14 @@ def test_two_jobs_that_do_not_fit_together_both_finish(nvcc):
                                      "--slice-seconds", "1")
     try:
         program = build_cuda(nvcc, "suspended_job.cu")
-        first = start_job(server.socket, program)
+        # The first holds its memory while it waits on stdin, so the second's ballast
+        # cannot fit until the slicer suspends the first (whatever the machine's speed).
+        first = start_job(server.socket, program, "wait")
         assert first.stdout.readline().strip() == "looping"
-        second = start_job(server.socket, program)
-        results = [finish(first, timeout=300), finish(second, timeout=300)]
+        second = finish(start_job(server.socket, program), timeout=300)
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        results = [second, finish(first, timeout=300)]
         for r in results:
             assert r.returncode == 0, r.stdout + r.stderr
             assert r.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]
