@@ -32,11 +32,11 @@ def format_status(s: ServerStatus) -> str:
         lines.insert(-1, f"faults   {s.device_faults} device faults; last: {fault['error']}, caused by {cause}, "
                          f"{len(fault['jobs_failed'])} jobs failed, context {fault['state']}")
     if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<9} {'memory':>10} {'quota':>10} "
                      f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
         for c in s.clients:
             quota = _gib(c.memory_quota_bytes) if c.memory_quota_bytes is not None else "-"
-            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<8} "
+            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<9} "
                          f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
                          f"{c.errors:>7}  {c.program}")
             if c.evicted is not None:

@@ -56,6 +56,7 @@ from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.request_hold import RequestHold
 
 log = logging.getLogger("tally.server")
 
@@ -119,6 +120,13 @@ class Session:
         self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
         self._released = threading.Event()
         self._memory = memory
+        self.hold = RequestHold()              # no request runs while it is held (a suspended job)
+        # Taken off the request ring and not handled yet (a migration hands them over).
+        self.pending_records: collections.deque = collections.deque()
+        self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
+        self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
+        # Migrated (tally/server/migration.py): another server serves its segment and socket now.
+        self.handed_over = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -131,6 +139,7 @@ class Session:
         if self.close_reason is None:
             self.close_reason = reason
         self._closing.set()
+        self.hold.wake()
         if not self._thread.is_alive():
             self.close()
 
@@ -138,18 +147,21 @@ class Session:
         """Tell the job it is evicted and have the session thread drop its work and
         free what it holds (wait_released). False when it was evicted already or is
         leaving anyway."""
-        with self._evict_lock:
-            if self.evicted is not None or self._closing.is_set():
-                return False
-            self.evicted = reason
-        told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
-        # The record first, then the flag: a client that sees the flag finds the record.
-        self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
-        with self._reply_lock:
-            if not self._segment_closed:
-                self.segment.mark_evicted()
-        self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
-        self._release_asked.set()
+        with self.suspend_lock:            # a suspend, resume or migration under way finishes first
+            with self._evict_lock:
+                if self.evicted is not None or self._closing.is_set() or self.handed_over:
+                    return False
+                self.evicted = reason
+            told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
+            # The record first, then the flag: a client that sees the flag finds the record.
+            self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
+            with self._reply_lock:
+                if not self._segment_closed:
+                    self.segment.mark_evicted()
+            self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
+            self._release_asked.set()
+            if self.hold.held:             # a suspended job: its requests fail from now on, none waits
+                self.hold.release()
         return True
 
     def wait_released(self, timeout: float) -> bool:
@@ -159,7 +171,11 @@ class Session:
     def _release_evicted(self) -> None:
         """On the session thread: what the evicted job held goes now, not when its process exits."""
         try:
-            self.client.close()
+            with self.suspend_lock:
+                if self.suspension is not None:     # suspended: its memory is saved on the host, not the device
+                    self.suspension.discard(self)
+                    self.suspension = None
+                self.client.close()
         except Exception:       # close() runs again when the session ends; carry on
             log.exception("client %d: releasing the evicted job's state failed", self.client_id)
         finally:
@@ -177,6 +193,10 @@ class Session:
         self._closing.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+        with self.suspend_lock:                 # a suspend or resume under way finishes first
+            if self.suspension is not None:     # its memory is saved, not on the device: nothing to free there
+                self.suspension.discard(self)
+                self.suspension = None
         for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
@@ -184,11 +204,12 @@ class Session:
                 log.exception("client %d: cleanup step failed", self.client_id)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
-            try:
-                self.segment.mark_closed()
-            except Exception:
-                pass
-            self.segment.unlink()
+            if not self.handed_over:    # migrated: the other server's segment now
+                try:
+                    self.segment.mark_closed()
+                except Exception:
+                    pass
+                self.segment.unlink()
             self.segment.close()
         try:
             self.connection.close()
@@ -291,6 +312,13 @@ class Session:
                                                         f"{error.message}")
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
+    def hand_over(self) -> None:
+        """Another server serves the job's segment from now on (a migration): this
+        session sends nothing more on it and, closing, leaves it to that server."""
+        with self._reply_lock:
+            self._segment_closed = True
+            self.handed_over = True
+
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
         it goes nowhere, silently: answers of requests that outlived their job."""
@@ -328,19 +356,26 @@ class Session:
     def _run(self) -> None:
         ring = self.segment.request_ring
         try:
-            while not self._closing.is_set():
-                try:
-                    records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
-                except _core.PeerDead:
-                    self.request_close("client process died")
-                    break
-                except _core.TransportError as e:
-                    self.request_close(f"transport failure: {e}")
-                    break
-                for kind, tag, payload in records:
-                    self.handle(kind, tag, payload)
+            pending, hold = self.pending_records, self.hold
+            while hold.wait_released(self._closing, POLL_INTERVAL_S):
                 if self._release_asked.is_set() and not self._released.is_set():
                     self._release_evicted()      # once: it sets _released
+                if not pending:
+                    try:
+                        pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
+                    except _core.PeerDead:
+                        self.request_close("client process died")
+                        break
+                    except _core.TransportError as e:
+                        self.request_close(f"transport failure: {e}")
+                        break
+                    continue
+                if not hold.enter(self._closing, POLL_INTERVAL_S):
+                    break
+                try:
+                    self.handle(*pending.popleft())
+                finally:
+                    hold.leave()
         finally:
             self.close()
             self._released.set()
