@@ -118,3 +118,23 @@ def test_an_evicted_high_priority_job_makes_room_for_its_replacement(nvcc, serve
     assert evicted.returncode == EX_TEMPFAIL
     assert evicted.stderr.splitlines()[-1] == "tally-run: evicted by tally-server: moving the service"
     server.wait_for(idle, what="every job's memory to be freed")
+
+
+def test_evicting_a_suspended_job_lets_go_of_its_saved_memory(nvcc, server):
+    job = start_job(server.socket, build_cuda(nvcc, "paused_job.cu"))
+    assert job.stdout.readline().strip() == "ready"
+    cid = str(server.wait_for(lambda s: len(s["clients"]) == 1)["clients"][0]["client_id"])
+    suspended = tally_server(server, "suspend", "--client", cid)
+    assert suspended.returncode == 0, suspended.stderr
+    assert server.status()["clients"][0]["suspended_bytes"] > 0
+    r = tally_server(server, "evict", "--client", cid, "--reason", "suspended too long")
+    assert r.returncode == 0, r.stderr
+    (listed,) = server.status()["clients"]
+    assert (listed["state"], listed["suspended_bytes"], listed["memory_used"]) == ("evicted", 0, 0)
+    refused = tally_server(server, "resume", "--client", cid)
+    assert refused.returncode == 2 and "was evicted (suspended too long); it holds nothing" in refused.stderr
+    send_line(job)                      # its calls fail now instead of waiting for a resume
+    evicted = finish(job)
+    assert evicted.returncode == EX_TEMPFAIL, evicted.stdout + evicted.stderr
+    assert evicted.stderr.splitlines()[-1] == "tally-run: evicted by tally-server: suspended too long"
+    server.wait_for(idle, what="every job's memory to be freed")

@@ -77,10 +77,13 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
     return ControlReply(ok=1, tail=done.encode())
 
 
-def _session(server, client_id: int):
+def _session(server, client_id: int, evicted_ok: bool = False):
     attached = server.attached_sessions()
     for session in attached:
         if session.client_id == client_id:
+            if session.evicted is not None and not evicted_ok:
+                raise Refusal(f"{_name(session)} was evicted ({session.evicted}); it holds nothing any more and "
+                              f"its calls fail until it exits")
             return session
     listed = ", ".join(str(s.client_id) for s in attached) or "none"
     raise Refusal(f"no client {client_id} is attached (attached now: {listed}); `tally-server status` lists them")
@@ -165,7 +168,7 @@ def _executor_call(method, session, *args):
 
 def evict(server, msg: ClientEvict) -> str:
     reason = _reason(bytes(msg.tail))
-    session = _session(server, msg.client_id)
+    session = _session(server, msg.client_id, evicted_ok=True)
     if session.priority == protocol.Priority.HIGH and not msg.force:
         raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; evict it only on "
                       f"purpose, with --force")
