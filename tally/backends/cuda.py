@@ -7,7 +7,11 @@ streams created with the priority the scheduler asks for.
 
 On a real GPU a device fault (illegal address...) is sticky for the whole
 context: every stream of every client sees it. The traits'
-`errors_are_context_wide` tell the server so.
+`errors_are_context_wide` tell the server so, and the backend gives the server
+what it needs to recover (tally/server/device_faults.py): `check_context` (is the
+context faulted?), `context_lost` (from now on no call reaches the driver; the
+releases of what died with it do nothing) and `reset_context` (a fresh context,
+checked: cuda_context.py).
 
 A launch with an SM cap runs in a green context of that many SMs
 (green_partitions.py). Where green contexts are unavailable (a driver before
@@ -28,6 +32,8 @@ import numpy as np
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
                                  clamp_sm_grant)
+from tally.backends.cuda_restore import CudaAddressRestore
+from tally.backends.cuda_context import CudaContext
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
@@ -95,18 +101,24 @@ class CudaModule:
     image: bytes   # the driver reads the image during load only, but keep it for reloads
 
 
-class CudaBackend(PtxVariants):
+class CudaBackend(CudaAddressRestore, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True, confines_sms=True)   # where green contexts work: see __init__
+                           variants_from_ptx=True, confines_sms=True,    # where green contexts work: see __init__
+                           nvml_metrics=True)
 
-    def __init__(self, device: int = 0):
+    _check = staticmethod(_check)
+
+    def __init__(self, device: int = 0, restorable: bool = False):
+        """restorable: back job allocations with reservations so jobs can be suspended
+        (tally/backends/cuda_restore.py; tally-server --suspendable)."""
         _check(cu.cuInit(0))
-        self._device = _check(cu.cuDeviceGet(device))
-        self._context = _check(cu.cuDevicePrimaryCtxRetain(self._device))
-        self._local = threading.local()
-        self._callbacks: dict[int, tuple[object, Callable[[], None]]] = {}
+        self._context = CudaContext(device, _check)
+        self._issuer = None             # the C++ data plane's (data_plane()), told of a new context
+        self._device = self._context.device
+        # host functions by key: (ctypes thunk, callback, context generation it belongs to)
+        self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
         self._description: DeviceDescription | None = None
@@ -114,6 +126,14 @@ class CudaBackend(PtxVariants):
         self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
         self._current()
         self._partitions = self._open_partitions()
+        self._probe = None                     # an idle stream whose query tells a faulted context
+        # host memory registered in a context that faulted, unregistered (and unmapped) once
+        # a new context exists: freed at once, the same addresses could come back and be
+        # refused as registered already where the driver keeps the registration
+        self._after_reset: list[Callable[[], None]] = []
+        self._init_restore(restorable)
+        if restorable:
+            self.traits = dataclasses.replace(self.traits, restores_at_address=True)
 
     def _open_partitions(self) -> GreenPartitions | None:
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
@@ -128,10 +148,49 @@ class CudaBackend(PtxVariants):
         return partitions
 
     def _current(self) -> None:
-        if getattr(self._local, "bound", False):
-            return
-        _check(cu.cuCtxSetCurrent(self._context))
-        self._local.bound = True
+        self._context.bind()
+
+    @property
+    def _lost(self) -> bool:
+        """The context died with a fault: what was made in it is gone, and releasing
+        it has nothing to do (and no call may reach the driver with its handles)."""
+        return self._context.lost is not None
+
+    # device faults (tally/server/device_faults.py)
+    def check_context(self) -> None:
+        """Raise the context's sticky error, if a fault left one: on a GPU every call
+        returns it, a query of an idle stream included."""
+        self._current()
+        if self._probe is None:
+            self._probe = _check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+        _check((cu.cuStreamQuery(self._probe)[0],))
+
+    def context_lost(self, error) -> None:
+        """Until reset_context: every call raises `error`, releases do nothing."""
+        self._context.lose(error)
+
+    def reset_context(self) -> None:
+        """A fresh context for the faulted one (everything made before is gone),
+        checked to work; raises DeviceError when the device cannot be recovered in
+        this process."""
+        if self._partitions is not None:
+            self._partitions.close()    # their green contexts and streams; fails quietly on a faulted device
+        self._probe = None
+        self._backed.clear()            # reservations of the faulted context are gone with it
+        self._context.recreate()
+        if self._issuer is not None:    # the C++ data plane issues on the new context too
+            self._issuer.set_context(int(self._context.handle))
+        self._partitions = self._open_partitions()
+        releases, self._after_reset = self._after_reset, []
+        for release in releases:
+            release()
+
+    def _unregister_late(self, address: int, size: int = 0) -> None:
+        """After a reset: unregister what a faulted context registered, if the driver
+        still has it (an error only says it has not), then unmap the server's mapping."""
+        cu.cuMemHostUnregister(address)
+        if size:
+            _libc.munmap(address, size)
 
     def describe(self) -> DeviceDescription:
         # ~150 driver calls; the answer never changes, and callers ask often.
@@ -160,11 +219,20 @@ class CudaBackend(PtxVariants):
     # memory
     def mem_alloc(self, nbytes: int) -> int:
         self._current()
+        if self._restorable:
+            return self._backed_alloc(nbytes)
         return int(_check(cu.cuMemAlloc(nbytes)))
 
     def mem_free(self, ptr: int) -> None:
-        self._current()
         size = self._managed.pop(ptr, None)
+        if self._lost:
+            self._backed.pop(ptr, None)     # its reservation went with the context
+            if size is not None:    # the server's own mapping of the job's object: undone after the reset
+                self._after_reset.append(lambda: self._unregister_late(ptr, size))
+            return
+        self._current()
+        if self._backed_free(ptr):
+            return
         if size is None:
             _check(cu.cuMemFree(ptr))
             return
@@ -181,6 +249,10 @@ class CudaBackend(PtxVariants):
             _check(cu.cuMemHostRegister(_address(view), len(view), cu.CU_MEMHOSTREGISTER_PORTABLE))
 
     def host_unregister(self, view: memoryview) -> None:
+        if self._lost:
+            if len(view):           # the closure keeps the memory mapped until then
+                self._after_reset.append(lambda: self._unregister_late(_address(view)))
+            return
         self._current()
         if len(view):
             _check(cu.cuMemHostUnregister(_address(view)))
@@ -204,6 +276,9 @@ class CudaBackend(PtxVariants):
     def host_unmap(self, address: int) -> None:
         size = self._host_mapped.pop(address, None)
         if size is None:
+            return
+        if self._lost:
+            self._after_reset.append(lambda: self._unregister_late(address, size))
             return
         self._current()
         try:
@@ -253,6 +328,8 @@ class CudaBackend(PtxVariants):
         return int(_check(cu.cuMemAddressReserve(nbytes, alignment, 0, 0)))
 
     def vmm_free(self, ptr: int, nbytes: int) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemAddressFree(ptr, nbytes))
 
@@ -264,6 +341,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuMemCreate(nbytes, prop, 0))
 
     def vmm_release(self, handle: object) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemRelease(handle))
 
@@ -272,6 +351,8 @@ class CudaBackend(PtxVariants):
         _check(cu.cuMemMap(ptr, nbytes, offset, handle, 0))
 
     def vmm_unmap(self, ptr: int, nbytes: int) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemUnmap(ptr, nbytes))
 
@@ -290,6 +371,8 @@ class CudaBackend(PtxVariants):
         return CudaModule(_check(cu.cuModuleLoadData(image)), image)
 
     def module_unload(self, module: CudaModule) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuModuleUnload(module.handle))
 
@@ -315,6 +398,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuStreamCreateWithPriority(cu.CUstream_flags.CU_STREAM_NON_BLOCKING, priority))
 
     def stream_destroy(self, stream) -> None:
+        if self._lost:
+            return
         self._current()
         if self._partitions is not None:
             self._partitions.forget_stream(stream)
@@ -326,6 +411,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuEventCreate(flags))
 
     def event_destroy(self, event) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuEventDestroy(event))
 
@@ -387,12 +474,15 @@ class CudaBackend(PtxVariants):
 
         def trampoline(_user_data):
             with self._callbacks_lock:
-                _thunk, callback = self._callbacks.pop(key)
-            callback()
+                _thunk, callback, generation = self._callbacks.pop(key)
+            if generation == self._context.generation:
+                callback()        # else: work of a context that died with a fault, which nobody waits for
 
         thunk = _HOST_FN(trampoline)
         with self._callbacks_lock:
-            self._callbacks[key] = (thunk, fn)  # keep the ctypes thunk alive until it ran
+            # the ctypes thunk stays alive until the driver called it; a GPU never calls
+            # those of a faulted context, and they stay (a few, once per fault)
+            self._callbacks[key] = (thunk, fn, self._context.generation)
         _check(cu.cuLaunchHostFunc(stream, cu.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value), 0))
 
     # synchronization
@@ -436,13 +526,15 @@ class CudaBackend(PtxVariants):
             plane.add_function(function_id, param_bytes, int(fn.handle))
             return True
 
-        return DataPlaneDevice(data_plane.CudaIssuer(int(self._context)), lambda stream: int(stream), register)
+        self._issuer = data_plane.CudaIssuer(int(self._context.handle))
+        return DataPlaneDevice(self._issuer, lambda stream: int(stream), register)
 
     def close(self) -> None:
         try:
-            self._current()
-            cu.cuCtxSynchronize()
+            if not self._lost:
+                self._current()
+                cu.cuCtxSynchronize()
             if self._partitions is not None:
                 self._partitions.close()
         finally:
-            cu.cuDevicePrimaryCtxRelease(self._device)
+            self._context.release()

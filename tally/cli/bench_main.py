@@ -10,6 +10,7 @@
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
     tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
+    tally-bench migrate --json out.json --png out.png   # suspend/resume/migrate time vs a job's footprint
 """
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--gap-us", type=float, default=1000.0, help="idle time before each (default: %(default)s)")
     lb.add_argument("--jobs", type=int, default=4, help="jobs launching at once (default: %(default)s)")
     lb.add_argument("--json", type=Path, help="write the report here")
+    m = sub.add_parser("migrate", help="suspend, resume and migration time against a job's device footprint, "
+                                       "on two tally-servers of this host")
+    m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
+    m.add_argument("--footprints", default="16,64,256,1024",
+                   help="the job's device memory in MiB, comma-separated (default: %(default)s)")
+    m.add_argument("--json", type=Path, help="write the rows here")
+    m.add_argument("--png", type=Path, help="write the figure here")
     if not extras.missing("cluster"):
         from tally.bench import plan_compare, profile
         from tally.bench.cluster_args import add_cluster_parser
@@ -254,6 +262,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cluster":
         from tally.bench.cluster_args import cluster_main
         return cluster_main(args)
+    if args.command == "migrate":
+        from tally.bench.migrate import run_migrate_bench, table, write
+        try:
+            footprints = [int(x) for x in args.footprints.split(",") if x]
+        except ValueError:
+            print(f"tally-bench migrate: --footprints {args.footprints!r} is not a list of MiB counts", file=sys.stderr)
+            return 2
+        rows = run_migrate_bench(footprints, args.backend)
+        print(table(rows))
+        write(rows, args.json, args.png)
+        return 0 if all(r.exact for r in rows) else 1
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)

@@ -286,6 +286,30 @@ MESSAGES = (
     Message("ControlReply", 33, "server -> tool over the socket: `ok` = 1 when done (or nothing needed "
             "doing), 0 when refused", (F("ok", "u32"), F("_pad0", "u32")),
             tail="UTF-8 sentence: what changed, or why nothing did"),
+    # Issue 15 (tally/server/eviction.py): the operator evicts a job, answered by ControlReply.
+    Message("ClientEvict", 40, "tool -> server over the socket: evict a running job: its queued work is "
+            "dropped, its memory freed and its later driver calls fail; it is told `reason` (the tail)",
+            (F("client_id", "u32"), F("force", "u32")),   # force = 1 allows evicting a high-priority job
+            tail="UTF-8 reason the job is told"),
+    # Suspending a job (tally-server suspend; tally/server/suspend.py): `tally-server resume`
+    # (ClientResume) brings a suspended job back. One request per connection, answered by ControlReply.
+    Message("ClientSuspend", 50, "tool -> server over the socket: hold the job's work, save its device memory "
+            "to host memory and free it; `force` = 1 allows suspending a high-priority job",
+            (F("client_id", "u64"), F("force", "u32"), F("_pad0", "u32"))),
+    # Migrating a job to another tally-server on this node (tally-server migrate;
+    # tally/server/migration.py on the source, migration_import.py on the target).
+    Message("ClientMigrate", 51, "tool -> source server over its socket: move the job to the server whose "
+            "socket path is the tail; answered by ControlReply", (F("client_id", "u64"),),
+            tail="UTF-8 path of the target server's socket"),
+    Message("MigrateOffer", 52, "source -> target server over the target's socket, the connection's first "
+            "record: a job would move here; answered by ControlReply (refused: why)",
+            tail="msgpack: the job's description (program, priority, quota, footprint, device)"),
+    Message("MigrateState", 53, "source -> target, after an accepted offer: one piece of the job's state "
+            "(an allocation, a chunk of its bytes, a module, its streams, events, session); not answered",
+            tail="msgpack: the piece"),
+    Message("MigrateCommit", 54, "source -> target after the last piece, right after the job's handshake "
+            "socket went over as SCM_RIGHTS: take the job over (its segment and the requests not handled "
+            "yet); answered by ControlReply", tail="msgpack: segment name and pending requests"),
     Message("Ping", 16, "client -> server on the request ring: sync no-op, answered by Pong",
             (F("value", "u64"),)),
     Message("Pong", 17, "server -> client on the completion ring", (F("value", "u64"),)),
@@ -297,6 +321,9 @@ MESSAGES = (
     Message("KernelOutput", 21, "server -> client on the completion ring (tag 0), before the reply to a "
             "synchronizing call: what the client's kernels printed (device printf) on the streams it "
             "waited for; the client writes it to its own stdout", tail="UTF-8 text"),
+    Message("Evicted", 210, "server -> client on the completion ring (tag 0): the server evicted this job "
+            "(an operator, SysProbe, or the server shutting down); its memory is freed and every later driver "
+            "call fails with `status`", (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 reason"),
     Message("KernelStderr", 190, "server -> client on the completion ring (tag 0), right before the Error "
             "record it belongs to: what the device wrote for the job's stderr (a failed device assert's "
             "message, in CUDA's format); the client writes it to its own stderr", tail="UTF-8 text"),

@@ -195,6 +195,11 @@ class FastLanes:
                 self._activity.completed(lane, self._lane_sms(lane), self._clock.now())
             lane.attached.plane.close_lane(stream.key)
 
+    def launches(self, stream) -> int:
+        """Kernels the C++ data plane launched on the executor stream so far."""
+        lane = self._lanes.get(stream)
+        return self._counts(lane)[0] if lane is not None else 0
+
     def lanes(self) -> list[tuple[Hashable, Hashable, bool, int | None]]:
         """(client id, stream key, granted, SM cap of its launches) of every lane."""
         return [(lane.stream.client.client_id, lane.stream.key, lane.granted, lane.sm_cap)

@@ -21,6 +21,7 @@ import threading
 
 from tally import _core
 from tally.server.client.fast_path import FastPath
+from tally.server.request_hold import RequestHold
 
 log = logging.getLogger("tally.server")
 
@@ -47,38 +48,85 @@ class PythonDataPlane:
 
     def __init__(self, session):
         self._session = session
-        self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
-        self._replies_closed = False           # under _reply_lock: later completions go nowhere
 
     def serve(self) -> str:
         """Until the session closes or the job is gone; why it ended ("" when asked to)."""
         session = self._session
         ring = session.segment.request_ring
-        while not session.closing:
+        pending, hold = session.pending_records, session.hold
+        while hold.wait_released(session.closing_event, POLL_INTERVAL_S):
+            session.release_if_evicted()
+            if not pending:
+                try:
+                    pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
+                except _core.PeerDead:
+                    return "client process died"
+                except _core.TransportError as e:
+                    return f"transport failure: {e}"
+                continue
+            if not hold.enter(session.closing_event, POLL_INTERVAL_S):
+                break
             try:
-                records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
-            except _core.PeerDead:
-                return "client process died"
-            except _core.TransportError as e:
-                return f"transport failure: {e}"
-            for kind, tag, payload in records:
-                session.handle(kind, tag, payload)
+                session.handle(*pending.popleft())
+            finally:
+                hold.leave()
         return ""
 
+    def make_hold(self) -> RequestHold:
+        return RequestHold()
+
     def stop(self) -> None:
-        pass              # serve() looks at session.closing
+        pass              # serve() looks at the session's closing event
+
+    def poke(self) -> None:
+        pass              # serve() looks for an eviction between requests anyway
 
     def push(self, kind: int, tag: int, payload: bytes) -> None:
-        with self._reply_lock:
-            if not self._replies_closed:
-                self._session.segment.completion_ring.push(kind, tag, payload)
+        self._session.segment.completion_ring.push(kind, tag, payload)   # under the session's reply lock
 
     def close_replies(self) -> None:
-        with self._reply_lock:            # a reply still being pushed finishes first
-            self._replies_closed = True
+        pass              # the session's reply lock and flag are all there is
+
+    def disable_fast(self) -> None:
+        pass
 
     def counts(self) -> tuple[int, int, dict[int, int]]:
         return 0, 0, {}
+
+
+class PlaneHold:
+    """RequestHold's interface (tally/server/request_hold.py) over the C++ loop's
+    own hold, which it checks between two records without the GIL."""
+
+    def __init__(self, plane):
+        self._plane = plane
+
+    @property
+    def held(self) -> bool:
+        return self._plane.held
+
+    def hold(self, timeout: float) -> bool:
+        return self._plane.hold(timeout)
+
+    def release(self) -> None:
+        self._plane.release()
+
+    def wake(self) -> None:
+        pass              # stop() wakes the loop
+
+    def wait_released(self, closing: threading.Event, poll_s: float) -> bool:
+        while self._plane.held and not closing.is_set():
+            closing.wait(poll_s)
+        return not closing.is_set()
+
+    def enter(self, closing: threading.Event, poll_s: float) -> bool:
+        while not self._plane.enter():
+            if not self.wait_released(closing, poll_s):
+                return False
+        return True
+
+    def leave(self) -> None:
+        self._plane.leave()
 
 
 class CppDataPlane:
@@ -96,16 +144,40 @@ class CppDataPlane:
             session.server.executor.attach_fast_lanes(session.client_id, self.plane, device)
 
     def serve(self) -> str:
-        return self.plane.serve(self._session.handle, POLL_INTERVAL_S)
+        session = self._session
+        hold, closing = session.hold, session.closing_event
+        while not session.closing:
+            session.release_if_evicted()
+            # Records another server took off the ring and did not handle (a migration
+            # brought them): before anything still in the ring.
+            while session.pending_records and hold.enter(closing, POLL_INTERVAL_S):
+                try:
+                    session.handle(*session.pending_records.popleft())
+                finally:
+                    hold.leave()
+            ended, reason = self.plane.serve(session.handle, POLL_INTERVAL_S)
+            if ended:
+                return reason
+        return ""
+
+    def make_hold(self) -> PlaneHold:
+        return PlaneHold(self.plane)
 
     def stop(self) -> None:
         self.plane.stop()
+
+    def poke(self) -> None:
+        self.plane.poke()
 
     def push(self, kind: int, tag: int, payload: bytes) -> None:
         self.plane.push_completion(kind, tag, payload)
 
     def close_replies(self) -> None:
         self.plane.close_replies()
+
+    def disable_fast(self) -> None:
+        """Every request to Python from now on; returns once no fast operation is under way."""
+        self.fast.disable()
 
     def counts(self) -> tuple[int, int, dict[int, int]]:
         return self.plane.counts()

@@ -13,6 +13,16 @@ on a GPU: once the job has been told, every later driver request fails with it
 (other jobs carry on). What the device wrote for the job's stderr with an error
 (the assert's message) reaches the job once, right before the error.
 
+An evicted job (tally/server/eviction.py) is told why by an Evicted record, and
+every later request fails with CUDA_ERROR_DEVICE_UNAVAILABLE; the session thread
+then drops its work and frees what it holds, and the session stays listed (state
+"evicted") until the job's process goes.
+
+A device fault on a backend whose errors are context-wide (a GPU) fails every job
+(tally/server/device_faults.py): `fail_device` makes every later request fail with
+the fault's explanation, and `drop_device_state` lets go of what the job had made
+in the dead context without touching the device.
+
 The loop itself is the data plane's (tally/server/data_plane.py): in C++ by
 default, which handles launches and other requests the scheduler lets through
 without entering Python, and hands everything else to `handle`, in order.
@@ -38,12 +48,14 @@ from tally import _core, protocol
 from tally.cluster.memory_limits import JobMemory
 from tally.protocol.errors import (
     CUDA_ERROR_ASSERT,
+    CUDA_ERROR_DEVICE_UNAVAILABLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_UNKNOWN,
     DeviceError,
     ProtocolError,
 )
-from tally.protocol.messages_generated import Done, Error, Goodbye, HostFuncDone, KernelStderr, Notify, Ping
+from tally.protocol.messages_generated import (Done, Error, Evicted, Goodbye, HostFuncDone, KernelStderr, Notify,
+                                               Ping)
 from tally.server.client.state import ClientState
 from tally.server.data_plane import make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
@@ -60,6 +72,10 @@ STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 # What a job with an unusable context may still send: keep-alives, its goodbye, and the
 # completion of host functions the device waits for.
 ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
+# What every call of an evicted job fails with: cudart's cudaErrorDevicesUnavailable,
+# "CUDA-capable device(s) is/are busy or unavailable", which frameworks print as such.
+EVICTED_CODE = CUDA_ERROR_DEVICE_UNAVAILABLE
+EVICTION_REASON_LIMIT = 1000       # bytes of the reason the job is told
 
 
 @dataclass
@@ -88,14 +104,30 @@ class Session:
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
         self.sticky_error: DeviceError | None = None   # set once the job was told of one
+        self.device_fault: DeviceError | None = None   # a device fault ended its device state
+        self.handling = False                  # the session thread is inside a handler
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
+        self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
+        self._segment_closed = False           # under _reply_lock: later completions go nowhere
         self._closing = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
+        self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
+        self._evict_lock = threading.Lock()
+        self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
+        self._released = threading.Event()
+        self._memory = memory
         self.data_plane = make_data_plane(self, server.config.data_plane, server.data_plane_device)
+        self.hold = self.data_plane.make_hold()   # no request runs while it is held (a suspended job)
+        # Taken off the request ring and not handled yet (a migration hands them over).
+        self.pending_records: collections.deque = collections.deque()
+        self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
+        self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
+        # Migrated (tally/server/migration.py): another server serves its segment and socket now.
+        self.handed_over = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -109,8 +141,54 @@ class Session:
             self.close_reason = reason
         self._closing.set()
         self.data_plane.stop()
+        self.hold.wake()
         if not self._thread.is_alive():
             self.close()
+
+    def evict(self, reason: str) -> bool:
+        """Tell the job it is evicted and have the session thread drop its work and
+        free what it holds (wait_released). False when it was evicted already or is
+        leaving anyway."""
+        with self.suspend_lock:            # a suspend, resume or migration under way finishes first
+            with self._evict_lock:
+                if self.evicted is not None or self._closing.is_set() or self.handed_over:
+                    return False
+                self.evicted = reason
+            told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
+            # The record first, then the flag: a client that sees the flag finds the record.
+            self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
+            with self._reply_lock:
+                if not self._segment_closed:
+                    self.segment.mark_evicted()
+            self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
+            self.data_plane.disable_fast()       # every request to Python, which fails it
+            self._release_asked.set()
+            self.data_plane.poke()               # the session thread releases what the job holds
+            if self.hold.held:             # a suspended job: its requests fail from now on, none waits
+                self.hold.release()
+        return True
+
+    def wait_released(self, timeout: float) -> bool:
+        """Whether the evicted job's work and memory were released within `timeout` s."""
+        return self._released.wait(timeout)
+
+    def release_if_evicted(self) -> None:
+        """On the session thread, between requests: an evicted job's state goes now."""
+        if self._release_asked.is_set() and not self._released.is_set():
+            self._release_evicted()      # once: it sets _released
+
+    def _release_evicted(self) -> None:
+        """On the session thread: what the evicted job held goes now, not when its process exits."""
+        try:
+            with self.suspend_lock:
+                if self.suspension is not None:     # suspended: its memory is saved on the host, not the device
+                    self.suspension.discard(self)
+                    self.suspension = None
+                self.client.close()
+        except Exception:       # close() runs again when the session ends; carry on
+            log.exception("client %d: releasing the evicted job's state failed", self.client_id)
+        finally:
+            self._released.set()
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Run fn when the session closes (last added runs first)."""
@@ -125,18 +203,25 @@ class Session:
         self.data_plane.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+        with self.suspend_lock:                 # a suspend or resume under way finishes first
+            if self.suspension is not None:     # its memory is saved, not on the device: nothing to free there
+                self.suspension.discard(self)
+                self.suspension = None
         for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
             except Exception:  # cleanup must go on: log and continue with the rest
                 log.exception("client %d: cleanup step failed", self.client_id)
-        self.data_plane.close_replies()   # a reply still being pushed (a waiter of the gone client) finishes first
-        try:
-            self.segment.mark_closed()
-        except Exception:
-            pass
-        self.segment.unlink()
-        self.segment.close()
+        with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
+            self._segment_closed = True
+            self.data_plane.close_replies()
+            if not self.handed_over:    # migrated: the other server's segment now
+                try:
+                    self.segment.mark_closed()
+                except Exception:
+                    pass
+                self.segment.unlink()
+            self.segment.close()
         try:
             self.connection.close()
         except OSError:
@@ -147,6 +232,27 @@ class Session:
                  self.client_id, self.pid, self.program, self.close_reason or "closed", counters.requests, fast)
         self.server.forget_session(self)
 
+    def abandon(self, reason: str) -> None:
+        """The server exits without waiting for this job's work on the device (its
+        exit ends that work and frees its memory): the job's side learns that the
+        segment is closed, and the segment's name goes. Nothing here waits."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closing.set()
+        with self._reply_lock:
+            if not self._segment_closed:
+                self._segment_closed = True
+                self.data_plane.close_replies()
+                try:
+                    self.segment.mark_closed()
+                    self.segment.unlink()
+                except Exception:       # noqa: BLE001 - exiting anyway; the job sees the socket close
+                    pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -154,6 +260,10 @@ class Session:
     @property
     def closing(self) -> bool:
         return self._closing.is_set()
+
+    @property
+    def closing_event(self) -> threading.Event:
+        return self._closing
 
     @property
     def counters(self) -> SessionCounters:
@@ -168,6 +278,33 @@ class Session:
             merged[entry[0].__name__ if entry is not None else f"kind {kind}"] += n
         return SessionCounters(mine.requests + requests, mine.sync_requests + sync_requests, mine.errors,
                                mine.protocol_errors, merged)
+
+    # ---- device faults (tally/server/device_faults.py) ------------------------------
+
+    def fail_device(self, error: DeviceError) -> None:
+        """A device fault ended the job's device state: every request from now on
+        fails with `error` (a job's keep-alives and goodbye still pass)."""
+        self.device_fault = error
+        self.sticky_error = error
+        self.data_plane.disable_fast()     # returns once no fast operation is under way
+
+    def wait_quiet(self, timeout_s: float) -> bool:
+        """Wait until no handler and no blocking request of the job is running
+        (after fail_device none starts again); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.handling:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return self.client.blocking.wait_idle(max(0.0, deadline - time.monotonic()))
+
+    def drop_device_state(self) -> None:
+        """Let go of everything the job made on the device, which died with the
+        context (the backend's releases do nothing then): its memory is no longer
+        counted, its streams leave the executor. The job keeps its session, whose
+        requests fail with the fault, until it leaves."""
+        old, self.client = self.client, ClientState(self, self._memory)
+        old.close()
 
     def gone(self) -> bool:
         """Whether the client has left (or is being let go), checked now: a job that
@@ -209,14 +346,24 @@ class Session:
         if error.code in STICKY_CODES and self.sticky_error is None:
             self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
                                                         f"{error.message}")
-            if self.data_plane.fast is not None:
-                self.data_plane.fast.disable()
+            self.data_plane.disable_fast()
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
+
+    def hand_over(self) -> None:
+        """Another server serves the job's segment from now on (a migration): this
+        session sends nothing more on it and, closing, leaves it to that server."""
+        with self._reply_lock:
+            self._segment_closed = True
+            self.handed_over = True
+            self.data_plane.close_replies()
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
         it goes nowhere, silently: answers of requests that outlived their job."""
-        self.data_plane.push(kind, tag, payload)
+        with self._reply_lock:
+            if self._segment_closed:
+                return
+            self.data_plane.push(kind, tag, payload)   # in turn with the C++ plane's own answers
 
     def take_upload(self, offset: int, nbytes: int) -> bytes:
         """A copy of an upload-arena chunk, which is released at once (chunks are
@@ -253,6 +400,7 @@ class Session:
                 self.request_close(reason)
         finally:
             self.close()
+            self._released.set()
 
     def handle(self, kind: int, tag: int, payload: bytes) -> None:
         """Run one request through its Python handler (the data plane calls this for
@@ -263,10 +411,18 @@ class Session:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
         self.current_request = entry[0].__name__ if entry is not None else f"kind {kind}"
-        if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
-            counters.errors += 1
-            self.fail(tag, self.current_request, self.sticky_error)
-            return
+        self.handling = True          # before the check: a fault marked after it waits for this handler
+        try:
+            if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
+                counters.errors += 1
+                self.fail(tag, self.current_request, self.sticky_error)
+                return
+            self._dispatch(entry, kind, tag, payload)
+        finally:
+            self.handling = False
+
+    def _dispatch(self, entry, kind: int, tag: int, payload: bytes) -> None:
+        counters = self._counters
         try:
             if entry is None:
                 raise ProtocolError(f"unknown message kind {kind}")
@@ -294,6 +450,9 @@ class Session:
         client's next synchronizing call (as CUDA's deferred errors do). Once the
         client is gone its requests' failures (e.g. a wait that outlived it) are
         nobody's concern and are not logged."""
+        faults = self.server.device_faults
+        if faults is not None:
+            error = faults.seen(error, self)
         if not self.closed:
             self.failures.record(request, error)
         if tag:

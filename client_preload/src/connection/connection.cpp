@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "connection/context_faults.h"
 #include "connection/handshake.h"
 #include "logging/log.h"
 #include "tally/segment.h"
@@ -17,6 +18,9 @@ namespace tally::client {
 namespace {
 
 constexpr int kHandshakeTimeoutMs = 10000;
+// An evicted job's request waits at most this long for a thread reading the completion
+// ring to route the Evicted record (it is on the ring already, so that is quick).
+constexpr int64_t kReaderWaitMs = 5000;
 
 // How long a thread waiting for a reply spins before it sleeps on the futex. A
 // reply that comes while the thread sleeps costs a futex wake-up (tens of us on a
@@ -107,7 +111,10 @@ CUresult Connection::connect_locked() {
   device_ = hs.device;
   normalize_snapshot(&device_);
   static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
-  pthread_once(&fork_handler_once, [] { pthread_atfork(nullptr, nullptr, &Connection::after_fork_in_child); });
+  pthread_once(&fork_handler_once, [] {
+    pthread_atfork(nullptr, nullptr, &Connection::after_fork_in_child);
+    std::atexit(&Connection::at_exit);
+  });
   state_.store(State::kConnected, std::memory_order_release);
   trace_line("connected to %s as client %llu, segment %s", config_.socket_path.c_str(),
              static_cast<unsigned long long>(client_id_), segment_name.c_str());
@@ -150,7 +157,14 @@ CUresult Connection::fail_transport(const char* what) {
 
 CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
                           uint64_t* tag_out) {
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
+  return post_record(kind, msg, msg_size, tail, tail_size, tag_out);
+}
+
+CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail,
+                                 uint32_t tail_size, uint64_t* tag_out) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
   const uint64_t tag = tag_out == nullptr ? 0 : next_tag_.fetch_add(1, std::memory_order_relaxed);
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
@@ -174,6 +188,8 @@ CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, con
 CUresult Connection::send_async_fill(uint32_t kind, uint32_t size, void (*fill)(uint8_t*, const void*),
                                      const void* context) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
     auto& ring = segment_->request_ring();
@@ -211,6 +227,10 @@ CUresult Connection::wait(uint64_t tag, uint32_t request_kind, Reply* reply) {
                error.status, text.c_str());
     const CUresult status = error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
     report_failure(request_kind, status, text);
+    if (is_context_fault(status)) {
+      int none = CUDA_SUCCESS;   // the first fault stays, as CUDA's sticky error does
+      sticky_error_.compare_exchange_strong(none, static_cast<int>(status), std::memory_order_acq_rel);
+    }
     return status;
   }
   // An earlier asynchronous failure the client noticed itself surfaces here, at the
@@ -226,8 +246,23 @@ CUresult Connection::expect_kind(const Reply& reply, protocol::MessageKind kind,
   return CUDA_ERROR_UNKNOWN;
 }
 
+CUresult Connection::reset_context() {
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t tag = 0;
+  const uint32_t kind = static_cast<uint32_t>(protocol::MessageKind::CtxSynchronize);
+  if (CUresult rc = post_record(kind, nullptr, 0, nullptr, 0, &tag); rc != CUDA_SUCCESS) return rc;
+  Reply reply;
+  wait(tag, kind, &reply);   // what the reset context's work failed with goes with it
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  sticky_error_.store(CUDA_SUCCESS, std::memory_order_release);
+  deferred_error_.store(CUDA_SUCCESS, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
 CUresult Connection::reserve_upload(uint64_t nbytes, uint64_t* offset, uint8_t** data) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     auto& arena = segment_->upload();
     auto status = arena.reserve(nbytes, transport::Deadline::never(), offset);

@@ -54,12 +54,19 @@ enum class MessageKind : uint32_t {
   ClientPause = 31,
   ClientResume = 32,
   ControlReply = 33,
+  ClientEvict = 40,
+  ClientSuspend = 50,
+  ClientMigrate = 51,
+  MigrateOffer = 52,
+  MigrateState = 53,
+  MigrateCommit = 54,
   Ping = 16,
   Pong = 17,
   Notify = 18,
   Goodbye = 19,
   Error = 20,
   KernelOutput = 21,
+  Evicted = 210,
   KernelStderr = 190,
   Done = 100,
   MemAlloc = 101,
@@ -139,12 +146,19 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::ClientPause: return "ClientPause";
     case MessageKind::ClientResume: return "ClientResume";
     case MessageKind::ControlReply: return "ControlReply";
+    case MessageKind::ClientEvict: return "ClientEvict";
+    case MessageKind::ClientSuspend: return "ClientSuspend";
+    case MessageKind::ClientMigrate: return "ClientMigrate";
+    case MessageKind::MigrateOffer: return "MigrateOffer";
+    case MessageKind::MigrateState: return "MigrateState";
+    case MessageKind::MigrateCommit: return "MigrateCommit";
     case MessageKind::Ping: return "Ping";
     case MessageKind::Pong: return "Pong";
     case MessageKind::Notify: return "Notify";
     case MessageKind::Goodbye: return "Goodbye";
     case MessageKind::Error: return "Error";
     case MessageKind::KernelOutput: return "KernelOutput";
+    case MessageKind::Evicted: return "Evicted";
     case MessageKind::KernelStderr: return "KernelStderr";
     case MessageKind::Done: return "Done";
     case MessageKind::MemAlloc: return "MemAlloc";
@@ -356,6 +370,66 @@ static_assert(offsetof(ControlReplyMsg, ok) == 0);
 static_assert(offsetof(ControlReplyMsg, _pad0) == 4);
 constexpr uint32_t kControlReplySize = 8;  // bytes on the wire (0: empty)
 
+// tool -> server over the socket: evict a running job: its queued work is dropped, its memory freed and its later driver calls fail; it is told `reason` (the tail); tail: UTF-8 reason the job is told
+struct ClientEvictMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientEvict;
+  static constexpr bool kHasTail = true;
+  uint32_t client_id;
+  uint32_t force;
+};
+static_assert(sizeof(ClientEvictMsg) == 8, "ClientEvictMsg layout differs from the Python codec");
+static_assert(offsetof(ClientEvictMsg, client_id) == 0);
+static_assert(offsetof(ClientEvictMsg, force) == 4);
+constexpr uint32_t kClientEvictSize = 8;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: hold the job's work, save its device memory to host memory and free it; `force` = 1 allows suspending a high-priority job
+struct ClientSuspendMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientSuspend;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint32_t force;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ClientSuspendMsg) == 16, "ClientSuspendMsg layout differs from the Python codec");
+static_assert(offsetof(ClientSuspendMsg, client_id) == 0);
+static_assert(offsetof(ClientSuspendMsg, force) == 8);
+static_assert(offsetof(ClientSuspendMsg, _pad0) == 12);
+constexpr uint32_t kClientSuspendSize = 16;  // bytes on the wire (0: empty)
+
+// tool -> source server over its socket: move the job to the server whose socket path is the tail; answered by ControlReply; tail: UTF-8 path of the target server's socket
+struct ClientMigrateMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientMigrate;
+  static constexpr bool kHasTail = true;
+  uint64_t client_id;
+};
+static_assert(sizeof(ClientMigrateMsg) == 8, "ClientMigrateMsg layout differs from the Python codec");
+static_assert(offsetof(ClientMigrateMsg, client_id) == 0);
+constexpr uint32_t kClientMigrateSize = 8;  // bytes on the wire (0: empty)
+
+// source -> target server over the target's socket, the connection's first record: a job would move here; answered by ControlReply (refused: why); tail: msgpack: the job's description (program, priority, quota, footprint, device)
+struct MigrateOfferMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateOffer;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateOfferMsg) == 1, "MigrateOfferMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateOfferSize = 0;  // bytes on the wire (0: empty)
+
+// source -> target, after an accepted offer: one piece of the job's state (an allocation, a chunk of its bytes, a module, its streams, events, session); not answered; tail: msgpack: the piece
+struct MigrateStateMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateState;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateStateMsg) == 1, "MigrateStateMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateStateSize = 0;  // bytes on the wire (0: empty)
+
+// source -> target after the last piece, right after the job's handshake socket went over as SCM_RIGHTS: take the job over (its segment and the requests not handled yet); answered by ControlReply; tail: msgpack: segment name and pending requests
+struct MigrateCommitMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateCommit;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateCommitMsg) == 1, "MigrateCommitMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateCommitSize = 0;  // bytes on the wire (0: empty)
+
 // client -> server on the request ring: sync no-op, answered by Pong
 struct PingMsg {
   static constexpr MessageKind kKind = MessageKind::Ping;
@@ -413,6 +487,18 @@ struct KernelOutputMsg {
 };
 static_assert(sizeof(KernelOutputMsg) == 1, "KernelOutputMsg layout differs from the Python codec");
 constexpr uint32_t kKernelOutputSize = 0;  // bytes on the wire (0: empty)
+
+// server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe, or the server shutting down); its memory is freed and every later driver call fails with `status`; tail: UTF-8 reason
+struct EvictedMsg {
+  static constexpr MessageKind kKind = MessageKind::Evicted;
+  static constexpr bool kHasTail = true;
+  uint32_t status;
+  uint32_t _pad0;
+};
+static_assert(sizeof(EvictedMsg) == 8, "EvictedMsg layout differs from the Python codec");
+static_assert(offsetof(EvictedMsg, status) == 0);
+static_assert(offsetof(EvictedMsg, _pad0) == 4);
+constexpr uint32_t kEvictedSize = 8;  // bytes on the wire (0: empty)
 
 // server -> client on the completion ring (tag 0), right before the Error record it belongs to: what the device wrote for the job's stderr (a failed device assert's message, in CUDA's format); the client writes it to its own stderr; tail: UTF-8 text
 struct KernelStderrMsg {

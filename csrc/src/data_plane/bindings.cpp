@@ -35,7 +35,7 @@ PyClientPlane make_plane(const std::shared_ptr<SegmentHandle>& segment, std::sha
   return PyClientPlane{segment, std::make_shared<ClientPlane>(segment->get(), std::move(issuer))};
 }
 
-std::string serve(PyClientPlane& p, const py::function& handle, double poll_seconds) {
+py::tuple serve(PyClientPlane& p, const py::function& handle, double poll_seconds) {
   if (!(poll_seconds > 0)) throw py::value_error("poll_seconds must be > 0");
   BusyGuard busy(*p.segment, Part::kRequest, "request ring");
   auto plane = p.plane;
@@ -44,8 +44,12 @@ std::string serve(PyClientPlane& p, const py::function& handle, double poll_seco
     py::gil_scoped_acquire gil;
     handle(kind, tag, py::bytes(reinterpret_cast<const char*>(payload), size));
   };
-  py::gil_scoped_release nogil;
-  return plane->serve(fallback, poll_seconds);
+  ClientPlane::Ended ended;
+  {
+    py::gil_scoped_release nogil;
+    ended = plane->serve(fallback, poll_seconds);
+  }
+  return py::make_tuple(ended.ended, ended.reason);
 }
 
 bool push_completion(PyClientPlane& p, uint32_t kind, uint64_t tag, const py::buffer& payload) {
@@ -82,7 +86,9 @@ void bind_data_plane(py::module_& parent) {
       .def(py::init<>());
   py::class_<CudaIssuer, DeviceIssuer, std::shared_ptr<CudaIssuer>>(
       m, "CudaIssuer", "The CUDA driver's, on the context whose handle (an integer) it is given.")
-      .def(py::init<uint64_t>(), py::arg("context"));
+      .def(py::init<uint64_t>(), py::arg("context"))
+      .def("set_context", &CudaIssuer::set_context, py::arg("context"),
+           "The context was made again (after a device fault): issue on this one.");
   py::class_<EmulatorIssuer, DeviceIssuer, std::shared_ptr<EmulatorIssuer>>(
       m, "EmulatorIssuer", "The emulator's: work onto its streams' C++ queues (tally._core.emulator.StreamQueue).")
       .def(py::init<std::shared_ptr<emu::DeviceMemory>, uint32_t, uint64_t, double, std::shared_ptr<emu::CancelFlag>>(),
@@ -100,10 +106,25 @@ void bind_data_plane(py::module_& parent) {
                             "One job's request loop in C++, with the fast path for what the executor lets through.")
       .def(py::init(&make_plane), py::arg("segment"), py::arg("issuer"))
       .def("serve", &serve, py::arg("handle"), py::arg("poll_seconds"),
-           "Runs the request loop on this thread (without the GIL) until stop() or the job is gone; "
-           "handle(kind, tag, payload) runs a request in Python. Returns why it ended ('' after stop()).")
+           "Runs the request loop on this thread (without the GIL) until stop(), poke() or the job is "
+           "gone; handle(kind, tag, payload) runs a request in Python. Returns (ended, why): ended is False "
+           "after poke(); why is '' after stop().")
       .def("stop", [](PyClientPlane& p) { p.plane->stop(); })
-      .def("set_enabled", [](PyClientPlane& p, bool on) { p.plane->set_enabled(on); }, py::arg("on"))
+      .def("poke", [](PyClientPlane& p) { p.plane->poke(); }, "Make serve() return to its caller for a moment.")
+      .def("hold", [](PyClientPlane& p, double timeout) {
+             py::gil_scoped_release nogil;   // the request being handled may need the GIL to finish
+             return p.plane->hold(timeout);
+           }, py::arg("timeout"),
+           "No request starts from now on; waits up to timeout s for the one being handled (False: not held).")
+      .def("release", [](PyClientPlane& p) { p.plane->release(); })
+      .def_property_readonly("held", [](PyClientPlane& p) { return p.plane->held(); })
+      .def("enter", [](PyClientPlane& p) { return p.plane->enter(); },
+           "Python is about to handle a request itself: False while held.")
+      .def("leave", [](PyClientPlane& p) { p.plane->leave(); })
+      .def("set_enabled", [](PyClientPlane& p, bool on) {
+             py::gil_scoped_release nogil;   // turning off waits for a fast operation under way
+             p.plane->set_enabled(on);
+           }, py::arg("on"))
       .def("set_quiet", [](PyClientPlane& p, bool on) { p.plane->set_quiet(on); }, py::arg("on"))
       .def("stream_rules", [](PyClientPlane& p, uint64_t key, bool exists, bool allowed) {
              p.plane->stream_rules(key, exists, allowed);

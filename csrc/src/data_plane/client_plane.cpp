@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace tally::data_plane {
@@ -54,15 +55,35 @@ ClientPlane::ClientPlane(std::shared_ptr<transport::Segment> segment, std::share
   lane_entry(0).exists = true;   // the legacy default stream always exists
 }
 
-std::string ClientPlane::serve(const Fallback& fallback, double poll_seconds) {
+ClientPlane::Ended ClientPlane::serve(const Fallback& fallback, double poll_seconds) {
   transport::RecordRing& ring = segment_->request_ring();
   std::vector<uint8_t> copy;
+  const auto poll = std::chrono::duration<double>(poll_seconds);
   try {
     while (!stop_.load(std::memory_order_acquire)) {
+      if (poked_.exchange(false, std::memory_order_acq_rel)) return Ended{false, ""};
+      if (held_.load(std::memory_order_acquire)) {
+        std::unique_lock<std::mutex> lock(hold_mu_);
+        hold_cv_.wait_for(lock, poll, [this] {
+          return !held_.load() || stop_.load() || poked_.load();
+        });
+        continue;
+      }
       RecordView v;
       const transport::WaitStatus st = ring.peek(&v, transport::Deadline::after_seconds(poll_seconds));
-      if (st == transport::WaitStatus::kPeerGone) return "client process died";
+      if (st == transport::WaitStatus::kPeerGone) return Ended{true, "client process died"};
       if (st != transport::WaitStatus::kReady) continue;
+      // Busy, then look at the hold (hold() does the reverse): a request never starts
+      // once hold() returned, and the record stays in the ring for later.
+      busy_.store(true, std::memory_order_seq_cst);
+      if (held_.load(std::memory_order_seq_cst)) {
+        busy_.store(false, std::memory_order_seq_cst);
+        continue;
+      }
+      struct NotBusy {
+        std::atomic<bool>& busy;
+        ~NotBusy() { busy.store(false, std::memory_order_seq_cst); }
+      } not_busy{busy_};
       if (try_fast(v)) {
         ring.consume(v);
         continue;
@@ -76,9 +97,52 @@ std::string ClientPlane::serve(const Fallback& fallback, double poll_seconds) {
       fallback(kind, tag, copy.data(), size);
     }
   } catch (const transport::TransportError& e) {
-    return std::string("transport failure: ") + e.what();
+    return Ended{true, std::string("transport failure: ") + e.what()};
   }
-  return "";
+  return Ended{true, ""};
+}
+
+void ClientPlane::stop() {
+  stop_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(hold_mu_);
+  hold_cv_.notify_all();
+}
+
+void ClientPlane::poke() {
+  poked_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(hold_mu_);
+  hold_cv_.notify_all();
+}
+
+bool ClientPlane::hold(double timeout_seconds) {
+  held_.store(true, std::memory_order_seq_cst);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (busy_.load(std::memory_order_seq_cst)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      release();
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+void ClientPlane::release() {
+  held_.store(false, std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> lock(hold_mu_);
+  hold_cv_.notify_all();
+}
+
+bool ClientPlane::enter() {
+  busy_.store(true, std::memory_order_seq_cst);
+  if (!held_.load(std::memory_order_seq_cst)) return true;
+  busy_.store(false, std::memory_order_seq_cst);
+  return false;
+}
+
+void ClientPlane::set_enabled(bool on) {
+  enabled_.store(on, std::memory_order_release);
+  if (!on) std::lock_guard<std::mutex> lock(mu_);   // a fast operation holds mu_ while it issues
 }
 
 bool ClientPlane::try_fast(const RecordView& v) {

@@ -15,6 +15,7 @@
 // its way to the device. Nothing that holds `mu_` waits for the GIL.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,15 +71,34 @@ class ClientPlane {
 
   ClientPlane(std::shared_ptr<transport::Segment> segment, std::shared_ptr<DeviceIssuer> issuer);
 
-  // The request loop: until stop() or the job is gone. `fallback` runs a request
-  // through Python (it takes the GIL itself). Returns why the loop ended: "" for
-  // stop(), else the reason the session closes with.
-  std::string serve(const Fallback& fallback, double poll_seconds);
-  void stop() { stop_.store(true, std::memory_order_release); }
+  // The request loop: until stop(), poke() or the job is gone. `fallback` runs a
+  // request through Python (it takes the GIL itself). Returns whether the loop
+  // ended for good (false: poked, Python has something to do on this thread) and
+  // why: "" for stop(), else the reason the session closes with.
+  struct Ended {
+    bool ended;
+    std::string reason;
+  };
+  Ended serve(const Fallback& fallback, double poll_seconds);
+  void stop();
+  void poke();
+
+  // ---- holding the job's requests (a suspended or migrating job, server/request_hold.py)
+  // No request of the job starts once hold() returned true (after waiting up to
+  // `timeout_seconds` for the one being handled; false: not held). Records stay in
+  // the ring meanwhile.
+  bool hold(double timeout_seconds);
+  void release();
+  bool held() const { return held_.load(std::memory_order_acquire); }
+  // Python handling a request outside serve() (records a migration brought): false
+  // while held, else the request counts as being handled until leave().
+  bool enter();
+  void leave() { busy_.store(false, std::memory_order_seq_cst); }
 
   // ---- what Python tells the data plane -------------------------------------------
-  // The fast path as a whole (off once the job's context is unusable).
-  void set_enabled(bool on) { enabled_.store(on, std::memory_order_release); }
+  // The fast path as a whole (off once the job's context is unusable); turning it
+  // off returns once no fast operation is under way.
+  void set_enabled(bool on);
   // Python answered a context-wide synchronization with Done and has nothing of
   // this job pending: until the next request Python handles, a synchronization
   // may be answered here once the device is quiet.
@@ -148,6 +168,11 @@ class ClientPlane {
   std::atomic<bool> enabled_{true};
   std::atomic<bool> quiet_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> poked_{false};
+  std::atomic<bool> held_{false};
+  std::atomic<bool> busy_{false};     // a request is being handled (fast or in Python)
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;   // release(), stop(), poke()
   std::atomic<bool> legacy_touched_{false};
   std::mutex reply_mu_;
   bool replies_closed_ = false;

@@ -60,9 +60,10 @@ CudaIssuer::~CudaIssuer() {
 // Python backend makes it current on each of its threads.
 bool CudaIssuer::current() {
   thread_local uint64_t bound = 0;
-  if (bound == context_) return true;
-  if (driver_->ctx_set_current(reinterpret_cast<CUcontext>(context_)) != CUDA_SUCCESS) return false;
-  bound = context_;
+  const uint64_t context = context_.load(std::memory_order_acquire);
+  if (bound == context) return true;
+  if (driver_->ctx_set_current(reinterpret_cast<CUcontext>(context)) != CUDA_SUCCESS) return false;
+  bound = context;
   return true;
 }
 

@@ -1,6 +1,7 @@
 // The cuda backend's DeviceIssuer (cuda_issue.cpp): driver calls on the
 // server's context, through the libcuda.so.1 the process already loaded.
 #pragma once
+#include <atomic>
 #include <memory>
 
 #include "data_plane/device_issue.h"
@@ -11,6 +12,8 @@ class CudaIssuer final : public DeviceIssuer {
  public:
   // `context`: the CUcontext the Python backend uses, as an integer.
   explicit CudaIssuer(uint64_t context);
+  // The backend made its context again after a fault (tally/backends/cuda_context.py).
+  void set_context(uint64_t context) { context_.store(context, std::memory_order_release); }
   ~CudaIssuer() override;
   CudaIssuer(const CudaIssuer&) = delete;
   CudaIssuer& operator=(const CudaIssuer&) = delete;
@@ -31,7 +34,7 @@ class CudaIssuer final : public DeviceIssuer {
   struct Driver;
   bool current();
 
-  uint64_t context_;
+  std::atomic<uint64_t> context_;
   void* library_ = nullptr;
   std::unique_ptr<Driver> driver_;
 };

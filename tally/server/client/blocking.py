@@ -36,8 +36,8 @@ class BlockingCalls:
         self._session = session
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
-        self._pending = 0                 # submitted and not yet answered
-        self._pending_lock = threading.Lock()
+        self._active = 0                       # work submitted and not yet answered
+        self._idle = threading.Condition()
 
     def run(self, tag: int, work: Callable[[], object]) -> None:
         """Run `work` on a pool thread and answer `tag` with what it returns; a
@@ -48,9 +48,25 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
-        with self._pending_lock:
-            self._pending += 1
-        self._pool.submit(self._answer, tag, self._session.current_request, work)
+        with self._idle:
+            self._active += 1
+        # runs when the work ended, and when close() cancelled it before it began
+        self._pool.submit(self._answer, tag, self._session.current_request, work).add_done_callback(self._done)
+
+    def _done(self, _future) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing of the job is waiting here (what it may yet answer or defer)."""
+        with self._idle:
+            return self._active == 0
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no work is running (answered or ended); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout=timeout_s)
 
     def idle(self) -> bool:
         """Nothing of the job is waiting here (what it may yet answer or defer)."""
@@ -83,6 +99,3 @@ class BlockingCalls:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:
                 log.exception("client %d: could not answer a blocking request", session.client_id)
-        finally:
-            with self._pending_lock:
-                self._pending -= 1

@@ -37,6 +37,7 @@ class ClientState:
         # What the job's C++ data plane must know of this state (None: the Python plane).
         self.fast = fast = session.data_plane.fast
         self.allocations = Allocations(memory, fast)
+        self.managed: set[int] = set()              # bases of its managed allocations (cuMemAllocManaged)
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
@@ -88,6 +89,7 @@ class ClientState:
         if found is None or found[0] != ptr:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"0x{ptr:x} is not the start of an allocation of this client")
+        self.managed.discard(ptr)
         return self.allocations.remove(ptr)
 
     # ---- checks ------------------------------------------------------------------------
