@@ -8,6 +8,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 
 import pytest
 
@@ -34,11 +35,21 @@ class Loop:
         self.plane = _core.data_plane.ClientPlane(self.server, _core.data_plane.NullIssuer())
         self.python: queue.Queue = queue.Queue()
         self.ended: queue.Queue = queue.Queue()
+        self.release_python = threading.Event()     # Notify's handler waits for it
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self):
-        self.ended.put(self.plane.serve(lambda k, tag, payload: self.python.put((k, tag, bytes(payload))), 0.05))
+        while True:
+            ended, reason = self.plane.serve(self._python, 0.05)
+            self.ended.put((ended, reason))
+            if ended:
+                return
+
+    def _python(self, k, tag, payload):
+        self.python.put((k, tag, bytes(payload)))
+        if k == kind("Notify"):
+            self.release_python.wait(5)      # a slow handler, for the hold tests
 
     def send(self, name: str, tail: bytes = b"", tag: int = 0, **fields) -> None:
         self.client.request_ring.push(kind(name), tag, protocol.codec(name).pack(tail, **fields))
@@ -72,7 +83,7 @@ class Loop:
 
     def close(self):
         self.plane.stop()
-        assert self.ended.get(timeout=5) == ""
+        assert self.ended.get(timeout=5) == (True, "")
         self.client.close()
         self.server.unlink()
 
@@ -184,7 +195,7 @@ def test_a_disabled_plane_hands_everything_to_python(loop):
 def test_the_loop_ends_when_the_job_is_gone():
     lp = Loop()
     lp.client.mark_closed()
-    assert lp.ended.get(timeout=5) == "client process died"
+    assert lp.ended.get(timeout=5) == (True, "client process died")
     lp.client.close()
     lp.server.unlink()
 
@@ -226,3 +237,35 @@ def test_a_high_priority_plane_closes_the_gate_with_its_first_kernel(loop):
     launch(loop)
     loop.ping(10)
     assert not gate.is_open and loop.fast()["LaunchKernel"] == 1
+
+
+def test_a_held_plane_leaves_requests_in_the_ring_until_released(loop):
+    assert loop.plane.hold(1.0) and loop.plane.held
+    launch(loop)
+    loop.send("Ping", tag=21, value=21)
+    assert loop.client.completion_ring.pop(0.3) is None and loop.python.empty() and not loop.fast()
+    assert not loop.plane.enter()                   # nor may Python start one of its own
+    loop.plane.release()
+    assert loop.reply() == ("Pong", 21, {"value": 21})
+    assert loop.fast() == {"LaunchKernel": 1, "Ping": 1}
+
+
+def test_hold_waits_for_the_request_python_is_handling(loop):
+    loop.release_python.clear()
+    loop.send("Notify", value=0)                    # its handler waits for release_python
+    deadline = time.monotonic() + 5
+    while loop.python.empty():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert not loop.plane.hold(0.05)                # still being handled: not held
+    assert not loop.plane.held
+    loop.release_python.set()
+    assert loop.plane.hold(5.0)
+    loop.plane.release()
+    loop.ping(22)
+
+
+def test_poke_returns_to_python_and_the_loop_goes_on(loop):
+    loop.plane.poke()
+    assert loop.ended.get(timeout=5) == (False, "")
+    loop.ping(23)

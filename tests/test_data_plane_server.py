@@ -347,7 +347,8 @@ def test_requests_take_effect_in_the_jobs_order_with_either_plane(plane_server, 
         job.send("MemcpyHtoD", struct.pack("<i", -5), dst=job.out, width=4, height=1, dst_pitch=4, stream=LEGACY,
                  source=SOURCE_INLINE)
         job.launch_iota(1000, n=128)
-        assert job.call("StreamCreate", stream=9, flags=0)[0] == "Done"   # blocking: after the legacy launch
+        created = job.call("StreamCreate", stream=9, flags=0)
+        assert created[0] == "Done", created   # blocking: after the legacy launch
         job.launch_iota(2000, stream=9, n=128)
         assert job.call("StreamSynchronize", stream=9)[0] == "Done"
         assert job.call("CtxSynchronize")[0] == "Done"

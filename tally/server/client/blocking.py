@@ -68,11 +68,6 @@ class BlockingCalls:
         with self._idle:
             return self._idle.wait_for(lambda: self._active == 0, timeout=timeout_s)
 
-    def idle(self) -> bool:
-        """Nothing of the job is waiting here (what it may yet answer or defer)."""
-        with self._pending_lock:
-            return self._pending == 0
-
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
         executor drops the client's streams; their answers go nowhere."""
