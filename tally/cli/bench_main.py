@@ -9,6 +9,8 @@
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
     tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
+    tally-bench chaos --rounds 100 --json out.json   # best-effort jobs killed/evicted around a checked HP job
+    tally-bench fuzz --messages 1000000 --json out.json   # mutated requests and handshakes at a real server
 """
 from __future__ import annotations
 
@@ -77,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
+    from tally.bench.reliability_args import add_reliability_parsers
+    add_reliability_parsers(sub)
     if not extras.missing("cluster"):
         from tally.bench import plan_compare, profile
         from tally.bench.cluster_args import add_cluster_parser
@@ -212,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cluster":
         from tally.bench.cluster_args import cluster_main
         return cluster_main(args)
+    if args.command in ("chaos", "fuzz"):
+        from tally.bench.reliability_args import reliability_main
+        return reliability_main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)
