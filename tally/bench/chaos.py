@@ -37,6 +37,7 @@ SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signa
 EVICT = "evict"
 EX_TEMPFAIL = 75                 # tally-run's exit status for an evicted job (issue 15, contract 4)
 RELEASE_TIMEOUT_S = 120.0        # a job's work already on the emulator finishes before its memory is freed
+SHM_SETTLE_S = 5.0               # how long a name found right after the release may take to go
 
 
 def eviction_available() -> bool:
@@ -56,6 +57,7 @@ class ChaosConfig:
     victim_spin: int = 128
     service_elements: int = 2048
     actions: tuple[str, ...] = ()       # () = every signal, and eviction when this tally has it
+    phases: tuple[str, ...] = PHASES    # the phases strikes are aimed at
     server_args: tuple[str, ...] = ()
 
     def validate(self) -> None:
@@ -66,6 +68,8 @@ class ChaosConfig:
         unknown = [a for a in self.actions if a not in (*SIGNALS, EVICT)]
         if unknown:
             raise ValueError(f"unknown action(s) {', '.join(unknown)}; choose from {', '.join((*SIGNALS, EVICT))}")
+        if not self.phases or any(p not in PHASES for p in self.phases):
+            raise ValueError(f"--phases must name some of {', '.join(PHASES)}, got {', '.join(self.phases) or 'none'}")
         if EVICT in self.actions and not eviction_available():
             raise ValueError("this tally has no `tally-server evict`; leave evict out of --actions")
 
@@ -83,7 +87,8 @@ class Round:
     exit_status: int | None = None
     release_s: float = 0.0           # strike to the server having let the job go
     leaked_bytes: int = 0            # device memory in use minus the baseline, once released
-    shm_left: list[str] = field(default_factory=list)
+    shm_left: list[str] = field(default_factory=list)      # still there SHM_SETTLE_S after the release
+    shm_lingered: list[str] = field(default_factory=list)  # there at the release, gone within SHM_SETTLE_S
     server_rss_bytes: int = 0
     service_running: bool = True
     note: str = ""
@@ -134,7 +139,7 @@ class _Campaign:
 
     def run_round(self, index: int, baseline: int) -> Round:
         actions = self.config.chosen_actions()
-        r = Round(index, self.rng.choice(actions), self.rng.choice(PHASES),
+        r = Round(index, self.rng.choice(actions), self.rng.choice(self.config.phases),
                   round(self.rng.uniform(0.0, self.config.max_delay_s), 4))
         log = f"victim{index:03d}.log"
         victim = self.group.start(f"best-effort job {index}", [*self.tally_run, "--", *self.victim], log)
@@ -179,7 +184,14 @@ class _Campaign:
             r.note = (r.note + "; " if r.note else "") + str(e).splitlines()[0]
         r.release_s = round(time.monotonic() - struck, 3)
         r.leaked_bytes = self.in_use() - baseline
-        r.shm_left = shm_objects(self.server.pid, victim.pid)
+        found = shm_objects(self.server.pid, victim.pid)
+        deadline = time.monotonic() + SHM_SETTLE_S
+        while found and time.monotonic() < deadline:
+            time.sleep(0.05)
+            r.shm_left = shm_objects(self.server.pid, victim.pid)
+            if not r.shm_left:
+                break
+        r.shm_lingered = sorted(set(found) - set(r.shm_left))
         r.server_rss_bytes = rss_bytes(self.server.pid)
         r.service_running = self.service.running()
         return r

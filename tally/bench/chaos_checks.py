@@ -63,9 +63,11 @@ def check_campaign(report: dict) -> list[dict]:
                          f"after every round: {'yes' if not leaks else f'no, {leaks[:5]}'}; at the end "
                          f"{final['in_use_bytes']} bytes in use"))
     left = [(r["index"], r["shm_left"]) for r in rounds if r["shm_left"]]
+    lingered = [(r["index"], r["shm_lingered"]) for r in rounds if r.get("shm_lingered")]
     checks.append(_check("no /dev/shm object left", not left and not final["shm_left"],
                          f"after every round: {'none' if not left else left[:5]}; at the end "
-                         f"{final['shm_left'] or 'none'}"))
+                         f"{final['shm_left'] or 'none'}"
+                         + (f"; gone within seconds of the release: {lingered[:5]}" if lingered else "")))
     first, last = rss_quarters(rounds)
     tolerance = rss_tolerance(first)
     rss = _check("server RSS flat", last - first <= tolerance,

@@ -134,7 +134,7 @@ def run_fuzz(config: FuzzConfig, progress=None) -> dict:
             log = server.log_path.read_text(errors="replace")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    crashes = [line for line in log.splitlines() if "crashed" in line or "Traceback" in line]
+    crashes = [line for line in log.splitlines() if "crashed" in line]
     report = {
         "config": asdict(config),
         "messages": {"count": config.messages, "seconds": round(ring_s, 2),
@@ -148,10 +148,30 @@ def run_fuzz(config: FuzzConfig, progress=None) -> dict:
                        "outcomes": {f"{m}: {o}": n for (m, o), n in sorted(handshakes.items())},
                        "unexpected": off_handshakes[:20], "unexpected_count": len(off_handshakes)},
         "good_client_served": served, "idle_at_end": idle, "server_running": alive,
-        "crash_lines": crashes[:20], "crash_count": len(crashes),
+        "crash_lines": crashes[:20], "crash_count": len(crashes), "crash_reports": _crash_reports(log),
     }
     report["checks"] = _checks(report)
     return report
+
+
+def _crash_reports(log: str, most: int = 3) -> list[str]:
+    """The first few handler crashes with their tracebacks, as the server logged them."""
+    reports, current = [], None
+    for line in log.splitlines():
+        if current is not None:
+            if line.startswith("tally-server "):
+                reports.append("\n".join(current))
+                current = None
+            else:
+                current.append(line)
+                continue
+        if len(reports) >= most:
+            break
+        if "crashed" in line:
+            current = [line]
+    if current is not None and len(reports) < most:
+        reports.append("\n".join(current))
+    return reports
 
 
 def _good_client(socket_path: Path) -> bool:

@@ -16,6 +16,8 @@ def add_reliability_parsers(sub) -> None:
     c.add_argument("--actions", default="",
                    help="comma-separated from SIGKILL,SIGTERM,SIGINT,evict (default: all; evict where the server "
                         "has it)")
+    c.add_argument("--phases", default=",".join(("alloc", "copy", "kernel", "graph")),
+                   help="comma-separated phases to aim at (default: %(default)s)")
     c.add_argument("--max-delay-ms", type=float, default=15.0,
                    help="strike up to this long after the phase starts (default: %(default)s)")
     c.add_argument("--keep-workdir", action="store_true", help="keep the server's and the jobs' logs")
@@ -43,7 +45,8 @@ def _chaos(args: argparse.Namespace) -> int:
     from tally.bench.process_jobs import JobBuildError
     config = ChaosConfig(rounds=args.rounds, backend=args.backend, seed=args.seed,
                          max_delay_s=args.max_delay_ms / 1000.0,
-                         actions=tuple(a.strip() for a in args.actions.split(",") if a.strip()))
+                         actions=tuple(a.strip() for a in args.actions.split(",") if a.strip()),
+                         phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()))
     try:
         config.validate()
     except ValueError as e:
