@@ -5,7 +5,8 @@ launches of transformed kernels, events, host functions, copies, virtual memory)
 runs without a GPU. tally-server --backend cuda refuses tally's own driver on
 purpose (a user would mean a GPU); tests build the server here instead.
 
-Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM]]"""
+Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [METRICS]]]
+(METRICS "metrics": serve /metrics on a port of the system's choosing, printed.)"""
 from __future__ import annotations
 
 import logging
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from tally.backends.cuda import CudaBackend
+from tally.server.metrics_endpoint import MetricsEndpoint
 from tally.server.server import ServerConfig, TallyServer
 
 
@@ -24,6 +26,8 @@ def main() -> int:
     # spin like the CPU backends: the emulator underneath needs the cores
     config = ServerConfig(socket_path=Path(socket_path), policy=policy, be_transform=be_transform, spin_us=20.0)
     server = TallyServer(config, CudaBackend(0))
+    if len(sys.argv) > 4 and sys.argv[4] == "metrics":    # before the socket appears: the port is known by then
+        print(f"metrics on port {MetricsEndpoint(server, '127.0.0.1', 0).port}", flush=True)
     server.bind()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     print(f"listening on {socket_path}", flush=True)

@@ -10,8 +10,11 @@ Green contexts go the same way: a job's green contexts and SM share become SM ca
 on the cuda backend's launches, which it runs in green contexts of its own, made
 through tally's libcuda on the emulator (whose %smid shows where blocks ran).
 
-What this cannot show is what a real GPU decides: timing, where blocks run, and
-how a device fault poisons a real context. tests/test_e2e_gpu.py runs on one."""
+A device fault goes the same way too: tally's driver keeps it sticky, as a GPU's
+does, so the cuda backend's server fails every job and recreates its context
+(tests/test_cuda_backend_faults.py). What this cannot show is what a real GPU
+decides: timing, where blocks run, and whether its driver recovers a faulted
+context in the same process. tests/test_e2e_gpu*.py run on one."""
 from __future__ import annotations
 
 import subprocess
@@ -42,14 +45,15 @@ from e2e_helpers import (
 
 # The IPC, virtual-memory and robustness tests, collected again here with this module's
 # `server` (a cuda-backend server): handles between jobs, reservations and mappings, a
-# fault, a job killed mid-kernel or inside its host function, quotas, other jobs' memory.
+# job killed mid-kernel or inside its host function, quotas, other jobs' memory. (Not
+# test_illegal_address_is_the_jobs_error_only: on the cuda backend a fault fails every
+# job, tests/test_cuda_backend_faults.py.)
 from test_e2e_ipc import (  # noqa: F401
     test_memory_freed_by_its_owner_lives_until_the_last_holder_closes_it,
     test_open_wait_read_write_and_what_is_refused,
 )
 from test_e2e_robustness import (  # noqa: F401
     test_addresses_the_job_does_not_own,
-    test_illegal_address_is_the_jobs_error_only,
     test_job_dies_inside_its_host_function,
     test_job_killed_mid_kernel,
     test_jobs_at_once,
@@ -73,12 +77,12 @@ NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
 class NestedCudaServer(Server):
     """A cuda-backend server running as a job of `under` (an emulator server)."""
 
-    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto"):
+    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto", metrics: bool = False):
         self.under = under
         self.dir = under.dir
         self.socket = under.dir / "cuda.sock"
         command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, be_transform,
-                              priority="high")
+                              "metrics" if metrics else "-", priority="high")
         self.process = ServerProcess(self.socket, command=command, env=job_env())
 
 

@@ -82,10 +82,9 @@ def test_illegal_address_on_the_gpu(nvcc, cuda_server):
     job = run_job(cuda_server.socket, build_cuda(nvcc, "illegal_address.cu"))
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.value("sync") == str(CUDA_ERROR_ILLEGAL_ADDRESS)
-    # On a GPU a fault poisons the whole context (every job of the server shares it),
-    # which the emulator does not model. The server must still be able to run the next
-    # job; tally does nothing yet to recover a poisoned context, so this may fail (and
-    # then tells what to build: evict the jobs, reset the context, carry on).
+    # On a GPU a fault poisons the whole context (every job of the server shares it):
+    # the server fails every job, recreates the context and runs the next job
+    # (tally/server/device_faults.py; tests/test_e2e_gpu_faults.py checks the details).
     assert cuda_server.alive()
     after = run_job(cuda_server.socket, build_cuda(nvcc, "vector_add.cu"), 1000)
     assert after.returncode == 0 and after.ints("wrong", "roundtrip") == [0, 1000], after.stdout + after.stderr

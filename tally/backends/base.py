@@ -14,6 +14,13 @@ Contracts shared by all backends:
   on its stream and raised, once, by the next stream_synchronize/stream_query on
   that stream (and by synchronize for any stream). Other streams are unaffected
   unless the backend says otherwise (its traits' `errors_are_context_wide`).
+- A backend whose errors are context-wide (a GPU: one fault poisons the context
+  every job shares) also has what the server recovers with
+  (tally/server/device_faults.py): check_context() raises the context's sticky
+  error if it has one; context_lost(error) makes every later call raise `error`
+  and every release do nothing (what was made in the context died with it);
+  reset_context() replaces the context with a fresh, checked one, or raises
+  DeviceError when the device cannot be recovered in this process.
 - Calls that fail immediately (bad argument, out of memory) raise DeviceError.
 - Every method may be called from any server thread; backends do their own
   locking.
@@ -37,7 +44,8 @@ class BackendTraits:
     # module needs PTX for the device.
     runs_cubins: bool
     # A device fault poisons every stream of every job (a real GPU's context),
-    # not just the stream it happened on.
+    # not just the stream it happened on: the server then fails every job and
+    # recreates the context (tally/server/device_faults.py).
     errors_are_context_wide: bool
     # How long a session thread spins on its job's request ring before sleeping,
     # unless tally-server --spin-us says otherwise: long on a GPU (a synchronous

@@ -7,7 +7,11 @@ streams created with the priority the scheduler asks for.
 
 On a real GPU a device fault (illegal address...) is sticky for the whole
 context: every stream of every client sees it. The traits'
-`errors_are_context_wide` tell the server so.
+`errors_are_context_wide` tell the server so, and the backend gives the server
+what it needs to recover (tally/server/device_faults.py): `check_context` (is the
+context faulted?), `context_lost` (from now on no call reaches the driver; the
+releases of what died with it do nothing) and `reset_context` (a fresh context,
+checked: cuda_context.py).
 
 A launch with an SM cap runs in a green context of that many SMs
 (green_partitions.py). Where green contexts are unavailable (a driver before
@@ -27,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, clamp_sm_grant
+from tally.backends.cuda_context import CudaContext
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
@@ -102,10 +107,10 @@ class CudaBackend(PtxVariants):
 
     def __init__(self, device: int = 0):
         _check(cu.cuInit(0))
-        self._device = _check(cu.cuDeviceGet(device))
-        self._context = _check(cu.cuDevicePrimaryCtxRetain(self._device))
-        self._local = threading.local()
-        self._callbacks: dict[int, tuple[object, Callable[[], None]]] = {}
+        self._context = CudaContext(device, _check)
+        self._device = self._context.device
+        # host functions by key: (ctypes thunk, callback, context generation it belongs to)
+        self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
         self._description: DeviceDescription | None = None
@@ -113,6 +118,11 @@ class CudaBackend(PtxVariants):
         self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
         self._current()
         self._partitions = self._open_partitions()
+        self._probe = None                     # an idle stream whose query tells a faulted context
+        # host memory registered in a context that faulted, unregistered (and unmapped) once
+        # a new context exists: freed at once, the same addresses could come back and be
+        # refused as registered already where the driver keeps the registration
+        self._after_reset: list[Callable[[], None]] = []
 
     def _open_partitions(self) -> GreenPartitions | None:
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
@@ -127,10 +137,46 @@ class CudaBackend(PtxVariants):
         return partitions
 
     def _current(self) -> None:
-        if getattr(self._local, "bound", False):
-            return
-        _check(cu.cuCtxSetCurrent(self._context))
-        self._local.bound = True
+        self._context.bind()
+
+    @property
+    def _lost(self) -> bool:
+        """The context died with a fault: what was made in it is gone, and releasing
+        it has nothing to do (and no call may reach the driver with its handles)."""
+        return self._context.lost is not None
+
+    # device faults (tally/server/device_faults.py)
+    def check_context(self) -> None:
+        """Raise the context's sticky error, if a fault left one: on a GPU every call
+        returns it, a query of an idle stream included."""
+        self._current()
+        if self._probe is None:
+            self._probe = _check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+        _check((cu.cuStreamQuery(self._probe)[0],))
+
+    def context_lost(self, error) -> None:
+        """Until reset_context: every call raises `error`, releases do nothing."""
+        self._context.lose(error)
+
+    def reset_context(self) -> None:
+        """A fresh context for the faulted one (everything made before is gone),
+        checked to work; raises DeviceError when the device cannot be recovered in
+        this process."""
+        if self._partitions is not None:
+            self._partitions.close()    # their green contexts and streams; fails quietly on a faulted device
+        self._probe = None
+        self._context.recreate()
+        self._partitions = self._open_partitions()
+        releases, self._after_reset = self._after_reset, []
+        for release in releases:
+            release()
+
+    def _unregister_late(self, address: int, size: int = 0) -> None:
+        """After a reset: unregister what a faulted context registered, if the driver
+        still has it (an error only says it has not), then unmap the server's mapping."""
+        cu.cuMemHostUnregister(address)
+        if size:
+            _libc.munmap(address, size)
 
     def describe(self) -> DeviceDescription:
         # ~150 driver calls; the answer never changes, and callers ask often.
@@ -162,8 +208,12 @@ class CudaBackend(PtxVariants):
         return int(_check(cu.cuMemAlloc(nbytes)))
 
     def mem_free(self, ptr: int) -> None:
-        self._current()
         size = self._managed.pop(ptr, None)
+        if self._lost:
+            if size is not None:    # the server's own mapping of the job's object: undone after the reset
+                self._after_reset.append(lambda: self._unregister_late(ptr, size))
+            return
+        self._current()
         if size is None:
             _check(cu.cuMemFree(ptr))
             return
@@ -180,6 +230,10 @@ class CudaBackend(PtxVariants):
             _check(cu.cuMemHostRegister(_address(view), len(view), cu.CU_MEMHOSTREGISTER_PORTABLE))
 
     def host_unregister(self, view: memoryview) -> None:
+        if self._lost:
+            if len(view):           # the closure keeps the memory mapped until then
+                self._after_reset.append(lambda: self._unregister_late(_address(view)))
+            return
         self._current()
         if len(view):
             _check(cu.cuMemHostUnregister(_address(view)))
@@ -203,6 +257,9 @@ class CudaBackend(PtxVariants):
     def host_unmap(self, address: int) -> None:
         size = self._host_mapped.pop(address, None)
         if size is None:
+            return
+        if self._lost:
+            self._after_reset.append(lambda: self._unregister_late(address, size))
             return
         self._current()
         try:
@@ -252,6 +309,8 @@ class CudaBackend(PtxVariants):
         return int(_check(cu.cuMemAddressReserve(nbytes, alignment, 0, 0)))
 
     def vmm_free(self, ptr: int, nbytes: int) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemAddressFree(ptr, nbytes))
 
@@ -263,6 +322,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuMemCreate(nbytes, prop, 0))
 
     def vmm_release(self, handle: object) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemRelease(handle))
 
@@ -271,6 +332,8 @@ class CudaBackend(PtxVariants):
         _check(cu.cuMemMap(ptr, nbytes, offset, handle, 0))
 
     def vmm_unmap(self, ptr: int, nbytes: int) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuMemUnmap(ptr, nbytes))
 
@@ -289,6 +352,8 @@ class CudaBackend(PtxVariants):
         return CudaModule(_check(cu.cuModuleLoadData(image)), image)
 
     def module_unload(self, module: CudaModule) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuModuleUnload(module.handle))
 
@@ -314,6 +379,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuStreamCreateWithPriority(cu.CUstream_flags.CU_STREAM_NON_BLOCKING, priority))
 
     def stream_destroy(self, stream) -> None:
+        if self._lost:
+            return
         self._current()
         if self._partitions is not None:
             self._partitions.forget_stream(stream)
@@ -325,6 +392,8 @@ class CudaBackend(PtxVariants):
         return _check(cu.cuEventCreate(flags))
 
     def event_destroy(self, event) -> None:
+        if self._lost:
+            return
         self._current()
         _check(cu.cuEventDestroy(event))
 
@@ -386,12 +455,15 @@ class CudaBackend(PtxVariants):
 
         def trampoline(_user_data):
             with self._callbacks_lock:
-                _thunk, callback = self._callbacks.pop(key)
-            callback()
+                _thunk, callback, generation = self._callbacks.pop(key)
+            if generation == self._context.generation:
+                callback()        # else: work of a context that died with a fault, which nobody waits for
 
         thunk = _HOST_FN(trampoline)
         with self._callbacks_lock:
-            self._callbacks[key] = (thunk, fn)  # keep the ctypes thunk alive until it ran
+            # the ctypes thunk stays alive until the driver called it; a GPU never calls
+            # those of a faulted context, and they stay (a few, once per fault)
+            self._callbacks[key] = (thunk, fn, self._context.generation)
         _check(cu.cuLaunchHostFunc(stream, cu.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value), 0))
 
     # synchronization
@@ -429,9 +501,10 @@ class CudaBackend(PtxVariants):
 
     def close(self) -> None:
         try:
-            self._current()
-            cu.cuCtxSynchronize()
+            if not self._lost:
+                self._current()
+                cu.cuCtxSynchronize()
             if self._partitions is not None:
                 self._partitions.close()
         finally:
-            cu.cuDevicePrimaryCtxRelease(self._device)
+            self._context.release()

@@ -274,7 +274,7 @@ def serve_main(argv: list[str]) -> int:
         if metrics is not None:
             metrics.close()
     print("tally-server: stopped", flush=True)
-    return 0
+    return server.exit_status       # 1 when a device fault left the GPU unusable in this process
 
 
 def query_status(socket_path, timeout: float = 2.0) -> dict:
@@ -327,6 +327,11 @@ def format_status(s: ServerStatus) -> str:
     levers = _levers_line(s)
     if levers:
         lines.insert(2, levers)
+    if s.last_device_fault:
+        fault = s.last_device_fault
+        cause = ", ".join(f"client {c}" for c in fault["caused_by"]) or "not known"
+        lines.insert(-1, f"faults   {s.device_faults} device faults; last: {fault['error']}, caused by {cause}, "
+                         f"{len(fault['jobs_failed'])} jobs failed, context {fault['state']}")
     if s.clients:
         lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
                      f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")

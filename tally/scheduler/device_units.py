@@ -230,6 +230,15 @@ class DeviceUnits:
             self._control_stream = self.backend.stream_create(HIGH_STREAM_PRIORITY)
         return self._control_stream
 
+    def forget(self) -> None:
+        """The context died (a device fault) with every lane's work: drop the control
+        stream, the pooled events and the registered readback memory made in it,
+        without asking the device (the backend's releases do nothing then)."""
+        self._control_stream = None
+        self._event_pool = {True: [], False: []}
+        self._readback.close()
+        self._readback = PinnedPool(self.backend)
+
     def close(self) -> None:
         control, self._control_stream = self._control_stream, None
         if control is not None:

@@ -18,13 +18,22 @@ Thread-safety: every public method may be called from any thread; the
 executor never holds its lock while blocking on the backend. With the sim's
 discrete clock, "blocking" means processing simulated events on the caller's
 thread (SimClock.wait_for).
+
+Device faults (a GPU's context-wide sticky errors): every error the backend
+raises for a client's stream passes through `device_errors`, which the server
+sets on such backends (tally/server/device_faults.py) and which answers with the
+error to keep. For naming the job that caused a fault the executor counts, per
+stream, the kernels launched and those a clean synchronization of the stream has
+since confirmed (`suspects`). `abandon` ends all work without the device once
+the fault is known, and `forget_device` drops what the device layer made in the
+dead context.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import threading
-from typing import Hashable
+from typing import Callable, Hashable
 
 from tally.backends.base import DeviceBackend
 from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
@@ -97,6 +106,9 @@ class StreamExecutor:
         self._ops_submitted = 0
         self._activity = SmActivity(self.sm_count, self.clock.now())
         self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
+        # (error, client id) -> the error to keep: set by the server where a fault is context-wide
+        self.device_errors: Callable[[DeviceError, Hashable], DeviceError] | None = None
+        self._abandoned: DeviceError | None = None   # the fault that ended all work, until forget_device
 
     # clients ---------------------------------------------------------------------------
     def add_client(self, client_id: Hashable, priority: str = "best-effort",
@@ -282,7 +294,15 @@ class StreamExecutor:
                 raise stream.errors.popleft()
             if not stream.drained:
                 return False
-        return self.backend.stream_query(stream.backend_stream)
+            launched = stream.kernels_launched
+        try:
+            idle = self.backend.stream_query(stream.backend_stream)
+        except DeviceError as e:
+            raise self._seen(stream, e) from None
+        if idle:
+            with self._lock:
+                stream.confirm(launched)
+        return idle
 
     def take_kernel_output(self, client_id: Hashable, stream_key: Hashable) -> str:
         """What kernels printed on the stream since the last call, for backends that
@@ -340,7 +360,10 @@ class StreamExecutor:
             seq = event.submitted_seq
             if seq == 0:
                 return
-            self.clock.wait_for(self._cond, lambda: seq in event.records or event.destroyed)
+            self.clock.wait_for(self._cond, lambda: seq in event.records or event.destroyed
+                                or self._abandoned is not None)
+            if seq not in event.records and self._abandoned is not None:
+                raise self._abandoned     # its record was dropped with the device's work
             backend_event = event.records.get(seq)
         if backend_event is not None:
             self.backend.event_synchronize(backend_event)
@@ -374,6 +397,75 @@ class StreamExecutor:
         """Running totals of the device's SM activity by priority (sm_activity.py)."""
         with self._lock:
             return self._activity.totals(self.clock.now())
+
+    # device faults ------------------------------------------------------------------------
+    def suspects(self) -> list[Hashable]:
+        """The clients whose kernels may have caused a fault seen now: those with a
+        stream holding kernels that no clean synchronization has confirmed since
+        they were launched (still running, or ended without the stream being
+        synchronized since)."""
+        with self._lock:
+            return [c.client_id for c in self._clients.values()
+                    if any(s.kernels_launched > s.kernels_confirmed for s in c.streams.values())]
+
+    def check_running(self, started_before: float) -> None:
+        """Query the backend streams of units running since before `started_before`
+        (clock time); an error one reports goes through `device_errors` and stays
+        for the stream's next synchronization. The watch of a context-wide backend
+        calls this: a kernel that faulted there never completes, and its stream
+        says why."""
+        with self._lock:
+            streams = {id(u.task.stream): u.task.stream for u in self._in_flight.units.values()
+                       if u.started_at < started_before}.values()
+            streams = [s for s in streams if not s.released and not s.client.removing]
+            for stream in streams:
+                stream.backend_syncs += 1       # keeps it from being destroyed meanwhile (_retire)
+        for stream in streams:
+            error = None
+            try:
+                self.backend.stream_query(stream.backend_stream)
+            except DeviceError as e:
+                error = self._seen(stream, e)
+            with self._lock:
+                if error is not None:
+                    stream.errors.append(error)
+                stream.backend_syncs -= 1
+                if stream.backend_syncs == 0:
+                    self._cond.notify_all()
+
+    def abandon(self, error: DeviceError) -> None:
+        """The device lost every job's work (a context-wide fault): end every unit
+        in flight and drop every queued operation without asking the device, and
+        leave `error` for the next synchronization of every stream. Whoever waits
+        wakes up. Clients stay registered until removed."""
+        with self._lock:
+            self._abandoned = error
+            now = self.clock.now()
+            for unit in list(self._in_flight.units.values()):
+                stream = unit.task.stream
+                self._in_flight.remove(unit)
+                stream.inflight -= 1
+                self._activity.completed(stream, unit.sms, now)
+                unit.task.unit = None
+                self.policy.on_unit_finished(unit.view(), now)
+            for client in self._clients.values():
+                for stream in client.streams.values():
+                    for item in stream.queue:
+                        if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
+                            item.op.event.waiters[item.seq] -= 1
+                    stream.queue.clear()
+                    stream.errors.clear()
+                    stream.errors.append(error)
+                    stream.confirm(stream.kernels_launched)
+            self._cond.notify_all()
+
+    def forget_device(self) -> None:
+        """Once every client is removed after a fault: drop what the device layer
+        made in the dead context (its control stream, pooled events, registered
+        readback memory) so that nothing of it is used in the next one."""
+        with self._lock:
+            self.device.forget()
+            self._abandoned = None
 
     def close(self) -> None:
         for client_id in list(self._clients):
@@ -422,18 +514,26 @@ class StreamExecutor:
             if stream.released:           # released after its work drained: nothing left on the device
                 return stream.errors.popleft() if stream.errors else None
             stream.backend_syncs += 1
+            launched = stream.kernels_launched
         backend_error = None
         try:
             self.backend.stream_synchronize(stream.backend_stream)
         except DeviceError as e:
-            backend_error = e
+            backend_error = self._seen(stream, e)
         with self._lock:
             stream.backend_syncs -= 1
             if stream.backend_syncs == 0:
                 self._cond.notify_all()
             if backend_error is not None:
                 stream.errors.append(backend_error)
+            if not stream.errors:
+                stream.confirm(launched)
             return stream.errors.popleft() if stream.errors else None
+
+    def _seen(self, stream: StreamState, error: DeviceError) -> DeviceError:
+        """An error the backend raised for the stream, as the stream keeps it."""
+        sink = self.device_errors
+        return error if sink is None else sink(error, stream.client.client_id)
 
     def _retire(self, stream: StreamState) -> bool:
         """Mark the stream released (no new backend synchronization of it starts), then
@@ -540,7 +640,7 @@ class StreamExecutor:
                     event.waiters[item.seq] -= 1
                     self._prune_records(event)
         except DeviceError as e:
-            stream.errors.append(e)       # asynchronous error: reported at the next sync
+            stream.errors.append(self._seen(stream, e))   # asynchronous error: reported at the next sync
         return True
 
     def _prune_records(self, event: ExecutorEvent) -> None:
@@ -680,10 +780,11 @@ class StreamExecutor:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
                                              timed=task.plan.measuring, sm_cap=sm_cap)
         except DeviceError as e:
-            stream.errors.append(e)         # reported at the job's next synchronization
+            stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:
                 stream.queue.popleft()
             return
+        stream.kernels_launched += 1
         unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
                     blocks, task.counter)
         unit.sms = launch_sms(grid[0] * grid[1] * grid[2], sm_cap, self.sm_count)
@@ -703,9 +804,14 @@ class StreamExecutor:
         """From the device layer (the clock's thread): a watched launch completed."""
         with self._lock:
             now = self.clock.now()
-            client = self._in_flight.units[device_unit.unit_id].task.stream.client
+            watched = self._in_flight.units.get(device_unit.unit_id)
+            if watched is None:
+                return            # abandoned after a device fault: its end no longer matters
+            client = watched.task.stream.client
             for done in self.device.completed(device_unit, check_stream=not client.removing):
-                unit = self._in_flight.units[done.unit_id]
+                unit = self._in_flight.units.get(done.unit_id)
+                if unit is None:
+                    continue
                 self._complete(unit, now)
                 self.policy.on_unit_finished(unit.view(), now)
             if not self._closed:
@@ -720,7 +826,7 @@ class StreamExecutor:
         stream.inflight -= 1
         self._activity.completed(stream, unit.sms, now)
         if outcome.error is not None:
-            stream.errors.append(outcome.error)     # reported at the job's next synchronization
+            stream.errors.append(self._seen(stream, outcome.error))   # reported at the job's next synchronization
         blocks = unit.blocks
         if unit.mode is PTB:
             counter = min(outcome.ptb_tasks_done, task.total_blocks)

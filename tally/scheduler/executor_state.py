@@ -153,11 +153,19 @@ class StreamState:
     # StreamDestroy's release of the same stream, on two threads).
     backend_syncs: int = 0              # threads inside backend.stream_synchronize on it
     released: bool = False              # its backend streams are destroyed, or about to be
+    # Kernels launched on it, and how many of them a synchronization that found no
+    # error has confirmed ended well: which jobs may have caused a device fault.
+    kernels_launched: int = 0
+    kernels_confirmed: int = 0
 
     @property
     def drained(self) -> bool:
         """Everything submitted has gone to the device and every tracked unit ended."""
         return not self.queue and self.inflight == 0
+
+    def confirm(self, launched: int) -> None:
+        """A synchronization that began after `launched` kernels found no error."""
+        self.kernels_confirmed = max(self.kernels_confirmed, launched)
 
 
 @dataclass(eq=False)

@@ -10,6 +10,7 @@ however it died (the kernel closes the socket of a SIGKILLed process).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -36,6 +37,7 @@ from tally.scheduler.hooks import Hooks
 from tally.server import control
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
+from tally.server.device_faults import DeviceFaults
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -114,6 +116,10 @@ class TallyServer:
         self.levers = SmLevers(config, self.hooks)
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
         self.levers.start(self.executor, backend)
+        # Where one job's fault poisons every job's context (a GPU), the server recovers from it.
+        self.device_faults = DeviceFaults(self) if backend.traits.errors_are_context_wide else None
+        if self.device_faults is not None:
+            self.executor.device_errors = self.device_faults.seen
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
@@ -134,6 +140,7 @@ class TallyServer:
         self.started_at = time.time()
         self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
+        self.exit_status = 0               # what tally-server exits with once serve_forever returns
 
     # ---- socket ----------------------------------------------------------------
 
@@ -170,6 +177,8 @@ class TallyServer:
     def serve_forever(self) -> None:
         if self._listener is None:
             self.bind()
+        if self.device_faults is not None:
+            self.device_faults.start_watch()
         try:
             while not self._stop.is_set():
                 for key, _ in self._selector.select(timeout=1.0):
@@ -183,8 +192,9 @@ class TallyServer:
         finally:
             self._shutdown_now()
 
-    def stop(self) -> None:
+    def stop(self, exit_status: int = 0) -> None:
         """Ask serve_forever to return (safe from signal handlers and other threads)."""
+        self.exit_status = exit_status or self.exit_status
         self._stop.set()
         try:
             self._wake_w.send(b"x")
@@ -196,6 +206,8 @@ class TallyServer:
             self._admitting = False
         with self._sessions_lock:
             sessions = list(self.sessions.values())
+        if self.device_faults is not None:
+            self.device_faults.stop()
         for session in sessions:
             session.request_close("server shutting down")
             session.close()
@@ -287,6 +299,9 @@ class TallyServer:
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                              "tally-server is shutting down; start the job again once a server runs", hello.pid)
                 return
+            if self.device_faults is not None and self.device_faults.device_lost is not None:
+                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR, self.device_faults.device_lost, hello.pid)
+                return
             verdict = self.hooks.admit_client(request)
             if not verdict.allowed:
                 self._refuse(conn, protocol.HandshakeStatus.QUOTA_UNAVAILABLE, verdict.reason, hello.pid)
@@ -345,6 +360,22 @@ class TallyServer:
                      "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
 
+    @contextlib.contextmanager
+    def admission_held(self):
+        """No job is admitted while this is held (a device fault's recovery)."""
+        with self._admit_lock:
+            yield
+
+    def live_sessions(self) -> list[Session]:
+        """Every session not closed yet, attached or leaving."""
+        with self._sessions_lock:
+            return [s for s in self.sessions.values() if not s.closed]
+
+    def renew_staging(self) -> None:
+        """After a device fault: registered buffers of the dead context are replaced."""
+        old, self.staging = self.staging, PinnedPool(self.backend)
+        old.close()
+
     def attached_sessions(self) -> list[Session]:
         """The sessions of jobs attached now (not those whose release is under way)."""
         with self._sessions_lock:
@@ -352,8 +383,9 @@ class TallyServer:
         return [s for s in sessions if not s.gone()]
 
     def _attached_high_priority(self) -> list[AttachedJob]:
+        # A job a device fault failed holds nothing: its replacement may attach.
         return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH]
+                if s.priority == protocol.Priority.HIGH and s.device_fault is None]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description

@@ -13,6 +13,11 @@ on a GPU: once the job has been told, every later driver request fails with it
 (other jobs carry on). What the device wrote for the job's stderr with an error
 (the assert's message) reaches the job once, right before the error.
 
+A device fault on a backend whose errors are context-wide (a GPU) fails every job
+(tally/server/device_faults.py): `fail_device` makes every later request fail with
+the fault's explanation, and `drop_device_state` lets go of what the job had made
+in the dead context without touching the device.
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
 (device memory and driver objects), what was registered with `add_cleanup`, and
@@ -87,6 +92,8 @@ class Session:
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
         self.sticky_error: DeviceError | None = None   # set once the job was told of one
+        self.device_fault: DeviceError | None = None   # a device fault ended its device state
+        self.handling = False                  # the session thread is inside a handler
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
@@ -96,6 +103,7 @@ class Session:
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
+        self._memory = memory
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -148,6 +156,32 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # ---- device faults (tally/server/device_faults.py) ------------------------------
+
+    def fail_device(self, error: DeviceError) -> None:
+        """A device fault ended the job's device state: every request from now on
+        fails with `error` (a job's keep-alives and goodbye still pass)."""
+        self.device_fault = error
+        self.sticky_error = error
+
+    def wait_quiet(self, timeout_s: float) -> bool:
+        """Wait until no handler and no blocking request of the job is running
+        (after fail_device none starts again); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.handling:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return self.client.blocking.wait_idle(max(0.0, deadline - time.monotonic()))
+
+    def drop_device_state(self) -> None:
+        """Let go of everything the job made on the device, which died with the
+        context (the backend's releases do nothing then): its memory is no longer
+        counted, its streams leave the executor. The job keeps its session, whose
+        requests fail with the fault, until it leaves."""
+        old, self.client = self.client, ClientState(self, self._memory)
+        old.close()
 
     def gone(self) -> bool:
         """Whether the client has left (or is being let go), checked now: a job that
@@ -249,10 +283,18 @@ class Session:
             counters.sync_requests += 1
         entry = HANDLERS.get(kind)
         self.current_request = entry[0].__name__ if entry is not None else f"kind {kind}"
-        if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
-            counters.errors += 1
-            self.fail(tag, self.current_request, self.sticky_error)
-            return
+        self.handling = True          # before the check: a fault marked after it waits for this handler
+        try:
+            if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
+                counters.errors += 1
+                self.fail(tag, self.current_request, self.sticky_error)
+                return
+            self._dispatch(entry, kind, tag, payload)
+        finally:
+            self.handling = False
+
+    def _dispatch(self, entry, kind: int, tag: int, payload: bytes) -> None:
+        counters = self.counters
         try:
             if entry is None:
                 raise ProtocolError(f"unknown message kind {kind}")
@@ -280,6 +322,9 @@ class Session:
         client's next synchronizing call (as CUDA's deferred errors do). Once the
         client is gone its requests' failures (e.g. a wait that outlived it) are
         nobody's concern and are not logged."""
+        faults = self.server.device_faults
+        if faults is not None:
+            error = faults.seen(error, self)
         if not self.closed:
             self.failures.record(request, error)
         if tag:

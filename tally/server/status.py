@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tally import protocol
 from tally.protocol import Priority
+from tally.protocol.errors import DeviceError
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    state: str = "running"           # "running" | "paused" (tally-server pause/resume)
+    state: str = "running"           # "running" | "paused" (tally-server pause/resume) | "faulted"
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -77,6 +78,10 @@ class ServerStatus:
     be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
     hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
     max_hp_jobs: int = 1                       # high-priority jobs allowed at once
+    # device faults that poisoned the context (a GPU's), and the last one: at, code, error,
+    # detail, caused_by (client ids), jobs_failed, state, recovery_s (tally/server/device_faults.py)
+    device_faults: int = 0
+    last_device_fault: dict | None = None
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -118,14 +123,18 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="paused" if session.paused else "running",
+        state="faulted" if session.device_fault is not None else "paused" if session.paused else "running",
     )
 
 
 def server_status(server, sessions: list, leaving: int) -> ServerStatus:
     """`sessions`: the clients still attached; `leaving`: how many more are being released."""
     d = server.description
-    free, total = server.backend.mem_info()
+    try:
+        free, total = server.backend.mem_info()
+    except DeviceError:         # a faulted context answers nothing until it is recreated
+        free, total = 0, d.total_memory
+    faults = server.device_faults
     return ServerStatus(
         pid=os.getpid(),
         socket=str(server.config.socket_path),
@@ -152,4 +161,6 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
         hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
         max_hp_jobs=server.high_priority_jobs.max_jobs,
+        device_faults=server.counters.device_faults,
+        last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
     )

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "connection/context_faults.h"
 #include "connection/handshake.h"
 #include "logging/log.h"
 #include "tally/segment.h"
@@ -150,6 +151,12 @@ CUresult Connection::fail_transport(const char* what) {
 
 CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
                           uint64_t* tag_out) {
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
+  return post_record(kind, msg, msg_size, tail, tail_size, tag_out);
+}
+
+CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail,
+                                 uint32_t tail_size, uint64_t* tag_out) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
   const uint64_t tag = tag_out == nullptr ? 0 : next_tag_.fetch_add(1, std::memory_order_relaxed);
   try {
@@ -174,6 +181,7 @@ CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, con
 CUresult Connection::send_async_fill(uint32_t kind, uint32_t size, void (*fill)(uint8_t*, const void*),
                                      const void* context) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
     auto& ring = segment_->request_ring();
@@ -211,6 +219,10 @@ CUresult Connection::wait(uint64_t tag, uint32_t request_kind, Reply* reply) {
                error.status, text.c_str());
     const CUresult status = error.status == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : static_cast<CUresult>(error.status);
     report_failure(request_kind, status, text);
+    if (is_context_fault(status)) {
+      int none = CUDA_SUCCESS;   // the first fault stays, as CUDA's sticky error does
+      sticky_error_.compare_exchange_strong(none, static_cast<int>(status), std::memory_order_acq_rel);
+    }
     return status;
   }
   // An earlier asynchronous failure the client noticed itself surfaces here, at the
@@ -226,8 +238,22 @@ CUresult Connection::expect_kind(const Reply& reply, protocol::MessageKind kind,
   return CUDA_ERROR_UNKNOWN;
 }
 
+CUresult Connection::reset_context() {
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  uint64_t tag = 0;
+  const uint32_t kind = static_cast<uint32_t>(protocol::MessageKind::CtxSynchronize);
+  if (CUresult rc = post_record(kind, nullptr, 0, nullptr, 0, &tag); rc != CUDA_SUCCESS) return rc;
+  Reply reply;
+  wait(tag, kind, &reply);   // what the reset context's work failed with goes with it
+  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  sticky_error_.store(CUDA_SUCCESS, std::memory_order_release);
+  deferred_error_.store(CUDA_SUCCESS, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
 CUresult Connection::reserve_upload(uint64_t nbytes, uint64_t* offset, uint8_t** data) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     auto& arena = segment_->upload();
     auto status = arena.reserve(nbytes, transport::Deadline::never(), offset);

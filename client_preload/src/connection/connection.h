@@ -8,6 +8,12 @@
 //     arena.
 // Nothing here throws to the caller and nothing aborts the process: failures
 // become CUresults and one "tally:" line on stderr.
+//
+// A context fault (context_faults.h: an illegal address, a failed assert...) the
+// server reports is sticky, as on a GPU: every later request fails with it at
+// once, without reaching the server, until the job resets its context
+// (reset_context: cuDevicePrimaryCtxReset, cudaDeviceReset). The library's own
+// records (a host function's completion) still go out.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -137,6 +143,17 @@ class Connection {
   void defer_error(CUresult error);
   CUresult take_deferred_error();
 
+  // The context fault every request fails with now (CUDA_SUCCESS: none).
+  CUresult sticky_error() const { return static_cast<CUresult>(sticky_error_.load(std::memory_order_acquire)); }
+  // cuDevicePrimaryCtxReset: waits for the job's work, then forgets the sticky
+  // error and any deferred one (they belonged to the context that was reset).
+  CUresult reset_context();
+  // One of the library's own records, sent even after a context fault.
+  template <class Msg>
+  CUresult send_internal(const Msg& m) {
+    return post_record(static_cast<uint32_t>(Msg::kKind), &m, wire_size<Msg>(), nullptr, 0, nullptr);
+  }
+
  private:
   enum class State { kIdle, kConnected, kFailed, kForked };
   struct DownloadChunk {
@@ -149,6 +166,9 @@ class Connection {
   Connection() = default;
   CUresult connect_locked();
   CUresult fail_transport(const char* what);  // the server is gone: every call fails from now on
+  // post() without the sticky-error check
+  CUresult post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
+                       uint64_t* tag_out);
   CUresult wait_reply(uint64_t tag, Reply* reply);
   // Reads one completion record (the caller holds the reader role).
   ReadStatus read_record(int64_t timeout_ns, Reply* got, uint64_t* tag, std::string* failure);
@@ -185,6 +205,7 @@ class Connection {
   std::deque<DownloadChunk> downloads_;  // in the order their replies arrived
 
   std::atomic<int> deferred_error_{CUDA_SUCCESS};
+  std::atomic<int> sticky_error_{CUDA_SUCCESS};
 };
 
 // A synchronous request (with an optional tail) answered by one fixed-size record

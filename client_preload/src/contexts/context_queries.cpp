@@ -119,12 +119,13 @@ TALLY_ENTRY(cuCtxResetPersistingL2Cache_v11000)(void) {
 }
 
 // cudaDeviceReset lands here. The job's work is finished first, as the driver
-// does; the job keeps its allocations and handles (the server frees everything
-// when the job ends), and cudart registers its modules again on next use.
+// does, and a context fault the job hit is cleared (connection.h); the job keeps
+// its allocations and handles (the server frees everything when the job ends),
+// and cudart registers its modules again on next use.
 TALLY_ENTRY(cuDevicePrimaryCtxReset_v11000)(CUdevice_v1 dev) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return Connection::instance().request_done(protocol::CtxSynchronizeMsg{});
+  return Connection::instance().reset_context();
 }
 TALLY_ENTRY(cuDevicePrimaryCtxReset_v7000)(CUdevice_v1 dev) { return tally_entry_cuDevicePrimaryCtxReset_v11000(dev); }
 

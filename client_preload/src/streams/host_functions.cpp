@@ -101,12 +101,15 @@ class HostFunctionRunner {
       PendingCallback callback = it->second;
       pending_.erase(it);
       lock.unlock();
+      // After a context fault, as the driver does: a host function no longer runs,
+      // a stream callback runs and is passed the error.
+      const CUresult fault = c.sticky_error();
       if (callback.host_fn != nullptr) {
-        callback.host_fn(callback.user_data);
+        if (fault == CUDA_SUCCESS) callback.host_fn(callback.user_data);
       } else {
-        callback.stream_fn(callback.stream, CUDA_SUCCESS, callback.user_data);
+        callback.stream_fn(callback.stream, fault, callback.user_data);
       }
-      c.send(protocol::HostFuncDoneMsg{id});
+      c.send_internal(protocol::HostFuncDoneMsg{id});
       c.release_reader();
       lock.lock();
     }

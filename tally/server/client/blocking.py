@@ -47,6 +47,8 @@ class BlockingCalls:
         self._owed: dict[int, Callable[[], object]] = {}
         self._owed_ids = itertools.count()
         self._owed_lock = threading.Lock()
+        self._active = 0                       # work submitted and not yet answered
+        self._idle = threading.Condition()
 
     def owed(self, release: Callable[[], object]) -> Callable[[], object]:
         """`release` made to run exactly once: by whoever calls what this returns
@@ -81,7 +83,20 @@ class BlockingCalls:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
                                             thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
-        self._pool.submit(self._answer, tag, self._session.current_request, work)
+        with self._idle:
+            self._active += 1
+        # runs when the work ended, and when close() cancelled it before it began
+        self._pool.submit(self._answer, tag, self._session.current_request, work).add_done_callback(self._done)
+
+    def _done(self, _future) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no work is running (answered or ended); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout=timeout_s)
 
     def close(self) -> None:
         """Stop taking work. Threads still waiting finish on their own once the
