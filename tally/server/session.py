@@ -49,6 +49,7 @@ from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
 
@@ -148,6 +149,8 @@ class Session:
             self.connection.close()
         except OSError:
             pass
+        if self.close_reason in ("client process died", "client connection closed"):
+            reclaim_job_objects(self.pid)
         self.failures.log_repeats()
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
