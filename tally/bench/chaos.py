@@ -90,6 +90,7 @@ class Round:
     shm_left: list[str] = field(default_factory=list)      # still there SHM_SETTLE_S after the release
     shm_lingered: list[str] = field(default_factory=list)  # there at the release, gone within SHM_SETTLE_S
     server_rss_bytes: int = 0
+    server_threads: int = 0
     service_running: bool = True
     note: str = ""
 
@@ -193,6 +194,7 @@ class _Campaign:
                 break
         r.shm_lingered = sorted(set(found) - set(r.shm_left))
         r.server_rss_bytes = rss_bytes(self.server.pid)
+        r.server_threads = proc_status(self.server.pid, "Threads")
         r.service_running = self.service.running()
         return r
 
@@ -271,12 +273,17 @@ def shm_objects(server_pid: int, *job_pids: int) -> list[str]:
         return []
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process (VmRSS), 0 once it is gone."""
+def proc_status(pid: int, field: str) -> int:
+    """A number from /proc/PID/status (its first word), 0 once the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (VmRSS), 0 once it is gone."""
+    return proc_status(pid, "VmRSS") * 1024
