@@ -5,8 +5,9 @@ launches of transformed kernels, events, host functions, copies, virtual memory)
 runs without a GPU. tally-server --backend cuda refuses tally's own driver on
 purpose (a user would mean a GPU); tests build the server here instead.
 
-Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [METRICS]]]
-(METRICS "metrics": serve /metrics on a port of the system's choosing, printed.)"""
+Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [OPTION...]]]
+(OPTION "metrics": serve /metrics on a port of the system's choosing, printed; "suspendable":
+the backend's allocations are reservations, so jobs can be suspended: tally-server --suspendable.)"""
 from __future__ import annotations
 
 import logging
@@ -22,11 +23,12 @@ from tally.server.server import ServerConfig, TallyServer
 def main() -> int:
     socket_path, policy = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "priority")
     be_transform = sys.argv[3] if len(sys.argv) > 3 else "auto"
+    restorable = "suspendable" in sys.argv[4:]     # tally-server --suspendable
     logging.basicConfig(level=logging.INFO, format="nested tally-server %(levelname)s %(message)s")
     # spin like the CPU backends: the emulator underneath needs the cores
     config = ServerConfig(socket_path=Path(socket_path), policy=policy, be_transform=be_transform, spin_us=20.0)
-    server = TallyServer(config, CudaBackend(0))
-    if len(sys.argv) > 4 and sys.argv[4] == "metrics":    # before the socket appears: the port is known by then
+    server = TallyServer(config, CudaBackend(0, restorable=restorable))
+    if "metrics" in sys.argv[4:]:    # before the socket appears: the port is known by then
         print(f"metrics on port {MetricsEndpoint(server, '127.0.0.1', 0).port}", flush=True)
     server.bind()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())

@@ -67,6 +67,16 @@ std::shared_ptr<SegmentHandle> segment_open(const std::string& name, double spin
   return wrap(std::move(s));
 }
 
+std::shared_ptr<SegmentHandle> segment_adopt(int fd, const std::string& name, double spin_us, double peer_check_ms) {
+  const WaitPolicy policy = make_policy(spin_us, peer_check_ms);
+  std::unique_ptr<Segment> s;
+  {
+    py::gil_scoped_release nogil;
+    s = Segment::adopt(fd, name, policy);
+  }
+  return wrap(std::move(s));
+}
+
 std::string segment_repr(const SegmentHandle& h) {
   std::ostringstream out;
   out << "<tally._core.Segment " << h.name << " " << side_name(h.side);
@@ -298,6 +308,13 @@ void bind_transport(py::module_& m) {
       .def_static("open", &segment_open, py::arg("name"), py::kw_only(), py::arg("spin_us") = kDefaultSpinUs,
                   py::arg("peer_check_ms") = kDefaultPeerCheckMs,
                   "Client side: attaches to an existing segment, validates it and records this pid as its client.")
+      .def_static("adopt", &segment_adopt, py::arg("fd"), py::arg("name"), py::kw_only(), py::arg("spin_us") = kDefaultSpinUs,
+                  py::arg("peer_check_ms") = kDefaultPeerCheckMs,
+                  "Server side, for a job migrating from another server on this node: attaches to the segment "
+                  "that server created (its shared-memory object `fd`, which stays the caller's) as its server "
+                  "end; the client stays attached.")
+      .def_property_readonly("shm_fd", [](const SegmentHandle& h) { return h.get()->shm_fd(); },
+                             "Server side: the segment's shared-memory object (-1 on the client side).")
       .def_property_readonly("name", [](const SegmentHandle& h) { return h.name; })
       .def_property_readonly("size", [](const SegmentHandle& h) { return h.get()->size(); })
       .def_property_readonly("side", [](const SegmentHandle& h) { return std::string(side_name(h.side)); })

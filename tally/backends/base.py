@@ -69,6 +69,12 @@ class BackendTraits:
     # False: the cap is accepted and has no effect (the executor still caps PTB
     # workers to the share, and the policy's priorities still hold).
     confines_sms: bool
+    # The backend can give a job's device memory back and later restore it at the
+    # same addresses (AddressRestore below): what `tally-server suspend` needs.
+    restores_at_address: bool = False
+    # ... and moves a job's modules with their globals to another server's backend
+    # (module_memory lists them all, module_load_at places them): what migration needs.
+    migrates_jobs: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,34 @@ class DeviceBackend(Protocol):
     # what the stream's kernels printed since the last call.
 
     def close(self) -> None: ...
+
+
+class AddressRestore(Protocol):
+    """What a backend with `traits.restores_at_address` also has, so a suspended
+    job's memory can be freed and come back where the job's raw pointers point
+    (tally/server/suspend.py). Contracts: the caller saved the bytes first and no
+    work of the job runs meanwhile; a restore that cannot get the same addresses
+    raises DeviceError and leaves nothing half made."""
+
+    def mem_evict(self, ptr: int) -> None:
+        """Give back an allocation's memory, keeping its address for mem_alloc_at."""
+    def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
+        """An allocation at exactly ptr (an evicted one's address, or a migrated job's; mem_free
+        frees it); CUDA_ERROR_ALREADY_MAPPED when the addresses are taken, CUDA_ERROR_OUT_OF_MEMORY
+        when the device is full."""
+    def mem_free_evicted(self, ptr: int) -> None:
+        """An evicted allocation will not come back (its job left): release what keeps its address."""
+    def module_memory(self, module: Module) -> dict[str, tuple[int, int]]:
+        """name -> (ptr, size) of the device memory a loaded module holds (its globals)."""
+    def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> Module:
+        """module_load with the named globals at these addresses (a migrated job's module)."""
+    def module_evict(self, module: Module) -> None:
+        """Free the module's device memory; the module stays loaded (unload frees nothing more)."""
+    def module_restore(self, module: Module) -> None:
+        """Give an evicted module its memory back at the same addresses (contents: the caller writes them)."""
+    def vmm_read(self, handle: object, offset: int, dst: memoryview) -> None:
+        """The bytes of physical memory (vmm_create's handle), mapped or not."""
+    def vmm_write(self, handle: object, offset: int, src: memoryview) -> None: ...
 
 
 # The allocation granularity of virtual memory management: what CUDA reports for

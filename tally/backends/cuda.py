@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, clamp_sm_grant
+from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
@@ -99,13 +100,17 @@ class CudaModule:
     image: bytes   # the driver reads the image during load only, but keep it for reloads
 
 
-class CudaBackend(PtxVariants):
+class CudaBackend(CudaAddressRestore, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
                            variants_from_ptx=True, confines_sms=True)   # where green contexts work: see __init__
 
-    def __init__(self, device: int = 0):
+    _check = staticmethod(_check)
+
+    def __init__(self, device: int = 0, restorable: bool = False):
+        """restorable: back job allocations with reservations so jobs can be suspended
+        (tally/backends/cuda_restore.py; tally-server --suspendable)."""
         _check(cu.cuInit(0))
         self._context = CudaContext(device, _check)
         self._device = self._context.device
@@ -123,6 +128,9 @@ class CudaBackend(PtxVariants):
         # a new context exists: freed at once, the same addresses could come back and be
         # refused as registered already where the driver keeps the registration
         self._after_reset: list[Callable[[], None]] = []
+        self._init_restore(restorable)
+        if restorable:
+            self.traits = dataclasses.replace(self.traits, restores_at_address=True)
 
     def _open_partitions(self) -> GreenPartitions | None:
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
@@ -165,6 +173,7 @@ class CudaBackend(PtxVariants):
         if self._partitions is not None:
             self._partitions.close()    # their green contexts and streams; fails quietly on a faulted device
         self._probe = None
+        self._backed.clear()            # reservations of the faulted context are gone with it
         self._context.recreate()
         self._partitions = self._open_partitions()
         releases, self._after_reset = self._after_reset, []
@@ -205,15 +214,20 @@ class CudaBackend(PtxVariants):
     # memory
     def mem_alloc(self, nbytes: int) -> int:
         self._current()
+        if self._restorable:
+            return self._backed_alloc(nbytes)
         return int(_check(cu.cuMemAlloc(nbytes)))
 
     def mem_free(self, ptr: int) -> None:
         size = self._managed.pop(ptr, None)
         if self._lost:
+            self._backed.pop(ptr, None)     # its reservation went with the context
             if size is not None:    # the server's own mapping of the job's object: undone after the reset
                 self._after_reset.append(lambda: self._unregister_late(ptr, size))
             return
         self._current()
+        if self._backed_free(ptr):
+            return
         if size is None:
             _check(cu.cuMemFree(ptr))
             return

@@ -58,7 +58,8 @@ class NullBackend(NoHostRegistration, PtxVariants):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True, confines_sms=False)
+                           variants_from_ptx=True, confines_sms=False, restores_at_address=True,
+                           migrates_jobs=True)
 
     def __init__(self, total_memory: int = 80 << 30, sm_count: int = 132):
         self._total = total_memory
@@ -137,6 +138,41 @@ class NullBackend(NoHostRegistration, PtxVariants):
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not an allocation")
             self._managed.pop(ptr, None)
             self._vacate(ptr)
+
+    # restoring at addresses (AddressRestore): address space again; no bytes to move
+    def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
+        with self._lock:
+            if sum(self._live.values()) + nbytes > self._total:
+                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory allocating {nbytes} bytes")
+            if any(p < ptr + nbytes and ptr < p + n for p, n in self._live.items()):
+                raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{ptr:x} overlaps an allocation")
+            self._live[ptr] = nbytes
+
+    def mem_evict(self, ptr: int) -> None:
+        self.mem_free(ptr)
+
+    def mem_free_evicted(self, ptr: int) -> None:
+        pass
+
+    def module_memory(self, module: NullModule) -> dict[str, tuple[int, int]]:
+        return {}         # the null device keeps no globals
+
+    def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> NullModule:
+        return self.module_load(source)
+
+    def module_evict(self, module: NullModule) -> None:
+        pass
+
+    def module_restore(self, module: NullModule) -> None:
+        pass
+
+    def vmm_read(self, handle: int, offset: int, dst: memoryview) -> None:
+        if handle not in self._physical:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown physical handle {handle}")
+
+    def vmm_write(self, handle: int, offset: int, src: memoryview) -> None:
+        if handle not in self._physical:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown physical handle {handle}")
 
     def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
         """Address space only, like the rest: the job's own mapping holds the bytes."""

@@ -47,13 +47,13 @@ def real_driver_present() -> bool:
         return False
 
 
-def _cuda(device: int) -> DeviceBackend:
+def _cuda(device: int, restorable: bool = False) -> DeviceBackend:
     if not real_driver_present():
         raise BackendUnavailable(
             "no NVIDIA driver or GPU found (libcuda.so.1 with a device); "
             "use --backend emulator to run on the CPU")
     from tally.backends.cuda import CudaBackend
-    return CudaBackend(device)
+    return CudaBackend(device, restorable=restorable)
 
 
 def _emulator(device: int, **options) -> DeviceBackend:

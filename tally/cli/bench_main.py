@@ -11,6 +11,7 @@
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
     tally-bench chaos --rounds 100 --json out.json   # best-effort jobs killed/evicted around a checked HP job
     tally-bench fuzz --messages 1000000 --json out.json   # mutated requests and handshakes at a real server
+    tally-bench migrate --json out.json --png out.png   # suspend/resume/migrate time vs a job's footprint
 """
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
     from tally.bench.reliability_args import add_reliability_parsers
     add_reliability_parsers(sub)
+    m = sub.add_parser("migrate", help="suspend, resume and migration time against a job's device footprint, "
+                                       "on two tally-servers of this host")
+    m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
+    m.add_argument("--footprints", default="16,64,256,1024",
+                   help="the job's device memory in MiB, comma-separated (default: %(default)s)")
+    m.add_argument("--json", type=Path, help="write the rows here")
+    m.add_argument("--png", type=Path, help="write the figure here")
     if not extras.missing("cluster"):
         from tally.bench import plan_compare, profile
         from tally.bench.cluster_args import add_cluster_parser
@@ -219,6 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("chaos", "fuzz"):
         from tally.bench.reliability_args import reliability_main
         return reliability_main(args)
+    if args.command == "migrate":
+        from tally.bench.migrate import run_migrate_bench, table, write
+        try:
+            footprints = [int(x) for x in args.footprints.split(",") if x]
+        except ValueError:
+            print(f"tally-bench migrate: --footprints {args.footprints!r} is not a list of MiB counts", file=sys.stderr)
+            return 2
+        rows = run_migrate_bench(footprints, args.backend)
+        print(table(rows))
+        write(rows, args.json, args.png)
+        return 0 if all(r.exact for r in rows) else 1
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)

@@ -2,12 +2,15 @@
 
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%] [--socket PATH]
     tally-server pause --client ID [--force] [--socket PATH]
+    tally-server suspend --client ID [--force] [--socket PATH]
     tally-server resume --client ID [--socket PATH]
+    tally-server migrate --client ID --to SOCKET [--socket PATH]
 
 `tally-server status` lists the client ids. Each command sends one request on
 the server's socket and prints the server's answer: what changed, or why
 nothing did. Exit status: 0 done (or nothing needed doing), 1 no server
-answers, 2 refused (bad input, unknown client). What the server does with each
+answers, 2 refused (bad input, unknown client; a migration that did not happen:
+the job runs on where it was). What the server does with each
 is in tally/server/control.py.
 """
 from __future__ import annotations
@@ -16,10 +19,12 @@ import argparse
 import math
 import socket
 import sys
+from pathlib import Path
 
 from tally import paths
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ControlReply
+from tally.protocol.messages_generated import (ClientMigrate, ClientPause, ClientResume, ClientSet, ClientSuspend,
+                                               ControlReply)
 from tally.units import SizeError, parse_size
 
 DESCRIPTIONS = {
@@ -27,7 +32,12 @@ DESCRIPTIONS = {
            "holds).",
     "pause": "Hold a running job's work: nothing of it starts, nothing is lost, and its synchronizing calls "
              "wait until `tally-server resume`.",
-    "resume": "Let a paused job's work go on where it stopped.",
+    "suspend": "Hold a running job's work, save its device memory to host memory and free it on the device "
+               "(the job waits; `tally-server resume` brings it back at the same addresses).",
+    "resume": "Let a paused job's work go on where it stopped, or bring a suspended job's memory back and "
+              "let its work go on.",
+    "migrate": "Move a running job to another tally-server on this node (its device state is restored at the same "
+               "addresses there); if anything fails the job runs on here, and the reason is printed.",
 }
 
 
@@ -63,8 +73,10 @@ def parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--memory-quota", type=memory_quota, metavar="SIZE|PCT%",
                        help="device memory the job may hold: a size with a unit (8G, 512M) or a percentage of "
                             "device memory (25%%)")
-    if command == "pause":
-        p.add_argument("--force", action="store_true", help="pause a high-priority job too")
+    if command in ("pause", "suspend"):
+        p.add_argument("--force", action="store_true", help=f"{command} a high-priority job too")
+    if command == "migrate":
+        p.add_argument("--to", required=True, metavar="SOCKET", help="the socket of the tally-server to move it to")
     p.add_argument("--socket", help="the server's socket (default $TALLY_SERVER or the default path)")
     return p
 
@@ -77,13 +89,18 @@ def request(command: str, args) -> bytes:
                          memory_quota_percent=quota if isinstance(quota, float) else 0.0).encode()
     if command == "pause":
         return ClientPause(client_id=args.client, force=int(args.force)).encode()
+    if command == "suspend":
+        return ClientSuspend(client_id=args.client, force=int(args.force)).encode()
+    if command == "migrate":
+        return ClientMigrate(client_id=args.client, tail=str(Path(args.to).absolute()).encode()).encode()
     return ClientResume(client_id=args.client).encode()
 
 
-KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "resume": ClientResume.KIND}
+KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "suspend": ClientSuspend.KIND, "resume": ClientResume.KIND,
+         "migrate": ClientMigrate.KIND}
 
 
-def send(socket_path, kind: int, payload: bytes, timeout: float = 10.0) -> ControlReply:
+def send(socket_path, kind: int, payload: bytes, timeout: float = 120.0) -> ControlReply:
     """One control request and the server's reply; OSError/ConnectionError when none answers."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)

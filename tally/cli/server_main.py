@@ -3,11 +3,14 @@
     tally-server [--device N] [--backend auto|cuda|emulator|null|sim] [--socket PATH]
                  [--emulate-cc 9.0] [--emulate-driver 13.0] [--emulate-sms 8]
                  [--be-memory-quota SIZE|PCT%] [--hp-memory-reserve SIZE|PCT%] [--max-hp-jobs N]
+                 [--oversubscribe [--slice-seconds S]]
     tally-server status [--socket PATH] [--json]
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%]
     tally-server pause --client ID [--force]
+    tally-server suspend --client ID [--force]
     tally-server resume --client ID
     tally-server top [--socket PATH] [--interval SECONDS]
+    tally-server migrate --client ID --to SOCKET
 """
 from __future__ import annotations
 
@@ -22,14 +25,25 @@ import sys
 import msgpack
 
 from tally import paths, protocol
-from tally.backends.registry import CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend
+from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend,
+                                     resolve_backend)
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.server.status import ServerStatus
 from tally.units import SizeError, format_bytes, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
-CONTROL_COMMANDS = ("set", "pause", "resume")     # tally/cli/control_main.py
+CONTROL_COMMANDS = ("set", "pause", "suspend", "resume", "migrate")     # tally/cli/control_main.py
+
+
+def slice_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0.1 <= value <= 3600):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time slice in seconds between 0.1 and 3600")
+    return value
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -37,8 +51,8 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
                     "Subcommands: `tally-server status` reports connected clients, `tally-server top` "
-                    "shows them live; `tally-server set`, `pause` and `resume` change a running job "
-                    "(each with --help).")
+                    "shows them live; `tally-server set`, `pause`, `suspend`, `resume` and `migrate` change a "
+                    "running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -80,6 +94,17 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDRESS",
                    help="the address /metrics listens on (default 127.0.0.1: this host only, as the metrics "
                         "name every job's program; 0.0.0.0 for a Prometheus on another host)")
+    p.add_argument("--suspendable", action="store_true",
+                   help="(cuda backend) back job allocations with virtual-memory reservations, rounded up to 2 MiB, "
+                        "so `tally-server suspend` and --oversubscribe work on a GPU; the emulator and null "
+                        "backends always can")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="best-effort jobs whose memory does not fit together take turns: an allocation that finds "
+                        "no room waits, and the server suspends and resumes best-effort jobs (never the "
+                        "high-priority one) every --slice-seconds")
+    p.add_argument("--slice-seconds", type=slice_seconds, default=5.0, metavar="S",
+                   help="with --oversubscribe: the time a best-effort job runs before it may be suspended for "
+                        "another (default 5)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
     return p
@@ -212,6 +237,8 @@ def serve_main(argv: list[str]) -> int:
         options["driver_version"] = args.emulate_driver
     if args.emulate_sms is not None:
         options["sm_count"] = args.emulate_sms
+    if args.suspendable and resolve_backend(args.backend) == "cuda":
+        options["restorable"] = True
     try:
         backend = make_backend(args.backend, args.device, **options)
     except BackendOptionsRefused as e:
@@ -231,7 +258,9 @@ def serve_main(argv: list[str]) -> int:
                           sample_period_ms=args.sample_period_ms,
                           # admin14: memory protection and high-priority jobs
                           be_memory_quota=args.be_memory_quota,
-                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs)
+                          hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
+                          # susp17: suspend-based time-slicing
+                          oversubscribe=args.oversubscribe, slice_seconds=args.slice_seconds)
     try:
         server = TallyServer(config, backend)
     except ValueError as e:
@@ -333,11 +362,11 @@ def format_status(s: ServerStatus) -> str:
         lines.insert(-1, f"faults   {s.device_faults} device faults; last: {fault['error']}, caused by {cause}, "
                          f"{len(fault['jobs_failed'])} jobs failed, context {fault['state']}")
     if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<8} {'memory':>10} {'quota':>10} "
+        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<9} {'memory':>10} {'quota':>10} "
                      f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
         for c in s.clients:
             quota = _gib(c.memory_quota_bytes) if c.memory_quota_bytes is not None else "-"
-            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<8} "
+            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<9} "
                          f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
                          f"{c.errors:>7}  {c.program}")
     return "\n".join(lines)

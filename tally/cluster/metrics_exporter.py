@@ -54,6 +54,7 @@ class TallyCollector(Collector):
         yield from _client_metrics(clients, server.get("scheduler", {}).get("clients", {}))
         yield from _scheduler_metrics(server.get("scheduler", {}))
         yield from _health_metrics(server.get("health"))
+        yield from _mobility_metrics(server.get("mobility"), clients)
         yield from self._event_metrics()
 
     def _device_metrics(self, s: DeviceSample | None, server: dict) -> Iterator[Metric]:
@@ -145,6 +146,30 @@ def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
                                     "How long high-priority kernels waited in the server, from the head of "
                                     "their stream's queue to their launch.",
                                     buckets=buckets, sum_value=delay["sum"])
+
+
+def _mobility_metrics(mobility: dict | None, clients: list[dict]) -> Iterator[Metric]:
+    """Suspensions, resumes and migrations (tally/server/suspend.py, migration.py)."""
+    if not mobility:
+        return
+    for key, name, help_text in (
+            ("suspensions", "tally_suspensions", "Jobs suspended (their device memory moved to host memory)."),
+            ("resumes", "tally_resumes", "Suspended jobs resumed."),
+            ("migrations", "tally_migrations", "Jobs moved to another tally-server."),
+            ("migrations_failed", "tally_migrations_failed", "Migrations that did not happen (the job stayed).")):
+        yield CounterMetricFamily(name, help_text, value=mobility.get(key, 0))
+    for key, name, help_text, scale in (
+            ("last_suspend_ms", "tally_last_suspend_seconds", "How long the last suspension took.", 1e-3),
+            ("last_resume_ms", "tally_last_resume_seconds", "How long the last resume took.", 1e-3),
+            ("last_migration_ms", "tally_last_migration_seconds", "How long the last migration took.", 1e-3),
+            ("last_migration_bytes", "tally_last_migration_bytes", "Device bytes the last migration moved.", 1)):
+        yield GaugeMetricFamily(name, help_text, value=mobility.get(key, 0) * scale)
+    suspended = GaugeMetricFamily("tally_client_suspended_bytes", "Device memory of a suspended job held in host "
+                                  "memory (0 while it runs).", labels=CLIENT_LABELS)
+    for c in clients:
+        suspended.add_metric([str(c["client_id"]), str(c["pid"]), c["priority"], c["program"]],
+                             c.get("suspended_bytes", 0))
+    yield suspended
 
 
 def _health_metrics(health: dict | None) -> Iterator[Metric]:

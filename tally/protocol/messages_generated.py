@@ -281,6 +281,114 @@ class ControlReply:
         return _ControlReply.pack(self.ok, 0) + self.tail
 
 
+_ClientSuspend = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSuspend:
+    """tool -> server over the socket: hold the job's work, save its device memory to host memory and free
+    it; `force` = 1 allows suspending a high-priority job
+    """
+
+    KIND: ClassVar[int] = 50
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    client_id: int = 0
+    force: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> ClientSuspend:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('ClientSuspend', len(payload), 16)
+            raise _trailing('ClientSuspend', len(payload) - 16)
+        v0, v1, v2 = _ClientSuspend.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _ClientSuspend.pack(self.client_id, self.force, 0)
+
+
+_ClientMigrate = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientMigrate:
+    """tool -> source server over its socket: move the job to the server whose socket path is the tail;
+    answered by ControlReply. Tail: UTF-8 path of the target server's socket.
+    """
+
+    KIND: ClassVar[int] = 51
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    client_id: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> ClientMigrate:
+        if len(payload) < 8:
+            raise _short('ClientMigrate', len(payload), 8)
+        (v0,) = _ClientMigrate.unpack_from(payload)
+        return cls(v0, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _ClientMigrate.pack(self.client_id) + self.tail
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateOffer:
+    """source -> target server over the target's socket, the connection's first record: a job would move
+    here; answered by ControlReply (refused: why). Tail: msgpack: the job's description (program,
+    priority, quota, footprint, device).
+    """
+
+    KIND: ClassVar[int] = 52
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> MigrateOffer:
+        return cls(memoryview(payload)[0:])
+
+    def encode(self) -> bytes:
+        return bytes(self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateState:
+    """source -> target, after an accepted offer: one piece of the job's state (an allocation, a chunk of
+    its bytes, a module, its streams, events, session); not answered. Tail: msgpack: the piece.
+    """
+
+    KIND: ClassVar[int] = 53
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> MigrateState:
+        return cls(memoryview(payload)[0:])
+
+    def encode(self) -> bytes:
+        return bytes(self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateCommit:
+    """source -> target after the last piece, right after the job's handshake socket went over as
+    SCM_RIGHTS: take the job over (its segment and the requests not handled yet); answered by
+    ControlReply. Tail: msgpack: segment name and pending requests.
+    """
+
+    KIND: ClassVar[int] = 54
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> MigrateCommit:
+        return cls(memoryview(payload)[0:])
+
+    def encode(self) -> bytes:
+        return bytes(self.tail)
+
+
 _Ping = struct.Struct('<Q')
 
 
@@ -2074,6 +2182,11 @@ MESSAGES = (
     ClientPause,
     ClientResume,
     ControlReply,
+    ClientSuspend,
+    ClientMigrate,
+    MigrateOffer,
+    MigrateState,
+    MigrateCommit,
     Ping,
     Pong,
     Notify,

@@ -286,6 +286,25 @@ MESSAGES = (
     Message("ControlReply", 33, "server -> tool over the socket: `ok` = 1 when done (or nothing needed "
             "doing), 0 when refused", (F("ok", "u32"), F("_pad0", "u32")),
             tail="UTF-8 sentence: what changed, or why nothing did"),
+    # Suspending a job (tally-server suspend; tally/server/suspend.py): `tally-server resume`
+    # (ClientResume) brings a suspended job back. One request per connection, answered by ControlReply.
+    Message("ClientSuspend", 50, "tool -> server over the socket: hold the job's work, save its device memory "
+            "to host memory and free it; `force` = 1 allows suspending a high-priority job",
+            (F("client_id", "u64"), F("force", "u32"), F("_pad0", "u32"))),
+    # Migrating a job to another tally-server on this node (tally-server migrate;
+    # tally/server/migration.py on the source, migration_import.py on the target).
+    Message("ClientMigrate", 51, "tool -> source server over its socket: move the job to the server whose "
+            "socket path is the tail; answered by ControlReply", (F("client_id", "u64"),),
+            tail="UTF-8 path of the target server's socket"),
+    Message("MigrateOffer", 52, "source -> target server over the target's socket, the connection's first "
+            "record: a job would move here; answered by ControlReply (refused: why)",
+            tail="msgpack: the job's description (program, priority, quota, footprint, device)"),
+    Message("MigrateState", 53, "source -> target, after an accepted offer: one piece of the job's state "
+            "(an allocation, a chunk of its bytes, a module, its streams, events, session); not answered",
+            tail="msgpack: the piece"),
+    Message("MigrateCommit", 54, "source -> target after the last piece, right after the job's handshake "
+            "socket went over as SCM_RIGHTS: take the job over (its segment and the requests not handled "
+            "yet); answered by ControlReply", tail="msgpack: segment name and pending requests"),
     Message("Ping", 16, "client -> server on the request ring: sync no-op, answered by Pong",
             (F("value", "u64"),)),
     Message("Pong", 17, "server -> client on the completion ring", (F("value", "u64"),)),

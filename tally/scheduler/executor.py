@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
 from typing import Callable, Hashable
 
 from tally.backends.base import DeviceBackend
@@ -203,6 +204,57 @@ class StreamExecutor:
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
                     self._preempt(unit)
             self._pump()
+
+    def wait_client_idle(self, client_id: Hashable, timeout: float, drain: bool = False) -> bool:
+        """For a client that submits nothing meanwhile: wait until none of its work
+        is on the device (its running units ended, what went to its backend streams
+        completed), and with `drain` until its queued work ran too (a paused client's
+        stays queued). Errors found on the way stay on their streams for the job's
+        next synchronization. False if that took longer than `timeout` seconds
+        (e.g. a host function waits for the job)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            client = self._client(client_id)
+            if drain and client.paused:
+                raise ValueError(f"client {client_id!r} is paused: its queued work cannot drain")
+            done = (lambda: all(s.drained for s in client.streams.values())) if drain else \
+                (lambda: all(s.inflight == 0 for s in client.streams.values()))
+            if not self.clock.wait_for(self._cond, done, timeout):
+                return False
+            streams = [s for s in client.streams.values() if not s.released]
+            for stream in streams:
+                stream.backend_syncs += 1
+        try:
+            for stream in streams:
+                # A backend synchronization may wait forever (a host function held by the
+                # job): it runs on a helper thread and the wait gives up at the deadline.
+                done = threading.Event()
+                found: list[DeviceError] = []
+
+                def sync(bs=stream.backend_stream):
+                    try:
+                        self.backend.stream_synchronize(bs)
+                    except DeviceError as e:
+                        found.append(e)
+                    finally:
+                        done.set()
+                threading.Thread(target=sync, daemon=True, name="tally-quiesce").start()
+                if not done.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+                if found:
+                    with self._lock:
+                        stream.errors.append(found[0])
+            return True
+        finally:
+            with self._lock:
+                for stream in streams:
+                    stream.backend_syncs -= 1
+                self._cond.notify_all()
+
+    def pending_errors(self, client_id: Hashable) -> int:
+        """Errors of the client's work it has not been told yet (its next synchronization will)."""
+        with self._lock:
+            return sum(len(s.errors) for s in self._client(client_id).streams.values())
 
     def resume_client(self, client_id: Hashable) -> None:
         """Let a paused client's work go on where it stopped. Idempotent."""

@@ -1,4 +1,5 @@
-"""Operator control of running jobs: `tally-server set`, `pause` and `resume`.
+"""Operator control of running jobs: `tally-server set`, `pause`, `suspend`, `resume` and
+`migrate` (suspending: tally/server/suspend.py; migrating: tally/server/migration.py).
 
 Each command is one request on the server's socket (ClientSet, ClientPause,
 ClientResume), answered by one ControlReply: `ok` and a sentence saying what
@@ -26,13 +27,16 @@ import math
 
 from tally import protocol
 from tally.cluster.memory_limits import QuotaBelowUse, to_bytes
-from tally.protocol.messages_generated import ClientPause, ClientResume, ClientSet, ControlReply
+from tally.protocol.messages_generated import (ClientMigrate, ClientPause, ClientResume, ClientSet, ClientSuspend,
+                                               ControlReply)
 from tally.scheduler.executor import ClientGone
+from tally.server import migration
+from tally.server import suspend as suspension
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND})
+REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND, ClientMigrate.KIND})
 
 
 class Refusal(Exception):
@@ -46,9 +50,14 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
             done = set_limits(server, ClientSet.decode(payload))
         elif kind == ClientPause.KIND:
             done = pause(server, ClientPause.decode(payload))
+        elif kind == ClientSuspend.KIND:
+            done = suspend(server, ClientSuspend.decode(payload))
+        elif kind == ClientMigrate.KIND:
+            msg = ClientMigrate.decode(payload)
+            done = migration.migrate(server, _session(server, msg.client_id), bytes(msg.tail).decode())
         else:
             done = resume(server, ClientResume.decode(payload))
-    except (Refusal, protocol.ProtocolError) as e:
+    except (Refusal, suspension.SuspendRefused, migration.MigrationRefused, protocol.ProtocolError) as e:
         log.warning("operator request refused: %s", e)
         return ControlReply(ok=0, tail=str(e).encode())
     except Exception as e:           # the server carries on; the operator learns it failed
@@ -121,8 +130,16 @@ def pause(server, msg: ClientPause) -> str:
            f"{session.client_id}`"
 
 
+def suspend(server, msg: ClientSuspend) -> str:
+    return suspension.suspend(server, _session(server, msg.client_id), force=bool(msg.force))
+
+
 def resume(server, msg: ClientResume) -> str:
+    """Resume a suspended job (its memory comes back; its work goes on unless the
+    operator had paused it before), or a paused one."""
     session = _session(server, msg.client_id)
+    if session.suspension is not None:
+        return suspension.resume(server, session)
     if not session.paused:
         return f"{_name(session)} is not paused; nothing changed"
     _executor_call(server.executor.resume_client, session)

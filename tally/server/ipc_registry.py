@@ -87,6 +87,12 @@ class IpcRegistry:
         with self._lock:
             return [(e.base, e.importers[importer]) for e in self._memory.values() if e.importers[importer] > 0]
 
+    def opened_exports_of(self, owner: int) -> list[int]:
+        """Bases of `owner`'s allocations that another job has open now."""
+        with self._lock:
+            return [base for (o, base), export_id in self._memory_by_owner.items()
+                    if o == owner and any(n > 0 for n in self._memory[export_id].importers.values())]
+
     def owner_frees(self, owner: int, base: int) -> bool:
         """The owner frees (or leaves) the allocation at `base`: True when the
         device memory may be freed now, False when jobs that opened it keep it."""

@@ -29,12 +29,13 @@ from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
 from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
-from tally.protocol.messages_generated import ControlReply, DeviceInfo, Hello, HelloReply, StatusReply, StatusRequest
+from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, HelloReply, MigrateOffer, StatusReply,
+                                               StatusRequest)
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.scheduler.hooks import Hooks
-from tally.server import control
+from tally.server import control, migration_import
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
 from tally.server.device_faults import DeviceFaults
@@ -44,6 +45,9 @@ from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
+from tally.server.migration import MigrationRecord
+from tally.server.oversubscribe import TimeSlicer
+from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -89,6 +93,9 @@ class ServerConfig:
     be_memory_quota: int | float | None = None
     hp_memory_reserve: int | float | None = None
     max_hp_jobs: int = 1
+    # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
+    oversubscribe: bool = False
+    slice_seconds: float = 5.0
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -121,6 +128,9 @@ class TallyServer:
         if self.device_faults is not None:
             self.executor.device_errors = self.device_faults.seen
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
+        self.mobility = MobilityRecord()  # suspensions and resumes (tally/server/suspend.py)
+        self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
+        self.time_slicer = TimeSlicer(self, config.slice_seconds) if config.oversubscribe else None
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
         self.sessions: dict[int, Session] = {}
         self._sessions_lock = threading.Lock()
@@ -141,6 +151,8 @@ class TallyServer:
         self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
         self.exit_status = 0               # what tally-server exits with once serve_forever returns
+        if self.time_slicer is not None:
+            self.time_slicer.start()
 
     # ---- socket ----------------------------------------------------------------
 
@@ -222,6 +234,8 @@ class TallyServer:
                 self.config.socket_path.unlink()
             except FileNotFoundError:
                 pass
+        if self.time_slicer is not None:
+            self.time_slicer.stop()
         try:
             self.levers.stop()
             self.executor.close()
@@ -252,6 +266,8 @@ class TallyServer:
             elif kind in control.REQUESTS:
                 send_record(conn, ControlReply.KIND, control.answer(self, kind, payload).encode(), tag)
                 conn.close()
+            elif kind == MigrateOffer.KIND:
+                migration_import.receive(self, conn, payload)
             else:
                 raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest or a "
                                              f"control request")
@@ -359,6 +375,43 @@ class TallyServer:
             log.info("client %d asked for %g%% of the SMs; best-effort jobs get at most %g%% on this server "
                      "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
         self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
+
+    def attach_migrated(self, conn: socket.socket, segment, pid: int, priority: protocol.Priority, program: str,
+                        memory, sm_percent: float | None, setup) -> Session:
+        """A job migrating here from another server on this node (tally/server/migration_import.py):
+        a session on the segment and socket it already has; `setup(session)` gives it the
+        job's state before its thread starts."""
+        high = priority == protocol.Priority.HIGH
+        with self._admit_lock:
+            if not self._admitting:
+                raise OSError("tally-server is shutting down")
+            client_id = next(self._client_ids)
+            segment.watch_peer_socket(conn.fileno())
+            session = Session(self, client_id, pid, priority, program, segment, conn, memory)
+            with self._sessions_lock:
+                self.sessions[client_id] = session
+            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=sm_percent)
+            try:
+                setup(session)
+            except BaseException:
+                self.executor.remove_client(client_id)
+                with self._sessions_lock:
+                    self.sessions.pop(client_id, None)
+                raise
+            conn.settimeout(None)
+            self.levers.client_added(client_id, not high, sm_percent)
+            session.add_cleanup(lambda: self.retire_client(client_id))
+            session.start()
+            with self._registration_lock:
+                if not session.closed:
+                    try:
+                        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+                    except ValueError:
+                        pass
+        log.info("client %d attached: pid %d, %s, priority %s, migrated from another server", client_id, pid,
+                 program, protocol.priority_name(priority))
+        self._wake_w.send(b"x")
+        return session
 
     @contextlib.contextmanager
     def admission_held(self):

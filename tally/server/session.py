@@ -49,6 +49,7 @@ from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.request_hold import RequestHold
 from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
@@ -105,6 +106,13 @@ class Session:
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
         self._memory = memory
+        self.hold = RequestHold()              # no request runs while it is held (a suspended job)
+        # Taken off the request ring and not handled yet (a migration hands them over).
+        self.pending_records: collections.deque = collections.deque()
+        self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
+        self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
+        # Migrated (tally/server/migration.py): another server serves its segment and socket now.
+        self.handed_over = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -117,6 +125,7 @@ class Session:
         if self.close_reason is None:
             self.close_reason = reason
         self._closing.set()
+        self.hold.wake()
         if not self._thread.is_alive():
             self.close()
 
@@ -132,6 +141,10 @@ class Session:
         self._closing.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+        with self.suspend_lock:                 # a suspend or resume under way finishes first
+            if self.suspension is not None:     # its memory is saved, not on the device: nothing to free there
+                self.suspension.discard(self)
+                self.suspension = None
         for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
@@ -139,11 +152,12 @@ class Session:
                 log.exception("client %d: cleanup step failed", self.client_id)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
-            try:
-                self.segment.mark_closed()
-            except Exception:
-                pass
-            self.segment.unlink()
+            if not self.handed_over:    # migrated: the other server's segment now
+                try:
+                    self.segment.mark_closed()
+                except Exception:
+                    pass
+                self.segment.unlink()
             self.segment.close()
         try:
             self.connection.close()
@@ -228,6 +242,13 @@ class Session:
                                                         f"{error.message}")
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
+    def hand_over(self) -> None:
+        """Another server serves the job's segment from now on (a migration): this
+        session sends nothing more on it and, closing, leaves it to that server."""
+        with self._reply_lock:
+            self._segment_closed = True
+            self.handed_over = True
+
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
         it goes nowhere, silently: answers of requests that outlived their job."""
@@ -265,17 +286,24 @@ class Session:
     def _run(self) -> None:
         ring = self.segment.request_ring
         try:
-            while not self._closing.is_set():
+            pending, hold = self.pending_records, self.hold
+            while hold.wait_released(self._closing, POLL_INTERVAL_S):
+                if not pending:
+                    try:
+                        pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
+                    except _core.PeerDead:
+                        self.request_close("client process died")
+                        break
+                    except _core.TransportError as e:
+                        self.request_close(f"transport failure: {e}")
+                        break
+                    continue
+                if not hold.enter(self._closing, POLL_INTERVAL_S):
+                    break
                 try:
-                    records = ring.pop_batch(POP_BATCH, POLL_INTERVAL_S)
-                except _core.PeerDead:
-                    self.request_close("client process died")
-                    break
-                except _core.TransportError as e:
-                    self.request_close(f"transport failure: {e}")
-                    break
-                for kind, tag, payload in records:
-                    self.handle(kind, tag, payload)
+                    self.handle(*pending.popleft())
+                finally:
+                    hold.leave()
         finally:
             self.close()
 

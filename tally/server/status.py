@@ -39,7 +39,9 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    state: str = "running"           # "running" | "paused" (tally-server pause/resume) | "faulted"
+    # "running" | "paused" | "suspended" (tally-server pause/suspend/resume) | "faulted"
+    state: str = "running"
+    suspended_bytes: int = 0         # its device memory held in host memory while suspended
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -82,6 +84,8 @@ class ServerStatus:
     # detail, caused_by (client ids), jobs_failed, state, recovery_s (tally/server/device_faults.py)
     device_faults: int = 0
     last_device_fault: dict | None = None
+    # suspensions and resumes so far, and how long the last of each took (tally/server/suspend.py)
+    mobility: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -100,6 +104,7 @@ def _known(cls, data: dict) -> dict:
 
 def client_status(session) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
+    suspension = session.suspension
     server = session.server
     try:
         _share, granted = server.executor.sm_share(session.client_id)
@@ -123,7 +128,9 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="faulted" if session.device_fault is not None else "paused" if session.paused else "running",
+        state="faulted" if session.device_fault is not None else "suspended" if suspension is not None
+        else "paused" if session.paused else "running",
+        suspended_bytes=suspension.nbytes if suspension is not None else 0,
     )
 
 
@@ -163,4 +170,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         max_hp_jobs=server.high_priority_jobs.max_jobs,
         device_faults=server.counters.device_faults,
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
+        mobility={**server.mobility.to_json(), **server.migrations.to_json()},
     )

@@ -54,6 +54,11 @@ enum class MessageKind : uint32_t {
   ClientPause = 31,
   ClientResume = 32,
   ControlReply = 33,
+  ClientSuspend = 50,
+  ClientMigrate = 51,
+  MigrateOffer = 52,
+  MigrateState = 53,
+  MigrateCommit = 54,
   Ping = 16,
   Pong = 17,
   Notify = 18,
@@ -139,6 +144,11 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::ClientPause: return "ClientPause";
     case MessageKind::ClientResume: return "ClientResume";
     case MessageKind::ControlReply: return "ControlReply";
+    case MessageKind::ClientSuspend: return "ClientSuspend";
+    case MessageKind::ClientMigrate: return "ClientMigrate";
+    case MessageKind::MigrateOffer: return "MigrateOffer";
+    case MessageKind::MigrateState: return "MigrateState";
+    case MessageKind::MigrateCommit: return "MigrateCommit";
     case MessageKind::Ping: return "Ping";
     case MessageKind::Pong: return "Pong";
     case MessageKind::Notify: return "Notify";
@@ -355,6 +365,54 @@ static_assert(sizeof(ControlReplyMsg) == 8, "ControlReplyMsg layout differs from
 static_assert(offsetof(ControlReplyMsg, ok) == 0);
 static_assert(offsetof(ControlReplyMsg, _pad0) == 4);
 constexpr uint32_t kControlReplySize = 8;  // bytes on the wire (0: empty)
+
+// tool -> server over the socket: hold the job's work, save its device memory to host memory and free it; `force` = 1 allows suspending a high-priority job
+struct ClientSuspendMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientSuspend;
+  static constexpr bool kHasTail = false;
+  uint64_t client_id;
+  uint32_t force;
+  uint32_t _pad0;
+};
+static_assert(sizeof(ClientSuspendMsg) == 16, "ClientSuspendMsg layout differs from the Python codec");
+static_assert(offsetof(ClientSuspendMsg, client_id) == 0);
+static_assert(offsetof(ClientSuspendMsg, force) == 8);
+static_assert(offsetof(ClientSuspendMsg, _pad0) == 12);
+constexpr uint32_t kClientSuspendSize = 16;  // bytes on the wire (0: empty)
+
+// tool -> source server over its socket: move the job to the server whose socket path is the tail; answered by ControlReply; tail: UTF-8 path of the target server's socket
+struct ClientMigrateMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientMigrate;
+  static constexpr bool kHasTail = true;
+  uint64_t client_id;
+};
+static_assert(sizeof(ClientMigrateMsg) == 8, "ClientMigrateMsg layout differs from the Python codec");
+static_assert(offsetof(ClientMigrateMsg, client_id) == 0);
+constexpr uint32_t kClientMigrateSize = 8;  // bytes on the wire (0: empty)
+
+// source -> target server over the target's socket, the connection's first record: a job would move here; answered by ControlReply (refused: why); tail: msgpack: the job's description (program, priority, quota, footprint, device)
+struct MigrateOfferMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateOffer;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateOfferMsg) == 1, "MigrateOfferMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateOfferSize = 0;  // bytes on the wire (0: empty)
+
+// source -> target, after an accepted offer: one piece of the job's state (an allocation, a chunk of its bytes, a module, its streams, events, session); not answered; tail: msgpack: the piece
+struct MigrateStateMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateState;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateStateMsg) == 1, "MigrateStateMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateStateSize = 0;  // bytes on the wire (0: empty)
+
+// source -> target after the last piece, right after the job's handshake socket went over as SCM_RIGHTS: take the job over (its segment and the requests not handled yet); answered by ControlReply; tail: msgpack: segment name and pending requests
+struct MigrateCommitMsg {
+  static constexpr MessageKind kKind = MessageKind::MigrateCommit;
+  static constexpr bool kHasTail = true;
+};
+static_assert(sizeof(MigrateCommitMsg) == 1, "MigrateCommitMsg layout differs from the Python codec");
+constexpr uint32_t kMigrateCommitSize = 0;  // bytes on the wire (0: empty)
 
 // client -> server on the request ring: sync no-op, answered by Pong
 struct PingMsg {

@@ -272,7 +272,9 @@ class Segment {
       // Publish the magic last, so a concurrent open() never trusts a half-written header.
       reinterpret_cast<std::atomic<uint32_t>*>(&header->layout.magic)->store(protocol::kSegmentMagic, std::memory_order_release);
       layout.magic = protocol::kSegmentMagic;
-      return std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
+      auto segment = std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
+      segment->shm_fd_ = ::dup(fd.get());
+      return segment;
     } catch (...) {
       shm_unlink(name.c_str());
       throw;
@@ -310,7 +312,40 @@ class Segment {
     }
   }
 
-  ~Segment() { munmap(base_, layout_.total_bytes); }
+  // Server side, for a job migrating here from another server on this node: attaches
+  // to the segment that server created (its shared-memory object `fd`, passed over a
+  // unix socket: the name is unlinked once the client attached), validated as open()
+  // does, as its server end; the attached client stays as it is.
+  static std::unique_ptr<Segment> adopt(int fd, const std::string& name, const WaitPolicy& policy = {}) {
+    detail::check_name(name);
+    struct stat st;
+    if (fstat(fd, &st) != 0) throw TransportError(system_error_text("fstat(segment " + name + ")"));
+    const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+    if (file_bytes < sizeof(SegmentHeader))
+      throw CorruptSegment("segment " + name + " is " + std::to_string(file_bytes) + " bytes, too small for a tally header");
+    auto* base = map(fd, file_bytes, name);
+    try {
+      SegmentLayout layout;
+      std::memcpy(&layout, base, sizeof layout);
+      validate_layout(layout, file_bytes, name);
+      auto segment = std::unique_ptr<Segment>(new Segment(name, base, layout, Side::kServer, policy));
+      segment->validate_indices();
+      segment->shm_fd_ = ::dup(fd);
+      return segment;
+    } catch (...) {
+      munmap(base, file_bytes);
+      throw;
+    }
+  }
+
+  // The shared-memory object of a server-side segment (-1 on the client side): what a
+  // migration hands to the next server.
+  int shm_fd() const { return shm_fd_; }
+
+  ~Segment() {
+    munmap(base_, layout_.total_bytes);
+    if (shm_fd_ >= 0) ::close(shm_fd_);
+  }
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
@@ -475,6 +510,7 @@ class Segment {
   }
 
   std::string name_;
+  int shm_fd_ = -1;  // server side: the shared-memory object, kept for a migration
   uint8_t* base_;
   SegmentLayout layout_;
   Side side_;

@@ -51,11 +51,22 @@ void bind_memory(py::module_& m) {
                                                           "Device allocations backed by lazily zeroed host memory.")
       .def(py::init<uint64_t>(), py::arg("capacity"))
       .def("allocate", &DeviceMemory::allocate, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
+      .def("allocate_at", &DeviceMemory::allocate_at, py::arg("addr"), py::arg("nbytes"))
       .def("free", &DeviceMemory::release, py::arg("ptr"))
       .def("reserve", &DeviceMemory::reserve, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
       .def("unreserve", &DeviceMemory::unreserve, py::arg("base"))
       .def("create_physical", &DeviceMemory::create_physical, py::arg("nbytes"))
       .def("release_physical", &DeviceMemory::release_physical, py::arg("handle"))
+      .def("read_physical", [](DeviceMemory& self, uint64_t handle, uint64_t offset, const py::object& dst) {
+             BufferView view(dst, true);
+             py::gil_scoped_release nogil;
+             self.read_physical(handle, offset, view.data(), view.size());
+           }, py::arg("handle"), py::arg("offset"), py::arg("dst"))
+      .def("write_physical", [](DeviceMemory& self, uint64_t handle, uint64_t offset, const py::object& src) {
+             BufferView view(src, false);
+             py::gil_scoped_release nogil;
+             self.write_physical(handle, offset, view.data(), view.size());
+           }, py::arg("handle"), py::arg("offset"), py::arg("src"))
       .def("map", &DeviceMemory::map, py::arg("addr"), py::arg("nbytes"), py::arg("offset"), py::arg("handle"))
       .def("unmap", &DeviceMemory::unmap, py::arg("addr"), py::arg("nbytes"))
       .def("set_access", &DeviceMemory::set_access, py::arg("addr"), py::arg("nbytes"), py::arg("accessible"))

@@ -87,6 +87,32 @@ uint64_t DeviceMemory::allocate(uint64_t nbytes, uint64_t alignment) {
   return base;
 }
 
+void DeviceMemory::allocate_at(uint64_t addr, uint64_t nbytes) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot allocate 0 bytes");
+  const uint64_t rounded = align_up(nbytes, kAlignment);
+  if (addr % kAlignment != 0 || addr < kGlobalBase || addr + rounded + kGuardBytes > kGlobalBase + kGlobalWindow) {
+    throw MemoryError(kInvalidValue, hex(addr) + " is not an address the emulator allocates at");
+  }
+  std::unique_lock guard(lock_);
+  if (used_.load() + rounded > capacity_) {
+    throw MemoryError(kOutOfMemory, "out of device memory: " + std::to_string(nbytes) + " bytes requested, " +
+                                        std::to_string(capacity_ - used_.load()) + " of " +
+                                        std::to_string(capacity_) + " free");
+  }
+  auto next = allocations_.lower_bound(addr);
+  bool taken = next != allocations_.end() && next->first < addr + rounded + kGuardBytes;
+  if (next != allocations_.begin()) taken |= std::prev(next)->first + std::prev(next)->second.reserved > addr;
+  if (taken) {
+    throw MemoryError(kAlreadyMapped, "device addresses [" + hex(addr) + ", " + hex(addr + rounded) + ") are taken");
+  }
+  auto* host = static_cast<uint8_t*>(std::calloc(1, rounded));
+  if (host == nullptr) throw MemoryError(kOutOfMemory, "host memory exhausted backing " + std::to_string(nbytes) + " bytes");
+  Allocation a;
+  a.size = nbytes, a.reserved = rounded + kGuardBytes, a.host = host;
+  allocations_.emplace(addr, std::move(a));
+  used_ += rounded;
+}
+
 // Next fit: addresses are reused only after the window wraps, so a stale pointer
 // to freed memory keeps faulting for a long time. Call with lock_ held.
 uint64_t DeviceMemory::take_address(uint64_t nbytes, uint64_t alignment) {
@@ -270,6 +296,38 @@ void DeviceMemory::release_physical(uint64_t handle) {
   close(it->second.fd);  // its pages live on in the mappings that still use them
   used_ -= it->second.size;
   physical_.erase(it);
+}
+
+void DeviceMemory::read_physical(uint64_t handle, uint64_t offset, void* dst, uint64_t n) const {
+  std::shared_lock guard(lock_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end()) throw MemoryError(kInvalidValue, "unknown physical memory handle " + std::to_string(handle));
+  if (offset + n > it->second.size || offset + n < offset) {
+    throw MemoryError(kInvalidValue, "bytes " + std::to_string(offset) + "+" + std::to_string(n) +
+                                         " lie outside physical memory of " + std::to_string(it->second.size) + " bytes");
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t done = 0; done < n;) {
+    ssize_t got = pread(it->second.fd, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got <= 0) throw MemoryError(kInvalidValue, std::string("reading physical memory failed: ") + std::strerror(errno));
+    done += static_cast<uint64_t>(got);
+  }
+}
+
+void DeviceMemory::write_physical(uint64_t handle, uint64_t offset, const void* src, uint64_t n) {
+  std::shared_lock guard(lock_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end()) throw MemoryError(kInvalidValue, "unknown physical memory handle " + std::to_string(handle));
+  if (offset + n > it->second.size || offset + n < offset) {
+    throw MemoryError(kInvalidValue, "bytes " + std::to_string(offset) + "+" + std::to_string(n) +
+                                         " lie outside physical memory of " + std::to_string(it->second.size) + " bytes");
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (uint64_t done = 0; done < n;) {
+    ssize_t put = pwrite(it->second.fd, in + done, n - done, static_cast<off_t>(offset + done));
+    if (put <= 0) throw MemoryError(kInvalidValue, std::string("writing physical memory failed: ") + std::strerror(errno));
+    done += static_cast<uint64_t>(put);
+  }
 }
 
 DeviceMemory::Allocation& DeviceMemory::reservation_of(uint64_t addr, uint64_t nbytes, uint64_t* base) {

@@ -38,6 +38,10 @@ class DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
   uint64_t allocate(uint64_t nbytes, uint64_t alignment = kAlignment);
+  // An allocation at exactly `addr` (a suspended job's memory coming back where its
+  // pointers point): kAlreadyMapped if [addr, addr + nbytes) or its guard is taken,
+  // kOutOfMemory if the capacity is used up. Lazily zeroed, like allocate().
+  void allocate_at(uint64_t addr, uint64_t nbytes);
   void release(uint64_t ptr);
   uint64_t used() const { return used_.load(); }
   uint64_t capacity() const { return capacity_; }
@@ -71,6 +75,9 @@ class DeviceMemory {
   void unreserve(uint64_t base);  // what is still mapped is unmapped
   uint64_t create_physical(uint64_t nbytes);
   void release_physical(uint64_t handle);  // its memory lives on while mapped
+  // The bytes of physical memory, mapped or not (suspending a job saves them).
+  void read_physical(uint64_t handle, uint64_t offset, void* dst, uint64_t n) const;
+  void write_physical(uint64_t handle, uint64_t offset, const void* src, uint64_t n);
   void map(uint64_t addr, uint64_t nbytes, uint64_t offset, uint64_t handle);
   void unmap(uint64_t addr, uint64_t nbytes);  // whole mappings only
   void set_access(uint64_t addr, uint64_t nbytes, bool accessible);

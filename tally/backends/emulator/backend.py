@@ -69,7 +69,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     kind = "emulator"
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,
-                           variants_from_ptx=True, confines_sms=True)
+                           variants_from_ptx=True, confines_sms=True, restores_at_address=True,
+                           migrates_jobs=True)
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,
@@ -111,6 +112,36 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     def mem_info(self) -> tuple[int, int]:
         return self._memory.capacity - self._memory.used, self._memory.capacity
+
+    # ------------------------------------------------------------------ restoring at addresses (AddressRestore)
+
+    def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
+        _memory_call(self._memory.allocate_at, ptr, nbytes)
+
+    # Next fit hands out a freed address again only after its window wraps: evicting is freeing.
+    def mem_evict(self, ptr: int) -> None:
+        self.mem_free(ptr)
+
+    def mem_free_evicted(self, ptr: int) -> None:
+        pass
+
+    def module_memory(self, module: EmulatorModule) -> dict[str, tuple[int, int]]:
+        return {name: (ptr, max(size, 1)) for name, (ptr, size) in module.globals.items()}
+
+    def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> EmulatorModule:
+        return _memory_call(EmulatorModule, source, self._memory, addresses)
+
+    def module_evict(self, module: EmulatorModule) -> None:
+        _memory_call(module.evict)
+
+    def module_restore(self, module: EmulatorModule) -> None:
+        _memory_call(module.restore)
+
+    def vmm_read(self, handle: int, offset: int, dst: memoryview) -> None:
+        _memory_call(self._memory.read_physical, handle, offset, dst)
+
+    def vmm_write(self, handle: int, offset: int, src: memoryview) -> None:
+        _memory_call(self._memory.write_physical, handle, offset, src)
 
     # ------------------------------------------------------------------ virtual memory
 

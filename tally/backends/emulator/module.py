@@ -58,7 +58,7 @@ class EmulatorFunction:
 
 
 class EmulatorModule:
-    def __init__(self, source: ModuleSource, memory):
+    def __init__(self, source: ModuleSource, memory, addresses: dict[str, int] | None = None):
         if source.ptx is None:
             if source.cubins:
                 archs = ", ".join(f"sm_{a}" for a in sorted(source.cubins))
@@ -71,10 +71,11 @@ class EmulatorModule:
         except PtxParseError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX does not parse: {e}") from None
         self._memory = memory
+        self.evicted = False          # its globals' memory was given back (a suspended job's)
         self.globals: dict[str, tuple[int, int]] = {}
         self.functions: dict[str, EmulatorFunction] = {}
         try:
-            self._allocate_globals()
+            self._allocate_globals(addresses or {})
             for fn in self.ir.entries():
                 layout = tuple(KernelParam(s.offset, s.size, s.align) for s in param_layout(fn))
                 self.functions[fn.name] = EmulatorFunction(fn.name, layout, param_bytes(fn), self,
@@ -97,11 +98,19 @@ class EmulatorModule:
                         out.append(s)
         return out
 
-    def _allocate_globals(self) -> None:
+    def _allocate_globals(self, addresses: dict[str, int]) -> None:
+        """Each variable gets its own allocation; at `addresses[name]` where given
+        (a migrated job's module, whose kernels' pointers must stay valid)."""
         variables = self._variables()
         for v in variables:
             size = var_size(v)
-            self.globals[v.name] = (self._memory.allocate(max(size, 1), max(var_align(v), 256)), size)
+            at = addresses.get(v.name)
+            if at is None:
+                ptr = self._memory.allocate(max(size, 1), max(var_align(v), 256))
+            else:
+                self._memory.allocate_at(at, max(size, 1))
+                ptr = at
+            self.globals[v.name] = (ptr, size)
 
         functions = function_indices(self.ir)
 
@@ -119,9 +128,32 @@ class EmulatorModule:
                 self._memory.write(self.globals[v.name][0], data)
 
     def unload(self) -> None:
-        for ptr, _size in self.globals.values():
-            self._memory.free(ptr)
+        if not self.evicted:
+            for ptr, _size in self.globals.values():
+                self._memory.free(ptr)
         self.globals.clear()
+
+    def evict(self) -> None:
+        """Free the globals' memory (the caller saved their bytes); kernels keep their addresses."""
+        if not self.evicted:
+            for ptr, _size in self.globals.values():
+                self._memory.free(ptr)
+            self.evicted = True
+
+    def restore(self) -> None:
+        """Allocate the globals again at their addresses; all or none."""
+        if not self.evicted:
+            return
+        done = []
+        try:
+            for ptr, size in self.globals.values():
+                self._memory.allocate_at(ptr, max(size, 1))
+                done.append(ptr)
+        except BaseException:
+            for ptr in done:
+                self._memory.free(ptr)
+            raise
+        self.evicted = False
 
 
 def _block_limits(fn: ir.Function) -> tuple[int | None, tuple[int, int, int] | None]:

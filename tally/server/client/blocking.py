@@ -124,3 +124,7 @@ class BlockingCalls:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:
                 log.exception("client %d: could not answer a blocking request", session.client_id)
+        finally:
+            with self._pending_changed:
+                self._pending -= 1
+                self._pending_changed.notify_all()

@@ -51,6 +51,13 @@ class EventTable:
         self._events.clear()
         self._opened.clear()
 
+    def has_opened(self) -> bool:
+        return bool(self._opened)
+
+    def describe(self) -> list[list]:
+        """[event id, timing] of its own events (what a migration recreates)."""
+        return [[eid, bool(ev.timing)] for eid, ev in self._events.items() if eid not in self._opened]
+
     def check_new(self, event_id: int) -> None:
         if event_id in self._events:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"event id {event_id} already exists")

@@ -79,12 +79,64 @@ class ModuleRegistry:
         self._detached: list[LoadedModule] = []           # unloaded by the client, awaiting release
 
     def load(self, image: bytes) -> LoadedModule:
+        source = self._source(image)
+        backend_module, variants = self._load_backend(source)
+        with self._lock:
+            module = LoadedModule(next(self._ids), backend_module, source, variants=variants)
+            self._modules[module.module_id] = module
+        return module
+
+    def load_at(self, module_id: int, image: bytes, addresses: dict[str, int], functions: dict[str, int],
+                resolved: dict[str, tuple[int, int]]) -> LoadedModule:
+        """A migrated job's module (tally/server/migration_import.py): loaded with its
+        globals at `addresses`, under the ids it had, its kernels resolved under
+        theirs and its globals as the job looked them up."""
+        source = self._source(image)
+        backend_module, variants = self._load_backend(source, addresses)
+        module = LoadedModule(module_id, backend_module, source, variants=variants)
         try:
-            source = module_source(image, self.backend.describe(), self.backend.traits.runs_cubins)
+            for fn_name, function_id in functions.items():
+                backend_fn = self.backend.module_function(backend_module, fn_name)
+                fn = LoadedFunction(function_id, fn_name, module, backend_fn)
+                module.functions[fn_name] = fn
+        except DeviceError:
+            self.backend.module_unload(backend_module)
+            raise
+        with self._lock:
+            self._modules[module_id] = module
+            for fn in module.functions.values():
+                self._functions[fn.function_id] = fn
+                self._origins[id(fn.backend_function)] = fn
+            for var, (ptr, size) in resolved.items():
+                module.globals[var] = (ptr, size)
+                if ptr not in self._global_sizes:
+                    bisect.insort(self._global_starts, ptr)
+                self._global_sizes[ptr] = size
+        if variants is not None:
+            for fn in module.functions.values():
+                self._register_variants(module, fn)
+        return module
+
+    def continue_ids(self, next_id: int) -> None:
+        """Ids handed out from now on start at next_id (a migrated job's continue)."""
+        with self._lock:
+            self._ids = itertools.count(next_id)
+
+    def _source(self, image: bytes) -> ModuleSource:
+        try:
+            return module_source(image, self.backend.describe(), self.backend.traits.runs_cubins)
         except DeviceError as e:
             if e.code in (CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION):
                 log.warning("a module failed to load: %s", e.message)
             raise
+
+    def _load_backend(self, source: ModuleSource, addresses: dict[str, int] | None = None):
+        """(backend module, its variants or None); globals at `addresses` when given."""
+        def load(src: ModuleSource):
+            if addresses is None:
+                return self.backend.module_load(src)
+            return self.backend.module_load_at(src, addresses)
+
         variants = None
         if self.variant_provider is not None and source.ptx is not None:
             variants = self.variant_provider.prepare(source.ptx)
@@ -93,18 +145,15 @@ class ModuleRegistry:
             # Loaded from the transformed text only (no original image, no cubins), so the
             # cuda backend JIT-compiles originals and variants into one module.
             try:
-                backend_module = self.backend.module_load(ModuleSource(original=b"", ptx=variants.ptx))
+                backend_module = load(ModuleSource(original=b"", ptx=variants.ptx))
             except DeviceError as e:
                 # The job's own image still runs: its kernels just stay untransformed.
                 log.warning("the device refused the module with sliced/PTB variants (%s); "
                             "loading the job's own image", e)
                 variants = None
         if backend_module is None:
-            backend_module = self.backend.module_load(source)
-        with self._lock:
-            module = LoadedModule(next(self._ids), backend_module, source, variants=variants)
-            self._modules[module.module_id] = module
-        return module
+            backend_module = load(source)
+        return backend_module, variants
 
     def unload(self, module_id: int) -> None:
         self.release(self.detach(module_id))
@@ -221,6 +270,18 @@ class ModuleRegistry:
                 self.backend.module_unload(module.backend_module)
             except DeviceError:
                 pass   # the client is gone; the module goes with the backend's context
+
+    def next_id(self) -> int:
+        """The id the next module or function will get (a migrated job's ids continue from it)."""
+        with self._lock:
+            ahead = next(self._ids)
+            self._ids = itertools.count(ahead)
+            return ahead
+
+    def loaded(self) -> list[LoadedModule]:
+        """Every module on the backend now: loaded, or unloaded by the client and awaiting release."""
+        with self._lock:
+            return [*self._modules.values(), *self._detached]
 
     def _module(self, module_id: int) -> LoadedModule:
         module = self._modules.get(module_id)

@@ -35,6 +35,7 @@ class ClientState:
         self.backend = session.backend
         self.client_id = session.client_id
         self.allocations = Allocations(memory)
+        self.managed: set[int] = set()              # bases of its managed allocations (cuMemAllocManaged)
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
@@ -86,6 +87,7 @@ class ClientState:
         if found is None or found[0] != ptr:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"0x{ptr:x} is not the start of an allocation of this client")
+        self.managed.discard(ptr)
         return self.allocations.remove(ptr)
 
     # ---- checks ------------------------------------------------------------------------

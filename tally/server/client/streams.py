@@ -82,6 +82,11 @@ class StreamTable:
         with self._lock:
             self._releasing.discard(key)
 
+    def describe(self) -> list[list]:
+        """[id, flags, priority, SM cap] of the streams the job created (what a migration recreates)."""
+        with self._lock:
+            return [[s.key, s.flags, s.priority, s.sm_cap] for s in self._streams.values()]
+
     def keys(self) -> list[int]:
         """Every stream a context-wide wait covers, destroyed ones still draining included."""
         with self._lock:

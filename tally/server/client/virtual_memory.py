@@ -22,6 +22,7 @@ class Mapping:
     size: int
     handle: int                 # the client's handle
     accessible: bool = False
+    offset: int = 0             # where in the handle's memory it starts
 
 
 class VirtualMemory:
@@ -142,7 +143,7 @@ class VirtualMemory:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x}+{nbytes} is already mapped")
             self.backend.vmm_map(ptr, nbytes, offset, found[0])
             bisect.insort(self._starts, ptr)
-            self.mappings[ptr] = Mapping(nbytes, handle)
+            self.mappings[ptr] = Mapping(nbytes, handle, offset=offset)
 
     def set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
         with self.lock:
@@ -177,6 +178,18 @@ class VirtualMemory:
         with self.lock:
             del self.reservations[ptr]
         self.backend.vmm_free(ptr, nbytes)
+
+    def forget_physical(self) -> None:
+        """A suspended client is gone: its mappings and physical memory are no longer
+        on the device (tally/server/suspend.py); forget them and give back their count."""
+        with self.lock:
+            found = list(self.handles.values()) + list(self.released_mapped.values())
+            self.handles.clear()
+            self.released_mapped.clear()
+            self.mappings.clear()
+            self._starts.clear()
+        for _backend_handle, nbytes in found:
+            self.allocations.uncharge(nbytes)
 
     def clear(self) -> None:
         """The client is gone (and its work finished): give everything back."""

@@ -39,6 +39,7 @@ def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
         finally:
             os.close(fd)                     # the backend holds its own mapping
         client.allocations.add(address, nbytes)
+        client.managed.add(address)          # its bytes live in the job's shared memory: never suspended
 
 
 HANDLERS = {MemAllocManaged: mem_alloc_managed}

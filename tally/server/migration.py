@@ -1,0 +1,273 @@
+"""Moving a running job to another tally-server on this node (`tally-server
+migrate --client ID --to SOCKET`), the source's side; the target's is
+tally/server/migration_import.py.
+
+The job's process keeps its shared segment and its handshake socket: on one
+node the target adopts both (the socket and the segment's shared memory go over
+as SCM_RIGHTS
+descriptor), so the job's client library changes nothing and notices only a pause.
+Its device state moves over the target's socket and is restored at the same
+device addresses there.
+
+Steps: (1) offer the job to the target, which refuses up front when it cannot
+take it (its backend, its free memory, its device, its admission rules); (2)
+stop the job's session between two requests and let every piece of work it
+queued finish, so nothing of it runs, waits or is owed an answer; (3) stream
+its state: each allocation (read from the device chunk by chunk, LZ4-compressed
+where that halves it), its modules (their images, their globals' addresses and
+bytes, the ids of their kernels), its streams and events, its session's
+deferred error and quota; (4) hand the socket and segment over with the
+requests taken off its ring and not handled yet. Until the target accepts that
+commit, the job is intact on the source: any failure (the target refuses or
+dies, a copy fails) releases the session and the job runs on here, and the
+caller learns why. Once accepted, the source frees the job's device memory and
+forgets it without touching the segment the target now serves.
+
+What cannot move yet (refused with the reason): virtual memory, pinned host
+memory, managed memory, IPC, a pending link, a suspended or paused job, and an
+error the job has not been told yet.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass
+
+import lz4.frame
+import msgpack
+
+from tally import protocol
+from tally.protocol.errors import DeviceError
+from tally.protocol.framing import recv_record, send_record
+from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
+from tally.scheduler.executor import ClientGone
+from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
+from tally.units import format_bytes
+
+log = logging.getLogger("tally.server")
+
+# Bytes of device memory per state record (under the socket's record limit).
+CHUNK_BYTES = 8 << 20
+# Compressed only when that at least halves a chunk: otherwise the CPU time is not paid back.
+# A probe of its first bytes decides whether to try (random data is not worth a full pass).
+COMPRESS_BELOW = 0.5
+PROBE_BYTES = 64 << 10
+CONNECT_TIMEOUT_S = 5.0
+# The target answers an offer at once; a commit after restoring what it received.
+REPLY_TIMEOUT_S = 120.0
+
+
+class MigrationRefused(Exception):
+    """The job stays on the source, intact; the message says why."""
+
+
+@dataclass
+class MigrationRecord:
+    """What status shows about migrations out of this server."""
+
+    migrations: int = 0
+    failed: int = 0
+    last_migration_ms: float = 0.0
+    last_migration_bytes: int = 0
+    last_failure: str = ""
+
+    def to_json(self) -> dict:
+        return {"migrations": self.migrations, "migrations_failed": self.failed,
+                "last_migration_ms": round(self.last_migration_ms, 3),
+                "last_migration_bytes": self.last_migration_bytes, "last_migration_failure": self.last_failure}
+
+
+def name(session) -> str:
+    return f"client {session.client_id} ({session.program}, {protocol.priority_name(session.priority)})"
+
+
+def migrate(server, session, target: str) -> str:
+    record = server.migrations
+    try:
+        return _migrate(server, session, target)
+    except MigrationRefused as e:
+        record.failed += 1
+        record.last_failure = str(e)
+        raise
+
+
+def _migrate(server, session, target: str) -> str:
+    started = time.monotonic()
+    _check_movable(server, session)
+    client = session.client
+    footprint = sum(size for _p, size in client.allocations.all()) + sum(
+        size for m in client.modules.loaded() for _p, size in server.backend.module_memory(m.backend_module).values())
+    sock = _connect(target)
+    try:
+        _ask(sock, MigrateOffer.KIND, _offer(server, session, footprint), "offer")
+        with session.suspend_lock:
+            if not session.hold.hold(HOLD_TIMEOUT_S):
+                raise MigrationRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
+                                       f"try again")
+            try:
+                _quiesce(server, session)
+                sent = _send_state(server, session, sock)
+                _commit(session, sock)
+                session.hand_over()         # the target serves the segment from now on
+            except BaseException:
+                session.hold.release()      # the job runs on here
+                raise
+        # The source frees the job's device memory and forgets it, leaving the
+        # segment and the socket (the target's now) alone; done before the answer, so
+        # a migration straight back finds its addresses free here.
+        session.request_close(f"migrated to {target}")
+        session.close()
+    except (OSError, ConnectionError, protocol.ProtocolError) as e:
+        raise MigrationRefused(f"{name(session)} stays here: the transfer to {target} failed ({e})") from None
+    except ClientGone:
+        raise MigrationRefused(f"{name(session)} left during its migration") from None
+    except DeviceError as e:
+        raise MigrationRefused(f"{name(session)} stays here: reading its device state failed ({e})") from None
+    finally:
+        sock.close()
+    elapsed_ms = (time.monotonic() - started) * 1000
+    record = server.migrations
+    record.migrations += 1
+    record.last_migration_ms = elapsed_ms
+    record.last_migration_bytes = sent
+    log.info("%s migrated to %s: %s of device state in %.1f ms", name(session), target, format_bytes(sent),
+             elapsed_ms)
+    return f"{name(session)} migrated to {target}: {format_bytes(sent)} of device state moved in {elapsed_ms:.0f} ms"
+
+
+def _check_movable(server, session) -> None:
+    backend = server.backend
+    if not backend.traits.migrates_jobs:
+        raise MigrationRefused(f"the {backend.kind} backend cannot move a job's state to another server "
+                               f"(its modules' globals stay where its driver put them)")
+    client = session.client
+    why = []
+    if session.suspension is not None:
+        why.append("it is suspended (resume it first)")
+    if session.paused:
+        why.append("it is paused (resume it first: its queued work must finish before it moves)")
+    if session.sticky_error is not None:
+        why.append("its context is unusable after an error")
+    if client.vmm.reservations or client.vmm.handles:
+        why.append("it uses virtual memory management")
+    if len(client.regions):
+        why.append("it has pinned host memory")
+    if client.managed:
+        why.append("it has managed memory")
+    if server.ipc.opened_by(session.client_id) or server.ipc.opened_exports_of(session.client_id) or \
+            client.events.has_opened():
+        why.append("it shares memory or events with another job (IPC)")
+    if client.links or client.staging:
+        why.append("a link or a module upload is under way")
+    if why:
+        raise MigrationRefused(f"{name(session)} cannot move: {'; '.join(why)}")
+
+
+def _connect(target: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(target)
+    except OSError as e:
+        sock.close()
+        raise MigrationRefused(f"no tally-server answers on {target} ({e}); nothing changed") from None
+    sock.settimeout(REPLY_TIMEOUT_S)
+    return sock
+
+
+def _ask(sock, kind: int, payload: bytes, what: str) -> str:
+    send_record(sock, kind, payload)
+    reply_kind, _tag, reply = recv_record(sock)
+    if reply_kind != ControlReply.KIND:
+        raise protocol.ProtocolError(f"the target answered the {what} with kind {reply_kind}")
+    answer = ControlReply.decode(reply)
+    text = bytes(answer.tail).decode(errors="replace")
+    if not answer.ok:
+        raise MigrationRefused(f"the target refused the {what}: {text}; the job stays here")
+    return text
+
+
+def _offer(server, session, footprint: int) -> bytes:
+    memory = session.client.allocations.memory
+    modules = session.client.modules.loaded()
+    description = {
+        "program": session.program, "pid": session.pid, "priority": int(session.priority),
+        "asked_quota": memory.asked_bytes, "quota": memory.quota_bytes,
+        "sm_percent": server.levers.share_of(session.client_id),
+        "footprint": footprint, "compute_capability": list(server.description.compute_capability),
+        "cubin_only": any(m.source.ptx is None for m in modules),
+    }
+    return MigrateOffer(tail=msgpack.packb(description)).encode()
+
+
+def _quiesce(server, session) -> None:
+    """Every request the job handed over so far has run and been answered."""
+    cid = session.client_id
+    if not server.executor.wait_client_idle(cid, IDLE_TIMEOUT_S, drain=True):
+        raise MigrationRefused(f"{name(session)}'s queued work did not finish within {IDLE_TIMEOUT_S:g} s")
+    if not session.client.blocking.wait_idle(IDLE_TIMEOUT_S):
+        raise MigrationRefused(f"{name(session)} waits on something that did not come within {IDLE_TIMEOUT_S:g} s")
+    if server.executor.pending_errors(cid):
+        raise MigrationRefused(f"{name(session)} has an error it was not told yet; try again after its next "
+                               f"synchronization")
+
+
+def _piece(sock, piece: dict) -> None:
+    send_record(sock, MigrateState.KIND, MigrateState(tail=msgpack.packb(piece)).encode())
+
+
+def _send_state(server, session, sock) -> int:
+    """Stream the job's state; the device bytes sent."""
+    backend, client = server.backend, session.client
+    sent = 0
+    buffer = bytearray(CHUNK_BYTES)
+    stream = backend.stream_create()
+    try:
+        def send_bytes(ptr: int, size: int) -> None:
+            nonlocal sent
+            for offset in range(0, size, CHUNK_BYTES):
+                n = min(CHUNK_BYTES, size - offset)
+                view = memoryview(buffer)[:n]
+                backend.memcpy_dtoh_async(view, ptr + offset, stream)
+                backend.stream_synchronize(stream)
+                small = False
+                probe = view[:PROBE_BYTES]
+                if len(lz4.frame.compress(probe)) < len(probe) * COMPRESS_BELOW:
+                    packed = lz4.frame.compress(view)
+                    small = len(packed) < n * COMPRESS_BELOW
+                _piece(sock, {"op": "bytes", "ptr": ptr + offset, "lz4": small,
+                              "data": packed if small else view})
+                sent += n
+
+        for ptr, size in client.allocations.all():
+            _piece(sock, {"op": "alloc", "ptr": ptr, "size": size})
+            send_bytes(ptr, size)
+        for module in client.modules.loaded():
+            globals_ = backend.module_memory(module.backend_module)
+            _piece(sock, {"op": "module", "id": module.module_id, "image": module.source.original,
+                          "globals": {n: ptr for n, (ptr, _s) in globals_.items()},
+                          "functions": {fn.name: fn.function_id for fn in module.functions.values()},
+                          "resolved": {n: list(v) for n, v in module.globals.items()}})
+            for ptr, size in globals_.values():
+                send_bytes(ptr, size)
+    finally:
+        backend.stream_destroy(stream)
+    _piece(sock, {"op": "streams", "list": client.streams.describe()})
+    _piece(sock, {"op": "events", "list": client.events.describe()})
+    deferred = session.deferred_error
+    _piece(sock, {"op": "session", "next_module_id": client.modules.next_id(),
+                  "deferred": None if deferred is None else [deferred.code, deferred.message],
+                  "kept_output": list(client.kept_output), "quota": client.allocations.memory.quota_bytes})
+    return sent
+
+
+def _commit(session, sock) -> None:
+    """Hand the job's socket over, then its segment and unhandled requests."""
+    # The target reads the next byte with the job's socket and its segment's shared
+    # memory attached (the segment's name was unlinked once the job attached).
+    _piece(sock, {"op": "handover"})
+    socket.send_fds(sock, [b"F"], [session.connection.fileno(), session.segment.shm_fd])
+    commit = {"segment": session.segment.name,
+              "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
+    _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")

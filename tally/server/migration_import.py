@@ -1,0 +1,228 @@
+"""The target's side of a migration (the source's: tally/server/migration.py).
+
+One connection on the server's socket carries it: an offer (refused up front
+when this server cannot take the job: its backend cannot restore at addresses,
+its device cannot run the job's cubin-only modules, it has too little free
+memory, or its admission rules say no), the job's state piece by piece
+(restored at once: allocations at their addresses, modules with their globals
+at theirs and their kernels under the ids the job holds), then the job's
+handshake socket (SCM_RIGHTS) and the commit: the job's segment is adopted, a
+session starts on it with the requests the source had taken off the ring and
+not handled, and the job goes on here. Until the commit succeeds everything
+made here is undone if anything fails or the source goes away, so a failed
+migration leaves nothing behind on this server.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+
+import lz4.frame
+import msgpack
+
+from tally import _core, protocol
+from tally.cluster.memory_limits import QuotaBelowUse
+from tally.protocol.errors import DeviceError
+from tally.protocol.framing import recv_record, send_record
+from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
+from tally.protocol.spec import PER_THREAD_STREAM_BIT
+from tally.scheduler.hooks import AdmissionRequest
+from tally.server.client.memory import Allocations
+from tally.server.client.modules import ModuleRegistry
+from tally.units import format_bytes
+
+log = logging.getLogger("tally.server")
+
+# How long the source may take between two records of a migration.
+TRANSFER_TIMEOUT_S = 120.0
+
+
+class ImportRefused(Exception):
+    """This server will not take the job; the message says why."""
+
+
+def receive(server, conn: socket.socket, payload: bytes) -> None:
+    """Serve one migration connection whose first record (the offer) was read."""
+    conn.settimeout(TRANSFER_TIMEOUT_S)
+    job = None
+    fds: list[int] = []          # received and not handed to a session: closed at the end
+    try:
+        try:
+            job = JobImport(server, msgpack.unpackb(MigrateOffer.decode(payload).tail))
+        except (ImportRefused, ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
+            _reply(conn, False, str(e))
+            log.warning("refused a migrating job: %s", e)
+            return
+        _reply(conn, True, "accepted")
+        failure = None
+        while True:
+            kind, _tag, record = recv_record(conn)
+            if kind == MigrateState.KIND:
+                piece = msgpack.unpackb(MigrateState.decode(record).tail)
+                if piece.get("op") == "handover":
+                    _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)
+                elif failure is None:
+                    try:
+                        job.apply(piece)
+                    except (DeviceError, ImportRefused, KeyError, TypeError, ValueError) as e:
+                        failure = f"restoring its state failed: {e}"
+                continue
+            if kind != MigrateCommit.KIND:
+                raise protocol.ProtocolError(f"unexpected record kind {kind} in a migration")
+            if failure is None and len(fds) != 2:
+                failure = "its handshake socket and segment did not come with the commit"
+            if failure is None:
+                try:
+                    session = job.commit(fds[0], fds[1], msgpack.unpackb(MigrateCommit.decode(record).tail))
+                    fds = fds[1:]          # the socket is the session's now; the segment's fd is closed below
+                except (ImportRefused, DeviceError, _core.TransportError, OSError) as e:
+                    failure = f"taking the job over failed: {e}"
+            if failure is not None:
+                _reply(conn, False, failure)
+                log.warning("a migrating job was not taken: %s", failure)
+                return
+            job = None
+            _reply(conn, True, f"client {session.client_id}")
+            return
+    except (OSError, ConnectionError, protocol.ProtocolError, msgpack.UnpackException) as e:
+        log.warning("a migration from another server broke off (%s); nothing of it is kept", e)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if job is not None:
+            job.undo()
+        conn.close()
+
+
+def _reply(conn, ok: bool, text: str) -> None:
+    send_record(conn, ControlReply.KIND, ControlReply(ok=int(ok), tail=text.encode()).encode())
+
+
+class JobImport:
+    """A migrating job's state as it arrives; undone unless committed."""
+
+    def __init__(self, server, offer: dict):
+        self.server = server
+        backend = self.backend = server.backend
+        if not backend.traits.migrates_jobs:
+            raise ImportRefused(f"this server's {backend.kind} backend cannot restore a job at its addresses")
+        cc = tuple(server.description.compute_capability)
+        if offer["cubin_only"] and tuple(offer["compute_capability"]) != cc:
+            raise ImportRefused(f"the job has modules with cubins only, for compute capability "
+                                f"{'.'.join(map(str, offer['compute_capability']))}; this device is {cc[0]}.{cc[1]}")
+        free = backend.mem_info()[0]
+        if offer["footprint"] > free:
+            raise ImportRefused(f"the job needs {format_bytes(offer['footprint'])} of device memory and this server "
+                                f"has {format_bytes(free)} free")
+        self.priority = protocol.Priority(offer["priority"])
+        self.program, self.pid = offer["program"], offer["pid"]
+        self.sm_percent = offer["sm_percent"]
+        high = self.priority == protocol.Priority.HIGH
+        verdict = server.hooks.admit_client(AdmissionRequest(
+            pid=self.pid, program=self.program, high_priority=high, memory_quota_bytes=offer["asked_quota"],
+            sm_percent=self.sm_percent))
+        if not verdict.allowed:
+            raise ImportRefused(verdict.reason)
+        self.memory = server.memory_limits.account(high, offer["asked_quota"])
+        self.quota = offer["quota"]
+        limit = self.quota if self.quota is not None else self.memory.quota_bytes
+        if limit is not None and offer["footprint"] > limit:
+            raise ImportRefused(f"the job holds {format_bytes(offer['footprint'])} of device memory, more than the "
+                                f"{format_bytes(limit)} quota it would have here")
+        self.allocations = Allocations(self.memory)
+        self.modules = ModuleRegistry(backend, None if high else server.variants)
+        self.streams: list = []
+        self.events: list = []
+        self.state: dict = {}
+        self._undo = contextlib.ExitStack()
+        self._undo.callback(self._forget_all)
+        self._stream = backend.stream_create()
+        self._undo.callback(backend.stream_destroy, self._stream)
+
+    def apply(self, piece: dict) -> None:
+        op, backend = piece["op"], self.backend
+        if op == "alloc":
+            ptr, size = piece["ptr"], piece["size"]
+            with self.allocations.charging(size):
+                backend.mem_alloc_at(ptr, size)
+            self.allocations.add(ptr, size)
+        elif op == "bytes":
+            data = lz4.frame.decompress(piece["data"]) if piece["lz4"] else piece["data"]
+            backend.memcpy_htod_async(piece["ptr"], memoryview(data), self._stream)
+            backend.stream_synchronize(self._stream)
+        elif op == "module":
+            self.modules.load_at(piece["id"], piece["image"], piece["globals"], piece["functions"],
+                                 {n: tuple(v) for n, v in piece["resolved"].items()})
+        elif op == "streams":
+            self.streams = piece["list"]
+        elif op == "events":
+            self.events = piece["list"]
+        elif op == "session":
+            self.state = piece
+        else:
+            raise ImportRefused(f"unknown piece of state {op!r}")
+
+    def _forget_all(self) -> None:
+        self.modules.clear()
+        for ptr, _size in self.allocations.clear():
+            try:
+                self.backend.mem_free(ptr)
+            except DeviceError as e:
+                log.warning("freeing 0x%x of a migration that did not happen failed: %s", ptr, e)
+
+    def undo(self) -> None:
+        self._undo.close()
+
+    def commit(self, socket_fd: int, segment_fd: int, commit: dict):
+        """Take the job over: its session runs here from now on (the source forgets it).
+        The session owns `socket_fd` once this returns; `segment_fd` stays the caller's."""
+        server = self.server
+        segment = _core.Segment.adopt(segment_fd, commit["segment"], spin_us=server.config.session_spin_us(
+            self.backend.traits))
+        conn = socket.socket(fileno=os.dup(socket_fd))
+        quota = self.quota
+
+        def setup(session) -> None:
+            client = session.client
+            client.modules = self.modules
+            self.modules.continue_ids(self.state.get("next_module_id", 1))
+            for ptr, size in self.allocations.all():
+                client.allocations.add(ptr, size)          # counted already: the same JobMemory
+            if quota is not None and quota != self.memory.quota_bytes:
+                try:
+                    self.memory.set_quota(quota)
+                except QuotaBelowUse:
+                    pass
+            for key, flags, priority, sm_cap in self.streams:
+                if not key & PER_THREAD_STREAM_BIT:
+                    client.streams.create(key, flags, priority, sm_cap)
+            for event_id, timing in self.events:
+                client.events.create(event_id, timing)
+            deferred = self.state.get("deferred")
+            if deferred:
+                session.defer_error(DeviceError(deferred[0], deferred[1]))
+            client.kept_output.extend(self.state.get("kept_output", []))
+            session.pending_records.extend((k, t, bytes(p)) for k, t, p in commit["pending"])
+
+        try:
+            session = server.attach_migrated(conn, segment, self.pid, self.priority, self.program, self.memory,
+                                             self.sm_percent, setup)
+        except BaseException:
+            conn.close()
+            segment.close()
+            raise
+        os.close(socket_fd)
+        self._stream_done()
+        self._undo.pop_all()
+        log.info("client %d (%s) migrated here: %d allocations, %d modules, %d streams, %d events",
+                 session.client_id, self.program, len(self.allocations), len(self.modules.loaded()),
+                 len(self.streams), len(self.events))
+        return session
+
+    def _stream_done(self) -> None:
+        try:
+            self.backend.stream_destroy(self._stream)
+        except DeviceError:
+            pass

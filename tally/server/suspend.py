@@ -1,0 +1,294 @@
+"""Suspending a running job (`tally-server suspend`) and bringing it back
+(`tally-server resume`): its device memory goes to host memory and the device
+memory is freed, so other jobs can use it; on resume it comes back at the same
+device addresses (the job holds raw pointers), and the job's work goes on.
+
+Suspend, in order: the job's session thread stops between two requests (its
+synchronous calls wait, its asynchronous ones wait in its request ring), the
+executor holds its work (pause_client: running PTB kernels are preempted at a
+block boundary, other running work finishes), the server waits until none of
+its work is on the device, copies every byte it owns there (allocations, its
+modules' globals, its virtual memory's physical memory) to host memory, and
+only then frees it. A failure before the frees (the job's session stays busy,
+a host function of the job holds its stream, a copy fails) leaves the job
+running as it was, with the reason. Resume gets the same addresses back first
+(all or none: when another job holds them, or the memory, the job stays
+suspended and the operator learns why), writes the bytes, and lets the work go.
+
+What stays on the device: managed memory (its bytes are the job's own shared
+memory), memory another job opened through IPC (a job exporting memory that is
+open elsewhere is not suspended), memory a free of the job is still waiting to
+release, and the executor's own state for the job's PTB kernels. Only backends
+whose traits say `restores_at_address` can do it (tally/backends/base.py,
+AddressRestore).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from tally import protocol
+from tally.protocol.errors import DeviceError
+from tally.scheduler.executor import ClientGone
+from tally.units import format_bytes
+
+log = logging.getLogger("tally.server")
+
+# How long the job's session may take to finish the request it is handling.
+HOLD_TIMEOUT_S = 10.0
+# How long the job's work on the device may take to finish (or be preempted).
+IDLE_TIMEOUT_S = 30.0
+
+
+class SuspendRefused(Exception):
+    """Nothing changed; the message says why and what to do."""
+
+
+@dataclass
+class SavedBytes:
+    ptr: int                 # device address (allocation or global)
+    data: bytearray
+
+
+@dataclass
+class SavedPhysical:
+    handle: int              # the client's handle (VirtualMemory)
+    released: bool           # the client released it; its mappings keep it
+    data: bytearray
+
+
+@dataclass
+class Suspension:
+    """A suspended job's device state, in host memory."""
+
+    allocations: list[SavedBytes] = field(default_factory=list)
+    modules: list[tuple[object, list[SavedBytes]]] = field(default_factory=list)   # (LoadedModule, its globals)
+    physical: list[SavedPhysical] = field(default_factory=list)
+    mappings: list[tuple[int, object]] = field(default_factory=list)   # (address, VirtualMemory Mapping)
+    operator_paused: bool = False     # paused before it was suspended: stays paused on resume
+    suspended_at: float = 0.0
+    # What of it counted against its quota and the best-effort pool (allocations, physical
+    # memory): given back while it is suspended, so other jobs may use the memory.
+    charged: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return (sum(len(s.data) for s in self.allocations) + sum(len(p.data) for p in self.physical)
+                + sum(len(s.data) for _m, saved in self.modules for s in saved))
+
+    def discard(self, session) -> None:
+        """The job went while suspended: forget what is not on the device any more,
+        so its release frees only what is (its modules free nothing: evicted)."""
+        client = session.client
+        client.allocations.memory.take_back(self.charged)     # the forgetting below gives it back
+        for saved in self.allocations:
+            client.allocations.remove(saved.ptr)
+            session.backend.mem_free_evicted(saved.ptr)
+        client.vmm.forget_physical()
+
+
+@dataclass
+class MobilityRecord:
+    """What status shows about suspensions on this server."""
+
+    suspensions: int = 0
+    resumes: int = 0
+    last_suspend_ms: float = 0.0
+    last_resume_ms: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"suspensions": self.suspensions, "resumes": self.resumes,
+                "last_suspend_ms": round(self.last_suspend_ms, 3), "last_resume_ms": round(self.last_resume_ms, 3)}
+
+
+def name(session) -> str:
+    return f"client {session.client_id} ({session.program}, {protocol.priority_name(session.priority)})"
+
+
+def suspend(server, session, force: bool = False) -> str:
+    """Suspend the job; a sentence saying what was done. SuspendRefused: nothing changed."""
+    backend = server.backend
+    if not backend.traits.restores_at_address:
+        raise SuspendRefused(f"the {backend.kind} backend cannot give a job's memory back at the same device "
+                             f"addresses, so its jobs cannot be suspended; `tally-server pause` holds their work "
+                             f"instead")
+    if session.priority == protocol.Priority.HIGH and not force:
+        raise SuspendRefused(f"{name(session)} is a high-priority job, the one tally protects; suspend it only on "
+                             f"purpose, with --force")
+    started = time.monotonic()
+    with session.suspend_lock:
+        if session.suspension is not None:
+            return f"{name(session)} is suspended already; nothing changed"
+        if session.closed:
+            raise SuspendRefused(f"{name(session)} left")
+        opened = server.ipc.opened_exports_of(session.client_id)
+        if opened:
+            raise SuspendRefused(f"{name(session)} exported memory that another job has open (IPC: "
+                                 f"{', '.join(hex(p) for p in opened)}); it cannot leave the device while used")
+        if not session.hold.hold(HOLD_TIMEOUT_S):
+            raise SuspendRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
+                                 f"nothing changed, try again")
+        executor = server.executor
+        operator_paused = session.paused
+        try:
+            executor.pause_client(session.client_id)
+            if not executor.wait_client_idle(session.client_id, IDLE_TIMEOUT_S):
+                raise SuspendRefused(f"{name(session)}'s work did not leave the device within {IDLE_TIMEOUT_S:g} s "
+                                     f"(a host function of the job may hold its stream); nothing changed")
+            state = _save(backend, session.client)
+            _free(backend, session.client, state)
+            state.charged = sum(len(s.data) for s in state.allocations) + sum(len(p.data) for p in state.physical)
+            session.client.allocations.memory.give(state.charged)
+        except BaseException as e:
+            if not operator_paused:
+                _release_work(executor, session)
+            session.hold.release()
+            if isinstance(e, ClientGone):
+                raise SuspendRefused(f"{name(session)} left while it was being suspended") from None
+            if isinstance(e, DeviceError):
+                raise SuspendRefused(f"{name(session)} could not be saved ({e}); it runs on as before") from None
+            raise
+        state.operator_paused = operator_paused
+        state.suspended_at = time.monotonic()
+        session.suspension = state
+    elapsed_ms = (time.monotonic() - started) * 1000
+    record = server.mobility
+    record.suspensions += 1
+    record.last_suspend_ms = elapsed_ms
+    log.info("%s suspended: %s of device memory saved and freed in %.1f ms", name(session),
+             format_bytes(state.nbytes), elapsed_ms)
+    return (f"{name(session)} suspended: {format_bytes(state.nbytes)} of device memory saved to host memory and "
+            f"freed in {elapsed_ms:.0f} ms; `tally-server resume --client {session.client_id}` brings it back")
+
+
+def resume(server, session) -> str:
+    """Bring a suspended job back; SuspendRefused (it stays suspended) when its
+    addresses or the memory are not free."""
+    backend = server.backend
+    started = time.monotonic()
+    with session.suspend_lock:
+        state = session.suspension
+        if state is None:
+            return f"{name(session)} is not suspended; nothing changed"
+        memory = session.client.allocations.memory
+        try:
+            memory.take(state.charged)        # its quota and the best-effort pool, as for an allocation
+            try:
+                _restore(backend, session.client, state)
+            except DeviceError:
+                memory.give(state.charged)
+                raise
+        except DeviceError as e:
+            raise SuspendRefused(f"{name(session)} stays suspended: its memory cannot come back at its addresses "
+                                 f"now ({e}); free device memory (or wait for jobs to end) and try again") from None
+        session.suspension = None
+        nbytes = state.nbytes
+        if not state.operator_paused:
+            _release_work(server.executor, session)
+        session.hold.release()
+    elapsed_ms = (time.monotonic() - started) * 1000
+    record = server.mobility
+    record.resumes += 1
+    record.last_resume_ms = elapsed_ms
+    log.info("%s resumed: %s restored in %.1f ms", name(session), format_bytes(nbytes), elapsed_ms)
+    still = "; it stays paused (`tally-server resume` again releases its work)" if state.operator_paused else ""
+    return f"{name(session)} resumed: {format_bytes(nbytes)} restored at the same addresses in {elapsed_ms:.0f} ms" \
+           + still
+
+
+def _release_work(executor, session) -> None:
+    try:
+        executor.resume_client(session.client_id)
+    except (ClientGone, ValueError):
+        pass                      # it left meanwhile
+
+
+# ---- device state ---------------------------------------------------------------------
+
+def _save(backend, client) -> Suspension:
+    """Copy everything the job owns on the device to host memory (nothing is freed)."""
+    state = Suspension()
+    stream = backend.stream_create()
+    try:
+        for ptr, size in client.allocations.all():
+            if ptr in client.managed:
+                continue
+            saved = SavedBytes(ptr, bytearray(size))
+            backend.memcpy_dtoh_async(memoryview(saved.data), ptr, stream)
+            state.allocations.append(saved)
+        for module in client.modules.loaded():
+            globals_ = [SavedBytes(ptr, bytearray(size))
+                        for ptr, size in backend.module_memory(module.backend_module).values()]
+            for saved in globals_:
+                backend.memcpy_dtoh_async(memoryview(saved.data), saved.ptr, stream)
+            state.modules.append((module, globals_))
+        backend.stream_synchronize(stream)
+    finally:
+        backend.stream_destroy(stream)
+    vmm = client.vmm
+    with vmm.lock:
+        handles = [(h, found, False) for h, found in vmm.handles.items()]
+        handles += [(h, found, True) for h, found in vmm.released_mapped.items()]
+        state.mappings = sorted(vmm.mappings.items())
+    for handle, (backend_handle, size), released in handles:
+        saved = SavedPhysical(handle, released, bytearray(size))
+        backend.vmm_read(backend_handle, 0, memoryview(saved.data))
+        state.physical.append(saved)
+    return state
+
+
+def _free(backend, client, state: Suspension) -> None:
+    for saved in state.allocations:
+        backend.mem_evict(saved.ptr)
+    for module, _globals in state.modules:
+        backend.module_evict(module.backend_module)
+    vmm = client.vmm
+    for ptr, mapping in state.mappings:
+        backend.vmm_unmap(ptr, mapping.size)
+    with vmm.lock:
+        found = [(vmm.released_mapped if p.released else vmm.handles)[p.handle][0] for p in state.physical]
+    for backend_handle in found:
+        backend.vmm_release(backend_handle)
+
+
+def _restore(backend, client, state: Suspension) -> None:
+    """All of the job's memory back at its addresses, then its bytes; on failure
+    (DeviceError) nothing of it is on the device again."""
+    live = set(map(id, client.modules.loaded()))
+    modules = [(m, saved) for m, saved in state.modules if id(m) in live]   # the others were unloaded meanwhile
+    new_handles: dict[int, object] = {}
+    with contextlib.ExitStack() as undo:
+        for saved in state.allocations:
+            backend.mem_alloc_at(saved.ptr, len(saved.data))
+            undo.callback(backend.mem_evict, saved.ptr)
+        for module, _saved in modules:
+            backend.module_restore(module.backend_module)
+            undo.callback(backend.module_evict, module.backend_module)
+        for physical in state.physical:
+            new_handles[physical.handle] = handle = backend.vmm_create(len(physical.data))
+            undo.callback(backend.vmm_release, handle)
+        for ptr, mapping in state.mappings:
+            backend.vmm_map(ptr, mapping.size, mapping.offset, new_handles[mapping.handle])
+            undo.callback(backend.vmm_unmap, ptr, mapping.size)
+            if mapping.accessible:
+                backend.vmm_set_access(ptr, mapping.size, True)
+        stream = backend.stream_create()
+        try:
+            for saved in state.allocations:
+                backend.memcpy_htod_async(saved.ptr, memoryview(saved.data), stream)
+            for _module, globals_ in modules:
+                for saved in globals_:
+                    backend.memcpy_htod_async(saved.ptr, memoryview(saved.data), stream)
+            backend.stream_synchronize(stream)
+        finally:
+            backend.stream_destroy(stream)
+        for physical in state.physical:
+            backend.vmm_write(new_handles[physical.handle], 0, memoryview(physical.data))
+        undo.pop_all()
+    vmm = client.vmm
+    with vmm.lock:
+        for physical in state.physical:
+            table = vmm.released_mapped if physical.released else vmm.handles
+            table[physical.handle] = (new_handles[physical.handle], len(physical.data))

@@ -1,0 +1,91 @@
+"""Suspend and resume through the cuda backend's address-preserving path
+(tally/backends/cuda_restore.py: allocations backed by reservations whose
+physical memory is released and mapped again at the same address), without a
+GPU: the cuda-backend server runs as a job of an emulator server
+(tests/nested_cuda_server.py), so its driver is tally's own libcuda. A job with
+a CUDA graph, two streams and events is suspended mid-loop, the device memory
+the cuda backend holds drops, and after resume its results are exact; a job's
+own virtual memory comes back intact."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from server_harness import ServerProcess
+
+from e2e_helpers import Server, build_cuda, build_driver_c, emulator_server_process, finish, job_command, job_env, \
+    start_job
+
+MIB = 1 << 20
+GRANULARITY = 2 << 20
+NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
+
+
+class SuspendableCudaServer(Server):
+    """A cuda-backend server started with --suspendable, as a job of `under`."""
+
+    def __init__(self, under: Server):
+        self.dir = under.dir
+        self.socket = under.dir / "cuda.sock"
+        command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, "priority", "auto",
+                              "suspendable", priority="high")
+        self.process = ServerProcess(self.socket, command=command, env=job_env())
+
+
+@pytest.fixture
+def cuda_server():
+    under = emulator_server_process()
+    server = SuspendableCudaServer(under)
+    assert server.status()["server"]["backend"] == "cuda"
+    yield server
+    server.stop()
+    under.stop()
+
+
+def tally_server(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def only_client(server) -> dict:
+    (client,) = server.status()["clients"]
+    return client
+
+
+def test_suspend_and_resume_through_the_cuda_backend(nvcc, cuda_server):
+    job = start_job(cuda_server.socket, build_cuda(nvcc, "suspended_job.cu"), "wait")
+    assert job.stdout.readline().strip() == "looping"
+    cid = only_client(cuda_server)["client_id"]
+    before = cuda_server.status()["server"]["memory_free"]
+    r = tally_server(cuda_server, "suspend", "--client", str(cid))
+    assert r.returncode == 0 and "suspended" in r.stdout, r.stdout + r.stderr
+    client = only_client(cuda_server)
+    # Its two 64 KiB arrays and its 16 MiB ballast (module globals stay on a GPU), each
+    # allocation rounded up to the 2 MiB granularity on the device.
+    assert client["state"] == "suspended" and client["suspended_bytes"] == 16 * MIB + 2 * 64 * 1024
+    assert cuda_server.status()["server"]["memory_free"] - before == 16 * MIB + 2 * GRANULARITY
+    r = tally_server(cuda_server, "resume", "--client", str(cid))
+    assert r.returncode == 0 and "restored at the same addresses" in r.stdout, r.stdout + r.stderr
+    assert cuda_server.status()["server"]["memory_free"] == before
+    job.stdin.write("go\n")
+    job.stdin.flush()
+    result = finish(job, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]
+
+
+def test_virtual_memory_through_the_cuda_backend(cuda_server):
+    owner = start_job(cuda_server.socket, build_driver_c("virtual_memory.c"), "owner")
+    assert owner.stdout.readline().startswith("address=")
+    cid = only_client(cuda_server)["client_id"]
+    r = tally_server(cuda_server, "suspend", "--client", str(cid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert only_client(cuda_server)["suspended_bytes"] == GRANULARITY
+    assert tally_server(cuda_server, "resume", "--client", str(cid)).returncode == 0
+    owner.stdin.write("check\n")
+    owner.stdin.flush()
+    result = finish(owner, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.value("intact") == "1"
