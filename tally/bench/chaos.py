@@ -132,7 +132,7 @@ class _Campaign:
                                "warmup.log")
         if job.wait(120.0) != 0:
             raise job.failure(f"exited with status {job.proc.returncode}")
-        wait_for(lambda: _released(self.status(), job.pid), RELEASE_TIMEOUT_S, self.server, "letting it go")
+        wait_for(lambda: _attached(self.status()) == 1, RELEASE_TIMEOUT_S, self.server, "letting it go")
 
     def in_use(self) -> int:
         server = self.status()["server"]
@@ -144,7 +144,6 @@ class _Campaign:
                   round(self.rng.uniform(0.0, self.config.max_delay_s), 4))
         log = f"victim{index:03d}.log"
         victim = self.group.start(f"best-effort job {index}", [*self.tally_run, "--", *self.victim], log)
-        self.victim_pids.append(victim.pid)
         marker = f"phase={r.target_phase} "
         try:
             wait_for(lambda: marker in _read(victim.log_path), 120.0, victim, f"announcing {r.target_phase}",
@@ -153,43 +152,54 @@ class _Campaign:
             r.note = f"the job ended before its {r.target_phase} phase: {str(e).splitlines()[0]}"
             victim.stop(grace=5.0)
             r.exit_status = victim.proc.returncode
-            return self._after(r, victim, baseline, time.monotonic())
+            return self._after(r, self._job_pid(victim), baseline, time.monotonic())
+        job_pid = self._job_pid(victim)
         time.sleep(r.delay_s)
         r.struck_in = _last_phase(_read(victim.log_path))
         struck = time.monotonic()
         if r.action == EVICT:
-            self._evict(victim, index)
+            self._evict(job_pid, index)
         else:
-            victim.proc.send_signal(SIGNALS[r.action])
+            victim.proc.send_signal(SIGNALS[r.action])   # to tally-run, as a user or an orchestrator would
         try:
             r.exit_status = victim.proc.wait(60.0)
         except subprocess.TimeoutExpired:
             r.note = f"still running 60 s after {r.action}; killed"
             victim.stop(grace=1.0)
             r.exit_status = victim.proc.returncode
-        return self._after(r, victim, baseline, struck)
+        return self._after(r, job_pid, baseline, struck)
 
-    def _evict(self, victim: Managed, index: int) -> None:
-        client = next((c for c in self.status()["clients"] if c["pid"] == victim.pid), None)
+    def _job_pid(self, victim: Managed) -> int:
+        """The job's own pid, as the server knows it: tally-run's when tally-run
+        became the job (exec), else that of its child."""
+        self.victim_pids.append(victim.pid)
+        for client in self.status()["clients"]:
+            if client["pid"] != victim.pid and _parent(client["pid"]) == victim.pid:
+                self.victim_pids.append(client["pid"])
+                return client["pid"]
+        return victim.pid
+
+    def _evict(self, job_pid: int, index: int) -> None:
+        client = next((c for c in self.status()["clients"] if c["pid"] == job_pid), None)
         if client is None:      # not attached (yet or any more): nothing to evict
             return
         subprocess.run([*commands.tool("tally-server"), "evict", "--socket", str(self.socket), "--client",
                         str(client["client_id"]), "--reason", f"tally-bench chaos round {index}"],
                        capture_output=True, text=True, timeout=60, check=False)
 
-    def _after(self, r: Round, victim: Managed, baseline: int, struck: float) -> Round:
-        gone = lambda: _released(self.status(), victim.pid)   # noqa: E731
+    def _after(self, r: Round, job_pid: int, baseline: int, struck: float) -> Round:
+        gone = lambda: _attached(self.status()) == 1   # noqa: E731  (the service alone)
         try:
             wait_for(gone, RELEASE_TIMEOUT_S, self.server, "letting the job go", poll=0.05)
         except JobFailed as e:
             r.note = (r.note + "; " if r.note else "") + str(e).splitlines()[0]
         r.release_s = round(time.monotonic() - struck, 3)
         r.leaked_bytes = self.in_use() - baseline
-        found = shm_objects(self.server.pid, victim.pid)
+        found = shm_objects(self.server.pid, job_pid)
         deadline = time.monotonic() + SHM_SETTLE_S
         while found and time.monotonic() < deadline:
             time.sleep(0.05)
-            r.shm_left = shm_objects(self.server.pid, victim.pid)
+            r.shm_left = shm_objects(self.server.pid, job_pid)
             if not r.shm_left:
                 break
         r.shm_lingered = sorted(set(found) - set(r.shm_left))
@@ -220,7 +230,7 @@ def run_chaos(config: ChaosConfig, keep_workdir: bool = False, progress=None) ->
             stop.touch()
             service_status = campaign.service.wait(120.0)
             service = _service_report(workdir / "service.json")
-            wait_for(lambda: _released(campaign.status(), campaign.service.pid), RELEASE_TIMEOUT_S,
+            wait_for(lambda: _attached(campaign.status()) == 0, RELEASE_TIMEOUT_S,
                      campaign.server, "letting the service go")
             final = {"in_use_bytes": campaign.in_use() - idle_in_use,
                      "shm_left": shm_objects(campaign.server.pid, *campaign.victim_pids),
@@ -241,8 +251,18 @@ def run_chaos(config: ChaosConfig, keep_workdir: bool = False, progress=None) ->
     return report
 
 
-def _released(status: dict, pid: int) -> bool:
-    return all(c["pid"] != pid for c in status["clients"]) and not status["server"]["clients_leaving"]
+def _attached(status: dict) -> int:
+    """Jobs attached, counting those still being let go (one victim at a time runs
+    next to the service, so 1 means the victim is gone and released)."""
+    return len(status["clients"]) + status["server"]["clients_leaving"]
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rfind(")") + 2:].split()[1])
 
 
 def _read(path: Path) -> str:

@@ -3,7 +3,8 @@ each: refused it with a HelloReply naming why, hung up on it (a record that is
 not a handshake at all), or accepted it (a strange but valid Hello). Silence is
 the failure: a peer left waiting.
 
-Operator requests (status, set, pause, resume, evict) are first records too; they
+Operator requests (status and every control request the server takes:
+tally/server/control.py's REQUESTS) are first records too; they
 are left out: each has its own answer, and a random pause or eviction would
 stall the soak's own client rather than test the handshake.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from tally import protocol
 from tally.protocol import RECORD_HEADER
 from tally.protocol.framing import MAX_SOCKET_RECORD, recv_record
+from tally.server import control
 
 HELLO = protocol.codec("Hello")
 REFUSED, HUNG_UP, ACCEPTED, SILENT = "refused", "hung up", "accepted", "silent"
@@ -38,7 +40,7 @@ def _hello(**changes) -> bytes:
 
 
 def _not_a_first_record(rng: random.Random) -> int:
-    operator = {protocol.codec(n).kind for n in protocol.CODECS if n.startswith(("Client", "Status"))}
+    operator = {*control.REQUESTS, protocol.codec("StatusRequest").kind}
     while True:
         kind = rng.randint(0, 300)
         if kind != HELLO.kind and kind not in operator:
