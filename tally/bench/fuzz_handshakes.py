@@ -3,8 +3,9 @@ each: refused it with a HelloReply naming why, hung up on it (a record that is
 not a handshake at all), or accepted it (a strange but valid Hello). Silence is
 the failure: a peer left waiting.
 
-Operator requests (status and every control request the server takes:
-tally/server/control.py's REQUESTS) are first records too; they
+Operator requests (status, every control request the server takes:
+tally/server/control.py's REQUESTS) and another server's migration offer are
+first records too; they
 are left out: each has its own answer, and a random pause or eviction would
 stall the soak's own client rather than test the handshake.
 """
@@ -40,7 +41,8 @@ def _hello(**changes) -> bytes:
 
 
 def _not_a_first_record(rng: random.Random) -> int:
-    operator = {*control.REQUESTS, protocol.codec("StatusRequest").kind}
+    operator = {*control.REQUESTS, *(protocol.codec(n).kind for n in ("StatusRequest", "MigrateOffer")
+                                      if n in protocol.CODECS)}
     while True:
         kind = rng.randint(0, 300)
         if kind != HELLO.kind and kind not in operator:
