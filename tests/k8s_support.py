@@ -41,8 +41,9 @@ class HealthReportingServer:
                 except (ConnectionError, OSError):
                     continue
                 if kind == protocol.codec("StatusRequest").kind:
-                    status = {"server": {"memory_total": 40 << 30, "memory_free": 40 << 30, "backend": "null"},
-                              "clients": [], "health": {"state": self.state, "reason": f"test: {self.state}"}}
+                    status = {"server": {"memory_total": 40 << 30, "memory_free": 40 << 30, "backend": "null",
+                                         "health": {"state": self.state, "reason": f"test: {self.state}"}},
+                              "clients": []}
                     send_record(conn, protocol.codec("StatusReply").kind, msgpack.packb(status), tag)
 
     def close(self) -> None:

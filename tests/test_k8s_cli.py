@@ -1,6 +1,7 @@
 """tally-k8s's node commands: one tally-server per GPU, and installing the client library."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -23,6 +24,30 @@ def test_servers_starts_one_per_gpu_and_stops_on_sigterm(tmp_path):
         assert [query_status(s)["server"]["device"] for s in sockets] == [0, 1]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_servers_read_the_health_configmap_and_reload_it_on_sighup(tmp_path):
+    # The DaemonSet names the mounted ConfigMap in TALLY_HEALTH_CONFIG; SIGHUP to tally-k8s reaches every server.
+    config = tmp_path / "health.toml"
+    config.write_text("[limits]\ntemperature_c = 95\n")
+    servers = tmp_path / "servers"
+    proc = subprocess.Popen([sys.executable, "-m", "tally.cli.k8s_main", "servers", "--servers-dir", str(servers),
+                             "--gpus", "2", "--", "--backend", "null"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "TALLY_HEALTH_CONFIG": str(config)})
+    try:
+        sockets = [servers / f"gpu{n}" / "server.sock" for n in (0, 1)]
+        deadline = time.monotonic() + 60
+        while not all(s.exists() for s in sockets):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+            time.sleep(0.1)
+        assert [query_status(s)["server"]["health"]["config"] for s in sockets] == [str(config)] * 2
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert proc.stdout.read().count(f"health config reloaded from {config}") == 2
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -54,7 +54,11 @@ def start_metrics_server(*flags: str) -> tuple[ServerProcess, int]:
 
 @pytest.fixture
 def metrics_server():
-    process, port = start_metrics_server()
+    # Without SysProbe nothing samples the device between scrapes, so each scrape takes its
+    # own sample, covering the time since the last one: what these figures are checked against.
+    # (With SysProbe on, the default, a scrape shows its sampler's latest sample: see
+    # test_health_and_evictions_with_sysprobe_on.)
+    process, port = start_metrics_server("--no-health")
     yield process, port
     process.stop()
 
@@ -182,3 +186,27 @@ def test_a_bad_metrics_port_is_refused(tmp_path, port):
                         str(tmp_path / "s.sock"), "--metrics-port", port], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and f"{port!r} is not a TCP port (0 to 65535)" in r.stderr
+
+
+def test_health_and_evictions_with_sysprobe_on(nvcc):
+    process, port = start_metrics_server()
+    program = build_cuda(nvcc, "pod_job.cu")
+    try:
+        job = start_pod_job(process.socket_path, program, priority="best-effort")
+        (client,) = query_status(process.socket_path)["clients"]
+        samples = scrape(port)
+        assert one(samples, "tally_health_state", state="healthy") == 1
+        assert one(samples, "tally_health_state", state="overlimit") == 0
+        r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "evict", "--client",
+                            str(client["client_id"]), "--reason", "testing /metrics", "--socket",
+                            str(process.socket_path)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        samples = scrape(port)
+        assert one(samples, "tally_evictions_total", reason="operator") == 1
+        evicted = {"client": str(client["client_id"]), "priority": "best-effort"}
+        assert one(samples, "tally_client_memory_used_bytes", **evicted) == 0
+        job.stdin.write("done\n")
+        job.stdin.flush()
+        assert finish(job).returncode == 75
+    finally:
+        process.stop()

@@ -339,6 +339,10 @@ void bind_transport(py::module_& m) {
            "works across pid namespaces.")
       .def("mark_closed", [](const SegmentHandle& h) { h.get()->mark_closed(); },
            "Tells the peer this side is done: its blocked calls fail with PeerDead once drained.")
+      .def("mark_evicted", [](const SegmentHandle& h) { h.get()->mark_evicted(); },
+           "Tells the client it was evicted (push the Evicted record first): its next request fails at once.")
+      .def_property_readonly("evicted", [](const SegmentHandle& h) { return h.get()->evicted(); },
+                             "Whether the server marked the client evicted.")
       .def("unlink", [](const SegmentHandle& h) { return h.get()->unlink(); },
            "Removes the segment's name; existing mappings stay usable. False if it was already gone.")
       .def("close", [](SegmentHandle& h) { h.segment.reset(); },

@@ -69,6 +69,10 @@ class BackendTraits:
     # False: the cap is accepted and has no effect (the executor still caps PTB
     # workers to the share, and the policy's priorities still hold).
     confines_sms: bool
+    # NVML (nvidia-ml-py) reads this device's metrics (a real GPU): the server samples
+    # it for SysProbe and the metrics. False: the server's samples are tally's own
+    # accounting of the work it ran (the emulator, the sim, null).
+    nvml_metrics: bool = False
     # The backend can give a job's device memory back and later restore it at the
     # same addresses (AddressRestore below): what `tally-server suspend` needs.
     restores_at_address: bool = False

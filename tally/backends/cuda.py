@@ -104,7 +104,8 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
-                           variants_from_ptx=True, confines_sms=True)   # where green contexts work: see __init__
+                           variants_from_ptx=True, confines_sms=True,    # where green contexts work: see __init__
+                           nvml_metrics=True)
 
     _check = staticmethod(_check)
 

@@ -1,9 +1,10 @@
-"""tally-server set / pause / resume: change a running job from the command line.
+"""tally-server set / pause / suspend / resume / evict / migrate: change a running job from the command line.
 
     tally-server set --client ID [--sm-percent P] [--memory-quota SIZE|PCT%] [--socket PATH]
     tally-server pause --client ID [--force] [--socket PATH]
     tally-server suspend --client ID [--force] [--socket PATH]
     tally-server resume --client ID [--socket PATH]
+    tally-server evict --client ID --reason TEXT [--force] [--socket PATH]
     tally-server migrate --client ID --to SOCKET [--socket PATH]
 
 `tally-server status` lists the client ids. Each command sends one request on
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from tally import paths
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import (ClientMigrate, ClientPause, ClientResume, ClientSet, ClientSuspend,
-                                               ControlReply)
+from tally.protocol.messages_generated import (ClientEvict, ClientMigrate, ClientPause, ClientResume, ClientSet,
+                                               ClientSuspend, ControlReply)
 from tally.units import SizeError, parse_size
 
 DESCRIPTIONS = {
@@ -38,6 +39,9 @@ DESCRIPTIONS = {
               "let its work go on.",
     "migrate": "Move a running job to another tally-server on this node (its device state is restored at the same "
                "addresses there); if anything fails the job runs on here, and the reason is printed.",
+    "evict": "Take the device from a running job: its queued work is dropped, its memory freed, its next driver "
+             "call fails, and tally-run exits 75 (EX_TEMPFAIL) printing the reason, so an orchestrator runs it "
+             "again.",
 }
 
 
@@ -77,6 +81,10 @@ def parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--force", action="store_true", help=f"{command} a high-priority job too")
     if command == "migrate":
         p.add_argument("--to", required=True, metavar="SOCKET", help="the socket of the tally-server to move it to")
+    if command == "evict":
+        p.add_argument("--reason", required=True, metavar="TEXT",
+                       help="why: the job prints it (tally-run: evicted by tally-server: TEXT)")
+        p.add_argument("--force", action="store_true", help="evict a high-priority job too")
     p.add_argument("--socket", help="the server's socket (default $TALLY_SERVER or the default path)")
     return p
 
@@ -93,11 +101,13 @@ def request(command: str, args) -> bytes:
         return ClientSuspend(client_id=args.client, force=int(args.force)).encode()
     if command == "migrate":
         return ClientMigrate(client_id=args.client, tail=str(Path(args.to).absolute()).encode()).encode()
+    if command == "evict":
+        return ClientEvict(client_id=args.client, force=int(args.force), tail=args.reason.encode()).encode()
     return ClientResume(client_id=args.client).encode()
 
 
 KINDS = {"set": ClientSet.KIND, "pause": ClientPause.KIND, "suspend": ClientSuspend.KIND, "resume": ClientResume.KIND,
-         "migrate": ClientMigrate.KIND}
+         "migrate": ClientMigrate.KIND, "evict": ClientEvict.KIND}
 
 
 def send(socket_path, kind: int, payload: bytes, timeout: float = 120.0) -> ControlReply:
@@ -120,6 +130,8 @@ def control_main(command: str, argv: list[str]) -> int:
     args = p.parse_args(argv)
     if command == "set" and args.sm_percent is None and args.memory_quota is None:
         p.error("nothing to set: give --sm-percent and/or --memory-quota")
+    if command == "evict" and not args.reason.strip():
+        p.error("--reason is empty: the evicted job prints it, so whoever reruns it knows why")
     socket_path = paths.server_socket(args.socket)
     try:
         reply = send(socket_path, KINDS[command], request(command, args))

@@ -95,6 +95,8 @@ def servers_main(args) -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "tally.cli.server_main", "--device", str(n),
                                        "--socket", str(folder / "server.sock"), *extra]))
     stop = _stop_on_signals()
+    # After the kubelet updates the mounted health ConfigMap, SIGHUP to this process reloads it in every server.
+    signal.signal(signal.SIGHUP, lambda *_: [p.send_signal(signal.SIGHUP) for p in procs if p.poll() is None])
     while not stop.is_set() and all(p.poll() is None for p in procs):
         stop.wait(1.0)
     failed = [n for n, p in enumerate(procs) if p.poll() is not None]

@@ -5,19 +5,26 @@
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
 absolute-path dlopen of the real driver lands on it too), names the server and
-the job's scheduling class in the environment, and execs the command: the job's
-stdout, stderr and exit status are its own. Before that it asks the server's
-status, and exits 2 with the server's own sentence when the server would refuse
-the job at handshake (no server, a quota the device or the server's
---be-memory-quota cannot give, a high-priority job over --max-hp-jobs).
+the job's scheduling class in the environment, and runs the command as its
+child (tally/cli/job_process.py): the job's stdout and stderr are its own,
+signals sent to tally-run go to the job, and tally-run exits as the job did,
+except that an evicted job makes it print the reason and exit 75 (EX_TEMPFAIL).
+Before that it asks the server's status, and exits 2 with the server's own
+sentence when the server would refuse the job at handshake (no server, a quota
+the device or the server's --be-memory-quota cannot give, a high-priority job
+over --max-hp-jobs), and 75 (EX_TEMPFAIL: try again later) when the server is
+shutting down or SysProbe refuses best-effort jobs for now (the device is not
+healthy, or in its back-off).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 
 from tally import paths
+from tally.cli import job_process
 from tally.cli.server_main import query_status
 from tally.cluster.high_priority_jobs import AttachedJob
 from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
@@ -77,8 +84,10 @@ def server_refuses(priority: str, quota: str | None, status: dict) -> str | None
     sentence the server sends), or None: tally-run says it before starting the job."""
     server = status.get("server", {})
     if priority == "high":
+        # as the server counts them: a faulted or evicted job holds nothing any more
         attached = [AttachedJob(c["client_id"], c["pid"], c["program"])
-                    for c in status.get("clients", []) if c.get("priority") == "high"]
+                    for c in status.get("clients", [])
+                    if c.get("priority") == "high" and c.get("state") not in ("faulted", "evicted")]
         max_jobs = server.get("max_hp_jobs", 1)
         if len(attached) >= max_jobs:
             return high_priority_refusal(attached, max_jobs)
@@ -88,6 +97,23 @@ def server_refuses(priority: str, quota: str | None, status: dict) -> str | None
         return None
     asked = to_bytes(float(quota[:-1]), total) if quota.endswith("%") else int(quota)
     return quota_above_server(asked, be_quota) if asked > be_quota else None
+
+
+def temporary_refusal(priority: str, status: dict) -> str | None:
+    """Why the server refuses this job for now, or None: it is shutting down, or
+    its SysProbe admits no best-effort job (high-priority jobs are never refused by
+    it; a server without SysProbe has no health record)."""
+    if status.get("server", {}).get("shutting_down"):
+        return "tally-server is shutting down; run the job again once a tally-server runs"
+    health = status.get("server", {}).get("health")
+    if priority == "high" or not health or health.get("state") == "healthy":
+        return None
+    why = f"tally-server admits no best-effort job now: SysProbe: the device is {health.get('state')} " \
+          f"({health.get('reason', '')})"
+    until = health.get("backoff_until_s")
+    if until:
+        why += f"; its back-off ends in {max(0.0, until - time.time()):.0f} s"
+    return why + "; run the job again later"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -159,11 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"tally-run: {refused}", file=sys.stderr)
         return 2
+    later = temporary_refusal(args.priority, status)
+    if later:
+        print(f"tally-run: {later}", file=sys.stderr)
+        return job_process.EX_TEMPFAIL
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
     try:
-        os.execvpe(command[0], command, env)
-    except OSError as e:
-        print(f"tally-run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        return job_process.run(command, env)
+    except job_process.CannotRun as e:
+        print(f"tally-run: {e}", file=sys.stderr)
         return 127
 
 

@@ -11,6 +11,7 @@
     tally-server resume --client ID
     tally-server top [--socket PATH] [--interval SECONDS]
     tally-server migrate --client ID --to SOCKET
+    tally-server evict --client ID --reason TEXT [--force]
 """
 from __future__ import annotations
 
@@ -22,18 +23,22 @@ import signal
 import socket
 import sys
 
+from pathlib import Path
+
 import msgpack
 
-from tally import paths, protocol
+from tally import paths
 from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnavailable, make_backend,
                                      resolve_backend)
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
+from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
 from tally.server.status import ServerStatus
-from tally.units import SizeError, format_bytes, parse_size
+from tally.units import SizeError, parse_size
 
 POLICIES = ("priority", "fifo", "kernel-priority", "time-slice")
-CONTROL_COMMANDS = ("set", "pause", "suspend", "resume", "migrate")     # tally/cli/control_main.py
+HEALTH_CONFIG_ENV = "TALLY_HEALTH_CONFIG"    # --health-config's default (deploy/daemonset.yaml sets it)
+CONTROL_COMMANDS = ("set", "pause", "suspend", "resume", "migrate", "evict")     # tally/cli/control_main.py
 
 
 def slice_seconds(text: str) -> float:
@@ -51,8 +56,8 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="tally-server",
         description="Share one GPU between a high-priority job and best-effort jobs started with tally-run. "
                     "Subcommands: `tally-server status` reports connected clients, `tally-server top` "
-                    "shows them live; `tally-server set`, `pause`, `suspend`, `resume` and `migrate` change a "
-                    "running job (each with --help).")
+                    "shows them live; `tally-server set`, `pause`, `suspend`, `resume`, `migrate` and `evict` "
+                    "change a running job (each with --help).")
     p.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
     p.add_argument("--backend", choices=CHOICES, default="auto",
                    help="device backend; auto = cuda when a GPU and driver are present, else emulator")
@@ -107,7 +112,24 @@ def serve_parser() -> argparse.ArgumentParser:
                         "another (default 5)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
+    add_health_flags(p)
+    p.add_argument("--drain-timeout", type=seconds, default=10.0, metavar="S",
+                   help="on SIGTERM/SIGINT: stop admitting, let the work on the device finish for at most S "
+                        "seconds, then tell every job (tally-run exits 75) and exit (default 10)")
     return p
+
+
+def add_health_flags(p: argparse.ArgumentParser) -> None:
+    """SysProbe (tally/server/device_health.py) and where device samples come from."""
+    g = p.add_argument_group("device health (SysProbe)")
+    g.add_argument("--health-config", type=Path, default=None, metavar="FILE",
+                   help="SysProbe's thresholds, limits and timings (TOML; README, \"Device health\"); SIGHUP "
+                        f"reloads it. Default: ${HEALTH_CONFIG_ENV} if set, else the documented defaults")
+    g.add_argument("--no-health", action="store_true",
+                   help="run without SysProbe: no health state, no admission refusals, no evictions by it")
+    g.add_argument("--metrics-trace", type=Path, default=None, metavar="FILE",
+                   help="read device samples from a recorded trace (JSON lines of samples, replayed at their "
+                        "own pace) instead of the device: for demos and tests")
 
 
 def add_share_flags(p: argparse.ArgumentParser) -> None:
@@ -159,6 +181,16 @@ def positive_ms(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 86400")
+    return value
+
+
 def size_flag(flag: str):
     def parse(text: str) -> int | float:
         try:
@@ -200,6 +232,25 @@ def sm_count(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 1024:
         raise argparse.ArgumentTypeError(f"{text!r} is not an SM count from 1 to 1024")
     return int(text)
+
+
+def health_settings(args) -> dict:
+    """ServerConfig's SysProbe fields from the flags; ValueError says what is wrong."""
+    from tally.cluster.health_config import load_health_config
+    from tally.cluster.trace_source import TraceError, read_trace
+
+    if args.no_health and args.health_config is not None:
+        raise ValueError("--no-health and --health-config contradict each other; give one")
+    if args.health_config is None and not args.no_health and os.environ.get(HEALTH_CONFIG_ENV):
+        args.health_config = Path(os.environ[HEALTH_CONFIG_ENV])     # the DaemonSet's ConfigMap
+    if args.metrics_trace is not None:
+        try:
+            read_trace(args.metrics_trace)
+        except (OSError, TraceError) as e:
+            raise ValueError(f"--metrics-trace: {e}") from None
+    config = load_health_config(args.health_config) if args.health_config is not None else None
+    return {"health": not args.no_health, "health_config": config, "health_config_path": args.health_config,
+            "metrics_trace": args.metrics_trace}
 
 
 def status_parser() -> argparse.ArgumentParser:
@@ -249,6 +300,12 @@ def serve_main(argv: list[str]) -> int:
     except BackendUnavailable as e:
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
+    try:
+        health = health_settings(args)
+    except ValueError as e:
+        backend.close()
+        print(f"tally-server: {e}", file=sys.stderr)
+        return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
                           spin_us=args.spin_us,
@@ -260,7 +317,9 @@ def serve_main(argv: list[str]) -> int:
                           be_memory_quota=args.be_memory_quota,
                           hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
                           # susp17: suspend-based time-slicing
-                          oversubscribe=args.oversubscribe, slice_seconds=args.slice_seconds)
+                          oversubscribe=args.oversubscribe, slice_seconds=args.slice_seconds,
+                          # evict15: SysProbe, graceful exit
+                          drain_timeout_s=args.drain_timeout, **health)
     try:
         server = TallyServer(config, backend)
     except ValueError as e:
@@ -285,11 +344,17 @@ def serve_main(argv: list[str]) -> int:
         return 2
 
     def on_signal(signum, _frame):
-        logging.getLogger("tally.server").info("received %s, shutting down", signal.Signals(signum).name)
-        server.stop()
+        server.drain.begin(signal.Signals(signum).name)
+
+    def on_hangup(_signum, _frame):
+        if server.health is None:
+            logging.getLogger("tally.server").info("SIGHUP: SysProbe is off (--no-health); nothing to reload")
+        else:
+            server.health.reload()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     d = server.description
     print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
           f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
@@ -303,6 +368,12 @@ def serve_main(argv: list[str]) -> int:
         if metrics is not None:
             metrics.close()
     print("tally-server: stopped", flush=True)
+    if server.abandoned:
+        # Work still on the device (the drain's deadline passed): end the process now,
+        # which ends that work, instead of waiting for it in the interpreter's exit.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(server.exit_status)
     return server.exit_status       # 1 when a device fault left the GPU unusable in this process
 
 
@@ -339,64 +410,6 @@ def status_main(argv: list[str]) -> int:
         # at /dev/null so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
-
-
-def format_status(s: ServerStatus) -> str:
-    be_quota = format_bytes(s.be_memory_quota_bytes) if s.be_memory_quota_bytes is not None else "none"
-    lines = [
-        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}",
-        f"device   {s.device}: {s.device_name}  compute capability {s.compute_capability}  "
-        f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
-        f"memory {_gib(s.memory_total - s.memory_free)} "
-        f"used of {_gib(s.memory_total)}  uptime {s.uptime_s:.0f} s",
-        f"limits   high-priority jobs at most {s.max_hp_jobs}  memory reserved for them "
-        f"{format_bytes(s.hp_memory_reserve_bytes)}  best-effort quota {be_quota}",
-        f"clients  {len(s.clients)}",
-    ]
-    levers = _levers_line(s)
-    if levers:
-        lines.insert(2, levers)
-    if s.last_device_fault:
-        fault = s.last_device_fault
-        cause = ", ".join(f"client {c}" for c in fault["caused_by"]) or "not known"
-        lines.insert(-1, f"faults   {s.device_faults} device faults; last: {fault['error']}, caused by {cause}, "
-                         f"{len(fault['jobs_failed'])} jobs failed, context {fault['state']}")
-    if s.clients:
-        lines.append(f"  {'id':>4} {'pid':>8} {'priority':<12} {'state':<9} {'memory':>10} {'quota':>10} "
-                     f"{'SMs':>9} {'requests':>10} {'errors':>7}  program")
-        for c in s.clients:
-            quota = _gib(c.memory_quota_bytes) if c.memory_quota_bytes is not None else "-"
-            lines.append(f"  {c.client_id:>4} {c.pid:>8} {protocol.priority_name(c.priority):<12} {c.state:<9} "
-                         f"{_gib(c.memory_used):>10} {quota:>10} {_sms(c, s.sm_count):>9} {c.requests:>10} "
-                         f"{c.errors:>7}  {c.program}")
-    return "\n".join(lines)
-
-
-def _sms(c, sm_count: int) -> str:
-    """SMs granted now / the device's (its own share in percent, if it has one)."""
-    if c.sm_granted is None:
-        return "-"
-    share = f" {c.sm_percent:g}%" if c.sm_percent is not None else ""
-    return f"{c.sm_granted}/{sm_count}{share}"
-
-
-def _levers_line(s: ServerStatus) -> str:
-    parts = []
-    if s.be_sm_percent is not None:
-        parts.append(f"best-effort SM share {s.be_sm_percent:g}%")
-    dynamic = s.levers.get("dynamic_sm")
-    if s.dynamic_sm and dynamic:
-        parts.append(f"dynamic SM: best-effort jobs get {dynamic['best_effort_percent']:g}% "
-                     f"(floor {dynamic['floor_percent']:g}%)")
-    control = s.levers.get("compute_control")
-    if s.be_util_target is not None and control:
-        parts.append(f"compute control: target {control['target']:g}, holding best-effort work "
-                     f"{control['hold']:.0%} of the time")
-    return "levers   " + "; ".join(parts) if parts else ""
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
 
 
 if __name__ == "__main__":

@@ -281,6 +281,32 @@ class ControlReply:
         return _ControlReply.pack(self.ok, 0) + self.tail
 
 
+_ClientEvict = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvict:
+    """tool -> server over the socket: evict a running job: its queued work is dropped, its memory freed
+    and its later driver calls fail; it is told `reason` (the tail). Tail: UTF-8 reason the job is told.
+    """
+
+    KIND: ClassVar[int] = 40
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    client_id: int = 0
+    force: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> ClientEvict:
+        if len(payload) < 8:
+            raise _short('ClientEvict', len(payload), 8)
+        v0, v1 = _ClientEvict.unpack_from(payload)
+        return cls(v0, v1, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _ClientEvict.pack(self.client_id, self.force) + self.tail
+
+
 _ClientSuspend = struct.Struct('<QII')
 
 
@@ -518,6 +544,32 @@ class KernelOutput:
 
     def encode(self) -> bytes:
         return bytes(self.tail)
+
+
+_Evicted = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe,
+    or the server shutting down); its memory is freed and every later driver call fails with `status`.
+    Tail: UTF-8 reason.
+    """
+
+    KIND: ClassVar[int] = 210
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    status: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> Evicted:
+        if len(payload) < 8:
+            raise _short('Evicted', len(payload), 8)
+        v0, v1 = _Evicted.unpack_from(payload)
+        return cls(v0, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _Evicted.pack(self.status, 0) + self.tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -2182,6 +2234,7 @@ MESSAGES = (
     ClientPause,
     ClientResume,
     ControlReply,
+    ClientEvict,
     ClientSuspend,
     ClientMigrate,
     MigrateOffer,
@@ -2193,6 +2246,7 @@ MESSAGES = (
     Goodbye,
     Error,
     KernelOutput,
+    Evicted,
     KernelStderr,
     Done,
     MemAlloc,

@@ -286,6 +286,11 @@ MESSAGES = (
     Message("ControlReply", 33, "server -> tool over the socket: `ok` = 1 when done (or nothing needed "
             "doing), 0 when refused", (F("ok", "u32"), F("_pad0", "u32")),
             tail="UTF-8 sentence: what changed, or why nothing did"),
+    # Issue 15 (tally/server/eviction.py): the operator evicts a job, answered by ControlReply.
+    Message("ClientEvict", 40, "tool -> server over the socket: evict a running job: its queued work is "
+            "dropped, its memory freed and its later driver calls fail; it is told `reason` (the tail)",
+            (F("client_id", "u32"), F("force", "u32")),   # force = 1 allows evicting a high-priority job
+            tail="UTF-8 reason the job is told"),
     # Suspending a job (tally-server suspend; tally/server/suspend.py): `tally-server resume`
     # (ClientResume) brings a suspended job back. One request per connection, answered by ControlReply.
     Message("ClientSuspend", 50, "tool -> server over the socket: hold the job's work, save its device memory "
@@ -316,6 +321,9 @@ MESSAGES = (
     Message("KernelOutput", 21, "server -> client on the completion ring (tag 0), before the reply to a "
             "synchronizing call: what the client's kernels printed (device printf) on the streams it "
             "waited for; the client writes it to its own stdout", tail="UTF-8 text"),
+    Message("Evicted", 210, "server -> client on the completion ring (tag 0): the server evicted this job "
+            "(an operator, SysProbe, or the server shutting down); its memory is freed and every later driver "
+            "call fails with `status`", (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 reason"),
     Message("KernelStderr", 190, "server -> client on the completion ring (tag 0), right before the Error "
             "record it belongs to: what the device wrote for the job's stderr (a failed device assert's "
             "message, in CUDA's format); the client writes it to its own stderr", tail="UTF-8 text"),

@@ -177,6 +177,8 @@ class StreamExecutor:
                     self._preempt(unit)
             self._pump()
             self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
+            if self._clients.get(client_id) is not client:
+                return            # another thread removed it meanwhile (a session's close and close())
             del self._clients[client_id]
             streams = [stream for stream in client.streams.values() if self._retire(stream)]
             events = list(client.events)
@@ -521,7 +523,10 @@ class StreamExecutor:
 
     def close(self) -> None:
         for client_id in list(self._clients):
-            self.remove_client(client_id)
+            try:
+                self.remove_client(client_id)
+            except ClientGone:
+                pass              # removed meanwhile by its session
         with self._lock:
             self._closed = True
             if self._wake is not None:

@@ -1,10 +1,12 @@
-"""Operator control of running jobs: `tally-server set`, `pause`, `suspend`, `resume` and
-`migrate` (suspending: tally/server/suspend.py; migrating: tally/server/migration.py).
+"""Operator control of running jobs: `tally-server set`, `pause`, `suspend`, `resume`,
+`migrate` and `evict` (suspending: tally/server/suspend.py; migrating: tally/server/migration.py;
+evicting: tally/server/eviction.py).
 
 Each command is one request on the server's socket (ClientSet, ClientPause,
-ClientResume), answered by one ControlReply: `ok` and a sentence saying what
-changed, or why nothing did. Every executor call these commands make is in
-this file (set_sm_percent, pause_client, resume_client).
+ClientResume, ClientEvict), answered by one ControlReply: `ok` and a sentence
+saying what changed, or why nothing did. Every executor call these commands make
+is in this file (set_sm_percent, pause_client, resume_client) or, for an
+eviction, in the evicted job's session (tally/server/eviction.py).
 
 Decisions:
 - A memory quota applies to the job's future allocations. One below what the
@@ -19,6 +21,9 @@ Decisions:
   Pausing a high-priority job needs `--force`: it is the job tally exists to
   protect. Pausing a paused job, or resuming a running one, changes nothing
   and says so.
+- Evicting needs a reason (the job prints it; an orchestrator's log shows it),
+  and evicting a high-priority job needs `--force`, as pausing does. Evicting
+  an evicted job changes nothing and says so.
 """
 from __future__ import annotations
 
@@ -27,16 +32,18 @@ import math
 
 from tally import protocol
 from tally.cluster.memory_limits import QuotaBelowUse, to_bytes
-from tally.protocol.messages_generated import (ClientMigrate, ClientPause, ClientResume, ClientSet, ClientSuspend,
-                                               ControlReply)
+from tally.protocol.messages_generated import (ClientEvict, ClientMigrate, ClientPause, ClientResume, ClientSet,
+                                               ClientSuspend, ControlReply)
 from tally.scheduler.executor import ClientGone
-from tally.server import migration
+from tally.server import eviction, migration
 from tally.server import suspend as suspension
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND, ClientMigrate.KIND})
+REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND, ClientMigrate.KIND,
+                      ClientEvict.KIND})
+REASON_LIMIT = 1000          # characters of an eviction's reason
 
 
 class Refusal(Exception):
@@ -55,6 +62,8 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
         elif kind == ClientMigrate.KIND:
             msg = ClientMigrate.decode(payload)
             done = migration.migrate(server, _session(server, msg.client_id), bytes(msg.tail).decode())
+        elif kind == ClientEvict.KIND:
+            done = evict(server, ClientEvict.decode(payload))
         else:
             done = resume(server, ClientResume.decode(payload))
     except (Refusal, suspension.SuspendRefused, migration.MigrationRefused, protocol.ProtocolError) as e:
@@ -68,10 +77,13 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
     return ControlReply(ok=1, tail=done.encode())
 
 
-def _session(server, client_id: int):
+def _session(server, client_id: int, evicted_ok: bool = False):
     attached = server.attached_sessions()
     for session in attached:
         if session.client_id == client_id:
+            if session.evicted is not None and not evicted_ok:
+                raise Refusal(f"{_name(session)} was evicted ({session.evicted}); it holds nothing any more and "
+                              f"its calls fail until it exits")
             return session
     listed = ", ".join(str(s.client_id) for s in attached) or "none"
     raise Refusal(f"no client {client_id} is attached (attached now: {listed}); `tally-server status` lists them")
@@ -152,3 +164,28 @@ def _executor_call(method, session, *args):
         return method(session.client_id, *args)
     except ClientGone as e:          # the job left meanwhile
         raise Refusal(f"{_name(session)} left while the request was carried out ({e})") from None
+
+
+def evict(server, msg: ClientEvict) -> str:
+    reason = _reason(bytes(msg.tail))
+    session = _session(server, msg.client_id, evicted_ok=True)
+    if session.priority == protocol.Priority.HIGH and not msg.force:
+        raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; evict it only on "
+                      f"purpose, with --force")
+    if session.evicted is not None:
+        return f"{_name(session)} was evicted already ({session.evicted}); nothing changed"
+    held = session.client.allocations.used_bytes
+    if not eviction.evict(server, session, reason, eviction.OPERATOR):
+        raise Refusal(f"{_name(session)} left while the request was carried out")
+    return (f"{_name(session)} evicted: its queued work dropped, its memory ({format_bytes(held)}) freed; "
+            f"it was told: {reason}")
+
+
+def _reason(raw: bytes) -> str:
+    """The reason as one printable line (the job prints it on one line)."""
+    text = " ".join(raw.decode(errors="replace").split())
+    if not text:
+        raise Refusal("give a reason with --reason: the evicted job prints it, so whoever reruns it knows why")
+    if len(text) > REASON_LIMIT:
+        raise Refusal(f"the reason is {len(text)} characters long; give at most {REASON_LIMIT}")
+    return text

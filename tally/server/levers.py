@@ -8,6 +8,12 @@ of them.
   accounting (tally.cluster.executor_source) every --sample-period-ms.
 - --be-util-target: tally.cluster.compute_control on the same samples; the
   executor asks its gate before every best-effort unit.
+
+The sampler runs whenever a plugin reads samples (SysProbe does unless
+--no-health), every --sample-period-ms while dynamic SM or compute control are
+on, else every SysProbe sample_interval_s; its source is chosen by
+tally/server/metrics_source.py. Its first sample is taken before the server
+admits anyone, so SysProbe leaves `init` at once.
 """
 from __future__ import annotations
 
@@ -16,9 +22,9 @@ from typing import Hashable
 
 from tally.cluster.compute_control import ComputeControl, Gains
 from tally.cluster.dynamic_sm import DynamicSm, DynamicSmConfig
-from tally.cluster.executor_source import ExecutorActivitySource
 from tally.cluster.sampler import DeviceSampler
 from tally.scheduler.hooks import Hooks
+from tally.server.metrics_source import make_metrics_source
 
 log = logging.getLogger("tally.server")
 
@@ -30,23 +36,39 @@ class SmLevers:
         self.dynamic_sm: DynamicSm | None = None
         self.compute_control: ComputeControl | None = None
         self.sampler: DeviceSampler | None = None
+        self._health_period_s: float | None = None           # SysProbe's sample_interval_s, when it runs
         self._shares: dict[Hashable, float | None] = {}     # each job's own share (admitted)
         if config.be_util_target is not None:
             self.compute_control = ComputeControl(Gains(target=config.be_util_target))
             hooks.register(self.compute_control)
 
-    def start(self, executor, backend) -> None:
-        """Once the executor exists: dynamic SM acts on it, the sampler reads it."""
+    def start(self, executor, backend, health_period_s: float | None = None) -> None:
+        """Once the executor exists: dynamic SM acts on it, the sampler reads it.
+        `health_period_s`: SysProbe's sample interval, when it runs."""
         if self.config.dynamic_sm:
             self.dynamic_sm = DynamicSm(executor, DynamicSmConfig(floor_percent=self.config.be_sm_floor))
             self.hooks.register(self.dynamic_sm)
+        self._health_period_s = health_period_s
         if self.hooks.on_sample:
-            source = ExecutorActivitySource(executor, backend.mem_info)
-            self.sampler = DeviceSampler(source, self.hooks, self.config.sample_period_ms / 1000.0)
+            source = make_metrics_source(self.config, backend, executor)
+            self.sampler = DeviceSampler(source, self.hooks, self._period_s())
+            self.sampler.tick()
             if backend.traits.virtual_clock:
                 self.sampler.start_on_clock(executor.clock)
             else:
                 self.sampler.start_thread()
+
+    def _period_s(self) -> float:
+        periods = [p for p in (self._health_period_s,) if p is not None]
+        if self.dynamic_sm is not None or self.compute_control is not None or not periods:
+            periods.append(self.config.sample_period_ms / 1000.0)
+        return min(periods)
+
+    def health_period_changed(self, period_s: float) -> None:
+        """SysProbe's sample interval changed (its config was reloaded)."""
+        self._health_period_s = period_s
+        if self.sampler is not None:
+            self.sampler.period_s = self._period_s()
 
     def client_added(self, client_id: Hashable, best_effort: bool, sm_percent: float | None) -> None:
         self._shares[client_id] = sm_percent

@@ -100,7 +100,8 @@ class TimeSlicer:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        jobs = [s for s in self.server.attached_sessions() if s.priority == protocol.Priority.BEST_EFFORT]
+        jobs = [s for s in self.server.attached_sessions()
+                if s.priority == protocol.Priority.BEST_EFFORT and s.evicted is None]     # an evicted job holds nothing
         alive = {s.client_id for s in jobs}
         self._sliced &= alive
         for cid in list(self._since):

@@ -27,6 +27,7 @@ import msgpack
 from tally import _core, protocol
 from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
+from tally.cluster.health_config import HealthConfig
 from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
 from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, HelloReply, MigrateOffer, StatusReply,
@@ -34,10 +35,11 @@ from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, 
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.hooks import AdmissionRequest, Hooks
 from tally.scheduler.pinned_pool import PinnedPool
-from tally.scheduler.hooks import Hooks
 from tally.server import control, migration_import
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
+from tally.server.device_health import DeviceHealth, default_health_config
+from tally.server.drain import Drain
 from tally.server.device_faults import DeviceFaults
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
@@ -93,6 +95,18 @@ class ServerConfig:
     be_memory_quota: int | float | None = None
     hp_memory_reserve: int | float | None = None
     max_hp_jobs: int = 1
+    # SysProbe (tally/server/device_health.py): on unless health is False; its config
+    # (None: the defaults) and the file it came from (reloaded on SIGHUP).
+    health: bool = True
+    health_config: HealthConfig | None = None
+    health_config_path: Path | None = None
+    # Device samples from a recorded trace instead of the device (demos, tests);
+    # replayed at the trace's own pace unless metrics_trace_realtime is False (then
+    # one trace sample per sampler tick).
+    metrics_trace: Path | None = None
+    metrics_trace_realtime: bool = True
+    # SIGTERM/SIGINT: how long the work on the device may take to finish (tally/server/drain.py)
+    drain_timeout_s: float = 10.0
     # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
     oversubscribe: bool = False
     slice_seconds: float = 5.0
@@ -119,10 +133,16 @@ class TallyServer:
             self.description.total_memory, backend.mem_info()[0], config.be_memory_quota, config.hp_memory_reserve))
         self.high_priority_jobs = HighPriorityJobs(config.max_hp_jobs, self._attached_high_priority)
         self.variants, clock = make_variant_provider(backend)
+        self.started_at = time.time()
+        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
+        self.sessions: dict[int, Session] = {}     # before the first device sample (SysProbe may act on it)
+        self._sessions_lock = threading.Lock()
+        self.health: DeviceHealth | None = None
         self.hooks = make_hooks(self)
         self.levers = SmLevers(config, self.hooks)
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
-        self.levers.start(self.executor, backend)
+        self.levers.start(self.executor, backend,
+                          self.health.probe.config.timing.sample_interval_s if self.health else None)
         # Where one job's fault poisons every job's context (a GPU), the server recovers from it.
         self.device_faults = DeviceFaults(self) if backend.traits.errors_are_context_wide else None
         if self.device_faults is not None:
@@ -132,8 +152,6 @@ class TallyServer:
         self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
         self.time_slicer = TimeSlicer(self, config.slice_seconds) if config.oversubscribe else None
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
-        self.sessions: dict[int, Session] = {}
-        self._sessions_lock = threading.Lock()
         # A session can end (its job died at once) before the handshake thread
         # registers its socket: registering and forgetting take turns, and a closed
         # session is never registered.
@@ -142,13 +160,13 @@ class TallyServer:
         # so no session can start after shutdown has closed the others.
         self._admit_lock = threading.Lock()
         self._admitting = True
+        self.drain = Drain(self, config.drain_timeout_s)   # SIGTERM/SIGINT
+        self.abandoned = False
         self._client_ids = itertools.count(1)
         self._selector = selectors.DefaultSelector()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._listener: socket.socket | None = None
-        self.started_at = time.time()
-        self.counters = ServerCounters()   # evictions, device faults...: incremented where they happen
         self.dropped_connections = OncePerCause(log, "dropped a connection during its handshake")
         self.exit_status = 0               # what tally-server exits with once serve_forever returns
         if self.time_slicer is not None:
@@ -204,25 +222,60 @@ class TallyServer:
         finally:
             self._shutdown_now()
 
-    def stop(self, exit_status: int = 0) -> None:
-        """Ask serve_forever to return (safe from signal handlers and other threads)."""
+    def stop(self, exit_status: int = 0, abandon_device_work: bool = False) -> None:
+        """Ask serve_forever to return (safe from signal handlers and other threads).
+        `abandon_device_work`: do not wait for work still on the device (the drain's
+        deadline passed); the caller then ends the process, which ends that work and
+        frees its memory (`abandoned` says so)."""
         self.exit_status = exit_status or self.exit_status
+        self.abandoned = abandon_device_work
         self._stop.set()
         try:
             self._wake_w.send(b"x")
         except OSError:
             pass
 
-    def _shutdown_now(self) -> None:
+    @property
+    def admitting(self) -> bool:
+        return self._admitting
+
+    def stop_admitting(self) -> None:
+        """Refuse every handshake from now on (a drain, a shutdown)."""
         with self._admit_lock:
             self._admitting = False
+
+    def _shutdown_now(self) -> None:
+        self.stop_admitting()
         with self._sessions_lock:
             sessions = list(self.sessions.values())
         if self.device_faults is not None:
             self.device_faults.stop()
+        if self.time_slicer is not None:
+            self.time_slicer.stop()
+        if self.abandoned:
+            for session in sessions:
+                session.abandon("server shutting down")
+            self._close_listener()
+            log.warning("exiting without waiting for the work still on the device: the process's exit ends it "
+                        "and frees its memory")
+            return
         for session in sessions:
             session.request_close("server shutting down")
             session.close()
+        if sessions:
+            free, total = self.backend.mem_info()
+            log.info("released every job: %s of device memory in use, %d job(s) listed", format_bytes(total - free),
+                     len(self.sessions))
+        self._close_listener()
+        try:
+            self.levers.stop()
+            self.executor.close()
+            self.staging.close()
+            self.backend.close()
+        except Exception:
+            log.exception("closing the executor/backend failed")
+
+    def _close_listener(self) -> None:
         if self._listener is not None:
             try:
                 self._selector.unregister(self._listener)
@@ -234,15 +287,6 @@ class TallyServer:
                 self.config.socket_path.unlink()
             except FileNotFoundError:
                 pass
-        if self.time_slicer is not None:
-            self.time_slicer.stop()
-        try:
-            self.levers.stop()
-            self.executor.close()
-            self.staging.close()
-            self.backend.close()
-        except Exception:
-            log.exception("closing the executor/backend failed")
 
     # ---- connections ---------------------------------------------------------------
 
@@ -436,9 +480,9 @@ class TallyServer:
         return [s for s in sessions if not s.gone()]
 
     def _attached_high_priority(self) -> list[AttachedJob]:
-        # A job a device fault failed holds nothing: its replacement may attach.
+        # A job a device fault failed, or an evicted one, holds nothing: its replacement may attach.
         return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH and s.device_fault is None]
+                if s.priority == protocol.Priority.HIGH and s.device_fault is None and s.evicted is None]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description
@@ -509,6 +553,13 @@ def make_hooks(server: TallyServer) -> Hooks:
     # memory protection and the high-priority job count (admin14)
     hooks.register(server.memory_limits)
     hooks.register(server.high_priority_jobs)
+    # SysProbe: device health, its admissions and evictions (evict15)
+    config = server.config
+    if config.health:
+        server.health = DeviceHealth(server, config.health_config or
+                                     default_health_config(server.backend.traits.nvml_metrics),
+                                     config.health_config_path)
+        hooks.register(server.health)
     return hooks
 
 

@@ -13,6 +13,11 @@ on a GPU: once the job has been told, every later driver request fails with it
 (other jobs carry on). What the device wrote for the job's stderr with an error
 (the assert's message) reaches the job once, right before the error.
 
+An evicted job (tally/server/eviction.py) is told why by an Evicted record, and
+every later request fails with CUDA_ERROR_DEVICE_UNAVAILABLE; the session thread
+then drops its work and frees what it holds, and the session stays listed (state
+"evicted") until the job's process goes.
+
 A device fault on a backend whose errors are context-wide (a GPU) fails every job
 (tally/server/device_faults.py): `fail_device` makes every later request fail with
 the fault's explanation, and `drop_device_state` lets go of what the job had made
@@ -39,12 +44,14 @@ from tally import _core, protocol
 from tally.cluster.memory_limits import JobMemory
 from tally.protocol.errors import (
     CUDA_ERROR_ASSERT,
+    CUDA_ERROR_DEVICE_UNAVAILABLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_UNKNOWN,
     DeviceError,
     ProtocolError,
 )
-from tally.protocol.messages_generated import Done, Error, Goodbye, HostFuncDone, KernelStderr, Notify, Ping
+from tally.protocol.messages_generated import (Done, Error, Evicted, Goodbye, HostFuncDone, KernelStderr, Notify,
+                                               Ping)
 from tally.server.client.state import ClientState
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
@@ -64,8 +71,12 @@ STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
 POP_BATCH = 64
 # Bounds how long a session thread sleeps in the ring before noticing a close
-# request from another thread; the ring itself wakes it at once for requests.
+# request (or an eviction) from another thread; the ring itself wakes it at once for requests.
 POLL_INTERVAL_S = 0.25
+# What every call of an evicted job fails with: cudart's cudaErrorDevicesUnavailable,
+# "CUDA-capable device(s) is/are busy or unavailable", which frameworks print as such.
+EVICTED_CODE = CUDA_ERROR_DEVICE_UNAVAILABLE
+EVICTION_REASON_LIMIT = 1000       # bytes of the reason the job is told
 
 
 @dataclass
@@ -105,6 +116,10 @@ class Session:
         self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
+        self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
+        self._evict_lock = threading.Lock()
+        self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
+        self._released = threading.Event()
         self._memory = memory
         self.hold = RequestHold()              # no request runs while it is held (a suspended job)
         # Taken off the request ring and not handled yet (a migration hands them over).
@@ -128,6 +143,44 @@ class Session:
         self.hold.wake()
         if not self._thread.is_alive():
             self.close()
+
+    def evict(self, reason: str) -> bool:
+        """Tell the job it is evicted and have the session thread drop its work and
+        free what it holds (wait_released). False when it was evicted already or is
+        leaving anyway."""
+        with self.suspend_lock:            # a suspend, resume or migration under way finishes first
+            with self._evict_lock:
+                if self.evicted is not None or self._closing.is_set() or self.handed_over:
+                    return False
+                self.evicted = reason
+            told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
+            # The record first, then the flag: a client that sees the flag finds the record.
+            self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
+            with self._reply_lock:
+                if not self._segment_closed:
+                    self.segment.mark_evicted()
+            self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
+            self._release_asked.set()
+            if self.hold.held:             # a suspended job: its requests fail from now on, none waits
+                self.hold.release()
+        return True
+
+    def wait_released(self, timeout: float) -> bool:
+        """Whether the evicted job's work and memory were released within `timeout` s."""
+        return self._released.wait(timeout)
+
+    def _release_evicted(self) -> None:
+        """On the session thread: what the evicted job held goes now, not when its process exits."""
+        try:
+            with self.suspend_lock:
+                if self.suspension is not None:     # suspended: its memory is saved on the host, not the device
+                    self.suspension.discard(self)
+                    self.suspension = None
+                self.client.close()
+        except Exception:       # close() runs again when the session ends; carry on
+            log.exception("client %d: releasing the evicted job's state failed", self.client_id)
+        finally:
+            self._released.set()
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Run fn when the session closes (last added runs first)."""
@@ -169,6 +222,26 @@ class Session:
         log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
                  self.program, self.close_reason or "closed")
         self.server.forget_session(self)
+
+    def abandon(self, reason: str) -> None:
+        """The server exits without waiting for this job's work on the device (its
+        exit ends that work and frees its memory): the job's side learns that the
+        segment is closed, and the segment's name goes. Nothing here waits."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closing.set()
+        with self._reply_lock:
+            if not self._segment_closed:
+                self._segment_closed = True
+                try:
+                    self.segment.mark_closed()
+                    self.segment.unlink()
+                except Exception:       # noqa: BLE001 - exiting anyway; the job sees the socket close
+                    pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
 
     @property
     def closed(self) -> bool:
@@ -288,6 +361,8 @@ class Session:
         try:
             pending, hold = self.pending_records, self.hold
             while hold.wait_released(self._closing, POLL_INTERVAL_S):
+                if self._release_asked.is_set() and not self._released.is_set():
+                    self._release_evicted()      # once: it sets _released
                 if not pending:
                     try:
                         pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
@@ -306,6 +381,7 @@ class Session:
                     hold.leave()
         finally:
             self.close()
+            self._released.set()
 
     def handle(self, kind: int, tag: int, payload: bytes) -> None:
         counters = self.counters

@@ -39,9 +39,10 @@ class ClientStatus:
     # the quota in force: the job's own, the server's --be-memory-quota, or what the
     # operator set (None: no quota; the reserve for high-priority jobs still applies)
     memory_quota_bytes: int | None = None
-    # "running" | "paused" | "suspended" (tally-server pause/suspend/resume) | "faulted"
+    # "running" | "paused" | "suspended" (tally-server pause/suspend/resume) | "faulted" | "evicted"
     state: str = "running"
     suspended_bytes: int = 0         # its device memory held in host memory while suspended
+    evicted: str | None = None       # why, once evicted (listed until its process exits)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -80,6 +81,9 @@ class ServerStatus:
     be_memory_quota_bytes: int | None = None   # a best-effort job's quota unless it asks less
     hp_memory_reserve_bytes: int = 0           # best-effort jobs never take this memory
     max_hp_jobs: int = 1                       # high-priority jobs allowed at once
+    evictions: dict = field(default_factory=dict)   # jobs evicted, by cause (tally/server/eviction.py)
+    health: dict | None = None                 # SysProbe's record (device_health.py); None: --no-health
+    shutting_down: bool = False                # draining after SIGTERM/SIGINT: no job is admitted
     # device faults that poisoned the context (a GPU's), and the last one: at, code, error,
     # detail, caused_by (client ids), jobs_failed, state, recovery_s (tally/server/device_faults.py)
     device_faults: int = 0
@@ -128,9 +132,10 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state="faulted" if session.device_fault is not None else "suspended" if suspension is not None
-        else "paused" if session.paused else "running",
+        state=("evicted" if session.evicted is not None else "faulted" if session.device_fault is not None
+               else "suspended" if suspension is not None else "paused" if session.paused else "running"),
         suspended_bytes=suspension.nbytes if suspension is not None else 0,
+        evicted=session.evicted,
     )
 
 
@@ -168,6 +173,9 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         be_memory_quota_bytes=server.memory_limits.policy.be_quota_bytes,
         hp_memory_reserve_bytes=server.memory_limits.policy.hp_reserve_bytes,
         max_hp_jobs=server.high_priority_jobs.max_jobs,
+        evictions=dict(server.counters.evictions),
+        health=server.health.describe() if server.health is not None else None,
+        shutting_down=not server.admitting,
         device_faults=server.counters.device_faults,
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
         mobility={**server.mobility.to_json(), **server.migrations.to_json()},

@@ -123,6 +123,8 @@ def suspend(server, session, force: bool = False) -> str:
             return f"{name(session)} is suspended already; nothing changed"
         if session.closed:
             raise SuspendRefused(f"{name(session)} left")
+        if session.evicted is not None:
+            raise SuspendRefused(f"{name(session)} was evicted ({session.evicted}); it holds nothing to suspend")
         opened = server.ipc.opened_exports_of(session.client_id)
         if opened:
             raise SuspendRefused(f"{name(session)} exported memory that another job has open (IPC: "

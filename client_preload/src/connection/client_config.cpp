@@ -90,6 +90,8 @@ bool read_client_config(ClientConfig* out, std::string* error) {
       !parse_memory_quota(std::getenv("TALLY_MEMORY_QUOTA"), out, error)) {
     return false;
   }
+  const char* notice = std::getenv("TALLY_EVICTION_NOTICE");
+  out->eviction_notice = notice != nullptr ? notice : "";
   // tally-run's --sm-percent wins; a job set up for MPS keeps the share it gave MPS.
   const char* share = std::getenv("TALLY_SM_PERCENT");
   if (share != nullptr && share[0] != '\0') return parse_sm_percent(share, "TALLY_SM_PERCENT", &out->sm_percent, error);

@@ -7,6 +7,8 @@
 //   TALLY_SM_PERCENT    the job's SM share in (0, 100] (tally-run --sm-percent); unset or
 //                       empty: the job's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE if it has one
 //                       (jobs configured for MPS keep their share), else none asked
+//   TALLY_EVICTION_NOTICE  a file tally-run made: if the server evicts this job, the
+//                       client appends the reason there (tally-run then exits 75)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,6 +23,7 @@ struct ClientConfig {
   uint64_t memory_quota_bytes = 0;    // 0: none
   double memory_quota_percent = 0.0;  // 0: unused
   double sm_percent = 0.0;            // 0: none asked
+  std::string eviction_notice;        // empty: tally-run is not watching
 };
 
 std::string default_socket_path();

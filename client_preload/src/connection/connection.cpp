@@ -18,6 +18,9 @@ namespace tally::client {
 namespace {
 
 constexpr int kHandshakeTimeoutMs = 10000;
+// An evicted job's request waits at most this long for a thread reading the completion
+// ring to route the Evicted record (it is on the ring already, so that is quick).
+constexpr int64_t kReaderWaitMs = 5000;
 
 // How long a thread waiting for a reply spins before it sleeps on the futex. A
 // reply that comes while the thread sleeps costs a futex wake-up (tens of us on a
@@ -108,7 +111,10 @@ CUresult Connection::connect_locked() {
   device_ = hs.device;
   normalize_snapshot(&device_);
   static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
-  pthread_once(&fork_handler_once, [] { pthread_atfork(nullptr, nullptr, &Connection::after_fork_in_child); });
+  pthread_once(&fork_handler_once, [] {
+    pthread_atfork(nullptr, nullptr, &Connection::after_fork_in_child);
+    std::atexit(&Connection::at_exit);
+  });
   state_.store(State::kConnected, std::memory_order_release);
   trace_line("connected to %s as client %llu, segment %s", config_.socket_path.c_str(),
              static_cast<unsigned long long>(client_id_), segment_name.c_str());
@@ -158,6 +164,7 @@ CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, con
 CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail,
                                  uint32_t tail_size, uint64_t* tag_out) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
   const uint64_t tag = tag_out == nullptr ? 0 : next_tag_.fetch_add(1, std::memory_order_relaxed);
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
@@ -181,6 +188,7 @@ CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_si
 CUresult Connection::send_async_fill(uint32_t kind, uint32_t size, void (*fill)(uint8_t*, const void*),
                                      const void* context) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
   if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
@@ -253,6 +261,7 @@ CUresult Connection::reset_context() {
 
 CUresult Connection::reserve_upload(uint64_t nbytes, uint64_t* offset, uint8_t** data) {
   if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
+  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
   if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     auto& arena = segment_->upload();

@@ -166,6 +166,12 @@ class Connection {
   Connection() = default;
   CUresult connect_locked();
   CUresult fail_transport(const char* what);  // the server is gone: every call fails from now on
+  // The server marked this job evicted: read its Evicted record off the completion
+  // ring (it was pushed before the mark) and fail every call from now on.
+  CUresult learn_eviction(int64_t wait_for_reader_ms);
+  // With reply_mutex_ held: an Evicted record arrived.
+  void evicted_locked(const Reply& got);
+  static void at_exit();
   // post() without the sticky-error check
   CUresult post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
                        uint64_t* tag_out);

@@ -73,6 +73,10 @@ void Connection::route_locked(uint64_t tag, Reply&& got) {
     parked_replies_[tag] = std::move(got);
     return;
   }
+  if (got.kind == static_cast<uint32_t>(protocol::MessageKind::Evicted)) {
+    evicted_locked(got);  // eviction.cpp
+    return;
+  }
   if (got.kind == static_cast<uint32_t>(protocol::MessageKind::KernelOutput)) {
     write_kernel_output(got.payload, stdout);
     return;

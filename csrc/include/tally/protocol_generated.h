@@ -54,6 +54,7 @@ enum class MessageKind : uint32_t {
   ClientPause = 31,
   ClientResume = 32,
   ControlReply = 33,
+  ClientEvict = 40,
   ClientSuspend = 50,
   ClientMigrate = 51,
   MigrateOffer = 52,
@@ -65,6 +66,7 @@ enum class MessageKind : uint32_t {
   Goodbye = 19,
   Error = 20,
   KernelOutput = 21,
+  Evicted = 210,
   KernelStderr = 190,
   Done = 100,
   MemAlloc = 101,
@@ -144,6 +146,7 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::ClientPause: return "ClientPause";
     case MessageKind::ClientResume: return "ClientResume";
     case MessageKind::ControlReply: return "ControlReply";
+    case MessageKind::ClientEvict: return "ClientEvict";
     case MessageKind::ClientSuspend: return "ClientSuspend";
     case MessageKind::ClientMigrate: return "ClientMigrate";
     case MessageKind::MigrateOffer: return "MigrateOffer";
@@ -155,6 +158,7 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::Goodbye: return "Goodbye";
     case MessageKind::Error: return "Error";
     case MessageKind::KernelOutput: return "KernelOutput";
+    case MessageKind::Evicted: return "Evicted";
     case MessageKind::KernelStderr: return "KernelStderr";
     case MessageKind::Done: return "Done";
     case MessageKind::MemAlloc: return "MemAlloc";
@@ -366,6 +370,18 @@ static_assert(offsetof(ControlReplyMsg, ok) == 0);
 static_assert(offsetof(ControlReplyMsg, _pad0) == 4);
 constexpr uint32_t kControlReplySize = 8;  // bytes on the wire (0: empty)
 
+// tool -> server over the socket: evict a running job: its queued work is dropped, its memory freed and its later driver calls fail; it is told `reason` (the tail); tail: UTF-8 reason the job is told
+struct ClientEvictMsg {
+  static constexpr MessageKind kKind = MessageKind::ClientEvict;
+  static constexpr bool kHasTail = true;
+  uint32_t client_id;
+  uint32_t force;
+};
+static_assert(sizeof(ClientEvictMsg) == 8, "ClientEvictMsg layout differs from the Python codec");
+static_assert(offsetof(ClientEvictMsg, client_id) == 0);
+static_assert(offsetof(ClientEvictMsg, force) == 4);
+constexpr uint32_t kClientEvictSize = 8;  // bytes on the wire (0: empty)
+
 // tool -> server over the socket: hold the job's work, save its device memory to host memory and free it; `force` = 1 allows suspending a high-priority job
 struct ClientSuspendMsg {
   static constexpr MessageKind kKind = MessageKind::ClientSuspend;
@@ -471,6 +487,18 @@ struct KernelOutputMsg {
 };
 static_assert(sizeof(KernelOutputMsg) == 1, "KernelOutputMsg layout differs from the Python codec");
 constexpr uint32_t kKernelOutputSize = 0;  // bytes on the wire (0: empty)
+
+// server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe, or the server shutting down); its memory is freed and every later driver call fails with `status`; tail: UTF-8 reason
+struct EvictedMsg {
+  static constexpr MessageKind kKind = MessageKind::Evicted;
+  static constexpr bool kHasTail = true;
+  uint32_t status;
+  uint32_t _pad0;
+};
+static_assert(sizeof(EvictedMsg) == 8, "EvictedMsg layout differs from the Python codec");
+static_assert(offsetof(EvictedMsg, status) == 0);
+static_assert(offsetof(EvictedMsg, _pad0) == 4);
+constexpr uint32_t kEvictedSize = 8;  // bytes on the wire (0: empty)
 
 // server -> client on the completion ring (tag 0), right before the Error record it belongs to: what the device wrote for the job's stderr (a failed device assert's message, in CUDA's format); the client writes it to its own stderr; tail: UTF-8 text
 struct KernelStderrMsg {

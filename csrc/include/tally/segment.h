@@ -77,7 +77,10 @@ struct alignas(64) SegmentState {
   std::atomic<int32_t> client_pid;       // 0 until a client attaches
   std::atomic<uint32_t> server_closed;   // 1: the server will not touch the segment again
   std::atomic<uint32_t> client_closed;   // 1: the client will not touch the segment again
-  uint8_t reserved[52];
+  // 1: the server evicted the client; an Evicted record on the completion ring says why.
+  // Set after that record is pushed, so a client that sees the flag finds the record.
+  std::atomic<uint32_t> evicted;
+  uint8_t reserved[48];
 };
 static_assert(sizeof(SegmentState) == 64);
 static_assert(std::atomic<int32_t>::is_always_lock_free);
@@ -376,6 +379,11 @@ class Segment {
       EventCount(&c->space_ready).wake_now();
     }
   }
+
+  // The server evicted the client (push the Evicted record first): the client's next
+  // request fails at once, before it reaches the ring.
+  void mark_evicted() { header()->state.evicted.store(1, std::memory_order_release); }
+  bool evicted() const { return header()->state.evicted.load(std::memory_order_acquire) != 0; }
 
   // Removes the name (mappings stay valid). Returns false when it was already gone.
   bool unlink() {

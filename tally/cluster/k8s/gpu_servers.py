@@ -3,7 +3,7 @@
 A GPU's state comes from its server's status (`tally-server status --json`):
 - no socket, or no answer within the timeout: `dead` (the device plugin marks
   every unit of that GPU Unhealthy and Allocate refuses it);
-- a status without a `health` record (SysProbe not running): `healthy`;
+- a status whose server record has no `health` (tally-server --no-health): `healthy`;
 - otherwise SysProbe's state: init | healthy | unhealthy | overlimit | disabled.
 
 What a state means for the units the device plugin advertises is decided in one
@@ -66,7 +66,7 @@ def probe(server: GpuServer, timeout: float = 2.0) -> GpuState:
         status = query_status(server.socket, timeout=timeout)
     except (OSError, ConnectionError) as e:
         return GpuState(server, DEAD, f"the tally-server on {server.socket} does not answer ({e})")
-    health = status.get("health")
+    health = status.get("server", {}).get("health")
     if health is None:
         return GpuState(server, "healthy", "answers (no SysProbe health record)", status)
     state = health.get("state") if isinstance(health, dict) else None
