@@ -219,7 +219,7 @@ def format_fuzz(r: dict) -> str:
              f"{'mutation':>14} {'reply':>9} {'error':>9}"]
     for name, counts in m["by_mutation"].items():
         lines.append(f"{name:>14} {counts['reply']:>9} {counts['error']:>9}")
-    lines.append(f"handshakes: " + ", ".join(f"{k} {n}" for k, n in h["outcomes"].items()))
+    lines.append("handshakes: " + ", ".join(f"{k} {n}" for k, n in h["outcomes"].items()))
     lines.append("")
     for c in r["checks"]:
         lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['detail']}")
