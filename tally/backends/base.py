@@ -145,6 +145,19 @@ class Event(Protocol):
 Dim3 = tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class DataPlaneDevice:
+    """How tally's C++ data plane (docs/data-plane.md) issues work on a backend's
+    device without Python: the backend's issuer (a tally._core.data_plane.Issuer),
+    the native handle of one of its streams, and how to put one of its kernels in a
+    job's C++ function table (False: that kernel always goes through Python)."""
+
+    issuer: object
+    stream_handle: Callable[[object], int]
+    # (ClientPlane, function id, backend Function, parameter bytes) -> registered
+    register_function: Callable[[object, int, object, int], bool]
+
+
 class DeviceBackend(Protocol):
     kind: str                        # its name: "cuda" | "emulator" | "null" | "sim" (for people to read)
     traits: BackendTraits
@@ -237,6 +250,10 @@ class DeviceBackend(Protocol):
 
     # Backends with `traits.printf_per_stream` also have take_printf(stream) -> str:
     # what the stream's kernels printed since the last call.
+
+    # How the C++ data plane reaches this device, or None where it cannot (every
+    # request of a job then runs its Python handler).
+    def data_plane(self) -> DataPlaneDevice | None: ...
 
     def close(self) -> None: ...
 

@@ -30,7 +30,8 @@ from typing import Callable
 
 import numpy as np
 
-from tally.backends.base import BackendTraits, DeviceDescription, KernelParam, ModuleSource, clamp_sm_grant
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
+                                 clamp_sm_grant)
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.green_partitions import GreenPartitions
@@ -114,6 +115,7 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         (tally/backends/cuda_restore.py; tally-server --suspendable)."""
         _check(cu.cuInit(0))
         self._context = CudaContext(device, _check)
+        self._issuer = None             # the C++ data plane's (data_plane()), told of a new context
         self._device = self._context.device
         # host functions by key: (ctypes thunk, callback, context generation it belongs to)
         self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
@@ -176,6 +178,8 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         self._probe = None
         self._backed.clear()            # reservations of the faulted context are gone with it
         self._context.recreate()
+        if self._issuer is not None:    # the C++ data plane issues on the new context too
+            self._issuer.set_context(int(self._context.handle))
         self._partitions = self._open_partitions()
         releases, self._after_reset = self._after_reset, []
         for release in releases:
@@ -513,6 +517,17 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
     def synchronize(self) -> None:
         self._current()
         _check(cu.cuCtxSynchronize())
+
+    def data_plane(self) -> DataPlaneDevice:
+        # The same driver library and context as every call above (csrc/src/data_plane/cuda_issue.cpp).
+        from tally._core import data_plane
+
+        def register(plane, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:
+            plane.add_function(function_id, param_bytes, int(fn.handle))
+            return True
+
+        self._issuer = data_plane.CudaIssuer(int(self._context.handle))
+        return DataPlaneDevice(self._issuer, lambda stream: int(stream), register)
 
     def close(self) -> None:
         try:

@@ -13,8 +13,8 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tally.backends.base import (BackendTraits, DeviceDescription, KernelParam, ModuleSource, NoHostRegistration,
-                                 clamp_sm_grant)
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
+                                 NoHostRegistration, clamp_sm_grant)
 from tally.protocol.errors import (
     CUDA_ERROR_ALREADY_MAPPED,
     CUDA_ERROR_INVALID_VALUE,
@@ -306,6 +306,15 @@ class NullBackend(NoHostRegistration, PtxVariants):
 
     def synchronize(self) -> None:
         pass
+
+    def data_plane(self) -> DataPlaneDevice:
+        from tally._core import data_plane
+
+        def register(plane, function_id: int, fn, param_bytes: int) -> bool:
+            plane.add_function(function_id, param_bytes)
+            return True
+
+        return DataPlaneDevice(data_plane.NullIssuer(), lambda stream: 0, register)
 
     def close(self) -> None:
         pass

@@ -5,6 +5,7 @@
     tally-bench colocate --backend sim --be-transform none --dynamic-sm   # SM shares: tally-server's flags
     tally-bench colocate --sm-sweep --png sweep.png   # high-priority p99 vs best-effort throughput per SM share
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
+    tally-bench launch --backend null --json out.json   # a launch's server cost, C++ vs Python data plane
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
     tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
@@ -36,6 +37,7 @@ from tally.scheduler.executor import BE_TRANSFORMS
 from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS
 
 BACKENDS = ("sim", "cuda", "emulator")
+LAUNCH_BACKENDS = ("null", "cuda")     # tally/bench/launch.py
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,6 +82,17 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
+    lb = sub.add_parser("launch", help="what a kernel launch, a synchronization and a wake-up cost tally's server, "
+                                       "with the C++ and the Python data plane in the same run")
+    lb.add_argument("--backend", choices=LAUNCH_BACKENDS, default="null",
+                    help="null: tally's forwarding alone; cuda (a GPU): also the program natively")
+    lb.add_argument("--rounds", type=int, default=20, help="timed rounds of launches per job (default: %(default)s)")
+    lb.add_argument("--batch", type=int, default=2000, help="launches per round (default: %(default)s)")
+    lb.add_argument("--syncs", type=int, default=2000, help="timed synchronizations (default: %(default)s)")
+    lb.add_argument("--wakes", type=int, default=200, help="synchronizations after idle (default: %(default)s)")
+    lb.add_argument("--gap-us", type=float, default=1000.0, help="idle time before each (default: %(default)s)")
+    lb.add_argument("--jobs", type=int, default=4, help="jobs launching at once (default: %(default)s)")
+    lb.add_argument("--json", type=Path, help="write the report here")
     from tally.bench.reliability_args import add_reliability_parsers
     add_reliability_parsers(sub)
     m = sub.add_parser("migrate", help="suspend, resume and migration time against a job's device footprint, "
@@ -194,6 +207,33 @@ def colocate(args: argparse.Namespace) -> int:
     return 0
 
 
+def launch(args: argparse.Namespace) -> int:
+    from tally.bench.launch import LaunchBenchConfig, run_launch_bench, summary
+    from tally.bench.process_group import JobFailed
+    from tally.bench.process_jobs import JobBuildError
+    from tally.bench.process_runner import gpu_present
+    config = LaunchBenchConfig(backend=args.backend, rounds=args.rounds, batch=args.batch, syncs=args.syncs,
+                               wakes=args.wakes, gap_us=args.gap_us, jobs=args.jobs)
+    try:
+        config.validate()
+    except ValueError as e:
+        print(f"tally-bench launch: {e}", file=sys.stderr)
+        return 2
+    if args.backend == "cuda" and not gpu_present():
+        print("tally-bench launch: --backend cuda needs an NVIDIA driver and GPU, and none was found; "
+              "use --backend null", file=sys.stderr)
+        return 2
+    try:
+        report = run_launch_bench(config)
+    except (JobFailed, JobBuildError) as e:
+        print(f"tally-bench launch: {e}", file=sys.stderr)
+        return 1
+    print(summary(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def sm_sweep(args: argparse.Namespace, config: ColocateConfig) -> int:
     from tally.bench.sm_sweep import format_sweep, run_sm_sweep
     models = (args.be_model,) if args.be_model else None
@@ -213,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         extras.require("plot", "tally-bench --png")
     if args.command == "colocate":
         return colocate(args)
+    if args.command == "launch":
+        return launch(args)
     if args.command in ("plan", "profile", "cluster"):
         extras.require("cluster", f"tally-bench {args.command}")
     if args.command == "plan":

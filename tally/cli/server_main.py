@@ -33,6 +33,7 @@ from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnav
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
+from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
 from tally.server.status import ServerStatus
 from tally.units import SizeError, parse_size
 
@@ -80,6 +81,12 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-driver", type=cuda_version, default=None, metavar="MAJOR.MINOR",
                    help="the CUDA driver version the emulator reports (default 13.0): modules load only PTX "
                         "of an ISA version that release knows (e.g. 13.2 for PTX ISA 9.2)")
+    # The data plane (tally/server/data_plane.py, docs/data-plane.md).
+    p.add_argument("--data-plane", choices=DATA_PLANES, default=None,
+                   help="who takes the jobs' requests off their rings: cpp (C++: launches, memsets, copies and "
+                        "idle synchronizations the scheduler lets through go to the device without Python; "
+                        "default) or python (every request through its Python handler); "
+                        f"${DATA_PLANE_ENV} sets the default")
     p.add_argument("--emulate-sms", type=sm_count, default=None, metavar="N",
                    help="the SM count the emulator reports (default 8; an H100 has 132): what %%nsmid, the "
                         "device attributes and green-context resources say")
@@ -302,13 +309,14 @@ def serve_main(argv: list[str]) -> int:
         return 2
     try:
         health = health_settings(args)
+        data_plane = args.data_plane or default_data_plane()
     except ValueError as e:
         backend.close()
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-                          spin_us=args.spin_us,
+                          spin_us=args.spin_us, data_plane=data_plane,
                           # share14: SM shares and compute control
                           be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
                           be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
@@ -357,7 +365,8 @@ def serve_main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, on_hangup)
     d = server.description
     print(f"tally-server: listening on {socket_path} (backend {backend.kind}, device {args.device}: {d.name}, "
-          f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy})",
+          f"compute capability {d.compute_capability[0]}.{d.compute_capability[1]}, policy {args.policy}, "
+          f"{data_plane} data plane)",
           flush=True)
     print(f"tally-server: run jobs with: tally-run --server {socket_path} -- ./your-program", flush=True)
     if metrics is not None:

@@ -13,7 +13,8 @@ from tally.units import format_bytes
 def format_status(s: ServerStatus) -> str:
     be_quota = format_bytes(s.be_memory_quota_bytes) if s.be_memory_quota_bytes is not None else "none"
     lines = [
-        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}",
+        f"server   pid {s.pid}  socket {s.socket}  backend {s.backend}  policy {s.policy}  "
+        f"{s.data_plane} data plane",
         f"device   {s.device}: {s.device_name}  compute capability {s.compute_capability}  "
         f"CUDA {s.driver_version // 1000}.{s.driver_version % 1000 // 10}  "
         f"memory {_gib(s.memory_total - s.memory_free)} "

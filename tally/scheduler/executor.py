@@ -42,6 +42,7 @@ from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.delay_histogram import DelayHistogram
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
 from tally.scheduler.events import ExecutorEvent
+from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
@@ -49,7 +50,7 @@ from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostG
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
 from tally.scheduler.policy import (HIGH, PRIORITIES, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
-from tally.scheduler.profiler import TransparentProfiler
+from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.sm_activity import ActivityTotals, SmActivity, launch_sms
 from tally.scheduler.variants import VariantProvider
@@ -71,9 +72,13 @@ class ClientGone(ValueError):
 
 def _sm_cap(client: ClientState, op: Launch) -> int | None:
     """The SMs a launch may use: its green context's, within the job's share."""
-    if op.sm_cap is None:
+    return _within_share(client, op.sm_cap)
+
+
+def _within_share(client: ClientState, stream_cap: int | None) -> int | None:
+    if stream_cap is None:
         return client.sm_cap
-    return op.sm_cap if client.sm_cap is None else min(op.sm_cap, client.sm_cap)
+    return stream_cap if client.sm_cap is None else min(stream_cap, client.sm_cap)
 
 
 class StreamExecutor:
@@ -106,6 +111,8 @@ class StreamExecutor:
         self._closed = False
         self._ops_submitted = 0
         self._activity = SmActivity(self.sm_count, self.clock.now())
+        # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
+        self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
         self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
         # (error, client id) -> the error to keep: set by the server where a fault is context-wide
         self.device_errors: Callable[[DeviceError, Hashable], DeviceError] | None = None
@@ -120,7 +127,9 @@ class StreamExecutor:
         with self._lock:
             if client_id in self._clients:
                 raise ValueError(f"client {client_id!r} is already registered")
-            self._clients[client_id] = ClientState(client_id, priority, sm_percent, sm_cap)
+            client = self._clients[client_id] = ClientState(client_id, priority, sm_percent, sm_cap)
+            if self.fast_lanes.attached(client_id):
+                self._fast_lane_roles(client)
 
     def set_sm_percent(self, client_id: Hashable, percent: float | None) -> int:
         """Change the client's SM share (None: the whole device) and return the SMs it
@@ -131,6 +140,7 @@ class StreamExecutor:
         with self._lock:
             client = self._client(client_id)
             client.set_share(percent, sm_cap)
+            self.fast_lanes.revoke_client(client_id)    # offered again with the new cap
             return self.sm_count if sm_cap is None else sm_cap
 
     def sm_share(self, client_id: Hashable) -> tuple[float | None, int]:
@@ -167,6 +177,7 @@ class StreamExecutor:
         with self._lock:
             client = self._client(client_id)
             client.removing = True
+            self.fast_lanes.detach(client_id)
             for stream in client.streams.values():
                 for item in stream.queue:
                     if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
@@ -202,6 +213,7 @@ class StreamExecutor:
         with self._lock:
             client = self._client(client_id)
             client.paused = True
+            self.fast_lanes.revoke_client(client_id)    # nothing of it reaches the device from C++ either
             for unit in list(self._in_flight.units.values()):
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
                     self._preempt(unit)
@@ -295,13 +307,77 @@ class StreamExecutor:
                 return                    # held until resume_client
             if isinstance(item, KernelTask):
                 item.waiting_since = now
+                if client.priority == HIGH:
+                    self.fast_lanes.gate.close()      # no best-effort lane starts a kernel after it
                 if (self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view)
                         and (client.priority == HIGH or not self.hooks.gate)):
                     self._start(item, transform=False)   # fast path: the policy's answer is known
                     return
+                # It waits for the policy: no other job's best-effort lane may overtake it.
+                self.fast_lanes.revoke_best_effort(client.client_id)
             elif not isinstance(item.op, EventRecord) and self._dispatch_op(stream, item):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
+            self._pump()
+
+    def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable, stream_sm_cap: int | None = None) -> None:
+        """After a submission: the stream's lane is granted to the data plane while
+        the executor would issue its next operation at once, revoked otherwise
+        (tally/scheduler/fast_lane.py). `stream_sm_cap`: the stream's own SM cap (a
+        green context's), which the lane's launches carry within the job's share."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            stream = client.streams.get(stream_key) if client is not None else None
+            if stream is not None:
+                sm_cap = _within_share(client, stream_sm_cap)
+                self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream, sm_cap), sm_cap)
+
+    def attach_fast_lanes(self, client_id: Hashable, plane, device) -> None:
+        """The client's requests go through a C++ data plane that may be given lanes;
+        `device`: the backend's DataPlaneDevice."""
+        with self._lock:
+            self.fast_lanes.attach(client_id, plane, device)
+            client = self._clients.get(client_id)
+            if client is not None:
+                self._fast_lane_roles(client)
+
+    def _fast_lane_roles(self, client: ClientState) -> None:
+        # A high-priority job's kernels close the best-effort gate; a job whose kernels
+        # the policy holds back issues kernels from C++ only through it.
+        self.fast_lanes.set_roles(client.client_id, closes_gate=client.priority == HIGH,
+                                  needs_gate=not self.policy.starts_at_once(client.view))
+
+    def runs_whole(self, client_id: Hashable, op: Launch) -> bool:
+        """Whether the planner settled on running this best-effort launch whole (so a
+        best-effort lane may issue it, fast_lane.py)."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            return client is not None and kernel_key(op.function.name, op.grid, op.block,
+                                                     op.shared_bytes) in client.whole_keys
+
+    def _fast_lane_eligible(self, client: ClientState, stream: StreamState, sm_cap: int | None) -> bool:
+        # submit()'s fast path, held true for every next operation: an empty queue, a
+        # client that is not paused, a policy that starts this client's kernels at once
+        # (or, for a job whose kernels it holds back, would start one now: fast_lane.py's
+        # best-effort release) with no cluster gate to ask, no preemptible unit (a new
+        # high-priority kernel would have to preempt it), and an issuer that confines
+        # launches to the SM cap where there is one.
+        if (stream.queue or client.removing or client.paused or stream.released or self._in_flight.preemptible
+                or (sm_cap is not None and not self.fast_lanes.carries_sm_cap(client.client_id))):
+            return False
+        if self.policy.starts_at_once(client.view):
+            return client.priority == HIGH or not self.hooks.gate
+        if self.hooks.gate:
+            return False        # the cluster layer's gates answer for each best-effort unit
+        view, _ = self._view(lanes_always=True)
+        return self.policy.releases_at_once(client.view, view)
+
+    def _fast_lane_changed(self, change: LaneChange) -> None:
+        """A fast lane's watched work completed (the clock's thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            change(self.policy, self.clock.now())
             self._pump()
 
     def open_gate(self, gate: HostGate) -> None:
@@ -348,7 +424,7 @@ class StreamExecutor:
                 raise stream.errors.popleft()
             if not stream.drained:
                 return False
-            launched = stream.kernels_launched
+            launched = self._kernels_launched(stream)
         try:
             idle = self.backend.stream_query(stream.backend_stream)
         except DeviceError as e:
@@ -445,12 +521,15 @@ class StreamExecutor:
                                             "sm_granted": self.sm_count if c.sm_cap is None else c.sm_cap,
                                             "paused": c.paused}
                               for c in self._clients.values()}
+            self.fast_lanes.add_counters(out)
             return out
 
     def activity(self) -> ActivityTotals:
         """Running totals of the device's SM activity by priority (sm_activity.py)."""
         with self._lock:
-            return self._activity.totals(self.clock.now())
+            now = self.clock.now()
+            self.fast_lanes.running(self.policy, now)    # the C++ plane's work counts too
+            return self._activity.totals(now)
 
     # device faults ------------------------------------------------------------------------
     def suspects(self) -> list[Hashable]:
@@ -460,7 +539,11 @@ class StreamExecutor:
         synchronized since)."""
         with self._lock:
             return [c.client_id for c in self._clients.values()
-                    if any(s.kernels_launched > s.kernels_confirmed for s in c.streams.values())]
+                    if any(self._kernels_launched(s) > s.kernels_confirmed for s in c.streams.values())]
+
+    def _kernels_launched(self, stream: StreamState) -> int:
+        # the C++ data plane's launches on the stream count too (fast_lane.py)
+        return stream.kernels_launched + self.fast_lanes.launches(stream)
 
     def check_running(self, started_before: float) -> None:
         """Query the backend streams of units running since before `started_before`
@@ -494,6 +577,7 @@ class StreamExecutor:
         wakes up. Clients stay registered until removed."""
         with self._lock:
             self._abandoned = error
+            self.fast_lanes.revoke_all()       # (their planes are off already: session.fail_device)
             now = self.clock.now()
             for unit in list(self._in_flight.units.values()):
                 stream = unit.task.stream
@@ -510,7 +594,7 @@ class StreamExecutor:
                     stream.queue.clear()
                     stream.errors.clear()
                     stream.errors.append(error)
-                    stream.confirm(stream.kernels_launched)
+                    stream.confirm(self._kernels_launched(stream))
             self._cond.notify_all()
 
     def forget_device(self) -> None:
@@ -571,7 +655,7 @@ class StreamExecutor:
             if stream.released:           # released after its work drained: nothing left on the device
                 return stream.errors.popleft() if stream.errors else None
             stream.backend_syncs += 1
-            launched = stream.kernels_launched
+            launched = self._kernels_launched(stream)
         backend_error = None
         try:
             self.backend.stream_synchronize(stream.backend_stream)
@@ -599,6 +683,7 @@ class StreamExecutor:
         if stream.released:
             return False
         stream.released = True
+        self.fast_lanes.close(stream)
         self.clock.wait_for(self._cond, lambda: stream.backend_syncs == 0)
         return True
 
@@ -706,7 +791,7 @@ class StreamExecutor:
             self.backend.event_destroy(event.records.pop(seq))
             del event.waiters[seq]
 
-    def _view(self) -> tuple[SchedulerView, dict[int, KernelTask]]:
+    def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:
         waiting: dict[int, KernelTask] = {}
         views = []
         for client in self._clients.values():
@@ -720,9 +805,11 @@ class StreamExecutor:
                                                client.priority, task.op.function.name,
                                                task.waiting_since, task.partially_done,
                                                stream.inflight > 0))
-        view = SchedulerView(self.clock.now(),
-                             tuple(c.view for c in self._clients.values() if not c.removing),
-                             tuple(views), tuple(self._in_flight.views.values()))
+        now = self.clock.now()
+        # busy lanes hold others back
+        lanes = self.fast_lanes.running(self.policy, now) if waiting or lanes_always else ()
+        view = SchedulerView(now, tuple(c.view for c in self._clients.values() if not c.removing),
+                             tuple(views), (*self._in_flight.views.values(), *lanes))
         return view, waiting
 
     def _apply(self, schedule: Schedule, waiting: dict[int, KernelTask]) -> bool:
@@ -794,6 +881,8 @@ class StreamExecutor:
                     self._counters["untransformable"] += 1
             else:
                 task.plan = WHOLE_PLAN
+            if task.plan.mode is WHOLE and not task.plan.measuring and stream.client.priority != HIGH:
+                stream.client.whole_keys.add(task.key)
             self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
         plan = task.plan
         if plan.mode is WHOLE:
@@ -808,6 +897,10 @@ class StreamExecutor:
             params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
             self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
         else:
+            # No lane may add high-priority work behind the scheduler's back while a
+            # preemptible unit runs; if one did since the policy looked, it looks again.
+            if self.fast_lanes.revoke_all():
+                return
             self._launch_ptb(task)
 
     def _launch_ptb(self, task: KernelTask) -> None:

@@ -180,6 +180,9 @@ class ClientState:
     paused: bool = False                # its queued work is held (pause_client)
     kernels: int = 0                    # started
     kernels_completed: int = 0
+    # Best-effort kernels (kernel keys) the planner settled on running whole: the
+    # C++ data plane may release these itself (tally/scheduler/fast_lane.py).
+    whole_keys: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.view = ClientView(self.client_id, self.priority, self.sm_percent)

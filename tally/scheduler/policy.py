@@ -3,7 +3,7 @@
 The executor owns queues, streams and the device; a policy only decides. After
 every change (a kernel reaches the head of its stream's queue, a kernel or
 slice finishes, a wake-up time passes) the executor shows the policy a
-snapshot (SchedulerView) and applies the Schedule it returns. Four hooks:
+snapshot (SchedulerView) and applies the Schedule it returns. Five hooks:
 
 - stream_priority(client) -> int: the backend stream priority (CUDA
   convention: lower is served first by the hardware) for every stream of that
@@ -13,6 +13,11 @@ snapshot (SchedulerView) and applies the Schedule it returns. Four hooks:
   never changes another decision except preempting running preemptible units.
   While no unit is preemptible, the executor then starts such kernels without
   calling schedule() (the hot path of every high-priority launch).
+- releases_at_once(client, view) -> bool: for a client whose kernels the
+  policy does not start at once: True when it would start that client's next
+  kernel, planned to run whole, right now and so on until high-priority work
+  arrives or another client's kernel waits. The C++ data plane may then release
+  such kernels itself (tally/scheduler/fast_lane.py: "best-effort release").
 - schedule(view) -> Schedule: called whenever at least one kernel is waiting:
   which waiting kernels start now (whole, or
   `transform=True`: as slices / a PTB kernel, the executor and profiler decide
@@ -110,6 +115,8 @@ class SchedulingPolicy(Protocol):
     def stream_priority(self, client: ClientView) -> int: ...
 
     def starts_at_once(self, client: ClientView) -> bool: ...
+
+    def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool: ...
 
     def schedule(self, view: SchedulerView) -> Schedule: ...
 

@@ -38,6 +38,7 @@ from tally.scheduler.pinned_pool import PinnedPool
 from tally.server import control, migration_import
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
+from tally.server.data_plane import DATA_PLANES, default_data_plane
 from tally.server.device_health import DeviceHealth, default_health_config
 from tally.server.drain import Drain
 from tally.server.device_faults import DeviceFaults
@@ -110,6 +111,8 @@ class ServerConfig:
     # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
     oversubscribe: bool = False
     slice_seconds: float = 5.0
+    # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
+    data_plane: str = field(default_factory=default_data_plane)
 
     def session_spin_us(self, traits: BackendTraits) -> float:
         if self.spin_us is not None:
@@ -143,6 +146,11 @@ class TallyServer:
         self.executor = make_executor(config, backend, self.description, self.variants, clock, self.hooks)
         self.levers.start(self.executor, backend,
                           self.health.probe.config.timing.sample_interval_s if self.health else None)
+        if config.data_plane not in DATA_PLANES:
+            raise ServerError(f"unknown data plane {config.data_plane!r}; choose one of {', '.join(DATA_PLANES)}")
+        # How the C++ data plane issues work on this device (None: the backend has no way;
+        # then its loop still runs in C++, and every driver request goes to Python).
+        self.data_plane_device = backend.data_plane() if config.data_plane == "cpp" else None
         # Where one job's fault poisons every job's context (a GPU), the server recovers from it.
         self.device_faults = DeviceFaults(self) if backend.traits.errors_are_context_wide else None
         if self.device_faults is not None:

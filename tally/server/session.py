@@ -23,6 +23,10 @@ A device fault on a backend whose errors are context-wide (a GPU) fails every jo
 the fault's explanation, and `drop_device_state` lets go of what the job had made
 in the dead context without touching the device.
 
+The loop itself is the data plane's (tally/server/data_plane.py): in C++ by
+default, which handles launches and other requests the scheduler lets through
+without entering Python, and hands everything else to `handle`, in order.
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
 (device memory and driver objects), what was registered with `add_cleanup`, and
@@ -53,6 +57,7 @@ from tally.protocol.errors import (
 from tally.protocol.messages_generated import (Done, Error, Evicted, Goodbye, HostFuncDone, KernelStderr, Notify,
                                                Ping)
 from tally.server.client.state import ClientState
+from tally.server.data_plane import make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
@@ -69,10 +74,6 @@ STICKY_CODES = frozenset({CUDA_ERROR_ASSERT})
 # What a job with an unusable context may still send: keep-alives, its goodbye, and the
 # completion of host functions the device waits for.
 ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFuncDone))
-POP_BATCH = 64
-# Bounds how long a session thread sleeps in the ring before noticing a close
-# request (or an eviction) from another thread; the ring itself wakes it at once for requests.
-POLL_INTERVAL_S = 0.25
 # What every call of an evicted job fails with: cudart's cudaErrorDevicesUnavailable,
 # "CUDA-capable device(s) is/are busy or unavailable", which frameworks print as such.
 EVICTED_CODE = CUDA_ERROR_DEVICE_UNAVAILABLE
@@ -99,7 +100,7 @@ class Session:
         self.program = program
         self.segment = segment
         self.connection = connection          # the handshake socket; its EOF means the client is gone
-        self.counters = SessionCounters()
+        self._counters = SessionCounters()    # what Python handled (`counters` adds the data plane's)
         self.failures = FailureLog(client_id)
         self.current_request = ""              # the request the session thread is handling
         self.started_at = time.time()
@@ -121,7 +122,8 @@ class Session:
         self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
         self._released = threading.Event()
         self._memory = memory
-        self.hold = RequestHold()              # no request runs while it is held (a suspended job)
+        self.data_plane = make_data_plane(self, server.config.data_plane, server.data_plane_device)
+        self.hold = self.data_plane.make_hold()   # no request runs while it is held (a suspended job)
         # Taken off the request ring and not handled yet (a migration hands them over).
         self.pending_records: collections.deque = collections.deque()
         self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
@@ -140,6 +142,7 @@ class Session:
         if self.close_reason is None:
             self.close_reason = reason
         self._closing.set()
+        self.data_plane.stop()
         self.hold.wake()
         if not self._thread.is_alive():
             self.close()
@@ -160,7 +163,9 @@ class Session:
                 if not self._segment_closed:
                     self.segment.mark_evicted()
             self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
+            self.data_plane.disable_fast()       # every request to Python, which fails it
             self._release_asked.set()
+            self.data_plane.poke()               # the session thread releases what the job holds
             if self.hold.held:             # a suspended job: its requests fail from now on, none waits
                 self.hold.release()
         return True
@@ -168,6 +173,11 @@ class Session:
     def wait_released(self, timeout: float) -> bool:
         """Whether the evicted job's work and memory were released within `timeout` s."""
         return self._released.wait(timeout)
+
+    def release_if_evicted(self) -> None:
+        """On the session thread, between requests: an evicted job's state goes now."""
+        if self._release_asked.is_set() and not self._released.is_set():
+            self._release_evicted()      # once: it sets _released
 
     def _release_evicted(self) -> None:
         """On the session thread: what the evicted job held goes now, not when its process exits."""
@@ -192,6 +202,7 @@ class Session:
                 return
             self._closed = True
         self._closing.set()
+        self.data_plane.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         with self.suspend_lock:                 # a suspend or resume under way finishes first
@@ -205,6 +216,7 @@ class Session:
                 log.exception("client %d: cleanup step failed", self.client_id)
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
+            self.data_plane.close_replies()
             if not self.handed_over:    # migrated: the other server's segment now
                 try:
                     self.segment.mark_closed()
@@ -219,8 +231,9 @@ class Session:
         if self.close_reason in ("client process died", "client connection closed"):
             reclaim_job_objects(self.pid)
         self.failures.log_repeats()
-        log.info("client %d (pid %d, %s) disconnected: %s", self.client_id, self.pid,
-                 self.program, self.close_reason or "closed")
+        fast, counters = self.data_plane.counts()[0], self.counters
+        log.info("client %d (pid %d, %s) disconnected: %s (%d requests, %d of them taken by the C++ data plane)",
+                 self.client_id, self.pid, self.program, self.close_reason or "closed", counters.requests, fast)
         self.server.forget_session(self)
 
     def abandon(self, reason: str) -> None:
@@ -233,6 +246,7 @@ class Session:
         with self._reply_lock:
             if not self._segment_closed:
                 self._segment_closed = True
+                self.data_plane.close_replies()
                 try:
                     self.segment.mark_closed()
                     self.segment.unlink()
@@ -247,6 +261,28 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    @property
+    def closing_event(self) -> threading.Event:
+        return self._closing
+
+    @property
+    def counters(self) -> SessionCounters:
+        """Requests handled so far, by Python and by the C++ data plane."""
+        requests, sync_requests, by_kind = self.data_plane.counts()
+        if not requests:
+            return self._counters
+        mine = self._counters
+        merged = collections.Counter(mine.by_kind)
+        for kind, n in by_kind.items():
+            entry = HANDLERS.get(kind)
+            merged[entry[0].__name__ if entry is not None else f"kind {kind}"] += n
+        return SessionCounters(mine.requests + requests, mine.sync_requests + sync_requests, mine.errors,
+                               mine.protocol_errors, merged)
+
     # ---- device faults (tally/server/device_faults.py) ------------------------------
 
     def fail_device(self, error: DeviceError) -> None:
@@ -254,6 +290,7 @@ class Session:
         fails with `error` (a job's keep-alives and goodbye still pass)."""
         self.device_fault = error
         self.sticky_error = error
+        self.data_plane.disable_fast()     # returns once no fast operation is under way
 
     def wait_quiet(self, timeout_s: float) -> bool:
         """Wait until no handler and no blocking request of the job is running
@@ -313,6 +350,7 @@ class Session:
         if error.code in STICKY_CODES and self.sticky_error is None:
             self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
                                                         f"{error.message}")
+            self.data_plane.disable_fast()
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
     def hand_over(self) -> None:
@@ -321,6 +359,7 @@ class Session:
         with self._reply_lock:
             self._segment_closed = True
             self.handed_over = True
+            self.data_plane.close_replies()
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
         """Send a record to the client; once the session closed (the client is gone)
@@ -328,7 +367,7 @@ class Session:
         with self._reply_lock:
             if self._segment_closed:
                 return
-            self.segment.completion_ring.push(kind, tag, payload)
+            self.data_plane.push(kind, tag, payload)   # in turn with the C++ plane's own answers
 
     def take_upload(self, offset: int, nbytes: int) -> bytes:
         """A copy of an upload-arena chunk, which is released at once (chunks are
@@ -353,38 +392,24 @@ class Session:
         # The first error wins, as with CUDA's sticky errors.
         if self.deferred_error is None:
             self.deferred_error = error
+        if self.data_plane.fast is not None:
+            self.data_plane.fast.not_idle()
 
     # ---- request loop --------------------------------------------------------------
 
     def _run(self) -> None:
-        ring = self.segment.request_ring
         try:
-            pending, hold = self.pending_records, self.hold
-            while hold.wait_released(self._closing, POLL_INTERVAL_S):
-                if self._release_asked.is_set() and not self._released.is_set():
-                    self._release_evicted()      # once: it sets _released
-                if not pending:
-                    try:
-                        pending.extend(ring.pop_batch(POP_BATCH, POLL_INTERVAL_S))
-                    except _core.PeerDead:
-                        self.request_close("client process died")
-                        break
-                    except _core.TransportError as e:
-                        self.request_close(f"transport failure: {e}")
-                        break
-                    continue
-                if not hold.enter(self._closing, POLL_INTERVAL_S):
-                    break
-                try:
-                    self.handle(*pending.popleft())
-                finally:
-                    hold.leave()
+            reason = self.data_plane.serve()
+            if reason:
+                self.request_close(reason)
         finally:
             self.close()
             self._released.set()
 
     def handle(self, kind: int, tag: int, payload: bytes) -> None:
-        counters = self.counters
+        """Run one request through its Python handler (the data plane calls this for
+        every request it does not take itself)."""
+        counters = self._counters
         counters.requests += 1
         if tag:
             counters.sync_requests += 1
@@ -401,7 +426,7 @@ class Session:
             self.handling = False
 
     def _dispatch(self, entry, kind: int, tag: int, payload: bytes) -> None:
-        counters = self.counters
+        counters = self._counters
         try:
             if entry is None:
                 raise ProtocolError(f"unknown message kind {kind}")

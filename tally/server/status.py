@@ -43,6 +43,8 @@ class ClientStatus:
     state: str = "running"
     suspended_bytes: int = 0         # its device memory held in host memory while suspended
     evicted: str | None = None       # why, once evicted (listed until its process exits)
+    # Of `requests`, those the C++ data plane took without Python (docs/data-plane.md).
+    requests_in_cpp: int = 0
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -90,6 +92,7 @@ class ServerStatus:
     last_device_fault: dict | None = None
     # suspensions and resumes so far, and how long the last of each took (tally/server/suspend.py)
     mobility: dict = field(default_factory=dict)
+    data_plane: str = "python"       # `tally-server --data-plane`
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -136,6 +139,7 @@ def client_status(session) -> ClientStatus:
                else "suspended" if suspension is not None else "paused" if session.paused else "running"),
         suspended_bytes=suspension.nbytes if suspension is not None else 0,
         evicted=session.evicted,
+        requests_in_cpp=session.data_plane.counts()[0],
     )
 
 
@@ -179,4 +183,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         device_faults=server.counters.device_faults,
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
         mobility={**server.mobility.to_json(), **server.migrations.to_json()},
+        data_plane=server.config.data_plane,
     )

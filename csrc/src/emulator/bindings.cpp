@@ -11,6 +11,7 @@
 #include "emulator/exec.h"
 #include "emulator/memory.h"
 #include "emulator/program.h"
+#include "emulator/stream_queue.h"
 #include "module_registry.h"
 
 namespace py = pybind11;
@@ -41,10 +42,6 @@ class BufferView {
 py::str utf8(const std::string& s) {
   return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
 }
-
-struct CancelFlag {
-  std::atomic<bool> value{false};
-};
 
 void bind_memory(py::module_& m) {
   py::class_<DeviceMemory, std::shared_ptr<DeviceMemory>>(m, "DeviceMemory",

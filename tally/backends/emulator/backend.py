@@ -33,8 +33,8 @@ import uuid as uuidlib
 from collections.abc import Callable
 
 from tally._core import emulator as core
-from tally.backends.base import (BackendTraits, DeviceDescription, Dim3, ModuleSource, NoHostRegistration,
-                                 clamp_sm_grant)
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, Dim3, ModuleSource,
+                                 NoHostRegistration, clamp_sm_grant)
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
@@ -205,7 +205,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     # ------------------------------------------------------------------ streams and events
 
     def stream_create(self, priority: int = 0) -> EmulatorStream:
-        stream = EmulatorStream(priority, on_exit=self._forget)
+        stream = EmulatorStream(priority, on_exit=self._forget, run_native=self._run_native)
         with self._lock:
             self._streams.add(stream)
             self._printf[stream] = []
@@ -265,24 +265,35 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
                                      self._cancel, sm_cap or 0)
-            with self._lock:
-                self.stats["launches"] += 1
-                self.stats["thread_instructions"] += result.thread_instructions
-                self.stats["warp_instructions"] += result.warp_steps
-                usage = self.sm_usage.setdefault(stream, [0, 0])
-                usage[0] = max(usage[0], result.sms_used)
-                usage[1] = max(usage[1], result.max_concurrent)
-            if result.printf_output:
-                self._emit_printf(stream, result.printf_output)
-            if result.code:
-                raise DeviceError(result.code, f"kernel {fn.name} failed: {result.message}",
-                                  stderr=result.assert_output)
+            self._launched(stream, fn.name, result)
 
         stream.submit(run)
+
+    def _launched(self, stream: EmulatorStream, name: str, result) -> None:
+        """After every launch, whoever queued it: statistics, printf output, the fault."""
+        with self._lock:
+            self.stats["launches"] += 1
+            self.stats["thread_instructions"] += result.thread_instructions
+            self.stats["warp_instructions"] += result.warp_steps
+            usage = self.sm_usage.setdefault(stream, [0, 0])
+            usage[0] = max(usage[0], result.sms_used)
+            usage[1] = max(usage[1], result.max_concurrent)
+        if result.printf_output:
+            self._emit_printf(stream, result.printf_output)
+        if result.code:
+            raise DeviceError(result.code, f"kernel {name} failed: {result.message}", stderr=result.assert_output)
+
+    def _run_native(self, stream: EmulatorStream, op) -> None:
+        """Work the C++ data plane queued (a NativeOp), on the stream's thread."""
+        if op.is_launch:
+            self._launched(stream, op.name, op.run())
+        else:
+            _memory_call(op.run)
 
     def _emit_printf(self, stream: EmulatorStream, text: str) -> None:
         with self._lock:
             self._printf.setdefault(stream, []).append(text)
+            stream.note_output(True)
         if self._printf_to_stdout:
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -292,6 +303,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         with self._lock:
             parts = self._printf.get(stream, [])
             self._printf[stream] = []
+            stream.note_output(False)
         return "".join(parts)
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: EmulatorStream) -> None:
@@ -360,6 +372,24 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             s.wait_idle()
         for s in streams:
             s.raise_error()
+
+    def data_plane(self) -> DataPlaneDevice:
+        # Work goes onto the streams' C++ queues; their threads run it like any other
+        # (csrc/src/data_plane/emulator_issue.cpp).
+        from tally._core import data_plane
+        issuer = data_plane.EmulatorIssuer(self._memory, self._sm_count, self.max_warp_instructions,
+                                           self.launch_timeout_s, self._cancel)
+
+        def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
+            try:
+                kernel = fn.lowered()
+            except DeviceError:
+                return False          # every launch fails, the Python way
+            plane.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
+                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes)
+            return True
+
+        return DataPlaneDevice(issuer, lambda stream: stream.queue_handle, register)
 
     def close(self) -> None:
         """Ends running kernels (they fail as cancelled) and stops every stream."""

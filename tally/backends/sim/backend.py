@@ -300,6 +300,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
         for stream in list(self._streams):
             self._raise_pending(stream)
 
+    def data_plane(self) -> None:
+        return None       # in-process, on a virtual clock: its work is Python's to issue
+
     def close(self) -> None:
         self.loop.close()
 

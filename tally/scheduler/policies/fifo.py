@@ -17,6 +17,9 @@ class FifoPolicy:
     def starts_at_once(self, client: ClientView) -> bool:
         return True
 
+    def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
+        return True
+
     def schedule(self, view: SchedulerView) -> Schedule:
         return Schedule(start=[Start(k.kernel_id) for k in view.waiting])
 

@@ -20,6 +20,10 @@ class KernelPriorityPolicy:
     def starts_at_once(self, client: ClientView) -> bool:
         return client.priority == HIGH
 
+    def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
+        return client.priority == HIGH or not (any(k.priority == HIGH for k in view.waiting)
+                                               or any(u.priority == HIGH for u in view.running))
+
     def schedule(self, view: SchedulerView) -> Schedule:
         start = [Start(k.kernel_id) for k in view.waiting if k.priority == HIGH]
         hp_busy = bool(start) or any(u.priority == HIGH for u in view.running)

@@ -45,6 +45,18 @@ class PriorityPolicy:
     def starts_at_once(self, client: ClientView) -> bool:
         return client.priority == HIGH
 
+    def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
+        # schedule()'s rule for the next best-effort unit, with the client's own work
+        # left out (the data plane issues one of its kernels at a time) and no other
+        # job's waiting or running (they are owed their share).
+        if client.priority == HIGH:
+            return True
+        if any(k.priority == HIGH or k.client_id != client.client_id for k in view.waiting):
+            return False
+        if any(u.priority == HIGH or u.client_id != client.client_id for u in view.running):
+            return False
+        return view.now >= self.last_hp_finish + self.idle_grace
+
     def schedule(self, view: SchedulerView) -> Schedule:
         self._track_members(view)
         start = [Start(k.kernel_id) for k in view.waiting if k.priority == HIGH]

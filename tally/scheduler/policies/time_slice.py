@@ -31,6 +31,9 @@ class TimeSlicePolicy:
     def starts_at_once(self, client: ClientView) -> bool:
         return False
 
+    def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
+        return False      # quanta are the executor's to keep
+
     def schedule(self, view: SchedulerView) -> Schedule:
         order = [c.client_id for c in view.clients]
         has_work = {k.client_id for k in view.waiting} | {u.client_id for u in view.running}

@@ -93,6 +93,11 @@ class BlockingCalls:
             self._active -= 1
             self._idle.notify_all()
 
+    def idle(self) -> bool:
+        """Nothing of the job is waiting here (what it may yet answer or defer)."""
+        with self._idle:
+            return self._active == 0
+
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no work is running (answered or ended); False on timeout."""
         with self._idle:
@@ -124,7 +129,3 @@ class BlockingCalls:
             # The session closed under us (the client is gone): nobody to answer.
             if not session.closed:
                 log.exception("client %d: could not answer a blocking request", session.client_id)
-        finally:
-            with self._pending_changed:
-                self._pending -= 1
-                self._pending_changed.notify_all()

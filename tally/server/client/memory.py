@@ -18,8 +18,9 @@ from tally.units import format_bytes
 
 
 class Allocations:
-    def __init__(self, memory: JobMemory | None = None):
+    def __init__(self, memory: JobMemory | None = None, fast=None):
         self.memory = memory or JobMemory()     # the counts and the limits they are checked against
+        self._fast = fast                       # the C++ data plane's copy of the table (fast_path.py), or None
         self._starts: list[int] = []            # sorted allocation base addresses
         self._sizes: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -67,6 +68,8 @@ class Allocations:
                 raise AssertionError(f"device returned address 0x{ptr:x} twice")
             bisect.insort(self._starts, ptr)
             self._sizes[ptr] = nbytes
+            if self._fast is not None:
+                self._fast.allocation_added(ptr, nbytes)
 
     def add_back(self, ptr: int, nbytes: int) -> None:
         """Record again an allocation `remove` just forgot (its free failed): counted without checks."""
@@ -81,6 +84,8 @@ class Allocations:
             if size is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                                   f"0x{ptr:x} is not the start of an allocation of this client")
+            if self._fast is not None:
+                self._fast.allocation_removed(ptr)
             self._starts.pop(bisect.bisect_left(self._starts, ptr))
         self.memory.give(size)
         return size
@@ -110,6 +115,8 @@ class Allocations:
         """Forget everything; returns what was owned (for freeing on the device)."""
         with self._lock:
             owned = [(p, self._sizes[p]) for p in self._starts]
+            if self._fast is not None:
+                self._fast.allocations_cleared()
             self._starts.clear()
             self._sizes.clear()
         self.memory.give(sum(size for _, size in owned))

@@ -64,8 +64,10 @@ class LoadedFunction:
 
 
 class ModuleRegistry:
-    def __init__(self, backend, variant_provider=None):
+    def __init__(self, backend, variant_provider=None, on_forget=None):
         self.backend = backend
+        # Told the function ids that stop naming kernels (the C++ data plane's table drops them).
+        self._on_forget = on_forget
         # PtxVariantProvider (tally/backends/ptx_variants.py) for best-effort jobs, else None;
         # a backend that models variants itself (the sim) has nothing to build at load.
         self.variant_provider = variant_provider if backend.traits.variants_from_ptx else None
@@ -170,6 +172,8 @@ class ModuleRegistry:
                 self._functions.pop(fn.function_id, None)
             for ptr, _size in module.globals.values():
                 self._drop_global(ptr)
+        if self._on_forget is not None:
+            self._on_forget([fn.function_id for fn in module.functions.values()])
         return module
 
     def release(self, module: LoadedModule) -> None:
@@ -257,6 +261,8 @@ class ModuleRegistry:
     def clear(self) -> None:
         with self._lock:
             modules = [*self._modules.values(), *self._detached]
+            if self._on_forget is not None:
+                self._on_forget(list(self._functions))
             for module in modules:
                 self._forget_functions(module)
             self._modules.clear()

@@ -34,13 +34,16 @@ class ClientState:
         self.executor = server.executor
         self.backend = session.backend
         self.client_id = session.client_id
-        self.allocations = Allocations(memory)
+        # What the job's C++ data plane must know of this state (None: the Python plane).
+        self.fast = fast = session.data_plane.fast
+        self.allocations = Allocations(memory, fast)
         self.managed: set[int] = set()              # bases of its managed allocations (cuMemAllocManaged)
         self.blocking = BlockingCalls(session)
-        self.streams = StreamTable(self.executor, session.client_id)
+        self.streams = StreamTable(self.executor, session.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
         transform = session.priority == Priority.BEST_EFFORT
-        self.modules = ModuleRegistry(session.backend, server.variants if transform else None)
+        self.modules = ModuleRegistry(session.backend, server.variants if transform else None,
+                                      on_forget=fast.forget_functions if fast is not None else None)
         self.regions = PinnedRegions(session.pid, session.backend)
         self.host_functions = HostFunctions(session)
         self.events = EventTable(self.executor, session.client_id)

@@ -11,6 +11,15 @@ stream pays nothing.
 A stream of a green context has an SM cap: the table puts it on every kernel
 launched there, and the executor keeps the kernel to that many SMs (within the
 job's share).
+
+With the C++ data plane (tally/server/data_plane.py) the table also tells it, for
+each stream id, whether the id names a stream and whether the rule needs a fence
+before the stream's next operation: where it needs none, that operation may go to
+the device from C++ (if the executor agrees, see tally/scheduler/fast_lane.py).
+The legacy stream needs none while no blocking stream has unfenced work; a
+blocking stream needs none once its work is already ordered after the legacy
+stream's (it is "dirty"); a non-blocking stream never does. Legacy work issued in
+C++ is counted here before the table decides anything else.
 """
 from __future__ import annotations
 
@@ -40,9 +49,10 @@ class ClientStream:
 
 
 class StreamTable:
-    def __init__(self, executor, client_id: int):
+    def __init__(self, executor, client_id: int, fast=None):
         self.executor = executor
         self.client_id = client_id
+        self._fast = fast            # the C++ data plane's view of this table (fast_path.py), or None
         self._lock = threading.Lock()
         self._streams: dict[int, ClientStream] = {}
         self._dirty: dict[int, ClientStream] = {}   # blocking streams with work the legacy stream has not waited for
@@ -61,7 +71,12 @@ class StreamTable:
         with self._lock:
             if key in self._streams:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"stream id {key} already exists")
-            self._streams[key] = ClientStream(key, flags, priority, self._legacy_gen, sm_cap=sm_cap)
+            self._count_fast_legacy_work()
+            # Waited for nothing yet: its first operation follows the legacy stream's
+            # work so far, however old (CUDA orders a blocking stream after every
+            # earlier legacy operation, not only those since it was created).
+            self._streams[key] = ClientStream(key, flags, priority, sm_cap=sm_cap)
+            self._publish(key)
 
     def forget(self, key: int) -> None:
         """cuStreamDestroy: the id stops naming a stream; its work still runs, and
@@ -76,6 +91,8 @@ class StreamTable:
             dirty = self._dirty.pop(key, None)
             if dirty is not None:
                 self._fence_legacy(dirty)
+                self._offer(key, LEGACY)
+            self._publish(key, LEGACY)
 
     def released(self, key: int) -> None:
         """The destroyed stream's work has drained and the executor let it go."""
@@ -118,12 +135,16 @@ class StreamTable:
         stream rules put before it."""
         ex, cid = self.executor, self.client_id
         with self._lock:
+            self._count_fast_legacy_work()
             if key == LEGACY:
+                fenced = list(self._dirty)
                 for stream in self._dirty.values():
                     self._fence_legacy(stream)
                 self._dirty.clear()
                 self._legacy_gen += 1
                 _submit(ex, cid, LEGACY, op)
+                self._offer(LEGACY, *fenced)
+                self._publish(LEGACY, *fenced)
                 return
             stream = self._get(key)
             if stream.sm_cap is not None and type(op) is Launch:
@@ -135,10 +156,42 @@ class StreamTable:
                     if self._legacy_fence_gen != self._legacy_gen:
                         ex.submit(cid, LEGACY, EventRecord(self._legacy_fence))
                         self._legacy_fence_gen = self._legacy_gen
+                        self._offer(LEGACY)
                     ex.submit(cid, key, StreamWaitEvent(self._legacy_fence))
                     stream.waited_legacy_gen = self._legacy_gen
                 self._dirty[key] = stream
             _submit(ex, cid, key, op)
+            self._offer(key)
+            self._publish(key, LEGACY)
+
+    # ---- the C++ data plane's view ------------------------------------------------------
+
+    def _count_fast_legacy_work(self) -> None:
+        """Legacy work issued in C++ since the last look counts as legacy work here
+        (only whether the count changed matters: blocking streams compare it)."""
+        if self._fast is not None and self._fast.take_legacy_touched():
+            self._legacy_gen += 1
+
+    def _publish(self, *keys: int) -> None:
+        """Tell the C++ plane whether each id names a stream and whether the rule
+        needs a fence before its next operation."""
+        if self._fast is None:
+            return
+        for key in keys:
+            if key == LEGACY:
+                self._fast.stream_rules(LEGACY, True, not self._dirty)
+                continue
+            stream = self._streams.get(key)
+            self._fast.stream_rules(key, stream is not None,
+                                    stream is not None and (not stream.blocking or key in self._dirty))
+
+    def _offer(self, *keys: int) -> None:
+        """The executor re-decides whether the C++ plane may issue on these streams."""
+        if self._fast is None:
+            return
+        for key in keys:
+            stream = self._streams.get(key)
+            self.executor.offer_fast_lane(self.client_id, key, stream.sm_cap if stream is not None else None)
 
 
     def _fence_legacy(self, stream: ClientStream) -> None:

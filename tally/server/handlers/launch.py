@@ -16,7 +16,10 @@ def launch_kernel(session, msg: LaunchKernel, tag: int) -> None:
     if len(tail) != fn.param_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} carries {len(tail)} parameter bytes; "
                                                     f"its parameters take {fn.param_bytes}")
-    client.streams.submit(msg.stream, ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail)))
+    launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail))
+    client.streams.submit(msg.stream, launch)
+    if client.fast is not None:
+        client.fast.learn_launch(fn, launch)   # its next launches may skip Python (tally/server/data_plane.py)
 
 
 HANDLERS = {LaunchKernel: launch_kernel}

@@ -35,7 +35,10 @@ def answer_when_idle(client, tag: int, keys: list[int]):
 
 def ctx_synchronize(session, msg: CtxSynchronize, tag: int):
     client = session.client
-    return answer_when_idle(client, tag, client.streams.keys())
+    result = answer_when_idle(client, tag, client.streams.keys())
+    if result is None and client.fast is not None:
+        client.fast.note_idle()      # the next one may be answered in C++ (tally/server/data_plane.py)
+    return result
 
 
 HANDLERS = {CtxSynchronize: ctx_synchronize}

@@ -1,0 +1,182 @@
+// One job's data plane: the session thread's request loop in C++.
+//
+// The loop waits on the request ring's futex, pops each record and either
+// handles it here (the fast path: launches, memsets, device and inline/arena
+// host copies on a stream the executor has opened to it, synchronizations of a
+// job known to be idle, pings) or hands it to the Python handlers (everything
+// else), one record after another, so requests take effect in the order the job
+// sent them. See docs/data-plane.md for what Python decides and how the two
+// planes share order, completion, counters and errors.
+//
+// Thread model: serve() runs on the session thread without the GIL and takes it
+// only to call Python. Python changes the tables below (lanes, functions,
+// allocations) from any thread under `mu_`; a fast operation holds `mu_` while
+// it checks and issues, so once a lane is revoked no operation of it is still on
+// its way to the device. Nothing that holds `mu_` waits for the GIL.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "data_plane/best_effort_gate.h"
+#include "data_plane/device_issue.h"
+#include "data_plane/owned_ranges.h"
+#include "tally/segment.h"
+
+namespace tally::data_plane {
+
+// One of the job's streams as the data plane may use it.
+struct Lane {
+  bool exists = false;     // the job's stream id names a stream (server/client/streams.py)
+  bool allowed = false;    // CUDA's default-stream rules put nothing before the next operation
+  bool granted = false;    // the executor would issue the next operation at once (scheduler/fast_lane.py)
+  uint32_t sm_cap = 0;     // its launches run on at most this many SMs (0: the whole device)
+  bool has_native = false;
+  uint64_t native = 0;     // the executor's backend stream for it
+  std::atomic<uint64_t> launches{0};       // kernels among them
+  std::atomic<uint64_t> issued{0};         // operations the data plane issued on it
+  std::atomic<int64_t> last_issue_ns{0};   // steady clock
+};
+
+// What the data plane did without Python, for the session's status counters.
+struct FastCounts {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> sync_requests{0};
+  std::unordered_map<uint32_t, std::atomic<uint64_t>> by_kind;   // keys fixed at construction
+};
+
+// A kernel launch shape the executor's planner settled on running whole for a
+// best-effort job (kernel_plan.py): only those may a best-effort lane issue.
+struct WholeShape {
+  uint64_t function = 0;
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t shared_bytes = 0;
+  bool operator==(const WholeShape& o) const;
+};
+struct WholeShapeHash {
+  size_t operator()(const WholeShape& s) const;
+};
+
+class ClientPlane {
+ public:
+  using Fallback = std::function<void(uint32_t kind, uint64_t tag, const uint8_t* payload, uint32_t size)>;
+
+  ClientPlane(std::shared_ptr<transport::Segment> segment, std::shared_ptr<DeviceIssuer> issuer);
+
+  // The request loop: until stop(), poke() or the job is gone. `fallback` runs a
+  // request through Python (it takes the GIL itself). Returns whether the loop
+  // ended for good (false: poked, Python has something to do on this thread) and
+  // why: "" for stop(), else the reason the session closes with.
+  struct Ended {
+    bool ended;
+    std::string reason;
+  };
+  Ended serve(const Fallback& fallback, double poll_seconds);
+  void stop();
+  void poke();
+
+  // ---- holding the job's requests (a suspended or migrating job, server/request_hold.py)
+  // No request of the job starts once hold() returned true (after waiting up to
+  // `timeout_seconds` for the one being handled; false: not held). Records stay in
+  // the ring meanwhile.
+  bool hold(double timeout_seconds);
+  void release();
+  bool held() const { return held_.load(std::memory_order_acquire); }
+  // Python handling a request outside serve() (records a migration brought): false
+  // while held, else the request counts as being handled until leave().
+  bool enter();
+  void leave() { busy_.store(false, std::memory_order_seq_cst); }
+
+  // ---- what Python tells the data plane -------------------------------------------
+  // The fast path as a whole (off once the job's context is unusable); turning it
+  // off returns once no fast operation is under way.
+  void set_enabled(bool on);
+  // Python answered a context-wide synchronization with Done and has nothing of
+  // this job pending: until the next request Python handles, a synchronization
+  // may be answered here once the device is quiet.
+  void set_quiet(bool on) { quiet_.store(on, std::memory_order_release); }
+
+  void stream_rules(uint64_t key, bool exists, bool allowed);   // streams.py
+  void open_lane(uint64_t key, uint64_t native);                // fast_lane.py: the executor stream
+  void grant(uint64_t key, bool granted, uint32_t sm_cap);      // fast_lane.py (synchronous)
+  void revoke_all();
+  void close_lane(uint64_t key);                                // the executor stream is going away
+  // (kernels launched, operations issued, steady-clock ns of the last) on the lane;
+  // kernels are read first, so they never count one the operations do not.
+  struct LaneCounts {
+    uint64_t launches, issued;
+    int64_t last_issue_ns;
+  };
+  LaneCounts lane_counts(uint64_t key);
+  bool lane_quiet(uint64_t key);                                // issuer's stream_quiet
+  // A fast operation on the legacy stream since the last call (streams.py counts
+  // legacy work to order blocking streams after it).
+  bool take_legacy_touched() { return legacy_touched_.exchange(false, std::memory_order_acq_rel); }
+
+  // The server's best-effort gate (best_effort_gate.h): a high-priority job's
+  // kernels close it (`closes`); a best-effort job's lanes issue kernels only while
+  // it is open, only shapes the planner runs whole, one at a time (`needs`).
+  void set_gate(std::shared_ptr<BestEffortGate> gate, bool closes, bool needs);
+  void add_whole_shape(const WholeShape& shape);
+
+  void add_function(uint64_t id, FunctionEntry entry);
+  void remove_function(uint64_t id);
+  void add_allocation(uint64_t base, uint64_t size);
+  void remove_allocation(uint64_t base);
+  void clear_allocations();
+
+  // Pushes a record to the job's completion ring, for Python too (one producer at a
+  // time). False once replies are closed (the job is gone).
+  bool push_completion(uint32_t kind, uint64_t tag, const uint8_t* payload, uint32_t size);
+  void close_replies();
+
+  const FastCounts& counts() const { return counts_; }
+  DeviceIssuer& issuer() { return *issuer_; }
+
+ private:
+  bool try_fast(const transport::RecordView& v);
+  bool fast_ping(const transport::RecordView& v);
+  bool fast_launch(const transport::RecordView& v);
+  bool fast_memset(const transport::RecordView& v);
+  bool fast_copy_dtod(const transport::RecordView& v);
+  bool fast_copy_htod(const transport::RecordView& v);
+  bool fast_synchronize(const transport::RecordView& v);
+  Lane* usable_lane(uint64_t key);   // under mu_
+  bool best_effort_may_launch(const WholeShape& shape);   // under mu_
+  void note_issued(uint64_t key, Lane& lane);
+  void count(uint32_t kind, uint64_t tag);
+  Lane& lane_entry(uint64_t key);    // under mu_
+
+  std::shared_ptr<transport::Segment> segment_;
+  std::shared_ptr<DeviceIssuer> issuer_;
+  std::mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Lane>> lanes_;
+  std::unordered_map<uint64_t, FunctionEntry> functions_;
+  std::shared_ptr<BestEffortGate> gate_;
+  bool closes_gate_ = false;
+  bool needs_gate_ = false;
+  std::unordered_set<WholeShape, WholeShapeHash> whole_shapes_;
+  OwnedRanges owned_;
+  std::atomic<bool> enabled_{true};
+  std::atomic<bool> quiet_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> poked_{false};
+  std::atomic<bool> held_{false};
+  std::atomic<bool> busy_{false};     // a request is being handled (fast or in Python)
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;   // release(), stop(), poke()
+  std::atomic<bool> legacy_touched_{false};
+  std::mutex reply_mu_;
+  bool replies_closed_ = false;
+  FastCounts counts_;
+};
+
+}  // namespace tally::data_plane

@@ -1,0 +1,103 @@
+"""What a job's C++ data plane must know of the job's Python state to take its
+requests without Python (docs/data-plane.md), kept current by the state's
+owners: the kernels it resolved and launched (modules), its allocations
+(memory), which of its stream ids exist and whether CUDA's default-stream rules
+let the next operation on one go straight to the device (streams), and whether
+Python has anything of the job pending (sync).
+
+The C++ side only ever uses this to decide that a request needs nothing Python
+would do beyond what C++ does itself; whatever it does not know, it hands to
+Python. So a missing entry costs speed, never correctness: only a stale one
+could do harm, which is why every change reaches it before the request that
+could depend on it is handled.
+"""
+from __future__ import annotations
+
+import threading
+
+from tally.protocol import Priority
+
+
+class FastPath:
+    def __init__(self, plane, device, session):
+        self.plane = plane                     # tally._core.data_plane.ClientPlane
+        self._device = device                  # the backend's DataPlaneDevice (None: nothing to issue)
+        self._session = session
+        self._lock = threading.Lock()
+        self._functions: set[int] = set()      # function ids in the plane's table
+        # A best-effort job (whose kernels the policy holds back): the launch shapes the
+        # planner runs whole, in the plane's table too.
+        self._best_effort = session.priority == Priority.BEST_EFFORT
+        self._whole_shapes: set[tuple] = set()
+
+    # ---- kernels -------------------------------------------------------------------
+
+    def learn_launch(self, fn, launch) -> None:
+        """A kernel the job launched through Python (a LoadedFunction and its
+        ops.Launch): its later launches may go straight to the device; a
+        best-effort job's, once the planner runs this launch shape whole."""
+        if self._device is None:
+            return
+        if fn.function_id not in self._functions:
+            with self._lock:
+                if self._device.register_function(self.plane, fn.function_id, fn.backend_function,
+                                                   fn.param_bytes):
+                    self._functions.add(fn.function_id)
+        if not self._best_effort:
+            return
+        shape = (fn.function_id, launch.grid, launch.block, launch.shared_bytes)
+        if shape not in self._whole_shapes and self._session.server.executor.runs_whole(self._session.client_id,
+                                                                                        launch):
+            with self._lock:
+                self._whole_shapes.add(shape)
+                self.plane.add_whole_shape(*shape)
+
+    def forget_functions(self, function_ids) -> None:
+        """The ids no longer name kernels (their module was unloaded)."""
+        function_ids = set(function_ids)
+        with self._lock:
+            for function_id in function_ids:
+                if function_id in self._functions:
+                    self._functions.discard(function_id)
+                    self.plane.remove_function(function_id)     # and its whole shapes
+            self._whole_shapes = {s for s in self._whole_shapes if s[0] not in function_ids}
+
+    # ---- memory ---------------------------------------------------------------------
+
+    def allocation_added(self, ptr: int, nbytes: int) -> None:
+        self.plane.add_allocation(ptr, nbytes)
+
+    def allocation_removed(self, ptr: int) -> None:
+        self.plane.remove_allocation(ptr)
+
+    def allocations_cleared(self) -> None:
+        self.plane.clear_allocations()
+
+    # ---- streams ----------------------------------------------------------------------
+
+    def stream_rules(self, key: int, exists: bool, allowed: bool) -> None:
+        """Whether the job's stream id `key` names a stream, and whether its next
+        operation needs no ordering fence first (server/client/streams.py)."""
+        self.plane.stream_rules(key, exists, allowed)
+
+    def take_legacy_touched(self) -> bool:
+        """Whether C++ issued work on the legacy stream since the last call."""
+        return self.plane.take_legacy_touched()
+
+    # ---- synchronization ---------------------------------------------------------------
+
+    def note_idle(self) -> None:
+        """Python just answered a synchronization of all the job's streams with
+        Done. If nothing of the job is still pending in Python, the next
+        synchronization may be answered in C++ (once the device is quiet), until
+        Python handles another request of the job."""
+        session = self._session
+        if session.deferred_error is None and session.client.blocking.idle():
+            self.plane.set_quiet(True)
+
+    def not_idle(self) -> None:
+        self.plane.set_quiet(False)
+
+    def disable(self) -> None:
+        """The job's context is unusable: every request goes to Python (which fails it)."""
+        self.plane.set_enabled(False)
