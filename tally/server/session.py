@@ -61,7 +61,6 @@ from tally.server.data_plane import make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
-from tally.server.request_hold import RequestHold
 from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
