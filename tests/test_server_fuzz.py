@@ -5,9 +5,9 @@ tagged request is answered (its reply or an Error record) within the timeout,
 never with silence or a crash; afterwards the job's session still answers, the
 server still serves a second job, and when both go all device memory is free.
 
-Sizes are kept to a few MiB or made absurd (2**40 and up), so an accepted
-request never makes the emulator touch gigabytes; addresses come from the
-allocations the run itself made as well as from thin air."""
+The requests come from tally/bench/fuzz_messages.py (what `tally-bench fuzz`
+sends a million of), fed hypothesis' random generator: sizes a few MiB or
+absurd, addresses the run made or thin air."""
 from __future__ import annotations
 
 import os
@@ -19,15 +19,9 @@ from server_harness import PyClient
 from e2e_helpers import Server, emulator_server_process, idle
 
 from tally import protocol
-from tally.protocol import spec
-from tally.server.handlers import HANDLERS
+from tally.bench.fuzz_messages import KINDS, request
 
-# Goodbye ends the session on purpose; everything else must leave it usable.
-KINDS = sorted(protocol.BY_KIND[k].message.name for k in HANDLERS if protocol.BY_KIND[k].message.name != "Goodbye")
 HOST_FUNC_READY = protocol.codec("HostFuncReady").kind
-SMALL = st.integers(0, 64)
-SIZES = st.sampled_from([0, 1, 3, 4, 8, 255, 256, 4096, 65536, 2 << 20, 4 << 20])
-ABSURD = st.sampled_from([1 << 40, 1 << 63, (1 << 64) - 1])
 
 
 class Fuzzer:
@@ -62,21 +56,6 @@ class Fuzzer:
             return reply.message.name, values
 
 
-def value_for(f: spec.Field, draw, addresses):
-    if f.type == "u8" and f.count > 1:
-        return draw(st.binary(max_size=f.count))
-    if f.type == "f64":
-        return draw(st.floats(allow_nan=False))
-    bits = spec.SCALARS[f.type][2] * 8
-    signed = f.type.startswith("i")
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    if f.count > 1:                                   # grid and block dimensions
-        return tuple(min(max(draw(st.one_of(SMALL, SIZES)), lo), hi) for _ in range(f.count))
-    base = addresses[draw(st.integers(0, 63)) % len(addresses)]   # drawn the same way whatever the run made
-    choice = draw(st.one_of(SMALL, SIZES, ABSURD, st.just(base), st.integers(0, 4096).map(lambda d: base + d)))
-    return min(max(choice, lo), hi)
-
-
 @pytest.fixture(scope="module", params=["emulator", "null", "sim"])
 def fuzz_server(request):
     # The emulator runs everything; null (the benchmarks' backend) and sim (the
@@ -100,9 +79,7 @@ def fuzzer(fuzz_server):
 @given(data=st.data())
 def test_every_request_is_answered_and_the_session_goes_on(fuzzer, data):
     name = data.draw(st.sampled_from(KINDS))
-    message = protocol.codec(name).message
-    fields = {f.name: value_for(f, data.draw, fuzzer.addresses) for f in message.fields}
-    tail = data.draw(st.binary(max_size=96)) if message.tail is not None else b""
+    fields, tail = request(name, data.draw(st.randoms(use_true_random=False)), fuzzer.addresses)
     reply, values = fuzzer.call(name, tail, fields)
     assert reply != "Error" or values["status"] != 0, (name, fields)
 

@@ -7,6 +7,7 @@ no bytes are stored; a device-to-host copy leaves the destination untouched.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -26,6 +27,11 @@ from tally.backends.ptx_variants import PtxVariants
 
 ALIGNMENT = 256
 BASE_ADDRESS = 0x7F00_0000_0000
+# The device's virtual address space: 256 TiB, as a GPU's unified address space is of
+# that order. Ranges are handed out upwards and, once the top is reached, from the
+# lowest gap big enough; a request no gap fits is refused (tally-bench fuzz found
+# that an absurd reservation once pushed every later address past 2**64).
+ADDRESS_END = BASE_ADDRESS + (1 << 48)
 
 
 @dataclass
@@ -60,6 +66,7 @@ class NullBackend(NoHostRegistration, PtxVariants):
         self._sm_count = sm_count
         self._next = BASE_ADDRESS
         self._live: dict[int, int] = {}
+        self._starts: list[int] = []            # sorted bases of _live and _reserved (for _place)
         self._managed: dict[int, int] = {}      # managed memory: base -> bytes (also in _live)
         self._reserved: dict[int, int] = {}     # virtual memory: reservation base -> bytes
         self._physical: dict[int, int] = {}     # physical handle -> bytes
@@ -81,19 +88,56 @@ class NullBackend(NoHostRegistration, PtxVariants):
         with self._lock:
             if sum(self._live.values()) + nbytes > self._total:
                 raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"out of memory allocating {nbytes} bytes")
-            ptr = self._next
-            # jobs chose the managed addresses: step over them
-            while clash := next(((b, n) for b, n in self._managed.items() if b < ptr + nbytes and ptr < b + n), None):
-                ptr = (clash[0] + clash[1] + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-            self._next = ptr + (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            ptr = self._place(nbytes, ALIGNMENT)
             self._live[ptr] = nbytes
+            self._occupy(ptr)
             return ptr
+
+    def _place(self, nbytes: int, alignment: int) -> int:
+        """An aligned range of nbytes clear of every allocation and reservation (the
+        jobs chose the managed addresses: they are stepped over too). Lock held."""
+        span = (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        ptr = self._first_fit(self._next, span, alignment)
+        if ptr is None:
+            ptr = self._first_fit(BASE_ADDRESS, span, alignment)
+        if ptr is None:
+            raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"no free range of {nbytes} bytes in the null device's "
+                                                        f"{(ADDRESS_END - BASE_ADDRESS) >> 40} TiB address space")
+        self._next = ptr + span
+        return ptr
+
+    def _first_fit(self, start: int, span: int, alignment: int) -> int | None:
+        ptr = (start + alignment - 1) // alignment * alignment
+        starts = self._starts
+        i = max(bisect.bisect_right(starts, ptr) - 1, 0)
+        while i < len(starts) and ptr + span <= ADDRESS_END:
+            base = starts[i]
+            end = base + max(self._live.get(base, 0), self._reserved.get(base, 0))
+            if ptr + span <= base:
+                break
+            if end > ptr:
+                ptr = (end + alignment - 1) // alignment * alignment
+            i += 1
+        return ptr if ptr + span <= ADDRESS_END else None
+
+    def _occupy(self, base: int) -> None:
+        i = bisect.bisect_left(self._starts, base)
+        if i == len(self._starts) or self._starts[i] != base:
+            self._starts.insert(i, base)
+
+    def _vacate(self, base: int) -> None:
+        if base in self._live or base in self._reserved:
+            return
+        i = bisect.bisect_left(self._starts, base)
+        if i < len(self._starts) and self._starts[i] == base:
+            del self._starts[i]
 
     def mem_free(self, ptr: int) -> None:
         with self._lock:
             if self._live.pop(ptr, None) is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not an allocation")
             self._managed.pop(ptr, None)
+            self._vacate(ptr)
 
     # restoring at addresses (AddressRestore): address space again; no bytes to move
     def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
@@ -140,6 +184,7 @@ class NullBackend(NoHostRegistration, PtxVariants):
             if any(p < address + nbytes and address < p + n for p, n in self._live.items()):
                 raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{address:x} overlaps an allocation")
             self._live[address] = self._managed[address] = nbytes
+            self._occupy(address)
 
     def mem_info(self) -> tuple[int, int]:
         with self._lock:
@@ -150,17 +195,16 @@ class NullBackend(NoHostRegistration, PtxVariants):
         if nbytes <= 0:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot reserve {nbytes} bytes")
         with self._lock:
-            alignment = max(alignment, ALIGNMENT)
-            self._next = (self._next + alignment - 1) // alignment * alignment
-            ptr = self._next
-            self._next += (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            ptr = self._place(nbytes, max(alignment, ALIGNMENT))
             self._reserved[ptr] = nbytes
+            self._occupy(ptr)
             return ptr
 
     def vmm_free(self, ptr: int, nbytes: int) -> None:
         with self._lock:
             if self._reserved.pop(ptr, None) is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not a reservation")
+            self._vacate(ptr)
 
     def vmm_create(self, nbytes: int) -> int:
         with self._lock:

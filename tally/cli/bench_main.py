@@ -10,6 +10,8 @@
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
     tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
     tally-bench cluster --gpus 1000 --jobs 3000 --json out.json --png out.png   # placement policies
+    tally-bench chaos --rounds 100 --json out.json   # best-effort jobs killed/evicted around a checked HP job
+    tally-bench fuzz --messages 1000000 --json out.json   # mutated requests and handshakes at a real server
     tally-bench migrate --json out.json --png out.png   # suspend/resume/migrate time vs a job's footprint
 """
 from __future__ import annotations
@@ -91,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--gap-us", type=float, default=1000.0, help="idle time before each (default: %(default)s)")
     lb.add_argument("--jobs", type=int, default=4, help="jobs launching at once (default: %(default)s)")
     lb.add_argument("--json", type=Path, help="write the report here")
+    from tally.bench.reliability_args import add_reliability_parsers
+    add_reliability_parsers(sub)
     m = sub.add_parser("migrate", help="suspend, resume and migration time against a job's device footprint, "
                                        "on two tally-servers of this host")
     m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
@@ -262,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cluster":
         from tally.bench.cluster_args import cluster_main
         return cluster_main(args)
+    if args.command in ("chaos", "fuzz"):
+        from tally.bench.reliability_args import reliability_main
+        return reliability_main(args)
     if args.command == "migrate":
         from tally.bench.migrate import run_migrate_bench, table, write
         try:

@@ -61,6 +61,7 @@ from tally.server.data_plane import make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
 
@@ -226,6 +227,8 @@ class Session:
             self.connection.close()
         except OSError:
             pass
+        if self.close_reason in ("client process died", "client connection closed"):
+            reclaim_job_objects(self.pid)
         self.failures.log_repeats()
         fast, counters = self.data_plane.counts()[0], self.counters
         log.info("client %d (pid %d, %s) disconnected: %s (%d requests, %d of them taken by the C++ data plane)",

@@ -65,6 +65,7 @@ class ClientState:
         self.host_functions.release_all()
         self.blocking.close()
         self._retire(self.client_id)
+        self.blocking.run_owed()       # frees, unmaps and unloads asked for but not done yet
         self.regions.clear()
         self.vmm.clear()
         self.opened.clear()

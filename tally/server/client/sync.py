@@ -81,10 +81,13 @@ def when_idle(client: ClientState, tag: int, fn) -> None:
     the error): for freeing or unmapping memory that work may still use (on a
     real GPU, freeing at once could hand the bytes to another job while a kernel
     writes them). Runs on the session's blocking pool; the caller waits for the
-    answer (its handler returns ANSWERS_ITSELF)."""
+    answer (its handler returns ANSWERS_ITSELF). fn is owed: if the job goes
+    before it runs, the job's close runs it."""
+    release = client.blocking.owed(fn)
+
     def run() -> None:
         drain_quietly(client, client.streams.keys())
-        fn()
+        release()
 
     client.blocking.run(tag, run)
 

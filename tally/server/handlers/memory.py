@@ -70,12 +70,14 @@ def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
         client.allocations.add_back(ptr, size)    # not freed: the job still owns it
         raise
 
+    release = client.blocking.owed(lambda: client.free_allocation(ptr))
+
     def free_when_reached() -> None:
         try:
             client.executor.event_synchronize(reached)
         finally:
             client.executor.event_destroy(reached)
-        client.free_allocation(ptr)
+        release()
 
     client.blocking.run(0, free_when_reached)
 

@@ -51,12 +51,13 @@ def module_load(session, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
 def module_unload(session, msg: ModuleUnload, tag: int):
     client = session.client
     module = client.modules.detach(msg.module)
+    release = client.blocking.owed(lambda: client.modules.release(module))
 
     def unload_when_idle() -> None:
         # Launches of the module may still be queued (a best-effort job's are held
         # back by the scheduler): they run on its code and globals first, as on CUDA.
         drain_quietly(client, client.streams.keys())
-        client.modules.release(module)
+        release()
 
     client.blocking.run(tag, unload_when_idle)
     return ANSWERS_ITSELF
