@@ -25,6 +25,7 @@ import time
 
 from tally import paths
 from tally.cli import job_process
+from tally.cli.number_flags import number_flag
 from tally.cli.server_main import query_status
 from tally.cluster.high_priority_jobs import AttachedJob
 from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
@@ -55,13 +56,8 @@ STATUS_TIMEOUT_S = 30.0
 
 
 def parse_sm_percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"SM share {text!r} is not a percentage of the device's SMs from 1 to 100")
-    return value
+    return number_flag(text, lambda v: 1 <= v <= 100,
+                       f"SM share {text!r} is not a percentage of the device's SMs from 1 to 100")
 
 
 def mps_share_problem(env: dict) -> str | None:

@@ -32,6 +32,7 @@ from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnav
                                      resolve_backend)
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import StatusReply, StatusRequest
+from tally.cli.number_flags import number_flag
 from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
 from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
 from tally.server.status import ServerStatus
@@ -158,44 +159,23 @@ def add_share_flags(p: argparse.ArgumentParser) -> None:
 
 
 def sm_percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an SM share: give a percentage of the SMs from 1 to 100")
-    return value
+    return number_flag(text, lambda v: 1 <= v <= 100,
+                       f"{text!r} is not an SM share: give a percentage of the SMs from 1 to 100")
 
 
 def utilization(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a utilization target: give a fraction in (0, 1], "
-                                         f"e.g. 0.9")
-    return value
+    return number_flag(text, lambda v: 0 < v <= 1,
+                       f"{text!r} is not a utilization target: give a fraction in (0, 1], e.g. 0.9")
 
 
 def positive_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a period in milliseconds (> 0)")
-    return value
+    return number_flag(text, lambda v: 0 < v < 1e6,
+                       f"{text!r} is not a period in milliseconds (> 0)")
 
 
 def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 86400")
-    return value
+    return number_flag(text, lambda v: 0 <= v <= 86400,
+                       f"{text!r} is not a number of seconds from 0 to 86400")
 
 
 def size_flag(flag: str):
