@@ -26,11 +26,22 @@ class Sample:
     status: dict
 
     def kernels_completed(self, pid: int) -> int | None:
-        """Kernels the job with this pid has completed, None while it is not attached."""
+        """Kernels the job started as process `pid` (tally-run, whose child is the
+        job) has completed, None while it is not attached."""
         for client in self.status["clients"]:
-            if client["pid"] == pid:
+            if pid in (client["pid"], client.get("parent_pid")):
                 per_client = self.status["server"].get("scheduler", {}).get("clients", {})
                 return per_client.get(client["client_id"], {}).get("kernels_completed", 0)
+        return None
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a process of this machine, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) is in parentheses and may hold spaces
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -53,6 +64,8 @@ class ServerWatch:
                 status = query_status(self.socket)
             except (OSError, ConnectionError):
                 continue
+            for client in status["clients"]:   # noted while the job runs: tally-run is its parent
+                client["parent_pid"] = parent_pid(client["pid"])
             with self._lock:
                 self.samples.append(Sample(time.monotonic(), status))
 
