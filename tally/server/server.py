@@ -411,12 +411,7 @@ class TallyServer:
             self.levers.client_added(client_id, not high, admission.sm_percent)
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
-            with self._registration_lock:
-                if not session.closed:
-                    try:
-                        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
-                    except ValueError:
-                        pass  # the job is gone already: its session closed this socket (and forgets it)
+            self._watch_connection(conn, session)
         quota = memory.quota_bytes
         log.info("client %d attached: pid %d, %s, priority %s, quota %s, SM share %s", client_id, hello.pid,
                  program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota)
@@ -454,12 +449,7 @@ class TallyServer:
             self.levers.client_added(client_id, not high, sm_percent)
             session.add_cleanup(lambda: self.retire_client(client_id))
             session.start()
-            with self._registration_lock:
-                if not session.closed:
-                    try:
-                        self._selector.register(conn, selectors.EVENT_READ, ("client", session))
-                    except ValueError:
-                        pass
+            self._watch_connection(conn, session)
         log.info("client %d attached: pid %d, %s, priority %s, migrated from another server", client_id, pid,
                  program, protocol.priority_name(priority))
         self._wake_w.send(b"x")
@@ -529,6 +519,16 @@ class TallyServer:
             self._retired.add(client_id)
         self.levers.client_removed(client_id)
         self.executor.remove_client(client_id)
+
+    def _watch_connection(self, conn: socket.socket, session: Session) -> None:
+        """Have the selector notice when the job's end of `conn` closes."""
+        with self._registration_lock:
+            if session.closed:
+                return
+            try:
+                self._selector.register(conn, selectors.EVENT_READ, ("client", session))
+            except ValueError:
+                pass  # the job is gone already: its session closed this socket (and forgets it)
 
     def forget_session(self, session: Session) -> None:
         """Called by Session.close()."""
