@@ -32,6 +32,7 @@ class Loop:
         name = f"/tally-dp-{os.getpid()}-{next(_names)}"
         self.server = _core.Segment.create(name, 1 << 16, 1 << 16, 1 << 16, 1 << 16)
         self.client = _core.Segment.open(name)
+        self.server.unlink()     # both ends are mapped: the name would only outlive the test
         self.plane = _core.data_plane.ClientPlane(self.server, _core.data_plane.NullIssuer())
         self.python: queue.Queue = queue.Queue()
         self.ended: queue.Queue = queue.Queue()

@@ -37,7 +37,9 @@ ILLEGAL_ADDRESS = 700
 def segment_pair():
     name = f"/tally-dps-{os.getpid()}-{next(_names)}"
     server = _core.Segment.create(name, 1 << 16, 1 << 16, 1 << 16, 1 << 16)
-    return server, _core.Segment.open(name)
+    client = _core.Segment.open(name)
+    server.unlink()          # both ends are mapped: the name would only outlive the test
+    return server, client
 
 
 def attached_plane(ex, backend, client_id, device=None):
