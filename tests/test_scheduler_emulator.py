@@ -89,7 +89,9 @@ def test_preempted_best_effort_kernels_compute_exact_results(device, be_transfor
         assert counters["slice_launches"] >= 2 * len(ALPHAS)
     else:
         assert counters["kernels_ptb"] == len(ALPHAS)
-        assert counters["preemptions"] >= 3 and counters["ptb_launches"] > len(ALPHAS)
+        # A preemption asked for while a PTB kernel's last blocks run finds nothing left to
+        # stop (no relaunch follows): on a loaded host every request may land so.
+        assert counters["preemptions"] >= 3 and counters["ptb_launches"] >= len(ALPHAS)
     ex.close()
 
 
