@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 import pytest
-from e2e_helpers import Server, build_device_code
+from test_data_plane_server import iota_ptx, plane_server  # noqa: F401 - fixtures: the same servers, either plane
 from server_harness import PyClient
 
 from tally import protocol
@@ -25,18 +25,6 @@ FLAGS = {11: 0, 12: 1, 13: 0}
 INTS = 256                          # per stream's region
 OPS = 160
 DISABLE_TIMING = 2
-
-
-@pytest.fixture(scope="module", params=["cpp", "python"])
-def plane_server(request):
-    server = Server("emulator", ("--data-plane", request.param))
-    yield request.param, server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def iota_ptx(nvcc) -> bytes:
-    return build_device_code(nvcc, "driver_kernels.cu", "ptx").read_bytes()
 
 
 class Mix:
