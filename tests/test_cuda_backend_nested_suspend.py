@@ -19,7 +19,7 @@ import pytest
 from server_harness import ServerProcess
 
 from e2e_helpers import Server, build_cuda, build_driver_c, emulator_server_process, finish, job_command, job_env, \
-    start_job
+    run_job, start_job
 
 MIB = 1 << 20
 GRANULARITY = 2 << 20
@@ -94,3 +94,25 @@ def test_virtual_memory_through_the_cuda_backend(cuda_server):
     result = finish(owner, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("intact") == "1"
+
+
+def test_relocated_variables_give_the_plain_backends_results(nvcc):
+    # The same program on a plain cuda-backend server (variables where the driver puts them)
+    # and a --suspendable one (relocated): __constant__ taps written with cudaMemcpyToSymbol
+    # and read by a filter, a __device__ table looked up, an atomic counter; identical sums.
+    from test_cuda_backend_nested import NestedCudaServer
+    under = [emulator_server_process(), emulator_server_process()]
+    servers = [NestedCudaServer(under[0]), SuspendableCudaServer(under[1])]
+    program = build_cuda(nvcc, "globals_timing.cu")
+    try:
+        jobs = [run_job(s.socket, program, 4096, 2, priority="high", timeout=300) for s in servers]
+        relocated_log = servers[1].process.log()
+    finally:
+        for server in servers + under:
+            server.stop()
+    for job in jobs:
+        assert job.returncode == 0, job.stdout + job.stderr
+    keys = ("filter_sum", "key_sum", "lookups")
+    assert [jobs[0].value(k) for k in keys] == [jobs[1].value(k) for k in keys]
+    assert jobs[1].ints("lookups") == [2 * 4]               # two runs of 4096 elements, one per 1024
+    assert "stay where the driver put them" not in relocated_log and "as the job shipped it" not in relocated_log
