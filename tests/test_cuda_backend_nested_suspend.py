@@ -116,3 +116,24 @@ def test_relocated_variables_give_the_plain_backends_results(nvcc):
     assert [jobs[0].value(k) for k in keys] == [jobs[1].value(k) for k in keys]
     assert jobs[1].ints("lookups") == [2 * 4]               # two runs of 4096 elements, one per 1024
     assert "stay where the driver put them" not in relocated_log and "as the job shipped it" not in relocated_log
+
+
+def test_a_module_that_cannot_be_relocated_stays_and_cannot_migrate(nvcc, cuda_server):
+    # `op`'s initializer is a function's address: its module loads as the job shipped it, its
+    # variables where the driver put them. Suspend saves and frees only the allocation (the
+    # variables stay resident); migrate refuses before it asks any target, with the reason.
+    job = start_job(cuda_server.socket, build_cuda(nvcc, "pinned_job.cu"), "wait")
+    assert job.stdout.readline().strip() == "looping"
+    cid = only_client(cuda_server)["client_id"]
+    r = tally_server(cuda_server, "migrate", "--client", str(cid), "--to", str(cuda_server.dir / "nobody.sock"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "globals cannot move" in r.stderr and "takes the address of _Z5twicei" in r.stderr, r.stderr
+    r = tally_server(cuda_server, "suspend", "--client", str(cid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert only_client(cuda_server)["suspended_bytes"] == 4096 * 4
+    assert tally_server(cuda_server, "resume", "--client", str(cid)).returncode == 0
+    job.stdin.write("go\n")
+    job.stdin.flush()
+    result = finish(job, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.ints("wrong", "total") == [0, 8 * 4096]

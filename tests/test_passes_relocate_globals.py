@@ -7,6 +7,7 @@ relocated_globals.py), with results exactly those of the original module."""
 from __future__ import annotations
 
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -261,3 +262,21 @@ def test_relocated_kernels_give_exactly_the_original_results(emulator):
     finally:
         loader.module_unload(relocated)
         emulator.module_unload(original)
+
+
+def test_modules_the_cuda_backend_keeps_where_the_driver_puts_them(nvcc, tmp_path):
+    # What tally/backends/cuda_globals.py decides before loading: a module that comes only as
+    # cubins and has variables (found in the cubin's symbol table) and one the pass refuses are
+    # pinned, with the reason; one without variables needs nothing.
+    from tally.backends.cuda_globals import relocation_of
+    cubin = tmp_path / "globals.cubin"
+    subprocess.run([nvcc, "-arch=sm_90", "-cubin", str(PASS_SOURCES / "module_globals.cu"), "-o", str(cubin)],
+                   check=True)
+    relocated, why = relocation_of(ModuleSource(original=b"", cubins={90: cubin.read_bytes()}))
+    assert relocated is None
+    assert "comes only as cubins and has variables (coef, hits, step, table, ...)" in why
+    relocated, why = relocation_of(ModuleSource(original=b"", ptx=HEADER + ".global .texref t;\n"))
+    assert relocated is None and "t is a .texref, not memory" in why
+    assert relocation_of(ModuleSource(original=b"", ptx=HEADER)) == (None, None)
+    relocated, why = relocation_of(ModuleSource(original=b"", ptx=module_globals_ptx()))
+    assert why is None and [v.name for v in relocated.variables] == ["hits", "table", "third", "wide", "coef", "step"]
