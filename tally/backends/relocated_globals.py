@@ -10,6 +10,7 @@ is what a GPU gets.
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -61,9 +62,12 @@ def has_variables(ptx: str) -> bool:
     return ".global" in ptx or ".const" in ptx
 
 
+@functools.lru_cache(maxsize=64)
 def relocate(ptx: str) -> RelocatedModule | None:
     """The module relocated, or None when it has no variables; PassRefused (why) or
-    LayoutError when its variables cannot be moved."""
+    LayoutError when its variables cannot be moved. Remembered: parsing costs about
+    5 ms per KiB of PTX, and the same module comes again (every job of a program,
+    a job migrating back). Callers must not change what it returns."""
     module = parse_module(ptx, "<module>")
     if not module_variables(module):
         return None
