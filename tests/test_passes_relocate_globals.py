@@ -114,6 +114,8 @@ def test_compiler_literals_stay_in_the_module():
     (".visible .entry k()\n{\n    .global .align 4 .u32 local_static;\n    ret;\n}\n",
      "declares .global variable local_static in its scope"),
     (f".global .align 4 .u32 {TABLE};\n", f"already has a symbol named {TABLE}"),
+    (".global .attribute(.managed) .align 4 .u32 shared_with_cpu;\n", "shared_with_cpu is __managed__"),
+    (".const .align 1 .b8 $lit[2] = {1, 2};\n.const .align 4 .u32 c;\n", "compiler literal $lit is constant data"),
 ])
 def test_what_cannot_move_is_refused_with_the_reason(body, reason):
     with pytest.raises(PassRefused) as refused:

@@ -39,7 +39,9 @@ kernels, only for modules with `__constant__` data (measured: docs/cuda-globals.
 
 Refused (PassRefused, the module then loads as it is and its variables stay
 where the driver puts them): 32-bit addressing, variables in a function's scope,
-texture/sampler/surface references, `.extern` variables (unresolved: a linker's
+texture/sampler/surface references, `__managed__` variables (the job's CPU code
+reads them at the driver's address), a `.const` compiler literal next to
+`.const` variables that move (constant reads could no longer tell them apart), `.extern` variables (unresolved: a linker's
 business), initializers that take the address of a function or of a compiler
 literal (the loader writes the initial bytes itself and cannot know where a
 driver put those, nor would they be there on another server), debug sections
@@ -130,6 +132,12 @@ def _refuse_unsafe(module: Module, variables: list[VarDecl]) -> None:
             reasons.append(f"{v.name} is an .extern variable defined in another module")
         if v.space in SPACES and v.type in _REFERENCE_TYPES:
             reasons.append(f"{v.name} is a .{v.type}, not memory")
+        if v.name in names and "managed" in v.attributes:
+            reasons.append(f"{v.name} is __managed__: the job's CPU code reaches it at the address the driver gave it")
+        if v.space == "const" and v.name.startswith(KEPT_PREFIX) and any(
+                w.space == "const" for w in variables):
+            reasons.append(f"compiler literal {v.name} is constant data that stays, and the module's constant "
+                           f"variables move to global memory (its constant reads could not tell them apart)")
         for target in _initializer_symbols(v.init):
             if v.name in names and target not in names:
                 reasons.append(f"the initializer of {v.name} takes the address of {target}, which stays where "
