@@ -75,7 +75,16 @@ def test_each_use_reads_the_variables_address_from_the_table():
 
 
 def test_a_module_without_variables_is_left_alone():
-    plain = HEADER + ".visible .entry k(.param .u64 p)\n{\n    ret;\n}\n"
+    plain = HEADER + """.visible .entry k(.param .u64 p)
+{
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [p];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.global.u32 %r1, [%rd2];
+    ret;
+}
+"""
     assert not has_variables(plain) and relocate(plain) is None
     shared_only = HEADER + ".visible .entry k()\n{\n    .shared .align 4 .b8 s[64];\n    ret;\n}\n"
     assert module_variables(parse_module(shared_only, "s")) == [] and relocate(shared_only) is None

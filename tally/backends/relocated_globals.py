@@ -11,6 +11,7 @@ is what a GPU gets.
 from __future__ import annotations
 
 import functools
+import re
 import struct
 from dataclasses import dataclass
 
@@ -56,10 +57,15 @@ class RelocatedModule:
         return b"".join(struct.pack("<Q", addresses[v.name]) for v in slots) or bytes(8)
 
 
+# A line declaring a .global/.const variable (instructions name those spaces after a dot:
+# `ld.global`, never at the start of a line).
+_DECLARATION = re.compile(r"^[ \t]*(?:\.(?:visible|weak|extern|common)[ \t]+)*\.(?:global|const)[ \t]", re.MULTILINE)
+
+
 def has_variables(ptx: str) -> bool:
     """Cheap test before parsing: can this PTX declare a .global or .const variable?
-    (A module without one loads untouched, at no cost.)"""
-    return ".global" in ptx or ".const" in ptx
+    (A module without one loads untouched, for the cost of this search.)"""
+    return _DECLARATION.search(ptx) is not None
 
 
 @functools.lru_cache(maxsize=64)
