@@ -110,6 +110,21 @@ def kernel_param_total(cubin: bytes, name: str) -> int:
     return infos[name].param_total
 
 
+def variable_names(cubin: bytes) -> list[str]:
+    """The module variables a cubin defines (__device__ and __constant__: object symbols in
+    its .nv.global* and .nv.constant<bank> sections, not the kernels' parameter banks,
+    .nv.constant0.<kernel>), in symbol order."""
+    image = _open(cubin)
+    sections = {s.index: s.name for s in image.sections}
+    names = []
+    for symbol in image.symbols():
+        section = sections.get(symbol.section_index, "")
+        if symbol.type == "STT_OBJECT" and (section.startswith(".nv.global") or (
+                section.startswith(".nv.constant") and not section.startswith(".nv.constant0"))):
+            names.append(symbol.name)
+    return names
+
+
 def _open(cubin: bytes) -> ElfImage:
     if not isinstance(cubin, (bytes, bytearray, memoryview)):
         raise TypeError(f"expected the cubin's bytes, got {type(cubin).__name__}")

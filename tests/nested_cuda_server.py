@@ -7,7 +7,8 @@ purpose (a user would mean a GPU); tests build the server here instead.
 
 Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [OPTION...]]]
 (OPTION "metrics": serve /metrics on a port of the system's choosing, printed; "suspendable":
-the backend's allocations are reservations, so jobs can be suspended: tally-server --suspendable.)"""
+the backend's allocations and module variables are reservations, so jobs can be suspended and migrated:
+tally-server --suspendable.)"""
 from __future__ import annotations
 
 import logging

@@ -116,3 +116,16 @@ def test_null_backend_restores_address_space():
         null.mem_alloc_at(ptr + 256, 256)
     assert taken.value.code == CUDA_ERROR_ALREADY_MAPPED
     assert null.mem_info()[0] == 63 * MIB
+
+
+def test_a_reservation_takes_its_address_hint_when_free(emulator):
+    # What a cuda-backend server's migration target asks of its driver (through tally's own
+    # driver, the emulator's reservations): the address, or elsewhere when it is taken.
+    first = emulator.vmm_reserve(2 * GRANULARITY, GRANULARITY)
+    emulator.vmm_free(first, 2 * GRANULARITY)
+    hint = first + GRANULARITY
+    assert emulator.vmm_reserve(GRANULARITY, GRANULARITY, hint) == hint
+    elsewhere = emulator.vmm_reserve(GRANULARITY, GRANULARITY, hint)
+    assert elsewhere != hint
+    assert emulator.vmm_reserve(GRANULARITY, GRANULARITY, hint + 1) not in (hint + 1, 0)    # unaligned: ignored
+    assert emulator.module_unmovable(emulator.module_load(ModuleSource(original=b"", ptx=PTX))) is None

@@ -540,9 +540,23 @@ def test_a_bogus_upload_chunk_is_the_jobs_error(client):
 
 
 def test_one_job_cannot_reserve_the_whole_address_space(client):
-    kind, values, text = client.call("MemAddressReserve", bytes=1 << 40, alignment=0)
+    kind, values, text = client.call("MemAddressReserve", bytes=1 << 40, alignment=0, addr=0)
     assert (kind, values["status"]) == ("Error", OUT_OF_MEMORY), text
     assert b"address space" in text
-    kind, values, _ = client.call("MemAddressReserve", bytes=2 << 20, alignment=0)
+    kind, values, _ = client.call("MemAddressReserve", bytes=2 << 20, alignment=0, addr=0)
     assert kind == "MemAddressReply"
     assert client.status_of("MemAddressFree", dptr=values["dptr"], bytes=2 << 20) == 0
+
+
+def test_a_reservation_lands_on_its_address_hint_when_that_is_free(client):
+    # What a cuda-backend tally-server relies on to place a migrated job's memory.
+    _kind, first, _ = client.call("MemAddressReserve", bytes=4 << 20, alignment=0, addr=0)
+    hint = first["dptr"] + (2 << 20)
+    assert client.status_of("MemAddressFree", dptr=first["dptr"], bytes=4 << 20) == 0
+    _kind, placed, _ = client.call("MemAddressReserve", bytes=2 << 20, alignment=0, addr=hint)
+    assert placed["dptr"] == hint
+    # Taken: the reservation lands elsewhere, as CUDA's would.
+    _kind, other, _ = client.call("MemAddressReserve", bytes=2 << 20, alignment=0, addr=hint)
+    assert other["dptr"] not in (0, hint)
+    for ptr in (hint, other["dptr"]):
+        assert client.status_of("MemAddressFree", dptr=ptr, bytes=2 << 20) == 0

@@ -10,6 +10,8 @@ bump it whenever the pass's output changes.
     slicing.py       <kernel>__tally_slice: runs a contiguous range of blocks
     unified_sync.py  every barrier and return through one barrier.red point
     ptb.py           persistent worker blocks with a task counter and preempt flag
+    relocate_globals.py  a module's variables moved out to storage the loader places
+                     (a module-wide pass, for the cuda backend's --suspendable)
 
 and the helpers they share: barriers.py (decoding CTA barriers), callgraph.py
 (functions a kernel reaches), special_regs.py (rebuilding %ctaid/%nctaid),

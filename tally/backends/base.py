@@ -178,7 +178,8 @@ class DeviceBackend(Protocol):
     # virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...): address
     # ranges, physical memory and the mappings between them; sizes and offsets are
     # multiples of VMM_GRANULARITY. Backends without it mix in NoVirtualMemory.
-    def vmm_reserve(self, nbytes: int, alignment: int) -> int: ...
+    def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
+        """At `hint` where that range is free (and aligned), else anywhere, as CUDA's hint."""
     def vmm_free(self, ptr: int, nbytes: int) -> None: ...
     def vmm_create(self, nbytes: int) -> object: ...    # a physical-memory handle
     def vmm_release(self, handle: object) -> None: ...
@@ -277,6 +278,10 @@ class AddressRestore(Protocol):
         """name -> (ptr, size) of the device memory a loaded module holds (its globals)."""
     def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> Module:
         """module_load with the named globals at these addresses (a migrated job's module)."""
+    def module_unmovable(self, module: Module) -> str | None:
+        """Why the module's globals cannot leave the device or be placed elsewhere (they stay
+        resident while its job is suspended, and the job cannot migrate), or None: module_memory
+        lists them all."""
     def module_evict(self, module: Module) -> None:
         """Free the module's device memory; the module stays loaded (unload frees nothing more)."""
     def module_restore(self, module: Module) -> None:

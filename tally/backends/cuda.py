@@ -32,6 +32,7 @@ import numpy as np
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
                                  clamp_sm_grant)
+from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.green_partitions import GreenPartitions
@@ -99,6 +100,10 @@ class CudaFunction:
 class CudaModule:
     handle: object
     image: bytes   # the driver reads the image during load only, but keep it for reloads
+    # --suspendable: its variables at addresses the backend placed (cuda_globals.py), or
+    # why they stay where the driver put them (then the job cannot migrate)
+    storage: ModuleStorage | None = None
+    pinned: str | None = None
 
 
 class CudaBackend(CudaAddressRestore, PtxVariants):
@@ -133,7 +138,7 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         self._after_reset: list[Callable[[], None]] = []
         self._init_restore(restorable)
         if restorable:
-            self.traits = dataclasses.replace(self.traits, restores_at_address=True)
+            self.traits = dataclasses.replace(self.traits, restores_at_address=True, migrates_jobs=True)
 
     def _open_partitions(self) -> GreenPartitions | None:
         name = _check(cu.cuDeviceGetName(256, self._device)).split(b"\0", 1)[0].decode()
@@ -323,9 +328,9 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         location.id = int(self._device)
         return location
 
-    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
+    def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
         self._current()
-        return int(_check(cu.cuMemAddressReserve(nbytes, alignment, 0, 0)))
+        return int(_check(cu.cuMemAddressReserve(nbytes, alignment, hint, 0)))
 
     def vmm_free(self, ptr: int, nbytes: int) -> None:
         if self._lost:
@@ -367,14 +372,53 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
     # modules
     def module_load(self, source: ModuleSource) -> CudaModule:
         self._current()
+        if not self._restorable:
+            return self._load_as_is(source)
+        relocated, pinned = relocation_of(source)
+        if relocated is not None:
+            try:
+                handle, storage = self._load_relocated(relocated, None)
+                return CudaModule(handle, relocated.ptx.encode(), storage)
+            except DeviceError as e:
+                if e.code in (CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_ALREADY_MAPPED):
+                    raise
+                # a bug of the pass, or PTX this driver compiles only as the job shipped it
+                pinned = f"the driver did not load its relocated PTX ({e})"
+                log.warning("loading a module as the job shipped it: %s", pinned)
+        module = self._load_as_is(source)
+        module.pinned = pinned
+        if pinned is not None:
+            log.info("a module's variables stay where the driver put them (resident while its job is suspended, "
+                     "and the job cannot migrate): %s", pinned)
+        return module
+
+    def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> CudaModule:
+        """A migrated job's module: its variables at the addresses they had on the source."""
+        self._current()
+        relocated, pinned = relocation_of(source)
+        if relocated is None:
+            if addresses:
+                raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"this server cannot place the module's variables at "
+                                                            f"their addresses: {pinned}")
+            module = self._load_as_is(source)
+            module.pinned = pinned
+            return module
+        handle, storage = self._load_relocated(relocated, addresses)
+        return CudaModule(handle, relocated.ptx.encode(), storage)
+
+    def _load_as_is(self, source: ModuleSource) -> CudaModule:
         image = source.original if source.original else (source.ptx or "").encode() + b"\0"
         return CudaModule(_check(cu.cuModuleLoadData(image)), image)
 
     def module_unload(self, module: CudaModule) -> None:
         if self._lost:
+            for base, _size in module.storage.ranges if module.storage is not None else ():
+                self._backed.pop(base, None)      # its reservation went with the context
             return
         self._current()
         _check(cu.cuModuleUnload(module.handle))
+        if module.storage is not None:
+            self._free_storage(module.storage)
 
     def module_function(self, module: CudaModule, name: str) -> CudaFunction:
         self._current()
@@ -388,6 +432,8 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         return CudaFunction(name, handle, tuple(params))
 
     def module_global(self, module: CudaModule, name: str) -> tuple[int, int]:
+        if module.storage is not None and name in module.storage.variables:
+            return module.storage.variables[name]
         self._current()
         ptr, size = _check(cu.cuModuleGetGlobal(module.handle, name.encode()))
         return int(ptr), int(size)

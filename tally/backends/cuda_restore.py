@@ -8,10 +8,17 @@ so a restore maps new physical memory at the very same address: the job's raw
 pointers stay valid. A driver's cuMemAddressReserve takes an address only as a
 hint, which is why the reservation is kept rather than asked for again.
 
-What cannot leave the device this way: module globals (the driver places them
-when it loads the module, and a reload would put them elsewhere), so they stay
-resident while a job is suspended, and a module cannot be loaded at given
-addresses, so a job does not migrate to a cuda-backend server.
+Module variables live in such reservations too (cuda_globals.py: modules are
+loaded in a relocated form whose variables the backend places), so they are
+evicted and restored like allocations, except a "pinned" module's (cubin-only
+with variables, or refused by the relocation pass), which stay resident.
+
+Migration: a job's allocations and module variables get reservations at the
+addresses they had on the source (cuMemAddressReserve's address hint, checked:
+a driver treats it as a hint, and the reservation is refused when it lands
+elsewhere). Both servers map at the 2 MiB granularity, so a job from another
+cuda-backend server fits; one whose memory the source placed otherwise (the
+emulator's) is refused with the address that does not.
 """
 from __future__ import annotations
 
@@ -19,14 +26,16 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from tally.backends.base import VMM_GRANULARITY, ModuleSource
-from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
+from tally.backends.cuda_globals import CudaRelocatedGlobals
+from tally.protocol.errors import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED,
+                                   DeviceError)
 
 
 def _granular(nbytes: int) -> int:
     return -(-nbytes // VMM_GRANULARITY) * VMM_GRANULARITY
 
 
-class CudaAddressRestore:
+class CudaAddressRestore(CudaRelocatedGlobals):
     """Mixed into CudaBackend; uses its vmm_* methods, `_current` and `_check`."""
 
     def _init_restore(self, restorable: bool) -> None:
@@ -43,6 +52,24 @@ class CudaAddressRestore:
             raise
         self._backed[ptr] = [size, handle]
         return ptr
+
+    def _backed_alloc_at(self, ptr: int, size: int) -> None:
+        """A reservation of `size` bytes at exactly `ptr`, backed (a migrated job's memory)."""
+        if ptr % VMM_GRANULARITY or size % VMM_GRANULARITY:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                              f"0x{ptr:x}+{size} is not on the {VMM_GRANULARITY >> 20} MiB granularity the cuda "
+                              f"backend maps memory at (the job comes from a server that places memory otherwise)")
+        got = self.vmm_reserve(size, VMM_GRANULARITY, ptr)
+        if got != ptr:
+            self.vmm_free(got, size)
+            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"device addresses [0x{ptr:x}, 0x{ptr + size:x}) are taken "
+                                                         f"in this server's address space")
+        try:
+            handle = self._back(ptr, size)
+        except DeviceError:
+            self.vmm_free(ptr, size)
+            raise
+        self._backed[ptr] = [size, handle]
 
     def _back(self, ptr: int, size: int) -> object:
         """New physical memory mapped, accessible, at [ptr, ptr + size)."""
@@ -83,26 +110,32 @@ class CudaAddressRestore:
 
     def mem_alloc_at(self, ptr: int, nbytes: int) -> None:
         entry = self._backed.get(ptr)
-        if entry is None or entry[1] is not None:
-            raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"the cuda backend restores only allocations it evicted "
-                                                        f"(their reservation is kept); 0x{ptr:x} is not one")
+        if entry is None:
+            if not self._restorable:
+                raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "the cuda backend places memory at given addresses only "
+                                                            "with tally-server --suspendable")
+            self._backed_alloc_at(ptr, _granular(nbytes))       # a migrated job's
+            return
+        if entry[1] is not None:
+            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{ptr:x} is allocated already")
         entry[1] = self._back(ptr, entry[0])
 
     def mem_free_evicted(self, ptr: int) -> None:
         self._backed_free(ptr)
 
     def module_memory(self, module) -> dict[str, tuple[int, int]]:
-        return {}        # globals stay resident: see the module docstring
+        return dict(module.storage.variables) if module.storage is not None else {}
+
+    def module_unmovable(self, module) -> str | None:
+        return module.pinned
 
     def module_evict(self, module) -> None:
-        pass
+        if module.storage is not None:
+            self._evict_storage(module.storage)
 
     def module_restore(self, module) -> None:
-        pass
-
-    def module_load_at(self, source: ModuleSource, addresses: dict[str, int]):
-        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "the cuda backend cannot load a module with its globals at "
-                                                    "given addresses, so jobs do not migrate to it")
+        if module.storage is not None:
+            self._restore_storage(module.storage)
 
     def vmm_read(self, handle: object, offset: int, dst: memoryview) -> None:
         self._through_mapping(handle, offset, len(dst), lambda ptr: self._check(

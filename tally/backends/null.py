@@ -160,6 +160,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> NullModule:
         return self.module_load(source)
 
+    def module_unmovable(self, module: NullModule) -> str | None:
+        return None
+
     def module_evict(self, module: NullModule) -> None:
         pass
 
@@ -191,7 +194,8 @@ class NullBackend(NoHostRegistration, PtxVariants):
             return self._total - sum(self._live.values()) - sum(self._physical.values()), self._total
 
     # virtual memory: address ranges come from the same space; physical memory is a count
-    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
+    def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
+        # The hint is not honoured (CUDA may ignore it too): nothing here migrates to a null backend's VMM.
         if nbytes <= 0:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"cannot reserve {nbytes} bytes")
         with self._lock:

@@ -108,9 +108,11 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="the address /metrics listens on (default 127.0.0.1: this host only, as the metrics "
                         "name every job's program; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--suspendable", action="store_true",
-                   help="(cuda backend) back job allocations with virtual-memory reservations, rounded up to 2 MiB, "
-                        "so `tally-server suspend` and --oversubscribe work on a GPU; the emulator and null "
-                        "backends always can")
+                   help="(cuda backend) back job allocations and module variables with virtual-memory "
+                        "reservations, rounded up to 2 MiB (modules with variables are loaded rewritten: "
+                        "docs/cuda-globals.md), so `tally-server suspend`, `migrate` (to and from other servers "
+                        "with --suspendable) and --oversubscribe work on a GPU; the emulator and null backends "
+                        "always can")
     p.add_argument("--oversubscribe", action="store_true",
                    help="best-effort jobs whose memory does not fit together take turns: an allocation that finds "
                         "no room waits, and the server suspends and resumes best-effort jobs (never the "

@@ -1606,29 +1606,30 @@ class HostFuncDone:
         return _HostFuncDone.pack(self.callback)
 
 
-_MemAddressReserve = struct.Struct('<QQ')
+_MemAddressReserve = struct.Struct('<QQQ')
 
 
 @dataclass(frozen=True, slots=True)
 class MemAddressReserve:
-    """reserve `bytes` of device address space"""
+    """reserve `bytes` of device address space, at `addr` if that is free (a hint, as CUDA's; 0: anywhere)"""
 
     KIND: ClassVar[int] = 140
-    SIZE: ClassVar[int] = 16  # bytes before the tail
+    SIZE: ClassVar[int] = 24  # bytes before the tail
     bytes: int = 0
     alignment: int = 0
+    addr: int = 0
 
     @classmethod
     def decode(cls, payload) -> MemAddressReserve:
-        if len(payload) != 16:
-            if len(payload) < 16:
-                raise _short('MemAddressReserve', len(payload), 16)
-            raise _trailing('MemAddressReserve', len(payload) - 16)
-        v0, v1 = _MemAddressReserve.unpack_from(payload)
-        return cls(v0, v1)
+        if len(payload) != 24:
+            if len(payload) < 24:
+                raise _short('MemAddressReserve', len(payload), 24)
+            raise _trailing('MemAddressReserve', len(payload) - 24)
+        v0, v1, v2 = _MemAddressReserve.unpack_from(payload)
+        return cls(v0, v1, v2)
 
     def encode(self) -> bytes:
-        return _MemAddressReserve.pack(self.bytes, self.alignment)
+        return _MemAddressReserve.pack(self.bytes, self.alignment, self.addr)
 
 
 _MemAddressReply = struct.Struct('<Q')

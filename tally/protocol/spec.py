@@ -186,7 +186,8 @@ DRIVER_MESSAGES = (
     Message("HostFuncDone", 139, "async: the callback returned; the stream goes on", (F("callback", "u64"),)),
     # Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...): device address
     # ranges, physical memory (counted against the quota) and the mappings between them.
-    Message("MemAddressReserve", 140, "reserve `bytes` of device address space", (F("bytes", "u64"), F("alignment", "u64"))),
+    Message("MemAddressReserve", 140, "reserve `bytes` of device address space, at `addr` if that is free "
+            "(a hint, as CUDA's; 0: anywhere)", (F("bytes", "u64"), F("alignment", "u64"), F("addr", "u64"))),
     Message("MemAddressReply", 141, "answer to MemAddressReserve", (F("dptr", "u64"),)),
     Message("MemAddressFree", 142, "free a reservation (what is still mapped in it is unmapped)",
             (F("dptr", "u64"), F("bytes", "u64"))),

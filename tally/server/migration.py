@@ -140,7 +140,8 @@ def _check_movable(server, session) -> None:
     backend = server.backend
     if not backend.traits.migrates_jobs:
         raise MigrationRefused(f"the {backend.kind} backend cannot move a job's state to another server "
-                               f"(its modules' globals stay where its driver put them)")
+                               f"(it cannot place the job's memory and its modules' globals at the same addresses "
+                               f"there; the cuda backend can with tally-server --suspendable)")
     client = session.client
     why = []
     if session.suspension is not None:
@@ -160,8 +161,16 @@ def _check_movable(server, session) -> None:
         why.append("it shares memory or events with another job (IPC)")
     if client.links or client.staging:
         why.append("a link or a module upload is under way")
+    why += _pinned_modules(backend, client)
     if why:
         raise MigrationRefused(f"{name(session)} cannot move: {'; '.join(why)}")
+
+
+def _pinned_modules(backend, client) -> list[str]:
+    """Modules whose globals the backend cannot place elsewhere (the cuda backend's
+    cubin-only modules with variables, say), each with the backend's reason."""
+    return [f"module {m.module_id}'s globals cannot move ({why})" for m in client.modules.loaded()
+            if (why := backend.module_unmovable(m.backend_module)) is not None]
 
 
 def _connect(target: str) -> socket.socket:

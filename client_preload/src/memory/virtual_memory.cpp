@@ -42,14 +42,15 @@ TALLY_ENTRY(cuMemGetAllocationGranularity_v10020)(size_t* granularity, const CUm
   return CUDA_SUCCESS;
 }
 
-// The address hint is not honoured (CUDA may ignore it too); flags must be 0.
+// The address hint is honoured where that range is free (a hint, as CUDA's: the caller
+// checks what it got; a cuda-backend tally-server places a migrated job's memory so).
+// Flags must be 0.
 TALLY_ENTRY(cuMemAddressReserve_v10020)(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                         unsigned long long flags) {
-  (void)addr;
   if (ptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   protocol::MemAddressReplyMsg out{};
-  if (CUresult rc = request_reply(protocol::MemAddressReserveMsg{size, alignment}, protocol::MessageKind::MemAddressReply, &out);
+  if (CUresult rc = request_reply(protocol::MemAddressReserveMsg{size, alignment, addr}, protocol::MessageKind::MemAddressReply, &out);
       rc != CUDA_SUCCESS)
     return rc;
   device_ranges().add(out.dptr, size, DeviceRangeKind::kReservation);

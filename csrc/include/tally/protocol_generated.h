@@ -1012,17 +1012,19 @@ static_assert(sizeof(HostFuncDoneMsg) == 8, "HostFuncDoneMsg layout differs from
 static_assert(offsetof(HostFuncDoneMsg, callback) == 0);
 constexpr uint32_t kHostFuncDoneSize = 8;  // bytes on the wire (0: empty)
 
-// reserve `bytes` of device address space
+// reserve `bytes` of device address space, at `addr` if that is free (a hint, as CUDA's; 0: anywhere)
 struct MemAddressReserveMsg {
   static constexpr MessageKind kKind = MessageKind::MemAddressReserve;
   static constexpr bool kHasTail = false;
   uint64_t bytes;
   uint64_t alignment;
+  uint64_t addr;
 };
-static_assert(sizeof(MemAddressReserveMsg) == 16, "MemAddressReserveMsg layout differs from the Python codec");
+static_assert(sizeof(MemAddressReserveMsg) == 24, "MemAddressReserveMsg layout differs from the Python codec");
 static_assert(offsetof(MemAddressReserveMsg, bytes) == 0);
 static_assert(offsetof(MemAddressReserveMsg, alignment) == 8);
-constexpr uint32_t kMemAddressReserveSize = 16;  // bytes on the wire (0: empty)
+static_assert(offsetof(MemAddressReserveMsg, addr) == 16);
+constexpr uint32_t kMemAddressReserveSize = 24;  // bytes on the wire (0: empty)
 
 // answer to MemAddressReserve
 struct MemAddressReplyMsg {

@@ -50,7 +50,8 @@ void bind_memory(py::module_& m) {
       .def("allocate", &DeviceMemory::allocate, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
       .def("allocate_at", &DeviceMemory::allocate_at, py::arg("addr"), py::arg("nbytes"))
       .def("free", &DeviceMemory::release, py::arg("ptr"))
-      .def("reserve", &DeviceMemory::reserve, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
+      .def("reserve", &DeviceMemory::reserve, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment,
+           py::arg("hint") = 0)
       .def("unreserve", &DeviceMemory::unreserve, py::arg("base"))
       .def("create_physical", &DeviceMemory::create_physical, py::arg("nbytes"))
       .def("release_physical", &DeviceMemory::release_physical, py::arg("handle"))

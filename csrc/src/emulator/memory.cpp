@@ -236,7 +236,7 @@ bool DeviceMemory::find(uint64_t addr, Range& out) const {
   return true;
 }
 
-uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment) {
+uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment, uint64_t hint) {
   if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
   if (alignment < kAlignment) alignment = kAlignment;
   if (alignment & (alignment - 1)) throw MemoryError(kInvalidValue, "alignment must be a power of two");
@@ -245,7 +245,9 @@ uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment) {
   std::unique_lock guard(lock_);
   uint64_t base = 0;
   try {
-    base = take_address(nbytes, alignment);
+    if (!(hint != 0 && hint % alignment == 0 && hint >= kGlobalBase &&
+          place(nbytes, alignment, hint, kGlobalBase + kGlobalWindow, base) && base == hint))
+      base = take_address(nbytes, alignment);
   } catch (...) {
     munmap(host, nbytes);
     throw;

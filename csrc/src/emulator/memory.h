@@ -71,7 +71,8 @@ class DeviceMemory {
   // reserved without access; physical memory (a memfd, counted against capacity)
   // is mapped into it, and becomes usable once set_access enables it. Only
   // accessible mapped bytes are device memory to find/checked and to kernels.
-  uint64_t reserve(uint64_t nbytes, uint64_t alignment);
+  // At `hint` when that range is free, aligned and in the window (CUDA's address hint), else anywhere.
+  uint64_t reserve(uint64_t nbytes, uint64_t alignment, uint64_t hint = 0);
   void unreserve(uint64_t base);  // what is still mapped is unmapped
   uint64_t create_physical(uint64_t nbytes);
   void release_physical(uint64_t handle);  // its memory lives on while mapped

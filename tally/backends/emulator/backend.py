@@ -131,6 +131,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def module_load_at(self, source: ModuleSource, addresses: dict[str, int]) -> EmulatorModule:
         return _memory_call(EmulatorModule, source, self._memory, addresses)
 
+    def module_unmovable(self, module: EmulatorModule) -> str | None:
+        return None       # every variable is the emulator's own allocation
+
     def module_evict(self, module: EmulatorModule) -> None:
         _memory_call(module.evict)
 
@@ -145,8 +148,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     # ------------------------------------------------------------------ virtual memory
 
-    def vmm_reserve(self, nbytes: int, alignment: int) -> int:
-        return _memory_call(self._memory.reserve, nbytes, max(alignment, 256))
+    def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
+        return _memory_call(self._memory.reserve, nbytes, max(alignment, 256), hint)
 
     def vmm_free(self, ptr: int, nbytes: int) -> None:
         _memory_call(self._memory.unreserve, ptr)

@@ -86,7 +86,7 @@ class VirtualMemory:
         return out
 
     # ---- operations --------------------------------------------------------------------
-    def reserve(self, nbytes: int, alignment: int) -> int:
+    def reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
         _check_granular("reservation size", nbytes)
         if alignment and (alignment & (alignment - 1)):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"alignment {alignment} is not a power of two")
@@ -100,7 +100,7 @@ class VirtualMemory:
             raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY,
                               f"reserving {nbytes} bytes would give this job {reserved + nbytes} bytes of device "
                               f"address space; the limit is {RESERVE_LIMIT_FACTOR}x device memory ({limit} bytes)")
-        base = self.backend.vmm_reserve(nbytes, max(alignment, VMM_GRANULARITY))
+        base = self.backend.vmm_reserve(nbytes, max(alignment, VMM_GRANULARITY), hint)
         with self.lock:
             self.reservations[base] = nbytes
         return base

@@ -26,7 +26,7 @@ from tally.server.dispatch import ANSWERS_ITSELF
 
 
 def mem_address_reserve(session, msg: MemAddressReserve, tag: int) -> MemAddressReply:
-    return MemAddressReply(session.client.vmm.reserve(msg.bytes, msg.alignment))
+    return MemAddressReply(session.client.vmm.reserve(msg.bytes, msg.alignment, msg.addr))
 
 
 def mem_address_free(session, msg: MemAddressFree, tag: int):
