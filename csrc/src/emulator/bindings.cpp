@@ -52,6 +52,7 @@ void bind_memory(py::module_& m) {
       .def("free", &DeviceMemory::release, py::arg("ptr"))
       .def("reserve", &DeviceMemory::reserve, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment)
       .def("unreserve", &DeviceMemory::unreserve, py::arg("base"))
+      .def("reserve_at", &DeviceMemory::reserve_at, py::arg("addr"), py::arg("nbytes"))
       .def("create_physical", &DeviceMemory::create_physical, py::arg("nbytes"))
       .def("release_physical", &DeviceMemory::release_physical, py::arg("handle"))
       .def("read_physical", [](DeviceMemory& self, uint64_t handle, uint64_t offset, const py::object& dst) {
