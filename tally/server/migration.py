@@ -17,11 +17,15 @@ its state: each allocation (read from the device chunk by chunk, LZ4-compressed
 where that halves it), its modules (their images, their globals' addresses and
 bytes, the ids of their kernels), its streams and events, its session's
 deferred error and quota; (4) hand the socket and segment over with the
-requests taken off its ring and not handled yet. Until the target accepts that
-commit, the job is intact on the source: any failure (the target refuses or
-dies, a copy fails) releases the session and the job runs on here, and the
-caller learns why. Once accepted, the source frees the job's device memory and
-forgets it without touching the segment the target now serves.
+requests taken off its ring and not handled yet. Who serves the job after that
+is decided by the segment's owner word (tally/server/handover.py), not by the
+target's answer, which may be lost: until the target claims the job it is
+intact here, and any failure (the target refuses or dies, a copy fails, the
+answer does not come and the target had not claimed) releases the session and
+the job runs on here, the caller learning why; a target that claimed the job
+and died before serving it gives it back the same way. Once the target has it,
+the source frees the job's device memory and forgets it without touching the
+segment the target now serves.
 
 What cannot move yet (refused with the reason): virtual memory, pinned host
 memory, managed memory, IPC, a pending link, a suspended or paused job, and an
@@ -42,6 +46,7 @@ from tally.protocol.errors import DeviceError
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.scheduler.executor import ClientGone
+from tally.server import handover
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes
 
@@ -262,12 +267,30 @@ def _send_state(server, session, sock) -> int:
     return sent
 
 
-def _commit(session, sock) -> None:
-    """Hand the job's socket over, then its segment and unhandled requests."""
-    # The target reads the next byte with the job's socket and its segment's shared
-    # memory attached (the segment's name was unlinked once the job attached).
-    _piece(sock, {"op": "handover"})
-    socket.send_fds(sock, [b"F"], [session.connection.fileno(), session.segment.shm_fd])
-    commit = {"segment": session.segment.name,
-              "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
-    _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")
+def _commit(session, sock) -> str:
+    """Hand the job's socket over, then its segment and unhandled requests. Returns
+    how it ended when the target serves the job now; raises MigrationRefused when
+    the job stays here (released by the caller). Which of the two is decided by the
+    segment's owner word (tally/server/handover.py), not by the target's answer,
+    which may be lost."""
+    segment = session.segment
+    try:
+        handing = handover.offer(segment)
+    except handover.NotOwner as e:
+        raise MigrationRefused(f"{name(session)} stays here: {e}") from None
+    try:
+        # The target reads the next byte with the job's socket and its segment's shared
+        # memory attached (the segment's name was unlinked once the job attached).
+        _piece(sock, {"op": "handover"})
+        socket.send_fds(sock, [b"F"], [session.connection.fileno(), segment.shm_fd])
+        commit = {"segment": segment.name, "owner": handing.word,
+                  "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
+        return _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")
+    except BaseException as e:
+        settled = handover.settle(segment, handing)
+        if settled.here:
+            log.info("%s stays here: %s", name(session), settled.why)
+            raise
+        log.warning("%s: the target's answer to the commit did not come (%s), but %s", name(session),
+                    e or type(e).__name__, settled.why)
+        return settled.why

@@ -7,10 +7,14 @@ memory, or its admission rules say no), the job's state piece by piece
 (restored at once: allocations at their addresses, modules with their globals
 at theirs and their kernels under the ids the job holds), then the job's
 handshake socket (SCM_RIGHTS) and the commit: the job's segment is adopted, a
-session starts on it with the requests the source had taken off the ring and
-not handled, and the job goes on here. Until the commit succeeds everything
-made here is undone if anything fails or the source goes away, so a failed
-migration leaves nothing behind on this server.
+session is made on it with the requests the source had taken off the ring and
+not handled, and, last, the job is claimed in the segment's owner word
+(tally/server/handover.py). The claim fails when the source kept the job
+meanwhile (our answer to an earlier step came too late, or its wait for this
+one ended); then, as when anything else fails or the source goes away before
+it, everything made here is undone, so a migration that did not happen leaves
+nothing behind on this server. After it, the job is this server's: its session
+marks the word SERVING at the job's first request here and goes on.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
 from tally.scheduler.hooks import AdmissionRequest
+from tally.server import handover
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
 from tally.units import format_bytes
@@ -205,6 +210,11 @@ class JobImport:
                 session.defer_error(DeviceError(deferred[0], deferred[1]))
             client.kept_output.extend(self.state.get("kept_output", []))
             session.pending_records.extend((k, t, bytes(p)) for k, t, p in commit["pending"])
+            # Last, once nothing here can fail: the job is ours from now on, or the
+            # source kept it (tally/server/handover.py) and all of this is undone.
+            if not handover.claim(segment, commit.get("owner", 0)):
+                raise ImportRefused(f"the source kept the job (its segment is {handover.owner(segment)})")
+            session.claimed_in_migration = True
 
         try:
             session = server.attach_migrated(conn, segment, self.pid, self.priority, self.program, self.memory,
