@@ -304,6 +304,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def event_elapsed_ms(self, start, end) -> float:
         return 0.0
 
+    def event_host_time(self, event) -> float | None:
+        return None             # it keeps no time: elapsed times across a migration are refused
+
     def synchronize(self) -> None:
         pass
 

@@ -203,8 +203,8 @@ class JobImport:
             for key, flags, priority, sm_cap in self.streams:
                 if not key & PER_THREAD_STREAM_BIT:
                     client.streams.create(key, flags, priority, sm_cap)
-            for event_id, timing in self.events:
-                client.events.create(event_id, timing)
+            for event_id, timing, *recorded in self.events:     # [id, timing, time on the node's clock]
+                client.events.create(event_id, timing, recorded[0] if recorded else None)
             deferred = self.state.get("deferred")
             if deferred:
                 session.defer_error(DeviceError(deferred[0], deferred[1]))

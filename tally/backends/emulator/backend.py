@@ -365,6 +365,11 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             raise DeviceError(CUDA_ERROR_NOT_READY, "the events have not completed yet")
         return (t1 - t0) * 1000.0
 
+    # Events are stamped with time.perf_counter(), CLOCK_MONOTONIC on Linux: the node's clock.
+    def event_host_time(self, event: EmulatorEvent) -> float | None:
+        recorded, done, at = event.completion()
+        return at if recorded and done else None
+
     def synchronize(self) -> None:
         with self._lock:
             streams = list(self._streams)
