@@ -289,6 +289,9 @@ class AddressRestore(Protocol):
     def vmm_read(self, handle: object, offset: int, dst: memoryview) -> None:
         """The bytes of physical memory (vmm_create's handle), mapped or not."""
     def vmm_write(self, handle: object, offset: int, src: memoryview) -> None: ...
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        """A reservation at exactly ptr (a migrated job's: its pointers name it); vmm_free frees it.
+        CUDA_ERROR_ALREADY_MAPPED when the addresses are taken."""
 
 
 # The allocation granularity of virtual memory management: what CUDA reports for

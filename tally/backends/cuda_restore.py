@@ -100,6 +100,9 @@ class CudaAddressRestore:
     def module_restore(self, module) -> None:
         pass
 
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "the cuda backend takes no migrated jobs (see module_load_at)")
+
     def module_load_at(self, source: ModuleSource, addresses: dict[str, int]):
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "the cuda backend cannot load a module with its globals at "
                                                     "given addresses, so jobs do not migrate to it")

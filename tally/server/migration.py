@@ -15,21 +15,25 @@ stop the job's session between two requests and let every piece of work it
 queued finish, so nothing of it runs, waits or is owed an answer; (3) stream
 its state: each allocation (read from the device chunk by chunk, LZ4-compressed
 where that halves it), its modules (their images, their globals' addresses and
-bytes, the ids of their kernels), its streams and events, its session's
-deferred error and quota; (4) hand the socket and segment over with the
-requests taken off its ring and not handled yet. Who serves the job after that
-is decided by the segment's owner word (tally/server/handover.py), not by the
-target's answer, which may be lost: until the target claims the job it is
-intact here, and any failure (the target refuses or dies, a copy fails, the
-answer does not come and the target had not claimed) releases the session and
-the job runs on here, the caller learning why; a target that claimed the job
-and died before serving it gives it back the same way. Once the target has it,
-the source frees the job's device memory and forgets it without touching the
-segment the target now serves.
+bytes, the ids of their kernels), its virtual memory, pinned and managed memory
+(tally/server/migration_memory.py), its streams and events (with when each was
+last reached, so elapsed times across the move work where the clocks allow:
+tally/server/client/event_clock.py), its session's deferred error and quota;
+(4) hand the socket and segment over with the requests taken off its ring and
+not handled yet. Who serves the job after that is decided by the segment's
+owner word (tally/server/handover.py), not by the target's answer, which may be
+lost: until the target claims the job it is intact here, and any failure (the
+target refuses or dies, a copy fails, the answer does not come and the target
+had not claimed) releases the session and the job runs on here, the caller
+learning why; a target that claimed the job and died before serving it gives
+it back the same way. Once the target has it, the source frees the job's
+device memory and forgets it without touching the segment the target now
+serves.
 
-What cannot move yet (refused with the reason): virtual memory, pinned host
-memory, managed memory, IPC, a pending link, a suspended or paused job, and an
-error the job has not been told yet.
+What cannot move (refused with the reason): memory or events shared with
+another job through IPC (the other job holds its addresses on this server), a
+link or a module upload under way (its inputs are the session's, not yet a
+module), a suspended or paused job, and an error the job has not been told yet.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from tally.protocol.errors import DeviceError
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.scheduler.executor import ClientGone
-from tally.server import handover
+from tally.server import handover, migration_memory
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes
 
@@ -103,6 +107,7 @@ def _migrate(server, session, target: str) -> str:
     client = session.client
     footprint = sum(size for _p, size in client.allocations.all()) + sum(
         size for m in client.modules.loaded() for _p, size in server.backend.module_memory(m.backend_module).values())
+    footprint += migration_memory.device_bytes(client)
     sock = _connect(target)
     try:
         _ask(sock, MigrateOffer.KIND, _offer(server, session, footprint), "offer")
@@ -154,12 +159,6 @@ def _check_movable(server, session) -> None:
         why.append("it is paused (resume it first: its queued work must finish before it moves)")
     if session.sticky_error is not None:
         why.append("its context is unusable after an error")
-    if client.vmm.reservations or client.vmm.handles:
-        why.append("it uses virtual memory management")
-    if len(client.regions):
-        why.append("it has pinned host memory")
-    if client.managed:
-        why.append("it has managed memory")
     if server.ipc.opened_by(session.client_id) or server.ipc.opened_exports_of(session.client_id) or \
             client.events.has_opened():
         why.append("it shares memory or events with another job (IPC)")
@@ -246,6 +245,8 @@ def _send_state(server, session, sock) -> int:
                 sent += n
 
         for ptr, size in client.allocations.all():
+            if ptr in client.managed:
+                continue                # its bytes are the job's shared memory: migration_memory.py
             _piece(sock, {"op": "alloc", "ptr": ptr, "size": size})
             send_bytes(ptr, size)
         for module in client.modules.loaded():
@@ -258,6 +259,7 @@ def _send_state(server, session, sock) -> int:
                 send_bytes(ptr, size)
     finally:
         backend.stream_destroy(stream)
+    sent += migration_memory.send(backend, client, sock, _piece)
     _piece(sock, {"op": "streams", "list": client.streams.describe()})
     _piece(sock, {"op": "events", "list": client.events.describe()})
     deferred = session.deferred_error

@@ -5,11 +5,13 @@ when this server cannot take the job: its backend cannot restore at addresses,
 its device cannot run the job's cubin-only modules, it has too little free
 memory, or its admission rules say no), the job's state piece by piece
 (restored at once: allocations at their addresses, modules with their globals
-at theirs and their kernels under the ids the job holds), then the job's
-handshake socket (SCM_RIGHTS) and the commit: the job's segment is adopted, a
-session is made on it with the requests the source had taken off the ring and
-not handled, and, last, the job is claimed in the segment's owner word
-(tally/server/handover.py). The claim fails when the source kept the job
+at theirs and their kernels under the ids the job holds, virtual, pinned and
+managed memory as tally/server/migration_memory.py says, the job's pinned and
+managed shared-memory objects arriving as descriptors with their pieces), then
+the job's handshake socket (SCM_RIGHTS) and the commit: the job's segment is
+adopted, a session is made on it with the requests the source had taken off
+the ring and not handled, and, last, the job is claimed in the segment's owner
+word (tally/server/handover.py). The claim fails when the source kept the job
 meanwhile (our answer to an earlier step came too late, or its wait for this
 one ended); then, as when anything else fails or the source goes away before
 it, everything made here is undone, so a migration that did not happen leaves
@@ -36,6 +38,7 @@ from tally.scheduler.hooks import AdmissionRequest
 from tally.server import handover
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
+from tally.server.migration_memory import ImportedMemory
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -68,11 +71,17 @@ def receive(server, conn: socket.socket, payload: bytes) -> None:
                 piece = msgpack.unpackb(MigrateState.decode(record).tail)
                 if piece.get("op") == "handover":
                     _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)
-                elif failure is None:
-                    try:
-                        job.apply(piece)
-                    except (DeviceError, ImportRefused, KeyError, TypeError, ValueError) as e:
-                        failure = f"restoring its state failed: {e}"
+                    continue
+                # A shared-memory object of the job comes with its piece (migration_memory.py).
+                objects = socket.recv_fds(conn, 1, piece["fds"])[1] if piece.get("fds") else []
+                try:
+                    if failure is None:
+                        job.apply(piece, objects)
+                except (DeviceError, ImportRefused, KeyError, TypeError, ValueError, OSError) as e:
+                    failure = f"restoring its state failed: {e}"
+                finally:
+                    for fd in objects:      # what apply did not take
+                        os.close(fd)
                 continue
             if kind != MigrateCommit.KIND:
                 raise protocol.ProtocolError(f"unexpected record kind {kind} in a migration")
@@ -145,10 +154,15 @@ class JobImport:
         self._undo.callback(self._forget_all)
         self._stream = backend.stream_create()
         self._undo.callback(backend.stream_destroy, self._stream)
+        # Its virtual, pinned and managed memory; undone before its allocations are freed.
+        self.memory_beyond = ImportedMemory(backend, self.allocations, server.description.total_memory, self.pid)
+        self._undo.callback(self.memory_beyond.undo)
 
-    def apply(self, piece: dict) -> None:
+    def apply(self, piece: dict, fds: list[int]) -> None:
         op, backend = piece["op"], self.backend
-        if op == "alloc":
+        if op in ImportedMemory.OPS:
+            self.memory_beyond.apply(piece, fds)
+        elif op == "alloc":
             ptr, size = piece["ptr"], piece["size"]
             with self.allocations.charging(size):
                 backend.mem_alloc_at(ptr, size)
@@ -193,6 +207,7 @@ class JobImport:
             client = session.client
             client.modules = self.modules
             self.modules.continue_ids(self.state.get("next_module_id", 1))
+            self.memory_beyond.install(client)
             for ptr, size in self.allocations.all():
                 client.allocations.add(ptr, size)          # counted already: the same JobMemory
             if quota is not None and quota != self.memory.quota_bytes:

@@ -143,6 +143,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def vmm_write(self, handle: int, offset: int, src: memoryview) -> None:
         _memory_call(self._memory.write_physical, handle, offset, src)
 
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        _memory_call(self._memory.reserve_at, ptr, nbytes)
+
     # ------------------------------------------------------------------ virtual memory
 
     def vmm_reserve(self, nbytes: int, alignment: int) -> int:

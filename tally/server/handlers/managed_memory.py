@@ -36,10 +36,13 @@ def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
         fd = client.regions.open_object(name_in_tail(msg.tail), nbytes)
         try:
             session.backend.managed_alloc(address, nbytes, fd)
-        finally:
-            os.close(fd)                     # the backend holds its own mapping
+        except BaseException:
+            os.close(fd)
+            raise
         client.allocations.add(address, nbytes)
-        client.managed.add(address)          # its bytes live in the job's shared memory: never suspended
+        # Its bytes live in the job's shared memory (never suspended); the object is kept
+        # while the allocation lives, since its name is gone: a migration hands it on.
+        client.managed.add(address, fd)
 
 
 HANDLERS = {MemAllocManaged: mem_alloc_managed}
