@@ -45,6 +45,7 @@ log = logging.getLogger("tally.server")
 
 # How long the source may take between two records of a migration.
 TRANSFER_TIMEOUT_S = 120.0
+MAX_FDS_PER_PIECE = 1
 
 
 class ImportRefused(Exception):
@@ -69,11 +70,16 @@ def receive(server, conn: socket.socket, payload: bytes) -> None:
             kind, _tag, record = recv_record(conn)
             if kind == MigrateState.KIND:
                 piece = msgpack.unpackb(MigrateState.decode(record).tail)
+                if not isinstance(piece, dict):
+                    raise protocol.ProtocolError("a piece of migration state is not a map")
                 if piece.get("op") == "handover":
                     _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)
                     continue
                 # A shared-memory object of the job comes with its piece (migration_memory.py).
-                objects = socket.recv_fds(conn, 1, piece["fds"])[1] if piece.get("fds") else []
+                count = piece.get("fds", 0)
+                if type(count) is not int or not 0 <= count <= MAX_FDS_PER_PIECE:
+                    raise protocol.ProtocolError(f"a piece of migration state names {count!r} descriptors")
+                objects = socket.recv_fds(conn, 1, count)[1] if count else []
                 try:
                     if failure is None:
                         job.apply(piece, objects)

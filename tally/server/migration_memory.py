@@ -93,9 +93,9 @@ class ImportedMemory:
             self.vmm.map_as(piece["ptr"], Mapping(piece["size"], piece["handle"], piece["accessible"],
                                                   piece["offset"]))
         elif op == "pinned":
-            self.regions.adopt(fds.pop(), piece["name"], piece["size"], piece["address"], piece["id"])
+            self.regions.adopt(_take(fds, op), piece["name"], piece["size"], piece["address"], piece["id"])
         elif op == "managed":
-            ptr, size, obj = piece["ptr"], piece["size"], OwnedDescriptor(fds.pop())
+            ptr, size, obj = piece["ptr"], piece["size"], OwnedDescriptor(_take(fds, op))
             with self.allocations.charging(size):
                 self.backend.managed_alloc(ptr, size, obj.fd)
                 self.allocations.add(ptr, size)
@@ -115,3 +115,9 @@ class ImportedMemory:
         client.vmm = self.vmm
         client.regions = self.regions
         client.managed = self.managed
+
+
+def _take(fds: list[int], op: str) -> int:
+    if not fds:
+        raise ValueError(f"a {op} piece came without the job's shared-memory object")
+    return fds.pop()
