@@ -14,10 +14,12 @@ source (A) and target (B) stops at the handover of the job's socket and segment
 
 Every test runs an nvcc-compiled job (suspended_job.cu, waiting mid-loop) and
 checks that the job is listed by exactly one live server, its results are exact
-where a server kept its state, and the other server holds none of its memory.
+where a server kept its state, the other server holds none of its memory, and
+no shared-memory name of the job or the servers is left.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -92,6 +94,13 @@ def exact(result) -> None:
     assert result.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]
 
 
+def no_names_left(job, *servers) -> None:
+    """Nothing in /dev/shm of the job (pinned objects) or of the servers (segments)."""
+    prefixes = (f"tally-pin-{job.client_pid}-", *(f"tally-{s.process.proc.pid}-" for s in servers))
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
+    assert left == [], left
+
+
 def kill(server) -> None:
     server.process.proc.send_signal(signal.SIGKILL)
     server.process.proc.wait(timeout=30)
@@ -118,6 +127,7 @@ def test_target_killed_before_claiming_leaves_the_job_at_the_source(nvcc, two_se
     go(job)
     exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
+    no_names_left(job, a, b)
 
 
 def test_lost_commit_answer_target_serves_and_source_forgets(nvcc, two_servers, tmp_path):
@@ -139,6 +149,7 @@ def test_lost_commit_answer_target_serves_and_source_forgets(nvcc, two_servers, 
     go(job)
     exact(finish(job))
     b.wait_for(idle, what="the job's release on B")
+    no_names_left(job, a, b)
 
 
 def test_target_killed_after_claiming_source_takes_the_job_back(nvcc, two_servers, tmp_path):
@@ -162,6 +173,7 @@ def test_target_killed_after_claiming_source_takes_the_job_back(nvcc, two_server
     go(job)
     exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
+    no_names_left(job, a, b)
 
 
 def test_target_killed_while_serving_fails_the_job_and_the_source_keeps_nothing(nvcc, two_servers, tmp_path):
@@ -182,6 +194,7 @@ def test_target_killed_while_serving_fails_the_job_and_the_source_keeps_nothing(
     result = finish(job)
     assert result.returncode != 0              # its device state died with B
     a.wait_for(idle, what="A to keep nothing of the job B served")
+    no_names_left(job, a, b)
 
 
 def test_commit_after_the_source_kept_the_job_is_undone_by_the_target(nvcc, two_servers, tmp_path):
@@ -202,6 +215,7 @@ def test_commit_after_the_source_kept_the_job_is_undone_by_the_target(nvcc, two_
     go(job)
     exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
+    no_names_left(job, a, b)
 
 
 def test_source_killed_after_the_handover_leaves_the_job_on_the_target(nvcc, two_servers, tmp_path):
@@ -216,6 +230,7 @@ def test_source_killed_after_the_handover_leaves_the_job_on_the_target(nvcc, two
     go(job)
     exact(finish(job))
     b.wait_for(idle, what="the job's release on B")
+    no_names_left(job, a, b)
 
 
 def served_by_in(status: dict, job, owner: str) -> bool:
