@@ -25,7 +25,9 @@ in the dead context without touching the device.
 
 The loop itself is the data plane's (tally/server/data_plane.py): in C++ by
 default, which handles launches and other requests the scheduler lets through
-without entering Python, and hands everything else to `handle`, in order.
+without entering Python, and hands everything else to `handle`, in order. A job
+that migrated here starts it only at its first request, once the session has
+marked the job's segment as served by this server (tally/server/handover.py).
 
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
