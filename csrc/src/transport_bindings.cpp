@@ -146,6 +146,14 @@ py::object ring_pop(const PyRing& r, const py::object& timeout) {
   return take_record(ring, v);
 }
 
+bool ring_wait_record(const PyRing& r, const py::object& timeout) {
+  auto s = r.handle->get();
+  RecordRing& ring = ring_of(*s, r.part);
+  BusyGuard busy(*r.handle, r.part, ring_label(r));
+  RecordView v;
+  return wait_first(*s, ring, timeout, &v);
+}
+
 py::list ring_pop_batch(const PyRing& r, size_t max_records, const py::object& timeout) {
   if (max_records == 0) throw py::value_error("max_records must be >= 1");
   auto s = r.handle->get();
@@ -256,6 +264,9 @@ void bind_transport(py::module_& m) {
       .def("pop", &ring_pop, py::arg("timeout") = py::none(),
            "Removes the oldest record as (kind, tag, payload); None after `timeout` seconds; PeerDead when empty "
            "and the producer is gone.")
+      .def("wait_record", &ring_wait_record, py::arg("timeout") = py::none(),
+           "Consumer: waits like pop() until a record is there, without taking it; False after `timeout` "
+           "seconds, PeerDead when empty and the producer is gone.")
       .def("pop_batch", &ring_pop_batch, py::arg("max_records"), py::arg("timeout") = py::none(),
            "Waits like pop() for the first record, then takes up to max_records that are already there.")
       .def_property_readonly("capacity", [](const PyRing& r) { return ring_of(*r.handle->get(), r.part).capacity(); })
@@ -343,6 +354,15 @@ void bind_transport(py::module_& m) {
            "Tells the client it was evicted (push the Evicted record first): its next request fails at once.")
       .def_property_readonly("evicted", [](const SegmentHandle& h) { return h.get()->evicted(); },
                              "Whether the server marked the client evicted.")
+      .def_property_readonly("owner", [](const SegmentHandle& h) { return h.get()->owner(); },
+                             "The owner word: which server serves the segment (tally/server/handover.py).")
+      .def("owner_exchange",
+           [](const SegmentHandle& h, uint64_t expected, uint64_t desired) {
+             return h.get()->owner_exchange(expected, desired);
+           },
+           py::arg("expected"), py::arg("desired"),
+           "Compare-and-swap of the owner word across processes: sets `desired` if it holds `expected`; returns "
+           "the value it held (equal to `expected` when this call changed it).")
       .def("unlink", [](const SegmentHandle& h) { return h.get()->unlink(); },
            "Removes the segment's name; existing mappings stay usable. False if it was already gone.")
       .def("close", [](SegmentHandle& h) { h.segment.reset(); },

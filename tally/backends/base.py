@@ -247,6 +247,11 @@ class DeviceBackend(Protocol):
     def event_synchronize(self, event: Event) -> None: ...
     def event_query(self, event: Event) -> bool: ...
     def event_elapsed_ms(self, start: Event, end: Event) -> float: ...
+    # When the event's latest record was reached, in seconds of the node's monotonic clock
+    # (CLOCK_MONOTONIC, which every process of the node shares), or None where the
+    # backend's events keep a clock of their own (a GPU's, the sim's virtual one). It lets
+    # a migrated job time an event recorded on its old server against one recorded here.
+    def event_host_time(self, event: Event) -> float | None: ...
     def synchronize(self) -> None: ...
 
     # Backends with `traits.printf_per_stream` also have take_printf(stream) -> str:
@@ -289,6 +294,9 @@ class AddressRestore(Protocol):
     def vmm_read(self, handle: object, offset: int, dst: memoryview) -> None:
         """The bytes of physical memory (vmm_create's handle), mapped or not."""
     def vmm_write(self, handle: object, offset: int, src: memoryview) -> None: ...
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        """A reservation at exactly ptr (a migrated job's: its pointers name it); vmm_free frees it.
+        CUDA_ERROR_ALREADY_MAPPED when the addresses are taken."""
 
 
 # The allocation granularity of virtual memory management: what CUDA reports for

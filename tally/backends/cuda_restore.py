@@ -137,6 +137,14 @@ class CudaAddressRestore(CudaRelocatedGlobals):
         if module.storage is not None:
             self._restore_storage(module.storage)
 
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        """A migrated job's own reservation, at the address its pointers name (the hint, checked)."""
+        got = self.vmm_reserve(nbytes, VMM_GRANULARITY, ptr)
+        if got != ptr:
+            self.vmm_free(got, nbytes)
+            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"device addresses [0x{ptr:x}, 0x{ptr + nbytes:x}) are "
+                                                         f"taken in this server's address space")
+
     def vmm_read(self, handle: object, offset: int, dst: memoryview) -> None:
         self._through_mapping(handle, offset, len(dst), lambda ptr: self._check(
             cu.cuMemcpyDtoH(_host_address(dst), ptr, len(dst))))

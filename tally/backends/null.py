@@ -177,6 +177,14 @@ class NullBackend(NoHostRegistration, PtxVariants):
         if handle not in self._physical:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown physical handle {handle}")
 
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        with self._lock:
+            taken = {**self._live, **self._reserved}
+            if any(p < ptr + nbytes and ptr < p + n for p, n in taken.items()):
+                raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{ptr:x} overlaps an allocation or reservation")
+            self._reserved[ptr] = nbytes
+            self._occupy(ptr)
+
     def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
         """Address space only, like the rest: the job's own mapping holds the bytes."""
         if nbytes <= 0:
@@ -307,6 +315,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
 
     def event_elapsed_ms(self, start, end) -> float:
         return 0.0
+
+    def event_host_time(self, event) -> float | None:
+        return None             # it keeps no time: elapsed times across a migration are refused
 
     def synchronize(self) -> None:
         pass

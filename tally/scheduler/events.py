@@ -20,3 +20,7 @@ class ExecutorEvent:
         self.waiters: collections.Counter = collections.Counter()   # seq -> queued waits
         self.destroyed = False
         self.shared = False      # an interprocess event other clients may record and wait on
+        # A migrated job's event last recorded on its old server: when that record was
+        # reached, on the node's clock (DeviceBackend.event_host_time). Stands while the
+        # event is not recorded here (submitted_seq == 0).
+        self.recorded_elsewhere: float | None = None

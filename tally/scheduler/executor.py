@@ -505,6 +505,13 @@ class StreamExecutor:
             raise DeviceError(CUDA_ERROR_NOT_READY, "an event has not been recorded on the device yet")
         return self.backend.event_elapsed_ms(*pair)
 
+    def event_host_time(self, event: ExecutorEvent) -> float | None:
+        """When the event's latest record was reached on the node's clock (None: never
+        recorded here, not reached yet, or the backend's clock is its own)."""
+        with self._lock:
+            backend_event = event.records.get(event.submitted_seq)
+        return None if backend_event is None else self.backend.event_host_time(backend_event)
+
     # status ---------------------------------------------------------------------------------
     def counters(self) -> dict:
         """Totals for `tally-server status`: operations queued now, kernels by how

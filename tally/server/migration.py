@@ -15,17 +15,25 @@ stop the job's session between two requests and let every piece of work it
 queued finish, so nothing of it runs, waits or is owed an answer; (3) stream
 its state: each allocation (read from the device chunk by chunk, LZ4-compressed
 where that halves it), its modules (their images, their globals' addresses and
-bytes, the ids of their kernels), its streams and events, its session's
-deferred error and quota; (4) hand the socket and segment over with the
-requests taken off its ring and not handled yet. Until the target accepts that
-commit, the job is intact on the source: any failure (the target refuses or
-dies, a copy fails) releases the session and the job runs on here, and the
-caller learns why. Once accepted, the source frees the job's device memory and
-forgets it without touching the segment the target now serves.
+bytes, the ids of their kernels), its virtual memory, pinned and managed memory
+(tally/server/migration_memory.py), its streams and events (with when each was
+last reached, so elapsed times across the move work where the clocks allow:
+tally/server/client/event_clock.py), its session's deferred error and quota;
+(4) hand the socket and segment over with the requests taken off its ring and
+not handled yet. Who serves the job after that is decided by the segment's
+owner word (tally/server/handover.py), not by the target's answer, which may be
+lost: until the target claims the job it is intact here, and any failure (the
+target refuses or dies, a copy fails, the answer does not come and the target
+had not claimed) releases the session and the job runs on here, the caller
+learning why; a target that claimed the job and died before serving it gives
+it back the same way. Once the target has it, the source frees the job's
+device memory and forgets it without touching the segment the target now
+serves.
 
-What cannot move yet (refused with the reason): virtual memory, pinned host
-memory, managed memory, IPC, a pending link, a suspended or paused job, and an
-error the job has not been told yet.
+What cannot move (refused with the reason): memory or events shared with
+another job through IPC (the other job holds its addresses on this server), a
+link or a module upload under way (its inputs are the session's, not yet a
+module), a suspended or paused job, and an error the job has not been told yet.
 """
 from __future__ import annotations
 
@@ -42,6 +50,7 @@ from tally.protocol.errors import DeviceError
 from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.scheduler.executor import ClientGone
+from tally.server import handover, migration_memory
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes
 
@@ -98,6 +107,7 @@ def _migrate(server, session, target: str) -> str:
     client = session.client
     footprint = sum(size for _p, size in client.allocations.all()) + sum(
         size for m in client.modules.loaded() for _p, size in server.backend.module_memory(m.backend_module).values())
+    footprint += migration_memory.device_bytes(client)
     sock = _connect(target)
     try:
         _ask(sock, MigrateOffer.KIND, _offer(server, session, footprint), "offer")
@@ -150,12 +160,6 @@ def _check_movable(server, session) -> None:
         why.append("it is paused (resume it first: its queued work must finish before it moves)")
     if session.sticky_error is not None:
         why.append("its context is unusable after an error")
-    if client.vmm.reservations or client.vmm.handles:
-        why.append("it uses virtual memory management")
-    if len(client.regions):
-        why.append("it has pinned host memory")
-    if client.managed:
-        why.append("it has managed memory")
     if server.ipc.opened_by(session.client_id) or server.ipc.opened_exports_of(session.client_id) or \
             client.events.has_opened():
         why.append("it shares memory or events with another job (IPC)")
@@ -250,6 +254,8 @@ def _send_state(server, session, sock) -> int:
                 sent += n
 
         for ptr, size in client.allocations.all():
+            if ptr in client.managed:
+                continue                # its bytes are the job's shared memory: migration_memory.py
             _piece(sock, {"op": "alloc", "ptr": ptr, "size": size})
             send_bytes(ptr, size)
         for module in client.modules.loaded():
@@ -262,6 +268,7 @@ def _send_state(server, session, sock) -> int:
                 send_bytes(ptr, size)
     finally:
         backend.stream_destroy(stream)
+    sent += migration_memory.send(backend, client, sock, _piece)
     _piece(sock, {"op": "streams", "list": client.streams.describe()})
     _piece(sock, {"op": "events", "list": client.events.describe()})
     deferred = session.deferred_error
@@ -271,12 +278,30 @@ def _send_state(server, session, sock) -> int:
     return sent
 
 
-def _commit(session, sock) -> None:
-    """Hand the job's socket over, then its segment and unhandled requests."""
-    # The target reads the next byte with the job's socket and its segment's shared
-    # memory attached (the segment's name was unlinked once the job attached).
-    _piece(sock, {"op": "handover"})
-    socket.send_fds(sock, [b"F"], [session.connection.fileno(), session.segment.shm_fd])
-    commit = {"segment": session.segment.name,
-              "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
-    _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")
+def _commit(session, sock) -> str:
+    """Hand the job's socket over, then its segment and unhandled requests. Returns
+    how it ended when the target serves the job now; raises MigrationRefused when
+    the job stays here (released by the caller). Which of the two is decided by the
+    segment's owner word (tally/server/handover.py), not by the target's answer,
+    which may be lost."""
+    segment = session.segment
+    try:
+        handing = handover.offer(segment)
+    except handover.NotOwner as e:
+        raise MigrationRefused(f"{name(session)} stays here: {e}") from None
+    try:
+        # The target reads the next byte with the job's socket and its segment's shared
+        # memory attached (the segment's name was unlinked once the job attached).
+        _piece(sock, {"op": "handover"})
+        socket.send_fds(sock, [b"F"], [session.connection.fileno(), segment.shm_fd])
+        commit = {"segment": segment.name, "owner": handing.word,
+                  "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}
+        return _ask(sock, MigrateCommit.KIND, MigrateCommit(tail=msgpack.packb(commit)).encode(), "commit")
+    except BaseException as e:
+        settled = handover.settle(segment, handing)
+        if settled.here:
+            log.info("%s stays here: %s", name(session), settled.why)
+            raise
+        log.warning("%s: the target's answer to the commit did not come (%s), but %s", name(session),
+                    e or type(e).__name__, settled.why)
+        return settled.why

@@ -5,12 +5,18 @@ when this server cannot take the job: its backend cannot restore at addresses,
 its device cannot run the job's cubin-only modules, it has too little free
 memory, or its admission rules say no), the job's state piece by piece
 (restored at once: allocations at their addresses, modules with their globals
-at theirs and their kernels under the ids the job holds), then the job's
-handshake socket (SCM_RIGHTS) and the commit: the job's segment is adopted, a
-session starts on it with the requests the source had taken off the ring and
-not handled, and the job goes on here. Until the commit succeeds everything
-made here is undone if anything fails or the source goes away, so a failed
-migration leaves nothing behind on this server.
+at theirs and their kernels under the ids the job holds, virtual, pinned and
+managed memory as tally/server/migration_memory.py says, the job's pinned and
+managed shared-memory objects arriving as descriptors with their pieces), then
+the job's handshake socket (SCM_RIGHTS) and the commit: the job's segment is
+adopted, a session is made on it with the requests the source had taken off
+the ring and not handled, and, last, the job is claimed in the segment's owner
+word (tally/server/handover.py). The claim fails when the source kept the job
+meanwhile (our answer to an earlier step came too late, or its wait for this
+one ended); then, as when anything else fails or the source goes away before
+it, everything made here is undone, so a migration that did not happen leaves
+nothing behind on this server. After it, the job is this server's: its session
+marks the word SERVING at the job's first request here and goes on.
 """
 from __future__ import annotations
 
@@ -29,14 +35,17 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
 from tally.scheduler.hooks import AdmissionRequest
+from tally.server import handover
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
+from tally.server.migration_memory import ImportedMemory
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
 # How long the source may take between two records of a migration.
 TRANSFER_TIMEOUT_S = 120.0
+MAX_FDS_PER_PIECE = 1
 
 
 class ImportRefused(Exception):
@@ -61,13 +70,24 @@ def receive(server, conn: socket.socket, payload: bytes) -> None:
             kind, _tag, record = recv_record(conn)
             if kind == MigrateState.KIND:
                 piece = msgpack.unpackb(MigrateState.decode(record).tail)
+                if not isinstance(piece, dict):
+                    raise protocol.ProtocolError("a piece of migration state is not a map")
                 if piece.get("op") == "handover":
                     _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)
-                elif failure is None:
-                    try:
-                        job.apply(piece)
-                    except (DeviceError, ImportRefused, KeyError, TypeError, ValueError) as e:
-                        failure = f"restoring its state failed: {e}"
+                    continue
+                # A shared-memory object of the job comes with its piece (migration_memory.py).
+                count = piece.get("fds", 0)
+                if type(count) is not int or not 0 <= count <= MAX_FDS_PER_PIECE:
+                    raise protocol.ProtocolError(f"a piece of migration state names {count!r} descriptors")
+                objects = socket.recv_fds(conn, 1, count)[1] if count else []
+                try:
+                    if failure is None:
+                        job.apply(piece, objects)
+                except (DeviceError, ImportRefused, KeyError, TypeError, ValueError, OSError) as e:
+                    failure = f"restoring its state failed: {e}"
+                finally:
+                    for fd in objects:      # what apply did not take
+                        os.close(fd)
                 continue
             if kind != MigrateCommit.KIND:
                 raise protocol.ProtocolError(f"unexpected record kind {kind} in a migration")
@@ -140,10 +160,15 @@ class JobImport:
         self._undo.callback(self._forget_all)
         self._stream = backend.stream_create()
         self._undo.callback(backend.stream_destroy, self._stream)
+        # Its virtual, pinned and managed memory; undone before its allocations are freed.
+        self.memory_beyond = ImportedMemory(backend, self.allocations, server.description.total_memory, self.pid)
+        self._undo.callback(self.memory_beyond.undo)
 
-    def apply(self, piece: dict) -> None:
+    def apply(self, piece: dict, fds: list[int]) -> None:
         op, backend = piece["op"], self.backend
-        if op == "alloc":
+        if op in ImportedMemory.OPS:
+            self.memory_beyond.apply(piece, fds)
+        elif op == "alloc":
             ptr, size = piece["ptr"], piece["size"]
             with self.allocations.charging(size):
                 backend.mem_alloc_at(ptr, size)
@@ -188,6 +213,7 @@ class JobImport:
             client = session.client
             client.modules = self.modules
             self.modules.continue_ids(self.state.get("next_module_id", 1))
+            self.memory_beyond.install(client)
             for ptr, size in self.allocations.all():
                 client.allocations.add(ptr, size)          # counted already: the same JobMemory
             if quota is not None and quota != self.memory.quota_bytes:
@@ -198,13 +224,18 @@ class JobImport:
             for key, flags, priority, sm_cap in self.streams:
                 if not key & PER_THREAD_STREAM_BIT:
                     client.streams.create(key, flags, priority, sm_cap)
-            for event_id, timing in self.events:
-                client.events.create(event_id, timing)
+            for event_id, timing, *recorded in self.events:     # [id, timing, time on the node's clock]
+                client.events.create(event_id, timing, recorded[0] if recorded else None)
             deferred = self.state.get("deferred")
             if deferred:
                 session.defer_error(DeviceError(deferred[0], deferred[1]))
             client.kept_output.extend(self.state.get("kept_output", []))
             session.pending_records.extend((k, t, bytes(p)) for k, t, p in commit["pending"])
+            # Last, once nothing here can fail: the job is ours from now on, or the
+            # source kept it (tally/server/handover.py) and all of this is undone.
+            if not handover.claim(segment, commit.get("owner", 0)):
+                raise ImportRefused(f"the source kept the job (its segment is {handover.owner(segment)})")
+            session.claimed_in_migration = True
 
         try:
             session = server.attach_migrated(conn, segment, self.pid, self.priority, self.program, self.memory,

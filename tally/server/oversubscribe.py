@@ -4,8 +4,11 @@ time-slicing on tally's suspend (tally/server/suspend.py).
 
 With it, a best-effort job's allocation that finds no room (the device, or the
 memory the high-priority reserve leaves best-effort jobs) waits instead of
-failing, unless its own quota is what is in the way or it could not fit even
-with every other best-effort job suspended. The slicer then suspends the
+failing, whichever allocator it came through (cuMemAlloc, cuMemAllocAsync and
+pools, cuMemAllocPitch, cuMemCreate, cuMemAllocManaged:
+tally/server/handlers/memory_wait.py), unless its own quota is what is in the
+way or it could not fit even with every other best-effort job suspended (their
+managed memory stays on the device when they are). The slicer then suspends the
 best-effort job that has run longest (at least one slice) to make room. Jobs it
 suspended come back in turn: each tick the one suspended longest is resumed if
 its memory fits, and otherwise, once a running best-effort job has had a whole
@@ -86,7 +89,7 @@ class TimeSlicer:
 
     def _others_hold_memory(self, session) -> bool:
         return any(s is not session and s.priority == protocol.Priority.BEST_EFFORT and s.suspension is None
-                   and s.client.allocations.used_bytes > 0 for s in self.server.attached_sessions())
+                   and _suspendable_bytes(s) > 0 for s in self.server.attached_sessions())
 
     # ---- the slicer -----------------------------------------------------------------------
     def _run(self) -> None:
@@ -115,7 +118,7 @@ class TimeSlicer:
         # Jobs that have had a whole slice, longest-running first: the ones to suspend.
         done_slice = sorted((s for s in running if s.client_id not in waiting and not s.paused
                              and now - self._since[s.client_id] >= self.slice_seconds
-                             and s.client.allocations.used_bytes > 0),
+                             and _suspendable_bytes(s) > 0),
                             key=lambda s: self._since[s.client_id])
         if waiting and done_slice:
             self._suspend(done_slice.pop(0))
@@ -155,3 +158,11 @@ class TimeSlicer:
         log.info("time slicer: %s", done)
         return True
 
+
+def _suspendable_bytes(session) -> int:
+    """What suspending the job would free: its memory but its managed memory, which
+    stays (its bytes are the job's own shared memory; tally/server/suspend.py)."""
+    client = session.client
+    allocations = client.allocations
+    managed = sum(found[1] for base in client.managed.bases() if (found := allocations.find(base)) is not None)
+    return allocations.used_bytes - managed

@@ -25,7 +25,9 @@ in the dead context without touching the device.
 
 The loop itself is the data plane's (tally/server/data_plane.py): in C++ by
 default, which handles launches and other requests the scheduler lets through
-without entering Python, and hands everything else to `handle`, in order.
+without entering Python, and hands everything else to `handle`, in order. A job
+that migrated here starts it only at its first request, once the session has
+marked the job's segment as served by this server (tally/server/handover.py).
 
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
@@ -56,8 +58,9 @@ from tally.protocol.errors import (
 )
 from tally.protocol.messages_generated import (Done, Error, Evicted, Goodbye, HostFuncDone, KernelStderr, Notify,
                                                Ping)
+from tally.server import handover
 from tally.server.client.state import ClientState
-from tally.server.data_plane import make_data_plane
+from tally.server.data_plane import POLL_INTERVAL_S, make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
@@ -129,6 +132,8 @@ class Session:
         self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
         # Migrated (tally/server/migration.py): another server serves its segment and socket now.
         self.handed_over = False
+        # Migrated here: the segment says CLAIMED until its first request (tally/server/handover.py).
+        self.claimed_in_migration = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
     # ---- lifecycle -------------------------------------------------------------
@@ -398,7 +403,12 @@ class Session:
 
     def _run(self) -> None:
         try:
-            reason = self.data_plane.serve()
+            if self.claimed_in_migration and not handover.serve_from_first_request(self, POLL_INTERVAL_S):
+                self.hand_over()        # not ours to serve after all: leave the segment alone
+                reason = "its migration here did not stand (the segment names another server)"
+                log.error("client %d: %s", self.client_id, reason)
+            else:
+                reason = self.data_plane.serve()
             if reason:
                 self.request_close(reason)
         finally:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from tally import protocol
 from tally.protocol import Priority
 from tally.protocol.errors import DeviceError
+from tally.server import handover
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class ClientStatus:
     evicted: str | None = None       # why, once evicted (listed until its process exits)
     # Of `requests`, those the C++ data plane took without Python (docs/data-plane.md).
     requests_in_cpp: int = 0
+    # Who serves its segment (tally/server/handover.py): "serving"; "handing over" while a
+    # migration out of this server is deciding; "claimed" once migrated here, until its next request.
+    segment_owner: str = "serving"
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -140,6 +144,7 @@ def client_status(session) -> ClientStatus:
         suspended_bytes=suspension.nbytes if suspension is not None else 0,
         evicted=session.evicted,
         requests_in_cpp=session.data_plane.counts()[0],
+        segment_owner=handover.describe(session.segment),
     )
 
 

@@ -80,10 +80,15 @@ struct alignas(64) SegmentState {
   // 1: the server evicted the client; an Evicted record on the completion ring says why.
   // Set after that record is pushed, so a client that sees the flag finds the record.
   std::atomic<uint32_t> evicted;
-  uint8_t reserved[48];
+  // Which server serves the segment, changed only by compare-and-swap (owner_exchange):
+  // when a job migrates, its source and target settle on exactly one of them here,
+  // even when the message saying who won is lost. tally/server/handover.py encodes
+  // it; 0 until a first migration means the creator serves.
+  std::atomic<uint64_t> owner;
+  uint8_t reserved[40];
 };
-static_assert(sizeof(SegmentState) == 64);
-static_assert(std::atomic<int32_t>::is_always_lock_free);
+static_assert(sizeof(SegmentState) == 64 && offsetof(SegmentState, owner) == 16);
+static_assert(std::atomic<int32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
 
 struct SegmentHeader {
   SegmentLayout layout;
@@ -384,6 +389,14 @@ class Segment {
   // request fails at once, before it reaches the ring.
   void mark_evicted() { header()->state.evicted.store(1, std::memory_order_release); }
   bool evicted() const { return header()->state.evicted.load(std::memory_order_acquire) != 0; }
+
+  uint64_t owner() const { return header()->state.owner.load(std::memory_order_acquire); }
+  // Sets the owner word to `desired` if it holds `expected`; returns the value it held
+  // (== expected: this call changed it).
+  uint64_t owner_exchange(uint64_t expected, uint64_t desired) {
+    header()->state.owner.compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
+    return expected;
+  }
 
   // Removes the name (mappings stay valid). Returns false when it was already gone.
   bool unlink() {

@@ -53,6 +53,7 @@ void bind_memory(py::module_& m) {
       .def("reserve", &DeviceMemory::reserve, py::arg("nbytes"), py::arg("alignment") = DeviceMemory::kAlignment,
            py::arg("hint") = 0)
       .def("unreserve", &DeviceMemory::unreserve, py::arg("base"))
+      .def("reserve_at", &DeviceMemory::reserve_at, py::arg("addr"), py::arg("nbytes"))
       .def("create_physical", &DeviceMemory::create_physical, py::arg("nbytes"))
       .def("release_physical", &DeviceMemory::release_physical, py::arg("handle"))
       .def("read_physical", [](DeviceMemory& self, uint64_t handle, uint64_t offset, const py::object& dst) {

@@ -99,18 +99,23 @@ void DeviceMemory::allocate_at(uint64_t addr, uint64_t nbytes) {
                                         std::to_string(capacity_ - used_.load()) + " of " +
                                         std::to_string(capacity_) + " free");
   }
-  auto next = allocations_.lower_bound(addr);
-  bool taken = next != allocations_.end() && next->first < addr + rounded + kGuardBytes;
-  if (next != allocations_.begin()) taken |= std::prev(next)->first + std::prev(next)->second.reserved > addr;
-  if (taken) {
-    throw MemoryError(kAlreadyMapped, "device addresses [" + hex(addr) + ", " + hex(addr + rounded) + ") are taken");
-  }
+  check_free_at(addr, rounded + kGuardBytes);
   auto* host = static_cast<uint8_t*>(std::calloc(1, rounded));
   if (host == nullptr) throw MemoryError(kOutOfMemory, "host memory exhausted backing " + std::to_string(nbytes) + " bytes");
   Allocation a;
   a.size = nbytes, a.reserved = rounded + kGuardBytes, a.host = host;
   allocations_.emplace(addr, std::move(a));
   used_ += rounded;
+}
+
+// Call with lock_ held.
+void DeviceMemory::check_free_at(uint64_t addr, uint64_t reserved) const {
+  auto next = allocations_.lower_bound(addr);
+  bool taken = next != allocations_.end() && next->first < addr + reserved;
+  if (next != allocations_.begin()) taken |= std::prev(next)->first + std::prev(next)->second.reserved > addr;
+  if (taken) {
+    throw MemoryError(kAlreadyMapped, "device addresses [" + hex(addr) + ", " + hex(addr + reserved) + ") are taken");
+  }
 }
 
 // Next fit: addresses are reused only after the window wraps, so a stale pointer
@@ -256,6 +261,25 @@ uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment, uint64_t hin
   a.size = nbytes, a.reserved = nbytes + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.reservation = true;
   allocations_.emplace(base, std::move(a));
   return base;
+}
+
+void DeviceMemory::reserve_at(uint64_t addr, uint64_t nbytes) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
+  if (addr % kAlignment != 0 || addr < kGlobalBase || addr + nbytes + kGuardBytes > kGlobalBase + kGlobalWindow) {
+    throw MemoryError(kInvalidValue, hex(addr) + " is not an address the emulator reserves at");
+  }
+  void* host = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (host == MAP_FAILED) throw MemoryError(kOutOfMemory, "no host address space for a reservation of " + std::to_string(nbytes) + " bytes");
+  std::unique_lock guard(lock_);
+  try {
+    check_free_at(addr, nbytes + kGuardBytes);
+  } catch (...) {
+    munmap(host, nbytes);
+    throw;
+  }
+  Allocation a;
+  a.size = nbytes, a.reserved = nbytes + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.reservation = true;
+  allocations_.emplace(addr, std::move(a));
 }
 
 void DeviceMemory::unreserve(uint64_t base) {

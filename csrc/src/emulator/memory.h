@@ -73,6 +73,9 @@ class DeviceMemory {
   // accessible mapped bytes are device memory to find/checked and to kernels.
   // At `hint` when that range is free, aligned and in the window (CUDA's address hint), else anywhere.
   uint64_t reserve(uint64_t nbytes, uint64_t alignment, uint64_t hint = 0);
+  // A reservation at exactly `addr` (a migrated job's, whose pointers name it):
+  // kAlreadyMapped if [addr, addr + nbytes) or its guard is taken.
+  void reserve_at(uint64_t addr, uint64_t nbytes);
   void unreserve(uint64_t base);  // what is still mapped is unmapped
   uint64_t create_physical(uint64_t nbytes);
   void release_physical(uint64_t handle);  // its memory lives on while mapped
@@ -123,6 +126,7 @@ class DeviceMemory {
     uint64_t size;
   };
   bool place(uint64_t nbytes, uint64_t alignment, uint64_t from, uint64_t limit, uint64_t& out) const;
+  void check_free_at(uint64_t addr, uint64_t reserved) const;
   uint64_t take_address(uint64_t nbytes, uint64_t alignment);
   Allocation& reservation_of(uint64_t addr, uint64_t nbytes, uint64_t* base);
   static std::pair<std::map<uint64_t, Mapping>::iterator, std::map<uint64_t, Mapping>::iterator> whole_mappings(

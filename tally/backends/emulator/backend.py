@@ -146,6 +146,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def vmm_write(self, handle: int, offset: int, src: memoryview) -> None:
         _memory_call(self._memory.write_physical, handle, offset, src)
 
+    def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
+        _memory_call(self._memory.reserve_at, ptr, nbytes)
+
     # ------------------------------------------------------------------ virtual memory
 
     def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
@@ -367,6 +370,11 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         if not (done0 and done1):
             raise DeviceError(CUDA_ERROR_NOT_READY, "the events have not completed yet")
         return (t1 - t0) * 1000.0
+
+    # Events are stamped with time.perf_counter(), CLOCK_MONOTONIC on Linux: the node's clock.
+    def event_host_time(self, event: EmulatorEvent) -> float | None:
+        recorded, done, at = event.completion()
+        return at if recorded and done else None
 
     def synchronize(self) -> None:
         with self._lock:

@@ -284,6 +284,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
             self.loop.catch_up()
             return event.complete
 
+    def event_host_time(self, event: SimEvent) -> float | None:
+        return None             # its time is the virtual clock's, this server's own
+
     def event_elapsed_ms(self, start: SimEvent, end: SimEvent) -> float:
         with self.loop.lock:
             for ev in (start, end):

@@ -1,8 +1,10 @@
 """What one job has created through the driver API, and the checks every handler
 needs: its allocations and quota (memory.py), streams and CUDA's default-stream
-rules (streams.py), events (events.py), modules and functions (modules.py, with
-code_choice.py and function_attributes.py), pinned host memory (host_memory.py),
-virtual memory (virtual_memory.py), other jobs' allocations it opened (ipc.py),
+rules (streams.py), events (events.py; their times across a migration:
+event_clock.py), modules and functions (modules.py, with code_choice.py and
+function_attributes.py), pinned host memory (host_memory.py), managed memory's
+objects (managed_objects.py), virtual memory (virtual_memory.py), other jobs'
+allocations it opened (ipc.py),
 link states (linker.py), host functions (host_functions.py), the pool that answers
 requests that wait (blocking.py), and waiting for its streams (sync.py).
 

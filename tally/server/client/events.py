@@ -4,6 +4,7 @@ which it may use and forget but not destroy."""
 from __future__ import annotations
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.server.client.event_clock import event_time
 
 
 class EventTable:
@@ -13,9 +14,13 @@ class EventTable:
         self._events: dict[int, object] = {}      # client event id -> ExecutorEvent
         self._opened: set[int] = set()             # ids naming another job's event
 
-    def create(self, event_id: int, timing: bool) -> None:
+    def create(self, event_id: int, timing: bool, recorded_elsewhere: float | None = None) -> None:
+        """`recorded_elsewhere`: a migrated job's event, last recorded on its old server then
+        (the node's clock), so elapsed times to events recorded here can be told."""
         self.check_new(event_id)
-        self._events[event_id] = self._executor.event_create(self._client_id, timing)
+        event = self._executor.event_create(self._client_id, timing)
+        event.recorded_elsewhere = recorded_elsewhere
+        self._events[event_id] = event
 
     def add_opened(self, event_id: int, event) -> None:
         """Another job's exported event, opened under `event_id`."""
@@ -55,8 +60,10 @@ class EventTable:
         return bool(self._opened)
 
     def describe(self) -> list[list]:
-        """[event id, timing] of its own events (what a migration recreates)."""
-        return [[eid, bool(ev.timing)] for eid, ev in self._events.items() if eid not in self._opened]
+        """[event id, timing, when its last record was reached on the node's clock or None]
+        of its own events (what a migration recreates; call once the job's work is done)."""
+        return [[eid, bool(ev.timing), event_time(self._executor, ev) if ev.timing else None]
+                for eid, ev in self._events.items() if eid not in self._opened]
 
     def check_new(self, event_id: int) -> None:
         if event_id in self._events:

@@ -7,10 +7,12 @@ maps it and asynchronous copies read or write it in place, in stream order,
 with no staging copy. The server removes the name as soon as it has mapped the
 object, so nothing is left in /dev/shm whatever way the client ends; the
 mapping goes when the last copy using it is done and the region is forgotten.
+The server keeps a descriptor of the object while the region lives: a migration
+hands the object itself to the next server, which maps the same bytes and
+registers them under the same region id (tally/server/migration_memory.py).
 """
 from __future__ import annotations
 
-import itertools
 import mmap
 import os
 import re
@@ -30,6 +32,8 @@ class PinnedRegion:
     size: int
     view: memoryview     # of the mapping; slices of it are what the backend reads and writes
     device_address: int | None = None   # where kernels reach it (the job's address), if they can
+    fd: int = -1         # the object's, kept for a migration; closed with the region
+    job_address: int = 0     # where the job mapped it (0: not said)
 
     def span(self, offset: int, nbytes: int, what: str) -> memoryview:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
@@ -47,7 +51,7 @@ class PinnedRegions:
         self._backend = backend
         self._name_re = re.compile(rf"/tally-pin-{client_pid}-[0-9]+")
         self._regions: dict[int, PinnedRegion] = {}
-        self._ids = itertools.count(1)
+        self._next_id = 1
         self._lock = threading.Lock()
 
     def open_object(self, name: str, size: int) -> int:
@@ -85,23 +89,37 @@ class PinnedRegions:
         """`address`: where the job mapped it; kernels may use that address too where the
         backend can make it reachable (unified addressing: a pinned pointer is a device
         pointer in CUDA)."""
-        fd = self.open_object(name, size)
+        return self.adopt(self.open_object(name, size), name, size, address)
+
+    def adopt(self, fd: int, name: str, size: int, address: int = 0, region_id: int | None = None) -> PinnedRegion:
+        """Register the object `fd` (owned by the region from now on, closed if this fails);
+        `region_id`: the id a migrated job knows it by (None: the next one)."""
         try:
             mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             reachable = bool(address) and self._backend.host_map(address, size, fd)
-        finally:
-            os.close(fd)
-        view = memoryview(mapping)
-        try:
-            self._backend.host_register(view)
+            view = memoryview(mapping)
+            try:
+                self._backend.host_register(view)
+            except BaseException:
+                if reachable:
+                    self._backend.host_unmap(address)
+                raise
         except BaseException:
-            if reachable:
-                self._backend.host_unmap(address)
+            os.close(fd)
             raise
         with self._lock:
-            region = PinnedRegion(next(self._ids), name, size, view, address if reachable else None)
+            if region_id is None:
+                region_id = self._next_id
+            elif region_id in self._regions:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"pinned region {region_id} exists already")
+            self._next_id = max(self._next_id, region_id + 1)
+            region = PinnedRegion(region_id, name, size, view, address if reachable else None, fd, address)
             self._regions[region.region_id] = region
         return region
+
+    def all(self) -> list[PinnedRegion]:
+        with self._lock:
+            return list(self._regions.values())
 
     def get(self, region_id: int) -> PinnedRegion:
         region = self._regions.get(region_id)
@@ -127,9 +145,14 @@ class PinnedRegions:
             self._release(region)
 
     def _release(self, region: PinnedRegion) -> None:
-        self._backend.host_unregister(region.view)
-        if region.device_address is not None:
-            self._backend.host_unmap(region.device_address)
+        try:
+            self._backend.host_unregister(region.view)
+            if region.device_address is not None:
+                self._backend.host_unmap(region.device_address)
+        finally:
+            if region.fd >= 0:
+                os.close(region.fd)
+                region.fd = -1
 
     def __len__(self) -> int:
         return len(self._regions)

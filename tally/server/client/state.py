@@ -19,6 +19,7 @@ from tally.server.client.host_functions import HostFunctions
 from tally.server.client.host_memory import PinnedRegions
 from tally.server.client.ipc import OpenedAllocations
 from tally.server.client.linker import LinkState
+from tally.server.client.managed_objects import ManagedObjects
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
 from tally.server.client.streams import StreamTable
@@ -37,7 +38,7 @@ class ClientState:
         # What the job's C++ data plane must know of this state (None: the Python plane).
         self.fast = fast = session.data_plane.fast
         self.allocations = Allocations(memory, fast)
-        self.managed: set[int] = set()              # bases of its managed allocations (cuMemAllocManaged)
+        self.managed = ManagedObjects()             # its managed allocations (cuMemAllocManaged) and their objects
         self.blocking = BlockingCalls(session)
         self.streams = StreamTable(self.executor, session.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
@@ -77,6 +78,7 @@ class ClientState:
                 self.free_allocation(ptr)
             except DeviceError as e:
                 log.warning("client %d: freeing 0x%x failed: %s", self.client_id, ptr, e)
+        self.managed.clear()
 
     def free_allocation(self, ptr: int) -> None:
         """Free device memory this client no longer owns, unless another job opened

@@ -179,6 +179,39 @@ class VirtualMemory:
             del self.reservations[ptr]
         self.backend.vmm_free(ptr, nbytes)
 
+    # ---- a migrating job's, made again as it was (tally/server/migration_memory.py) --------
+    def describe(self) -> tuple[dict, list, list]:
+        """(reservations, [(handle, backend handle, bytes, released)], [(address, Mapping)])."""
+        with self.lock:
+            physical = [(h, bh, n, False) for h, (bh, n) in self.handles.items()]
+            physical += [(h, bh, n, True) for h, (bh, n) in self.released_mapped.items()]
+            return dict(self.reservations), physical, sorted(self.mappings.items())
+
+    def reserve_at(self, base: int, nbytes: int) -> None:
+        self.backend.vmm_reserve_at(base, nbytes)
+        with self.lock:
+            self.reservations[base] = nbytes
+
+    def create_as(self, handle: int, nbytes: int, released: bool) -> object:
+        """Physical memory under the handle the job knows; its backend handle."""
+        with self.allocations.charging(nbytes):
+            backend_handle = self.backend.vmm_create(nbytes)
+        with self.lock:
+            (self.released_mapped if released else self.handles)[handle] = (backend_handle, nbytes)
+            self._next_handle = max(self._next_handle, handle + 1)
+        return backend_handle
+
+    def map_as(self, ptr: int, mapping: Mapping) -> None:
+        with self.lock:
+            found = self.handles.get(mapping.handle) or self.released_mapped.get(mapping.handle)
+            if found is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{mapping.handle} is not a physical handle of this client")
+            self.backend.vmm_map(ptr, mapping.size, mapping.offset, found[0])
+            bisect.insort(self._starts, ptr)
+            self.mappings[ptr] = mapping
+            if mapping.accessible:
+                self.backend.vmm_set_access(ptr, mapping.size, True)
+
     def forget_physical(self) -> None:
         """A suspended client is gone: its mappings and physical memory are no longer
         on the device (tally/server/suspend.py); forget them and give back their count."""
@@ -197,6 +230,11 @@ class VirtualMemory:
             self.free(base, size)
         for handle in list(self.handles):
             self.release(handle)
+        with self.lock:          # released, and never mapped here (a migration broken off midway)
+            left = list(self.released_mapped.values())
+            self.released_mapped.clear()
+        for found in left:
+            self._give_back(found)
 
 
 def _check_granular(what: str, value: int, zero_ok: bool = False) -> None:

@@ -14,6 +14,7 @@ from tally.protocol.messages_generated import (
     StreamWaitEvent,
 )
 from tally.scheduler import ops
+from tally.server.client import event_clock
 from tally.server.client.sync import forward_kernel_output
 from tally.server.dispatch import ANSWERS_ITSELF
 
@@ -65,10 +66,12 @@ def event_elapsed_time(session, msg: EventElapsedTime, tag: int) -> ElapsedTimeR
     start, end = client.events.get(msg.start), client.events.get(msg.end)
     if not (start.timing and end.timing):
         raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "an event was created with CU_EVENT_DISABLE_TIMING")
-    if not (start.submitted_seq and end.submitted_seq):
+    if not all(ev.submitted_seq or event_clock.carried(ev) for ev in (start, end)):
         raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "an event was never recorded")
     if not (client.executor.event_query(start) and client.executor.event_query(end)):
         raise DeviceError(CUDA_ERROR_NOT_READY, "an event has not completed")
+    if event_clock.carried(start) or event_clock.carried(end):     # recorded before a migration
+        return ElapsedTimeReply(event_clock.elapsed_across_servers_ms(client.executor, start, end))
     return ElapsedTimeReply(client.executor.event_elapsed_ms(start, end))
 
 

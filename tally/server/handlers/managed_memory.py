@@ -14,17 +14,17 @@ that the device addresses are taken: it maps a new object elsewhere and asks aga
 """
 from __future__ import annotations
 
-import os
-
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.messages_generated import MemAllocManaged
+from tally.server.client.managed_objects import OwnedDescriptor
 from tally.server.dispatch import name_in_tail
+from tally.server.handlers.memory_wait import allocate_or_wait
 
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_MEM_ATTACH_HOST = 0x2
 
 
-def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
+def mem_alloc_managed(session, msg: MemAllocManaged, tag: int):
     client = session.client
     address, nbytes, flags = msg.dptr, msg.bytes, msg.flags
     if nbytes == 0:
@@ -32,14 +32,16 @@ def mem_alloc_managed(session, msg: MemAllocManaged, tag: int) -> None:
     if flags not in (CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"managed memory flags must be CU_MEM_ATTACH_GLOBAL or "
                                                     f"CU_MEM_ATTACH_HOST, not {flags:#x}")
-    with client.allocations.charging(nbytes):
-        fd = client.regions.open_object(name_in_tail(msg.tail), nbytes)
-        try:
-            session.backend.managed_alloc(address, nbytes, fd)
-        finally:
-            os.close(fd)                     # the backend holds its own mapping
-        client.allocations.add(address, nbytes)
-        client.managed.add(address)          # its bytes live in the job's shared memory: never suspended
+    # Opened once (its name goes then), kept while the allocation lives: a migration hands it on.
+    obj = OwnedDescriptor(client.regions.open_object(name_in_tail(msg.tail), nbytes))
+
+    def attempt() -> None:
+        with client.allocations.charging(nbytes):
+            session.backend.managed_alloc(address, nbytes, obj.fd)
+            client.allocations.add(address, nbytes)
+        client.managed.add(address, obj.take())    # its bytes live in the job's shared memory: never suspended
+
+    return allocate_or_wait(session, tag, nbytes, attempt)
 
 
 HANDLERS = {MemAllocManaged: mem_alloc_managed}

@@ -19,22 +19,14 @@ from tally.protocol.messages_generated import (
 from tally.scheduler import ops
 from tally.server.client.sync import when_idle
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.handlers.memory_wait import allocate_or_wait
 
 
 def mem_alloc(session, msg: MemAlloc, tag: int):
     nbytes = msg.bytes
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
-    try:
-        return _allocate(session, nbytes)
-    except DeviceError as e:
-        slicer = session.server.time_slicer
-        if e.code != CUDA_ERROR_OUT_OF_MEMORY or slicer is None or not tag or not slicer.may_wait(session, nbytes):
-            raise
-    # tally-server --oversubscribe: it waits for a time slice instead (tally/server/oversubscribe.py)
-    session.client.blocking.run(tag, lambda: slicer.wait_for_memory(session, nbytes,
-                                                                    lambda: _allocate(session, nbytes)))
-    return ANSWERS_ITSELF
+    return allocate_or_wait(session, tag, nbytes, lambda: _allocate(session, nbytes))
 
 
 def _allocate(session, nbytes: int) -> MemAllocReply:

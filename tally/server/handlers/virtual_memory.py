@@ -23,6 +23,7 @@ from tally.protocol.messages_generated import (
 )
 from tally.server.client.sync import when_idle
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.handlers.memory_wait import allocate_or_wait
 
 
 def mem_address_reserve(session, msg: MemAddressReserve, tag: int) -> MemAddressReply:
@@ -38,8 +39,9 @@ def mem_address_free(session, msg: MemAddressFree, tag: int):
     return ANSWERS_ITSELF
 
 
-def mem_create(session, msg: MemCreate, tag: int) -> MemCreateReply:
-    return MemCreateReply(session.client.vmm.create(msg.bytes))
+def mem_create(session, msg: MemCreate, tag: int):
+    vmm, nbytes = session.client.vmm, msg.bytes
+    return allocate_or_wait(session, tag, nbytes, lambda: MemCreateReply(vmm.create(nbytes)))
 
 
 def mem_release(session, msg: MemRelease, tag: int) -> None:
