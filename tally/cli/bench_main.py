@@ -270,13 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         from tally.bench.reliability_args import reliability_main
         return reliability_main(args)
     if args.command == "migrate":
-        from tally.bench.migrate import run_migrate_bench, table, write
+        from tally.bench.migrate import run_migrate_bench
+        from tally.bench.migrate_report import table, write
         try:
             footprints = [int(x) for x in args.footprints.split(",") if x]
         except ValueError:
             print(f"tally-bench migrate: --footprints {args.footprints!r} is not a list of MiB counts", file=sys.stderr)
             return 2
-        rows = run_migrate_bench(footprints, args.backend)
+        rows = run_migrate_bench(footprints, args.backend,
+                                 on_row=lambda r: print(f"{r.footprint_mib} MiB measured", file=sys.stderr))
         print(table(rows))
         write(rows, args.json, args.png)
         return 0 if all(r.exact for r in rows) else 1

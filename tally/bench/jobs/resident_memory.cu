@@ -2,8 +2,10 @@
 // argv[1] MiB, fills it with pseudo-random bytes (incompressible, so a migration
 // moves every byte), prints "ready", waits for a line on stdin (meanwhile it is
 // suspended, resumed and migrated), then reads it all back and prints
-// "wrong=<bytes that changed>". A kernel stamps a `__device__` variable first, so
-// the job also carries a module, a kernel and a global that must come back.
+// "wrong=<bytes that changed>". Each "probe" line before that makes it work until
+// the next line and print the longest call (probe_until_next_line). A kernel
+// stamps a `__device__` variable first, so the job also carries a module, a kernel
+// and a global that must come back.
 //
 // The bytes are a function of their position (splitmix64 of the word's index),
 // so the job makes and checks them one chunk at a time: it needs one chunk of
@@ -12,7 +14,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <cuda_runtime.h>
+#include <poll.h>
 
 static const size_t kChunkBytes = 64u << 20;
 static const unsigned long long kStamp = 0x5EED5EED5EED5EEDull;
@@ -48,6 +53,30 @@ static size_t count_wrong(const uint64_t* words, size_t first, size_t n) {
   return wrong;
 }
 
+static double now_ms() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+// "probe": the job keeps working while it is migrated, reading 8 bytes from the
+// device every millisecond until the next line comes; the longest of those calls is
+// the pause the job saw (its requests wait while it moves).
+static double probe_until_next_line() {
+  printf("probing\n");
+  fflush(stdout);
+  double longest = 0;
+  pollfd input{0, POLLIN, 0};
+  while (poll(&input, 1, 1) == 0) {
+    unsigned long long value = 0;
+    const double start = now_ms();
+    check(cudaMemcpyFromSymbol(&value, stamp_value, sizeof value), "probe");
+    const double took = now_ms() - start;
+    if (took > longest) longest = took;
+  }
+  return longest;
+}
+
 int main(int argc, char** argv) {
   const size_t mib = argc > 1 ? strtoull(argv[1], nullptr, 10) : 16;
   const size_t bytes = mib << 20;
@@ -67,7 +96,14 @@ int main(int argc, char** argv) {
   printf("ready\n");
   fflush(stdout);
   char line[16];
-  if (fgets(line, sizeof line, stdin) == nullptr) return 1;
+  for (;;) {
+    if (fgets(line, sizeof line, stdin) == nullptr) return 1;
+    if (std::strncmp(line, "probe", 5) != 0) break;
+    const double longest = probe_until_next_line();
+    if (fgets(line, sizeof line, stdin) == nullptr) return 1;   // the line that stopped it
+    printf("longest_call_ms=%.3f\n", longest);
+    fflush(stdout);
+  }
   size_t wrong = 0;
   for (size_t at = 0; at < bytes; at += kChunkBytes) {
     const size_t n = bytes - at < kChunkBytes ? bytes - at : kChunkBytes;
