@@ -34,3 +34,15 @@ def test_files_are_written(tmp_path):
     assert [r["footprint_mib"] for r in json.loads((tmp_path / "r.json").read_text())] == [16, 64]
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     assert table(rows).count("| 64 MiB |") == 3
+
+
+def test_repeated_runs_report_each_times_median_and_exact_only_if_all_were():
+    from dataclasses import replace
+
+    from tally.bench.migrate import median_row
+    runs = [replace(row(16), suspend_ms=v, migrate_ms=m, migrate_steps_ms={"offer": m})
+            for v, m in ((50.0, 300.0), (10.0, 100.0), (30.0, 200.0))]
+    runs[2].exact = False
+    got = median_row(runs)
+    assert (got.suspend_ms, got.migrate_ms, got.exact) == (30.0, 200.0, False)
+    assert got.migrate_steps_ms == {"offer": 200.0}        # the steps of the median migration

@@ -9,6 +9,7 @@ then migrates it A -> B -> A while the job keeps working and measures its
 longest call (the pause it saw), and the job checks every byte at the end. Each
 operation is timed by the server (its status) and by the operator (the
 request's round trip, a CLI's startup excluded); a migration also by step.
+With --repeat N each footprint is measured N times and each time is the median.
 Baselines in the same run: a host memcpy of the footprint into new memory (what
 a first suspension must at least pay: the pages are new to the process) and
 into memory touched before (what a suspension into kept buffers must pay).
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tally.bench.process_jobs import build_cuda_job
@@ -201,7 +203,25 @@ def measure(a: BenchServer, b: BenchServer, program: Path, mib: int) -> Row:
                round(max(a.peak_rss_mib(), b.peak_rss_mib()), 1), exact, steps, import_steps)
 
 
-def run_migrate_bench(footprints_mib=DEFAULT_FOOTPRINTS_MIB, backend: str = "emulator", on_row=None) -> list[Row]:
+def median_row(runs: list[Row]) -> Row:
+    """Each time the median of the runs (a loaded host's noise is one-sided); exact
+    only if every run was; the steps of the run whose migration took the median."""
+    values = {}
+    for f in fields(Row):
+        got = [getattr(r, f.name) for r in runs]
+        if f.name == "exact":
+            values[f.name] = all(got)
+        elif isinstance(got[0], float):
+            values[f.name] = statistics.median(got)
+        else:
+            values[f.name] = got[0]
+    middle = sorted(runs, key=lambda r: r.migrate_ms)[(len(runs) - 1) // 2]
+    values["migrate_steps_ms"], values["import_steps_ms"] = middle.migrate_steps_ms, middle.import_steps_ms
+    return Row(**values)
+
+
+def run_migrate_bench(footprints_mib=DEFAULT_FOOTPRINTS_MIB, backend: str = "emulator", on_row=None,
+                      repeat: int = 1) -> list[Row]:
     program = build_cuda_job("resident_memory.cu")
     rows = []
     with tempfile.TemporaryDirectory(prefix="tally-bench-migrate-") as directory:
@@ -209,7 +229,7 @@ def run_migrate_bench(footprints_mib=DEFAULT_FOOTPRINTS_MIB, backend: str = "emu
         b = BenchServer(Path(directory), "b", backend)
         try:
             for mib in footprints_mib:
-                rows.append(measure(a, b, program, mib))
+                rows.append(median_row([measure(a, b, program, mib) for _ in range(repeat)]))
                 if on_row is not None:
                     on_row(rows[-1])
         finally:
