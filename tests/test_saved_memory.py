@@ -147,3 +147,20 @@ def test_a_resumes_buffers_are_kept_for_the_next_suspension_then_trimmed():
     again.release()
     s.trim()
     assert s.kept_bytes == 0 and s.buffer_bytes == 0
+
+
+def test_kept_buffers_go_once_idle_for_keep_seconds(monkeypatch):
+    import time
+
+    from tally.server import saved_memory
+    monkeypatch.setattr(saved_memory, "KEEP_SECONDS", 0.3)
+    s = store(keep=2 * CHUNK_BYTES)
+    s.give_buffer(s.take_buffer())
+    time.sleep(0.2)
+    s.give_buffer(s.take_buffer())                 # the one kept, back again: idle from now on
+    time.sleep(0.2)
+    assert s.kept_bytes == CHUNK_BYTES             # 0.4 s after the first, 0.2 s after the last
+    deadline = time.monotonic() + 5
+    while s.kept_bytes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.kept_bytes == 0 and s.buffer_bytes == 0

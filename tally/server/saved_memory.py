@@ -29,6 +29,7 @@ import mmap
 import queue
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class SavedMemoryStore:
         self._lock = threading.Lock()
         self._kept: list[mmap.mmap] = []
         self._trim_timer: threading.Timer | None = None
+        self._last_kept = 0.0
         self.buffer_bytes = 0        # every buffer alive: holding saved bytes, being filled, or kept
         self.packed_bytes = 0        # compressed chunks held
         self.spilled_bytes = 0       # bytes in spill files
@@ -137,11 +139,25 @@ class SavedMemoryStore:
         _unmap(buffer)
 
     def _arm_trim(self) -> None:
-        if self._trim_timer is not None:
-            self._trim_timer.cancel()
-        self._trim_timer = threading.Timer(KEEP_SECONDS, self.trim)
+        """Under the lock: the kept buffers go KEEP_SECONDS after the last one came back
+        (one timer, moved on when it fires early; not a thread per buffer)."""
+        self._last_kept = time.monotonic()
+        if self._trim_timer is None:
+            self._start_trim_timer(KEEP_SECONDS)
+
+    def _start_trim_timer(self, seconds: float) -> None:
+        self._trim_timer = threading.Timer(seconds, self._trim_when_idle)
         self._trim_timer.daemon = True
         self._trim_timer.start()
+
+    def _trim_when_idle(self) -> None:
+        with self._lock:
+            self._trim_timer = None
+            idle = time.monotonic() - self._last_kept
+            if idle < KEEP_SECONDS and self._kept:
+                self._start_trim_timer(KEEP_SECONDS - idle)
+                return
+        self.trim()
 
     def trim(self) -> None:
         """Give every kept buffer back to the system."""
