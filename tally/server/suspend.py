@@ -185,12 +185,15 @@ def resume(server, session) -> str:
             memory.take(state.charged)        # its quota and the best-effort pool, as for an allocation
             try:
                 _restore(backend, session.client, state)
-            except DeviceError:
+            except (DeviceError, OSError):
                 memory.give(state.charged)
                 raise
         except DeviceError as e:
             raise SuspendRefused(f"{name(session)} stays suspended: its memory cannot come back at its addresses "
                                  f"now ({e}); free device memory (or wait for jobs to end) and try again") from None
+        except OSError as e:       # a spilled chunk could not be read back
+            raise SuspendRefused(f"{name(session)} stays suspended: its saved bytes could not be read back from "
+                                 f"--suspend-spill-dir ({e}); check that disk and try again") from None
         session.suspension = None
         nbytes = state.nbytes
         state.saved.release()
