@@ -88,6 +88,7 @@ def test_a_job_killed_while_suspended_leaves_nothing(nvcc, server):
     job.wait(timeout=30)
     server.wait_for(idle, what="the suspended job's release")
     assert server.alive()
+    assert server.status()["server"]["mobility"]["saved_host_bytes"] == 0     # its saved bytes went too
 
 
 def test_refusals_change_nothing(nvcc, server):

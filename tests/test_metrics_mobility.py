@@ -12,7 +12,9 @@ from tally.server.counters import ServerCounters
 def test_mobility_figures():
     mobility = {"suspensions": 3, "resumes": 2, "last_suspend_ms": 20.5, "last_resume_ms": 12.0,
                 "migrations": 1, "migrations_failed": 4, "last_migration_ms": 1500.0,
-                "last_migration_bytes": 16 << 20, "last_migration_failure": "target refused"}
+                "last_migration_bytes": 16 << 20, "last_migration_failure": "target refused",
+                "saved_host_bytes": 40 << 20, "saved_spilled_bytes": 24 << 20, "saved_kept_bytes": 8 << 20,
+                "saved_host_limit": None}
 
     def with_mobility() -> dict:
         record = status(mobility=mobility)
@@ -25,6 +27,9 @@ def test_mobility_figures():
     assert got["tally_last_suspend_seconds"] == [({}, 0.0205)]
     assert got["tally_last_migration_seconds"] == [({}, 1.5)]
     assert got["tally_last_migration_bytes"] == [({}, float(16 << 20))]
+    assert got["tally_suspended_host_bytes"] == [({}, float(40 << 20))]
+    assert got["tally_suspended_spilled_bytes"] == [({}, float(24 << 20))]
+    assert got["tally_suspend_kept_host_bytes"] == [({}, float(8 << 20))]
     ((labels, value),) = got["tally_client_suspended_bytes"]
     assert labels["client"] == "7" and value == float(64 << 20)
 

@@ -21,6 +21,7 @@ import logging
 import threading
 
 from ptx_passes import PtxParseError
+from ptx_passes.cache import tool_version
 from ptx_passes.variants import VariantsResult, build_variants
 from tally.backends.base import Function
 from tally.scheduler.variants import PTBVariant, SlicedVariant
@@ -31,6 +32,10 @@ log = logging.getLogger("tally.server")
 class PtxVariantProvider:
     def __init__(self):
         self._lock = threading.Lock()
+        # The transform cache's key names the toolkit's version, a digest of its sources
+        # (~100-500 ms once per process): computed now, in the background, rather than in
+        # the first best-effort module load (a job's, or a migrating job's on its target).
+        threading.Thread(target=tool_version, daemon=True, name="tally-ptx-cache-version").start()
         # id(function) -> (function, sliced, ptb); the function is kept so its id is not reused
         self._answers: dict[int, tuple[Function, SlicedVariant | None, PTBVariant | None]] = {}
 

@@ -1,24 +1,29 @@
 """`tally-bench migrate`: how long suspend, resume and migration take against a
 job's device footprint, on two tally-servers of this host (the emulator unless
---backend says otherwise).
+--backend says otherwise). The table and the plot: tally/bench/migrate_report.py.
 
 For each footprint a job (tally/bench/jobs/resident_memory.cu) fills that much
 device memory with incompressible bytes and waits; the benchmark suspends and
-resumes it, then migrates it A -> B -> A, and the job checks every byte at the
-end. Each operation is timed twice: the server's own measurement (from its
-status) and the operator's wall time (the request's round trip, a CLI's
-startup excluded). The baseline in the same run is a host memcpy of the
-footprint: the pause should be bytes / copy bandwidth plus a small fixed cost.
+resumes it twice (the second time into the host memory the first resume kept),
+then migrates it A -> B -> A while the job keeps working and measures its
+longest call (the pause it saw), and the job checks every byte at the end. Each
+operation is timed by the server (its status) and by the operator (the
+request's round trip, a CLI's startup excluded); a migration also by step.
+With --repeat N each footprint is measured N times and each time is the median.
+Baselines in the same run: a host memcpy of the footprint into new memory (what
+a first suspension must at least pay: the pages are new to the process) and
+into memory touched before (what a suspension into kept buffers must pay).
 """
 from __future__ import annotations
 
-import json
+import mmap
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tally.bench.process_jobs import build_cuda_job
@@ -28,21 +33,30 @@ from tally.protocol.messages_generated import ClientMigrate, ClientResume, Clien
 
 MIB = 1 << 20
 DEFAULT_FOOTPRINTS_MIB = (16, 64, 256, 1024)
+BASELINE_SOURCE_BYTES = 64 * MIB     # the baseline copies this, over and over, into the footprint
 
 
 @dataclass
 class Row:
     footprint_mib: int
-    memcpy_ms: float              # baseline: one host copy of the footprint
+    memcpy_ms: float              # baseline: the footprint copied into new host memory
+    memcpy_warm_ms: float         # ... into host memory touched before
     suspend_ms: float             # server-side
     resume_ms: float
+    suspend_again_ms: float       # into the buffers the first resume kept
+    resume_again_ms: float
     migrate_ms: float             # A -> B, server-side (source's measurement)
     migrate_back_ms: float        # B -> A
+    pause_ms: float               # the job's longest call while it moved A -> B
+    pause_back_ms: float
     suspend_wall_ms: float        # the operator's round trip
     resume_wall_ms: float
     migrate_wall_ms: float
     freed_mib: float              # device memory the suspend gave back
+    server_peak_mib: float        # the larger of the two servers' peak resident memory so far
     exact: bool
+    migrate_steps_ms: dict = field(default_factory=dict)     # A -> B, the source's steps
+    import_steps_ms: dict = field(default_factory=dict)      # A -> B, the target's
 
 
 class BenchServer:
@@ -60,6 +74,9 @@ class BenchServer:
     def status(self) -> dict:
         return query_status(self.socket, timeout=30)
 
+    def mobility(self) -> dict:
+        return self.status()["server"]["mobility"]
+
     def request(self, kind: int, payload: bytes) -> float:
         started = time.perf_counter()
         reply = send(self.socket, kind, payload, timeout=600)
@@ -67,6 +84,28 @@ class BenchServer:
         if not reply.ok:
             raise RuntimeError(bytes(reply.tail).decode(errors="replace"))
         return wall_ms
+
+    def suspend_and_resume(self, cid: int) -> tuple[float, float, float, float]:
+        """(suspend ms, resume ms, their wall times)."""
+        suspend_wall = self.request(ClientSuspend.KIND, ClientSuspend(client_id=cid).encode())
+        resume_wall = self.request(ClientResume.KIND, ClientResume(client_id=cid).encode())
+        record = self.mobility()
+        return record["last_suspend_ms"], record["last_resume_ms"], suspend_wall, resume_wall
+
+    def migrate(self, cid: int, to: BenchServer) -> tuple[float, float, dict]:
+        """(server-side ms, wall ms, the source's steps)."""
+        wall = self.request(ClientMigrate.KIND, ClientMigrate(client_id=cid, tail=str(to.socket).encode()).encode())
+        record = self.mobility()
+        return record["last_migration_ms"], wall, record.get("last_migration_steps_ms", {})
+
+    def peak_rss_mib(self) -> float:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -77,11 +116,21 @@ class BenchServer:
         self.log.close()
 
 
-def memcpy_ms(nbytes: int) -> float:
-    source = bytearray(os.urandom(1 << 20)) * (nbytes >> 20)
-    started = time.perf_counter()
-    bytearray(source)
-    return (time.perf_counter() - started) * 1000
+def memcpy_ms(nbytes: int) -> tuple[float, float]:
+    """(ms to copy nbytes into new host memory, ms into the same memory again)."""
+    source = os.urandom(MIB) * (BASELINE_SOURCE_BYTES // MIB)
+    target = mmap.mmap(-1, nbytes)
+    times = []
+    try:
+        for _ in range(2):
+            started = time.perf_counter()
+            for at in range(0, nbytes, len(source)):
+                n = min(len(source), nbytes - at)
+                target[at:at + n] = source[:n]
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        target.close()
+    return times[0], times[1]
 
 
 def only_client(server: BenchServer) -> int:
@@ -95,82 +144,95 @@ def only_client(server: BenchServer) -> int:
         time.sleep(0.05)
 
 
+class Job:
+    def __init__(self, server: BenchServer, program: Path, mib: int):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket),
+                                      "--", str(program), str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.mib = mib
+        self.expect("ready")
+
+    def expect(self, word: str) -> str:
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith(word):
+            raise RuntimeError(f"the {self.mib} MiB job said {line!r}, not {word!r}")
+        return line
+
+    def say(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def probing(self, action) -> tuple[object, float]:
+        """action()'s result while the job works, and the job's longest call meanwhile (ms)."""
+        self.say("probe")
+        self.expect("probing")
+        result = action()
+        self.say("stop")
+        return result, float(self.expect("longest_call_ms=").partition("=")[2])
+
+    def finish(self) -> bool:
+        out, _ = self.proc.communicate("go\n", timeout=1200)
+        return self.proc.returncode == 0 and "wrong=0" in out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def measure(a: BenchServer, b: BenchServer, program: Path, mib: int) -> Row:
-    job = subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(a.socket), "--",
-                            str(program), str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    job = Job(a, program, mib)
     try:
-        if job.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the {mib} MiB job did not start")
         cid = only_client(a)
         before = a.status()["server"]["memory_free"]
         suspend_wall = a.request(ClientSuspend.KIND, ClientSuspend(client_id=cid).encode())
         freed = a.status()["server"]["memory_free"] - before
         resume_wall = a.request(ClientResume.KIND, ClientResume(client_id=cid).encode())
-        record_a = a.status()["server"]["mobility"]
-        migrate_wall = a.request(ClientMigrate.KIND, ClientMigrate(client_id=cid, tail=str(b.socket).encode()).encode())
-        migrate_ms = a.status()["server"]["mobility"]["last_migration_ms"]
-        b.request(ClientMigrate.KIND, ClientMigrate(client_id=only_client(b), tail=str(a.socket).encode()).encode())
-        back_ms = b.status()["server"]["mobility"]["last_migration_ms"]
-        out, _ = job.communicate("go\n", timeout=600)
-        exact = job.returncode == 0 and "wrong=0" in out
-        return Row(mib, round(memcpy_ms(mib * MIB), 2), record_a["last_suspend_ms"], record_a["last_resume_ms"],
-                   migrate_ms, back_ms, round(suspend_wall, 2), round(resume_wall, 2), round(migrate_wall, 2),
-                   round(freed / MIB, 2), exact)
+        first = a.mobility()
+        again_suspend, again_resume, _, _ = a.suspend_and_resume(cid)
+        (migrate_ms, migrate_wall, steps), pause = job.probing(lambda: a.migrate(cid, b))
+        import_steps = b.mobility().get("last_import_steps_ms", {})
+        (back_ms, _, _), pause_back = job.probing(lambda: b.migrate(only_client(b), a))
+        exact = job.finish()
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        job.kill()
+    cold, warm = memcpy_ms(mib * MIB)
+    return Row(mib, round(cold, 2), round(warm, 2), first["last_suspend_ms"], first["last_resume_ms"],
+               again_suspend, again_resume, migrate_ms, back_ms, pause, pause_back, round(suspend_wall, 2),
+               round(resume_wall, 2), round(migrate_wall, 2), round(freed / MIB, 2),
+               round(max(a.peak_rss_mib(), b.peak_rss_mib()), 1), exact, steps, import_steps)
 
 
-def run_migrate_bench(footprints_mib=DEFAULT_FOOTPRINTS_MIB, backend: str = "emulator") -> list[Row]:
+def median_row(runs: list[Row]) -> Row:
+    """Each time the median of the runs (a loaded host's noise is one-sided); exact
+    only if every run was; the steps of the run whose migration took the median."""
+    values = {}
+    for f in fields(Row):
+        got = [getattr(r, f.name) for r in runs]
+        if f.name == "exact":
+            values[f.name] = all(got)
+        elif isinstance(got[0], float):
+            values[f.name] = statistics.median(got)
+        else:
+            values[f.name] = got[0]
+    middle = sorted(runs, key=lambda r: r.migrate_ms)[(len(runs) - 1) // 2]
+    values["migrate_steps_ms"], values["import_steps_ms"] = middle.migrate_steps_ms, middle.import_steps_ms
+    return Row(**values)
+
+
+def run_migrate_bench(footprints_mib=DEFAULT_FOOTPRINTS_MIB, backend: str = "emulator", on_row=None,
+                      repeat: int = 1) -> list[Row]:
     program = build_cuda_job("resident_memory.cu")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="tally-bench-migrate-") as directory:
         a = BenchServer(Path(directory), "a", backend)
         b = BenchServer(Path(directory), "b", backend)
         try:
-            return [measure(a, b, program, mib) for mib in footprints_mib]
+            for mib in footprints_mib:
+                rows.append(median_row([measure(a, b, program, mib) for _ in range(repeat)]))
+                if on_row is not None:
+                    on_row(rows[-1])
         finally:
             a.stop()
             b.stop()
-
-
-def table(rows: list[Row]) -> str:
-    header = ("| footprint | host memcpy | suspend | resume | migrate A->B | migrate B->A | suspend (wall) | "
-              "resume (wall) | migrate (wall) | freed | exact |")
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    for r in rows:
-        lines.append(f"| {r.footprint_mib} MiB | {r.memcpy_ms:.1f} ms | {r.suspend_ms:.1f} ms | {r.resume_ms:.1f} ms | "
-                     f"{r.migrate_ms:.1f} ms | {r.migrate_back_ms:.1f} ms | {r.suspend_wall_ms:.1f} ms | "
-                     f"{r.resume_wall_ms:.1f} ms | {r.migrate_wall_ms:.1f} ms | {r.freed_mib:.1f} MiB | "
-                     f"{'yes' if r.exact else 'NO'} |")
-    return "\n".join(lines)
-
-
-def plot(rows: list[Row], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = [r.footprint_mib for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, values in (("suspend", [r.suspend_ms for r in rows]), ("resume", [r.resume_ms for r in rows]),
-                          ("migrate A->B", [r.migrate_ms for r in rows]),
-                          ("host memcpy (baseline)", [r.memcpy_ms for r in rows])):
-        ax.plot(x, values, marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("job's device footprint (MiB)")
-    ax.set_ylabel("time (ms, server-side)")
-    ax.set_title("tally: suspend, resume and migration time vs footprint")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write(rows: list[Row], json_path: Path | None, png_path: Path | None) -> None:
-    if json_path:
-        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
-    if png_path:
-        plot(rows, png_path)
+    return rows

@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
     m.add_argument("--footprints", default="16,64,256,1024",
                    help="the job's device memory in MiB, comma-separated (default: %(default)s)")
+    m.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure each footprint N times and report the medians (default 1)")
     m.add_argument("--json", type=Path, help="write the rows here")
     m.add_argument("--png", type=Path, help="write the figure here")
     if not extras.missing("cluster"):
@@ -270,13 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         from tally.bench.reliability_args import reliability_main
         return reliability_main(args)
     if args.command == "migrate":
-        from tally.bench.migrate import run_migrate_bench, table, write
+        from tally.bench.migrate import run_migrate_bench
+        from tally.bench.migrate_report import table, write
         try:
             footprints = [int(x) for x in args.footprints.split(",") if x]
         except ValueError:
             print(f"tally-bench migrate: --footprints {args.footprints!r} is not a list of MiB counts", file=sys.stderr)
             return 2
-        rows = run_migrate_bench(footprints, args.backend)
+        rows = run_migrate_bench(footprints, args.backend, repeat=max(1, args.repeat),
+                                 on_row=lambda r: print(f"{r.footprint_mib} MiB measured", file=sys.stderr))
         print(table(rows))
         write(rows, args.json, args.png)
         return 0 if all(r.exact for r in rows) else 1

@@ -35,6 +35,7 @@ from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.cli.number_flags import number_flag
 from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
 from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
+from tally.server.saved_memory import DEFAULT_KEEP_BYTES, SavedMemoryPolicy, check_spill_dir
 from tally.server.status import ServerStatus
 from tally.units import SizeError, parse_size
 
@@ -120,6 +121,19 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-seconds", type=slice_seconds, default=5.0, metavar="S",
                    help="with --oversubscribe: the time a best-effort job runs before it may be suspended for "
                         "another (default 5)")
+    p.add_argument("--suspend-host-limit", type=host_size("--suspend-host-limit"), default=None, metavar="SIZE",
+                   help="host memory all suspended jobs' saved device memory may take (e.g. 32G); beyond it "
+                        "their bytes go to --suspend-spill-dir, or the suspension is refused and the job runs "
+                        "on (default: no limit but the host's own: tally-server always leaves 2 GiB of it "
+                        "available)")
+    p.add_argument("--suspend-spill-dir", type=Path, default=None, metavar="DIR",
+                   help="where suspended jobs' bytes go once host memory has no room for them (unlinked files, "
+                        "gone with the server; use a local disk, not a tmpfs); default: none")
+    p.add_argument("--suspend-keep-host", type=host_size("--suspend-keep-host"), default=DEFAULT_KEEP_BYTES,
+                   metavar="SIZE",
+                   help="host memory a resume keeps for the next suspension, for 30 s (copying into memory "
+                        "the server has is several times faster than into new memory); 0 to keep none "
+                        "(default 1G)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add_share_flags(p)
     add_health_flags(p)
@@ -184,6 +198,17 @@ def size_flag(flag: str):
     def parse(text: str) -> int | float:
         try:
             return parse_size(text, flag, allow_percent=True)
+        except SizeError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def host_size(flag: str):
+    def parse(text: str) -> int:
+        if text.strip() in ("0", "0B"):
+            return 0
+        try:
+            return int(parse_size(text, flag))
         except SizeError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return parse
@@ -292,6 +317,8 @@ def serve_main(argv: list[str]) -> int:
     try:
         health = health_settings(args)
         data_plane = args.data_plane or default_data_plane()
+        if args.suspend_spill_dir is not None:
+            check_spill_dir(args.suspend_spill_dir)
     except ValueError as e:
         backend.close()
         print(f"tally-server: {e}", file=sys.stderr)
@@ -308,6 +335,9 @@ def serve_main(argv: list[str]) -> int:
                           hp_memory_reserve=args.hp_memory_reserve, max_hp_jobs=args.max_hp_jobs,
                           # susp17: suspend-based time-slicing
                           oversubscribe=args.oversubscribe, slice_seconds=args.slice_seconds,
+                          # speed17: where suspended jobs' bytes wait
+                          saved_memory=SavedMemoryPolicy(args.suspend_host_limit, args.suspend_spill_dir,
+                                                         args.suspend_keep_host),
                           # evict15: SysProbe, graceful exit
                           drain_timeout_s=args.drain_timeout, **health)
     try:

@@ -162,7 +162,13 @@ def _mobility_metrics(mobility: dict | None, clients: list[dict]) -> Iterator[Me
             ("last_suspend_ms", "tally_last_suspend_seconds", "How long the last suspension took.", 1e-3),
             ("last_resume_ms", "tally_last_resume_seconds", "How long the last resume took.", 1e-3),
             ("last_migration_ms", "tally_last_migration_seconds", "How long the last migration took.", 1e-3),
-            ("last_migration_bytes", "tally_last_migration_bytes", "Device bytes the last migration moved.", 1)):
+            ("last_migration_bytes", "tally_last_migration_bytes", "Device bytes the last migration moved.", 1),
+            ("saved_host_bytes", "tally_suspended_host_bytes", "Host memory suspended jobs' saved device memory "
+             "takes (compressed where that paid).", 1),
+            ("saved_spilled_bytes", "tally_suspended_spilled_bytes", "Suspended jobs' bytes that went to "
+             "--suspend-spill-dir.", 1),
+            ("saved_kept_bytes", "tally_suspend_kept_host_bytes", "Host memory kept for the next suspension "
+             "(--suspend-keep-host).", 1)):
         yield GaugeMetricFamily(name, help_text, value=mobility.get(key, 0) * scale)
     suspended = GaugeMetricFamily("tally_client_suspended_bytes", "Device memory of a suspended job held in host "
                                   "memory (0 while it runs).", labels=CLIENT_LABELS)

@@ -14,7 +14,8 @@ take it (its backend, its free memory, its device, its admission rules); (2)
 stop the job's session between two requests and let every piece of work it
 queued finish, so nothing of it runs, waits or is owed an answer; (3) stream
 its state: each allocation (read from the device chunk by chunk, LZ4-compressed
-where that halves it), its modules (their images, their globals' addresses and
+where that halves it, raw on the socket: tally/server/migration_bytes.py), its
+modules (their images, their globals' addresses and
 bytes, the ids of their kernels), its virtual memory, pinned and managed memory
 (tally/server/migration_memory.py), its streams and events (with when each was
 last reached, so elapsed times across the move work where the clocks allow:
@@ -40,28 +41,24 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import lz4.frame
 import msgpack
 
 from tally import protocol
 from tally.protocol.errors import DeviceError
 from tally.protocol.framing import recv_record, send_record
-from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
+from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer
 from tally.scheduler.executor import ClientGone
 from tally.server import handover, migration_memory
+# CHUNK_BYTES: the transfer's chunk size, still named here.
+from tally.server.migration_bytes import CHUNK_BYTES, ByteSender, send_piece  # noqa: F401
+from tally.server.step_clock import StepClock
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-# Bytes of device memory per state record (under the socket's record limit).
-CHUNK_BYTES = 8 << 20
-# Compressed only when that at least halves a chunk: otherwise the CPU time is not paid back.
-# A probe of its first bytes decides whether to try (random data is not worth a full pass).
-COMPRESS_BELOW = 0.5
-PROBE_BYTES = 64 << 10
 CONNECT_TIMEOUT_S = 5.0
 # The target answers an offer at once; a commit after restoring what it received.
 REPLY_TIMEOUT_S = 120.0
@@ -80,11 +77,17 @@ class MigrationRecord:
     last_migration_ms: float = 0.0
     last_migration_bytes: int = 0
     last_failure: str = ""
+    # The last migration's steps (connect, offer, hold, quiesce, transfer, commit, release), in ms.
+    last_steps_ms: dict = field(default_factory=dict)
+    # The last migration into this server, the target's steps (tally/server/migration_import.py).
+    last_import_steps_ms: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"migrations": self.migrations, "migrations_failed": self.failed,
                 "last_migration_ms": round(self.last_migration_ms, 3),
-                "last_migration_bytes": self.last_migration_bytes, "last_migration_failure": self.last_failure}
+                "last_migration_bytes": self.last_migration_bytes, "last_migration_failure": self.last_failure,
+                "last_migration_steps_ms": dict(self.last_steps_ms),
+                "last_import_steps_ms": dict(self.last_import_steps_ms)}
 
 
 def name(session) -> str:
@@ -102,23 +105,30 @@ def migrate(server, session, target: str) -> str:
 
 
 def _migrate(server, session, target: str) -> str:
-    started = time.monotonic()
+    clock = StepClock()
+    started = clock.started
     _check_movable(server, session)
     client = session.client
     footprint = sum(size for _p, size in client.allocations.all()) + sum(
         size for m in client.modules.loaded() for _p, size in server.backend.module_memory(m.backend_module).values())
     footprint += migration_memory.device_bytes(client)
     sock = _connect(target)
+    clock.step("connect")
     try:
         _ask(sock, MigrateOffer.KIND, _offer(server, session, footprint), "offer")
+        clock.step("offer")
         with session.suspend_lock:
             if not session.hold.hold(HOLD_TIMEOUT_S):
                 raise MigrationRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
                                        f"try again")
+            clock.step("hold")
             try:
                 _quiesce(server, session)
+                clock.step("quiesce")
                 sent = _send_state(server, session, sock)
+                clock.step("transfer")
                 _commit(session, sock)
+                clock.step("commit")
                 session.hand_over()         # the target serves the segment from now on
             except BaseException:
                 session.hold.release()      # the job runs on here
@@ -128,6 +138,7 @@ def _migrate(server, session, target: str) -> str:
         # a migration straight back finds its addresses free here.
         session.request_close(f"migrated to {target}")
         session.close()
+        clock.step("release")
     except (OSError, ConnectionError, protocol.ProtocolError) as e:
         raise MigrationRefused(f"{name(session)} stays here: the transfer to {target} failed ({e})") from None
     except ClientGone:
@@ -141,6 +152,7 @@ def _migrate(server, session, target: str) -> str:
     record.migrations += 1
     record.last_migration_ms = elapsed_ms
     record.last_migration_bytes = sent
+    record.last_steps_ms = clock.ms
     log.info("%s migrated to %s: %s of device state in %.1f ms", name(session), target, format_bytes(sent),
              elapsed_ms)
     return f"{name(session)} migrated to {target}: {format_bytes(sent)} of device state moved in {elapsed_ms:.0f} ms"
@@ -227,32 +239,15 @@ def _quiesce(server, session) -> None:
 
 
 def _piece(sock, piece: dict) -> None:
-    send_record(sock, MigrateState.KIND, MigrateState(tail=msgpack.packb(piece)).encode())
+    send_piece(sock, piece)
 
 
 def _send_state(server, session, sock) -> int:
     """Stream the job's state; the device bytes sent."""
     backend, client = server.backend, session.client
-    sent = 0
-    buffer = bytearray(CHUNK_BYTES)
-    stream = backend.stream_create()
+    sender = ByteSender(backend, sock, server.saved_memory)
+    send_bytes = sender.send
     try:
-        def send_bytes(ptr: int, size: int) -> None:
-            nonlocal sent
-            for offset in range(0, size, CHUNK_BYTES):
-                n = min(CHUNK_BYTES, size - offset)
-                view = memoryview(buffer)[:n]
-                backend.memcpy_dtoh_async(view, ptr + offset, stream)
-                backend.stream_synchronize(stream)
-                small = False
-                probe = view[:PROBE_BYTES]
-                if len(lz4.frame.compress(probe)) < len(probe) * COMPRESS_BELOW:
-                    packed = lz4.frame.compress(view)
-                    small = len(packed) < n * COMPRESS_BELOW
-                _piece(sock, {"op": "bytes", "ptr": ptr + offset, "lz4": small,
-                              "data": packed if small else view})
-                sent += n
-
         for ptr, size in client.allocations.all():
             if ptr in client.managed:
                 continue                # its bytes are the job's shared memory: migration_memory.py
@@ -267,15 +262,15 @@ def _send_state(server, session, sock) -> int:
             for ptr, size in globals_.values():
                 send_bytes(ptr, size)
     finally:
-        backend.stream_destroy(stream)
-    sent += migration_memory.send(backend, client, sock, _piece)
+        sender.close()
+    memory_sent = migration_memory.send(backend, client, sock, _piece)
     _piece(sock, {"op": "streams", "list": client.streams.describe()})
     _piece(sock, {"op": "events", "list": client.events.describe()})
     deferred = session.deferred_error
     _piece(sock, {"op": "session", "next_module_id": client.modules.next_id(),
                   "deferred": None if deferred is None else [deferred.code, deferred.message],
                   "kept_output": list(client.kept_output), "quota": client.allocations.memory.quota_bytes})
-    return sent
+    return sender.sent + memory_sent
 
 
 def _commit(session, sock) -> str:

@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 
-import lz4.frame
 import msgpack
 
 from tally import _core, protocol
@@ -35,10 +34,12 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer, MigrateState
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
 from tally.scheduler.hooks import AdmissionRequest
-from tally.server import handover
+from tally.server import handover, lz4_chunks
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
+from tally.server.migration_bytes import PayloadReceiver
 from tally.server.migration_memory import ImportedMemory
+from tally.server.step_clock import StepClock
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -72,6 +73,7 @@ def receive(server, conn: socket.socket, payload: bytes) -> None:
                 piece = msgpack.unpackb(MigrateState.decode(record).tail)
                 if not isinstance(piece, dict):
                     raise protocol.ProtocolError("a piece of migration state is not a map")
+                piece = job.payloads.attach(conn, piece)
                 if piece.get("op") == "handover":
                     _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 2)
                     continue
@@ -163,8 +165,19 @@ class JobImport:
         # Its virtual, pinned and managed memory; undone before its allocations are freed.
         self.memory_beyond = ImportedMemory(backend, self.allocations, server.description.total_memory, self.pid)
         self._undo.callback(self.memory_beyond.undo)
+        self._copy_failed: DeviceError | None = None
+        self.clock = StepClock()           # where the import's time goes (the log, status)
+        self.payloads = PayloadReceiver(self._sync, server.saved_memory)
+        self._undo.callback(self._payloads_done)   # copies under way end before any memory is undone
 
     def apply(self, piece: dict, fds: list[int]) -> None:
+        self.clock.step("receive")       # waiting for the piece (and reading a chunk's payload)
+        try:
+            self._apply(piece, fds)
+        finally:
+            self.clock.step(str(piece.get("op")))
+
+    def _apply(self, piece: dict, fds: list[int]) -> None:
         op, backend = piece["op"], self.backend
         if op in ImportedMemory.OPS:
             self.memory_beyond.apply(piece, fds)
@@ -174,9 +187,9 @@ class JobImport:
                 backend.mem_alloc_at(ptr, size)
             self.allocations.add(ptr, size)
         elif op == "bytes":
-            data = lz4.frame.decompress(piece["data"]) if piece["lz4"] else piece["data"]
+            # Not waited for here: the copy runs while the next chunk arrives (PayloadReceiver).
+            data = lz4_chunks.decompress(piece["data"]) if piece["lz4"] else piece["data"]
             backend.memcpy_htod_async(piece["ptr"], memoryview(data), self._stream)
-            backend.stream_synchronize(self._stream)
         elif op == "module":
             self.modules.load_at(piece["id"], piece["image"], piece["globals"], piece["functions"],
                                  {n: tuple(v) for n, v in piece["resolved"].items()})
@@ -188,6 +201,17 @@ class JobImport:
             self.state = piece
         else:
             raise ImportRefused(f"unknown piece of state {op!r}")
+
+    def _sync(self) -> None:
+        """Wait for the chunks' copies so far; a failed one fails the commit."""
+        try:
+            self.backend.stream_synchronize(self._stream)
+        except DeviceError as e:
+            self._copy_failed = self._copy_failed or e
+
+    def _payloads_done(self) -> None:
+        self._sync()                     # no copy out of a payload buffer runs any more
+        self.payloads.close()
 
     def _forget_all(self) -> None:
         self.modules.clear()
@@ -204,6 +228,12 @@ class JobImport:
         """Take the job over: its session runs here from now on (the source forgets it).
         The session owns `socket_fd` once this returns; `segment_fd` stays the caller's."""
         server = self.server
+        self.clock.step("receive")
+        self._sync()                     # every byte is on the device before the job runs here
+        self.clock.step("bytes")
+        if self._copy_failed is not None:
+            raise self._copy_failed
+        self.payloads.close()
         segment = _core.Segment.adopt(segment_fd, commit["segment"], spin_us=server.config.session_spin_us(
             self.backend.traits))
         conn = socket.socket(fileno=os.dup(socket_fd))
@@ -247,9 +277,11 @@ class JobImport:
         os.close(socket_fd)
         self._stream_done()
         self._undo.pop_all()
-        log.info("client %d (%s) migrated here: %d allocations, %d modules, %d streams, %d events",
+        self.clock.step("commit")
+        server.migrations.last_import_steps_ms = self.clock.ms
+        log.info("client %d (%s) migrated here: %d allocations, %d modules, %d streams, %d events; ms per step: %s",
                  session.client_id, self.program, len(self.allocations), len(self.modules.loaded()),
-                 len(self.streams), len(self.events))
+                 len(self.streams), len(self.events), self.clock.ms)
         return session
 
     def _stream_done(self) -> None:

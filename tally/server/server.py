@@ -50,6 +50,7 @@ from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
 from tally.server.migration import MigrationRecord
 from tally.server.oversubscribe import TimeSlicer
+from tally.server.saved_memory import SavedMemoryPolicy, SavedMemoryStore
 from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
 
@@ -111,6 +112,9 @@ class ServerConfig:
     # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
     oversubscribe: bool = False
     slice_seconds: float = 5.0
+    # Where suspended jobs' device bytes wait (tally/server/saved_memory.py): the host memory
+    # they may take, the directory beyond it, the buffers kept for the next suspension.
+    saved_memory: SavedMemoryPolicy = field(default_factory=SavedMemoryPolicy)
     # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
     data_plane: str = field(default_factory=default_data_plane)
 
@@ -157,6 +161,7 @@ class TallyServer:
             self.executor.device_errors = self.device_faults.seen
         self.ipc = IpcRegistry()          # allocations and events jobs exported to each other
         self.mobility = MobilityRecord()  # suspensions and resumes (tally/server/suspend.py)
+        self.saved_memory = SavedMemoryStore(config.saved_memory)   # their saved bytes
         self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
         self.time_slicer = TimeSlicer(self, config.slice_seconds) if config.oversubscribe else None
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory

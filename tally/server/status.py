@@ -187,6 +187,6 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         shutting_down=not server.admitting,
         device_faults=server.counters.device_faults,
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
-        mobility={**server.mobility.to_json(), **server.migrations.to_json()},
+        mobility={**server.mobility.to_json(), **server.migrations.to_json(), **server.saved_memory.to_json()},
         data_plane=server.config.data_plane,
     )

@@ -9,9 +9,12 @@ executor holds its work (pause_client: running PTB kernels are preempted at a
 block boundary, other running work finishes), the server waits until none of
 its work is on the device, copies every byte it owns there (allocations, its
 modules' globals, its virtual memory's physical memory) to host memory, and
-only then frees it. A failure before the frees (the job's session stays busy,
-a host function of the job holds its stream, a copy fails) leaves the job
-running as it was, with the reason. Resume gets the same addresses back first
+only then frees it. The bytes go into the server's chunk buffers, compressed
+where that pays, within the host-memory limit, beyond it to disk
+(tally/server/saved_log.py, saved_memory.py). A failure before the frees (the
+job's session stays busy, a host function of the job holds its stream, a copy
+fails, host memory has no room) leaves the job running as it was, with the
+reason. Resume gets the same addresses back first
 (all or none: when another job holds them, or the memory, the job stays
 suspended and the operator learns why), writes the bytes, and lets the work go.
 
@@ -32,6 +35,8 @@ from dataclasses import dataclass, field
 from tally import protocol
 from tally.protocol.errors import DeviceError
 from tally.scheduler.executor import ClientGone
+from tally.server.saved_log import SavedLog
+from tally.server.saved_memory import HostMemoryFull, SavedMemoryStore
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -47,24 +52,20 @@ class SuspendRefused(Exception):
 
 
 @dataclass
-class SavedBytes:
-    ptr: int                 # device address (allocation or global)
-    data: bytearray
-
-
-@dataclass
 class SavedPhysical:
     handle: int              # the client's handle (VirtualMemory)
     released: bool           # the client released it; its mappings keep it
-    data: bytearray
+    size: int
 
 
 @dataclass
 class Suspension:
-    """A suspended job's device state, in host memory."""
+    """A suspended job's device state: where its bytes went (`saved`, host memory
+    or disk: tally/server/saved_log.py) and what they were, in the log's order."""
 
-    allocations: list[SavedBytes] = field(default_factory=list)
-    modules: list[tuple[object, list[SavedBytes]]] = field(default_factory=list)   # (LoadedModule, its globals)
+    saved: SavedLog
+    allocations: list[tuple[int, int]] = field(default_factory=list)      # (device address, bytes)
+    modules: list[tuple[object, list[tuple[int, int]]]] = field(default_factory=list)   # (LoadedModule, its globals)
     physical: list[SavedPhysical] = field(default_factory=list)
     mappings: list[tuple[int, object]] = field(default_factory=list)   # (address, VirtualMemory Mapping)
     operator_paused: bool = False     # paused before it was suspended: stays paused on resume
@@ -75,18 +76,19 @@ class Suspension:
 
     @property
     def nbytes(self) -> int:
-        return (sum(len(s.data) for s in self.allocations) + sum(len(p.data) for p in self.physical)
-                + sum(len(s.data) for _m, saved in self.modules for s in saved))
+        return self.saved.nbytes
 
     def discard(self, session) -> None:
         """The job went while suspended: forget what is not on the device any more,
-        so its release frees only what is (its modules free nothing: evicted)."""
+        so its release frees only what is (its modules free nothing: evicted), and
+        give its saved bytes' host memory back."""
         client = session.client
         client.allocations.memory.take_back(self.charged)     # the forgetting below gives it back
-        for saved in self.allocations:
-            client.allocations.remove(saved.ptr)
-            session.backend.mem_free_evicted(saved.ptr)
+        for ptr, _size in self.allocations:
+            client.allocations.remove(ptr)
+            session.backend.mem_free_evicted(ptr)
         client.vmm.forget_physical()
+        self.saved.release()
 
 
 @dataclass
@@ -139,9 +141,9 @@ def suspend(server, session, force: bool = False) -> str:
             if not executor.wait_client_idle(session.client_id, IDLE_TIMEOUT_S):
                 raise SuspendRefused(f"{name(session)}'s work did not leave the device within {IDLE_TIMEOUT_S:g} s "
                                      f"(a host function of the job may hold its stream); nothing changed")
-            state = _save(backend, session.client)
+            state = _save(backend, session.client, server.saved_memory)
             _free(backend, session.client, state)
-            state.charged = sum(len(s.data) for s in state.allocations) + sum(len(p.data) for p in state.physical)
+            state.charged = sum(size for _p, size in state.allocations) + sum(p.size for p in state.physical)
             session.client.allocations.memory.give(state.charged)
         except BaseException as e:
             if not operator_paused:
@@ -151,6 +153,9 @@ def suspend(server, session, force: bool = False) -> str:
                 raise SuspendRefused(f"{name(session)} left while it was being suspended") from None
             if isinstance(e, DeviceError):
                 raise SuspendRefused(f"{name(session)} could not be saved ({e}); it runs on as before") from None
+            if isinstance(e, HostMemoryFull):
+                raise SuspendRefused(f"{name(session)} was not suspended: no room in host memory for its "
+                                     f"device memory ({e}); it runs on as before") from None
             raise
         state.operator_paused = operator_paused
         state.suspended_at = time.monotonic()
@@ -159,9 +164,10 @@ def suspend(server, session, force: bool = False) -> str:
     record = server.mobility
     record.suspensions += 1
     record.last_suspend_ms = elapsed_ms
-    log.info("%s suspended: %s of device memory saved and freed in %.1f ms", name(session),
-             format_bytes(state.nbytes), elapsed_ms)
-    return (f"{name(session)} suspended: {format_bytes(state.nbytes)} of device memory saved to host memory and "
+    where = _where(state.saved)
+    log.info("%s suspended: %s of device memory saved (%s) and freed in %.1f ms", name(session),
+             format_bytes(state.nbytes), where, elapsed_ms)
+    return (f"{name(session)} suspended: {format_bytes(state.nbytes)} of device memory saved ({where}) and "
             f"freed in {elapsed_ms:.0f} ms; `tally-server resume --client {session.client_id}` brings it back")
 
 
@@ -179,14 +185,18 @@ def resume(server, session) -> str:
             memory.take(state.charged)        # its quota and the best-effort pool, as for an allocation
             try:
                 _restore(backend, session.client, state)
-            except DeviceError:
+            except (DeviceError, OSError):
                 memory.give(state.charged)
                 raise
         except DeviceError as e:
             raise SuspendRefused(f"{name(session)} stays suspended: its memory cannot come back at its addresses "
                                  f"now ({e}); free device memory (or wait for jobs to end) and try again") from None
+        except OSError as e:       # a spilled chunk could not be read back
+            raise SuspendRefused(f"{name(session)} stays suspended: its saved bytes could not be read back from "
+                                 f"--suspend-spill-dir ({e}); check that disk and try again") from None
         session.suspension = None
         nbytes = state.nbytes
+        state.saved.release()
         if not state.operator_paused:
             _release_work(server.executor, session)
         session.hold.release()
@@ -200,6 +210,14 @@ def resume(server, session) -> str:
            + still
 
 
+def _where(saved: SavedLog) -> str:
+    """Where a suspended job's bytes went, for the operator."""
+    parts = [f"{format_bytes(saved.host_bytes)} of host memory"]
+    if saved.spilled_bytes:
+        parts.append(f"{format_bytes(saved.spilled_bytes)} on disk")
+    return " and ".join(parts)
+
+
 def _release_work(executor, session) -> None:
     try:
         executor.resume_client(session.client_id)
@@ -209,41 +227,44 @@ def _release_work(executor, session) -> None:
 
 # ---- device state ---------------------------------------------------------------------
 
-def _save(backend, client) -> Suspension:
-    """Copy everything the job owns on the device to host memory (nothing is freed)."""
-    state = Suspension()
-    stream = backend.stream_create()
-    try:
-        for ptr, size in client.allocations.all():
-            if ptr in client.managed:
-                continue
-            saved = SavedBytes(ptr, bytearray(size))
-            backend.memcpy_dtoh_async(memoryview(saved.data), ptr, stream)
-            state.allocations.append(saved)
-        for module in client.modules.loaded():
-            globals_ = [SavedBytes(ptr, bytearray(size))
-                        for ptr, size in backend.module_memory(module.backend_module).values()]
-            for saved in globals_:
-                backend.memcpy_dtoh_async(memoryview(saved.data), saved.ptr, stream)
-            state.modules.append((module, globals_))
-        backend.stream_synchronize(stream)
-    finally:
-        backend.stream_destroy(stream)
+def _save(backend, client, store: SavedMemoryStore) -> Suspension:
+    """Copy everything the job owns on the device to host memory (nothing is freed).
+    HostMemoryFull or DeviceError: nothing is kept."""
+    state = Suspension(SavedLog(store))
+    state.allocations = [(ptr, size) for ptr, size in client.allocations.all() if ptr not in client.managed]
+    state.modules = [(module, list(backend.module_memory(module.backend_module).values()))
+                     for module in client.modules.loaded()]
     vmm = client.vmm
     with vmm.lock:
         handles = [(h, found, False) for h, found in vmm.handles.items()]
         handles += [(h, found, True) for h, found in vmm.released_mapped.items()]
         state.mappings = sorted(vmm.mappings.items())
-    for handle, (backend_handle, size), released in handles:
-        saved = SavedPhysical(handle, released, bytearray(size))
-        backend.vmm_read(backend_handle, 0, memoryview(saved.data))
-        state.physical.append(saved)
+    state.physical = [SavedPhysical(h, released, size) for h, (_bh, size), released in handles]
+    total = (sum(size for _p, size in state.allocations) + sum(p.size for p in state.physical)
+             + sum(size for _m, globals_ in state.modules for _p, size in globals_))
+    stream = backend.stream_create()
+    try:
+        writer = state.saved.writer(lambda: backend.stream_synchronize(stream), total)
+        try:
+            for ptr, size in state.allocations:
+                writer.append(size, lambda view, at, ptr=ptr: backend.memcpy_dtoh_async(view, ptr + at, stream))
+            for _module, globals_ in state.modules:
+                for ptr, size in globals_:
+                    writer.append(size, lambda view, at, ptr=ptr: backend.memcpy_dtoh_async(view, ptr + at, stream))
+            for _h, (backend_handle, size), _released in handles:
+                writer.append(size, lambda view, at, h=backend_handle: backend.vmm_read(h, at, view))
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+    finally:
+        backend.stream_destroy(stream)
     return state
 
 
 def _free(backend, client, state: Suspension) -> None:
-    for saved in state.allocations:
-        backend.mem_evict(saved.ptr)
+    for ptr, _size in state.allocations:
+        backend.mem_evict(ptr)
     for module, _globals in state.modules:
         backend.module_evict(module.backend_module)
     vmm = client.vmm
@@ -257,19 +278,19 @@ def _free(backend, client, state: Suspension) -> None:
 
 def _restore(backend, client, state: Suspension) -> None:
     """All of the job's memory back at its addresses, then its bytes; on failure
-    (DeviceError) nothing of it is on the device again."""
-    live = set(map(id, client.modules.loaded()))
-    modules = [(m, saved) for m, saved in state.modules if id(m) in live]   # the others were unloaded meanwhile
+    (DeviceError) nothing of it is on the device again, and its bytes stay saved."""
+    live = set(map(id, client.modules.loaded()))     # the others were unloaded meanwhile
     new_handles: dict[int, object] = {}
     with contextlib.ExitStack() as undo:
-        for saved in state.allocations:
-            backend.mem_alloc_at(saved.ptr, len(saved.data))
-            undo.callback(backend.mem_evict, saved.ptr)
-        for module, _saved in modules:
-            backend.module_restore(module.backend_module)
-            undo.callback(backend.module_evict, module.backend_module)
+        for ptr, size in state.allocations:
+            backend.mem_alloc_at(ptr, size)
+            undo.callback(backend.mem_evict, ptr)
+        for module, _globals in state.modules:
+            if id(module) in live:
+                backend.module_restore(module.backend_module)
+                undo.callback(backend.module_evict, module.backend_module)
         for physical in state.physical:
-            new_handles[physical.handle] = handle = backend.vmm_create(len(physical.data))
+            new_handles[physical.handle] = handle = backend.vmm_create(physical.size)
             undo.callback(backend.vmm_release, handle)
         for ptr, mapping in state.mappings:
             backend.vmm_map(ptr, mapping.size, mapping.offset, new_handles[mapping.handle])
@@ -278,19 +299,27 @@ def _restore(backend, client, state: Suspension) -> None:
                 backend.vmm_set_access(ptr, mapping.size, True)
         stream = backend.stream_create()
         try:
-            for saved in state.allocations:
-                backend.memcpy_htod_async(saved.ptr, memoryview(saved.data), stream)
-            for _module, globals_ in modules:
-                for saved in globals_:
-                    backend.memcpy_htod_async(saved.ptr, memoryview(saved.data), stream)
-            backend.stream_synchronize(stream)
+            reader = state.saved.reader(lambda: backend.stream_synchronize(stream))
+            try:
+                for ptr, size in state.allocations:
+                    reader.read(size, lambda at, view, ptr=ptr: backend.memcpy_htod_async(ptr + at, view, stream))
+                for module, globals_ in state.modules:
+                    for ptr, size in globals_:
+                        if id(module) in live:
+                            reader.read(size, lambda at, view, ptr=ptr: backend.memcpy_htod_async(ptr + at, view,
+                                                                                                   stream))
+                        else:
+                            reader.skip(size)
+                for physical in state.physical:
+                    reader.read(physical.size, lambda at, view, h=new_handles[physical.handle]:
+                                backend.vmm_write(h, at, view))
+            finally:
+                reader.finish()
         finally:
             backend.stream_destroy(stream)
-        for physical in state.physical:
-            backend.vmm_write(new_handles[physical.handle], 0, memoryview(physical.data))
         undo.pop_all()
     vmm = client.vmm
     with vmm.lock:
         for physical in state.physical:
             table = vmm.released_mapped if physical.released else vmm.handles
-            table[physical.handle] = (new_handles[physical.handle], len(physical.data))
+            table[physical.handle] = (new_handles[physical.handle], physical.size)
