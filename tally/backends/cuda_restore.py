@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver as cu
 
-from tally.backends.base import VMM_GRANULARITY, ModuleSource
+from tally.backends.base import VMM_GRANULARITY
 from tally.backends.cuda_globals import CudaRelocatedGlobals
 from tally.protocol.errors import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED,
                                    DeviceError)
