@@ -92,7 +92,8 @@ def test_status_record_reads_back_the_json_it_was_sent_as(server):
         "be_transform", "scheduler", "uptime_s", "memory_free", "memory_total", "protocol_version",
         "dropped_connections", "clients_leaving", "be_sm_percent", "dynamic_sm", "be_util_target", "sm_count",
         "levers", "be_memory_quota_bytes", "hp_memory_reserve_bytes", "max_hp_jobs", "evictions",
-        "health", "shutting_down", "device_faults", "last_device_fault", "mobility", "data_plane"]
+        "health", "shutting_down", "device_faults", "last_device_fault", "mobility", "data_plane",
+        "host_memory"]
     assert list(status["clients"][0]) == [
         "client_id", "pid", "program", "priority", "connected_s", "memory_used", "memory_peak", "memory_quota",
         "allocations", "requests", "sync_requests", "errors", "protocol_errors", "requests_by_kind",

@@ -37,9 +37,10 @@ def verdict(check: dict) -> str:
     return {True: "PASS", False: "FAIL", None: "----"}[check["passed"]]
 
 
-def rss_quarters(rounds: list[dict]) -> tuple[int, int]:
-    """Median server RSS of the first and of the last quarter of the rounds (at least one round each)."""
-    values = [r["server_rss_bytes"] for r in rounds]
+def rss_quarters(rounds: list[dict], key: str = "server_rss_bytes") -> tuple[int, int]:
+    """Median server RSS (or another per-round figure) of the first and of the last
+    quarter of the rounds (at least one round each)."""
+    values = [r.get(key, 0) for r in rounds]
     quarter = max(1, len(values) // 4)
     return int(statistics.median(values[:quarter])), int(statistics.median(values[-quarter:]))
 
@@ -72,7 +73,7 @@ def check_campaign(report: dict) -> list[dict]:
     tolerance = rss_tolerance(first)
     rss = _check("server RSS flat", last - first <= tolerance,
                  f"median first quarter {first / MIB:.1f} MiB, last quarter {last / MIB:.1f} MiB "
-                 f"({(last - first) / MIB:+.1f} MiB; tolerance {tolerance / MIB:.1f} MiB)")
+                 f"({(last - first) / MIB:+.1f} MiB; tolerance {tolerance / MIB:.1f} MiB)" + _allocator(rounds))
     if len(rounds) < RSS_MIN_ROUNDS:
         rss.update(passed=None, detail=rss["detail"] + f"; not judged under {RSS_MIN_ROUNDS} rounds")
     checks.append(rss)
@@ -84,6 +85,17 @@ def check_campaign(report: dict) -> list[dict]:
     checks.append(_check("server kept serving", final["server_running"] and not errors,
                          "alive, no crash in its log" if not errors else f"{len(errors)} error line(s): {errors[:3]}"))
     return checks
+
+
+def _allocator(rounds: list[dict]) -> str:
+    """The C allocator's bytes in use and held, first vs last quarter: RSS growing
+    with them flat is memory the allocator keeps, not a leak (host_memory.py)."""
+    first, last = rss_quarters(rounds, "server_malloc_in_use_bytes")
+    if not first:               # a server without the record (not glibc, or an older tally)
+        return ""
+    held_first, held_last = rss_quarters(rounds, "server_malloc_system_bytes")
+    return (f"; malloc in use {first / MIB:.1f} -> {last / MIB:.1f} MiB, "
+            f"held {held_first / MIB:.1f} -> {held_last / MIB:.1f} MiB")
 
 
 def format_table(report: dict) -> str:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from tally import protocol
 from tally.protocol import Priority
 from tally.protocol.errors import DeviceError
+from tally.server.host_memory import allocator_stats
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ class ServerStatus:
     # suspensions and resumes so far, and how long the last of each took (tally/server/suspend.py)
     mobility: dict = field(default_factory=dict)
     data_plane: str = "python"       # `tally-server --data-plane`
+    # the C allocator's view of the server's own memory: from the system, in use, per
+    # arena (tally/server/host_memory.py); None where the C library cannot tell
+    host_memory: dict | None = None
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -184,4 +188,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
         mobility={**server.mobility.to_json(), **server.migrations.to_json()},
         data_plane=server.config.data_plane,
+        host_memory=allocator_stats(),
     )
