@@ -118,6 +118,25 @@ def test_closed_client_is_forgotten_and_its_segment_removed(server):
     assert wait_until(lambda: not os.path.exists("/dev/shm" + seg_name))
 
 
+def _server_maps(pid: int, segment_name: str) -> bool:
+    paths = {f"/dev/shm{segment_name}", f"/dev/shm{segment_name} (deleted)"}
+    with open(f"/proc/{pid}/maps") as f:
+        return any(line.rstrip("\n").split(None, 5)[-1] in paths for line in f)
+
+
+def test_a_closed_clients_segment_is_unmapped_from_the_server_at_once(server):
+    """Not when Python's garbage collector gets to the closed session (reference
+    cycles keep it): the chaos campaign's server kept dead jobs' segments mapped,
+    megabytes of RSS each, until a full collection."""
+    c = PyClient(server.socket_path)
+    assert c.call("Ping", value=1)[0] == "Pong"
+    name = c.segment.name
+    assert _server_maps(server.proc.pid, name)
+    c.close()
+    assert wait_until(lambda: not query_status(server.socket_path)["clients"])
+    assert wait_until(lambda: not _server_maps(server.proc.pid, name), timeout=5)
+
+
 CHILD = r"""
 import sys, time
 sys.path.insert(0, {tests!r})
