@@ -35,6 +35,7 @@ from tally.protocol.messages_generated import StatusReply, StatusRequest
 from tally.cli.number_flags import number_flag
 from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
 from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
+from tally.server.host_memory import cap_arenas
 from tally.server.status import ServerStatus
 from tally.units import SizeError, parse_size
 
@@ -264,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    # Before any thread exists: glibc fixes its arena limit at the first thread's
+    # first allocation (tally/server/host_memory.py says why the server caps it).
+    if not cap_arenas():
+        logging.getLogger("tally.server").debug("C allocator's arenas not capped (not glibc, "
+                                                 "MALLOC_ARENA_MAX set, or threads already running)")
     from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
