@@ -7,8 +7,11 @@ the reference (not the start) because the first jobs fill caches that then stay
 (the emulator's lowered kernels, Python's allocator arenas); a leak of what one
 job held (its shared segment alone commits ~34 MiB) shows after a single round,
 and a per-job leak of ~160 KiB or more shows over 100 rounds (50 rounds apart
-times 160 KiB = 8 MiB). Allocator noise between quarters measured on this
-benchmark stays under 2 MiB (bench/results/chaos-2026-11-25.md).
+times 160 KiB = 8 MiB). The server's own memory is bounded (segments unmapped at
+a job's release, glibc's arenas capped and trimmed: tally/server/host_memory.py);
+what is left between quarters is 0.9-2.4 MiB, Python's garbage not collected yet
+(bench/results/chaos-2026-11-28.md). The C allocator's bytes in use and held are
+shown next to RSS, so a growth says whether memory leaked or was only kept.
 """
 from __future__ import annotations
 

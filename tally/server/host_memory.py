@@ -35,8 +35,12 @@ import time
 
 M_ARENA_MAX = -8                 # mallopt's parameter number (glibc malloc.h)
 # Arenas the server keeps (cap_arenas). Threads share an arena's lock, but small
-# allocations (the frequent ones) come from each thread's tcache without it; what
-# two cost and give on the chaos campaign: bench/results/chaos-2026-11-28.md.
+# allocations (the frequent ones) come from each thread's tcache without it.
+# Measured (bench/results/chaos-2026-11-28.md): with the trims, 2 arenas kept
+# ~1 MiB resident in the extra arena against 3-8 MiB in 15, and halved a trim
+# (0.6-0.8 ms a job, against 1.6); `tally-bench demo` on the emulator showed no
+# difference in latency and 306 against 329 best-effort kernels/s, within its
+# noise on the loaded VM. MALLOC_ARENA_MAX in the environment overrides it.
 SERVER_ARENAS = 2
 # The user's own choice wins: glibc reads these from the environment at start.
 _ARENA_ENV = ("MALLOC_ARENA_MAX",)
