@@ -265,11 +265,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
-    # Before any thread exists: glibc fixes its arena limit at the first thread's
-    # first allocation (tally/server/host_memory.py says why the server caps it).
+    # Before a second thread allocates: glibc fixes its arena limit when it makes
+    # the first arena after the main one (tally/server/host_memory.py says why).
     if not cap_arenas():
         logging.getLogger("tally.server").debug("C allocator's arenas not capped (not glibc, "
-                                                 "MALLOC_ARENA_MAX set, or threads already running)")
+                                                 "MALLOC_ARENA_MAX or GLIBC_TUNABLES set, or too late)")
     from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 
