@@ -201,6 +201,32 @@ def test_the_loop_ends_when_the_job_is_gone():
     lp.server.unlink()
 
 
+def _mapped(name: str) -> bool:
+    """Whether this process maps the shared-memory object `name` (its name unlinked or not)."""
+    paths = {f"/dev/shm{name}", f"/dev/shm{name} (deleted)"}
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip("\n").split(None, 5)[-1] in paths for line in f)
+
+
+def test_close_unmaps_the_segment_while_the_plane_object_lives():
+    """A closed session's plane let go of the job's segment only when Python's
+    garbage collector got to the session (reference cycles): dead jobs' segments
+    stayed mapped in the server, megabytes each (the chaos campaign's RSS growth)."""
+    lp = Loop()
+    lp.ping(1)
+    name = lp.server.name
+    lp.plane.stop()
+    assert lp.ended.get(timeout=5) == (True, "")
+    lp.client.close()
+    lp.server.close()                     # the session's own handle goes first, as in Session.close
+    assert _mapped(name), "the plane still holds the mapping"
+    lp.plane.close()
+    assert not _mapped(name)
+    assert not lp.plane.push_completion(kind("Done"), 12, b"")
+    assert lp.plane.serve(lp._python, 0.05) == (True, "the session closed")
+    lp.plane.close()                      # idempotent
+
+
 def test_replies_after_close_go_nowhere(loop):
     assert loop.plane.push_completion(kind("Done"), 11, b"")
     assert loop.reply() == ("Done", 11, {})

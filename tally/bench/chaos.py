@@ -91,6 +91,12 @@ class Round:
     shm_lingered: list[str] = field(default_factory=list)  # there at the release, gone within SHM_SETTLE_S
     server_rss_bytes: int = 0
     server_threads: int = 0
+    # the C allocator inside the server (`tally-server status`'s host_memory): what it
+    # holds from the system and what of it is in use; RSS minus these is Python's
+    # own arenas, thread stacks, code and the mapped segments
+    server_malloc_system_bytes: int = 0
+    server_malloc_in_use_bytes: int = 0
+    server_arenas: int = 0
     service_running: bool = True
     note: str = ""
 
@@ -205,6 +211,10 @@ class _Campaign:
         r.shm_lingered = sorted(set(found) - set(r.shm_left))
         r.server_rss_bytes = rss_bytes(self.server.pid)
         r.server_threads = proc_status(self.server.pid, "Threads")
+        host = self.status()["server"].get("host_memory") or {}
+        r.server_malloc_system_bytes = host.get("system_bytes", 0)
+        r.server_malloc_in_use_bytes = host.get("in_use_bytes", 0)
+        r.server_arenas = len(host.get("arenas", ()))
         r.service_running = self.service.running()
         return r
 

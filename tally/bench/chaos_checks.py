@@ -7,8 +7,11 @@ the reference (not the start) because the first jobs fill caches that then stay
 (the emulator's lowered kernels, Python's allocator arenas); a leak of what one
 job held (its shared segment alone commits ~34 MiB) shows after a single round,
 and a per-job leak of ~160 KiB or more shows over 100 rounds (50 rounds apart
-times 160 KiB = 8 MiB). Allocator noise between quarters measured on this
-benchmark stays under 2 MiB (bench/results/chaos-2026-11-25.md).
+times 160 KiB = 8 MiB). The server's own memory is bounded (segments unmapped at
+a job's release, glibc's arenas capped and trimmed: tally/server/c_allocator.py);
+what is left between quarters is 0.9-2.4 MiB, Python's garbage not collected yet
+(bench/results/chaos-2026-11-28.md). The C allocator's bytes in use and held are
+shown next to RSS, so a growth says whether memory leaked or was only kept.
 """
 from __future__ import annotations
 
@@ -37,9 +40,10 @@ def verdict(check: dict) -> str:
     return {True: "PASS", False: "FAIL", None: "----"}[check["passed"]]
 
 
-def rss_quarters(rounds: list[dict]) -> tuple[int, int]:
-    """Median server RSS of the first and of the last quarter of the rounds (at least one round each)."""
-    values = [r["server_rss_bytes"] for r in rounds]
+def rss_quarters(rounds: list[dict], key: str = "server_rss_bytes") -> tuple[int, int]:
+    """Median server RSS (or another per-round figure) of the first and of the last
+    quarter of the rounds (at least one round each)."""
+    values = [r.get(key, 0) for r in rounds]
     quarter = max(1, len(values) // 4)
     return int(statistics.median(values[:quarter])), int(statistics.median(values[-quarter:]))
 
@@ -72,7 +76,7 @@ def check_campaign(report: dict) -> list[dict]:
     tolerance = rss_tolerance(first)
     rss = _check("server RSS flat", last - first <= tolerance,
                  f"median first quarter {first / MIB:.1f} MiB, last quarter {last / MIB:.1f} MiB "
-                 f"({(last - first) / MIB:+.1f} MiB; tolerance {tolerance / MIB:.1f} MiB)")
+                 f"({(last - first) / MIB:+.1f} MiB; tolerance {tolerance / MIB:.1f} MiB)" + _allocator(rounds))
     if len(rounds) < RSS_MIN_ROUNDS:
         rss.update(passed=None, detail=rss["detail"] + f"; not judged under {RSS_MIN_ROUNDS} rounds")
     checks.append(rss)
@@ -84,6 +88,17 @@ def check_campaign(report: dict) -> list[dict]:
     checks.append(_check("server kept serving", final["server_running"] and not errors,
                          "alive, no crash in its log" if not errors else f"{len(errors)} error line(s): {errors[:3]}"))
     return checks
+
+
+def _allocator(rounds: list[dict]) -> str:
+    """The C allocator's bytes in use and held, first vs last quarter: RSS growing
+    with them flat is memory the allocator keeps, not a leak (host_memory.py)."""
+    first, last = rss_quarters(rounds, "server_malloc_in_use_bytes")
+    if not first:               # a server without the record (not glibc, or an older tally)
+        return ""
+    held_first, held_last = rss_quarters(rounds, "server_malloc_system_bytes")
+    return (f"; malloc in use {first / MIB:.1f} -> {last / MIB:.1f} MiB, "
+            f"held {held_first / MIB:.1f} -> {held_last / MIB:.1f} MiB")
 
 
 def format_table(report: dict) -> str:

@@ -32,6 +32,12 @@ def _die_with_parent() -> None:
     # its own, so nothing is held across the fork). SIGTERM, not SIGKILL: a
     # tally-server given SIGTERM still removes its socket and shared memory.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    # A benchmark started in the background of a script has SIGINT and SIGQUIT
+    # ignored, and an ignored signal stays ignored across exec: tally-bench chaos's
+    # SIGINT strikes then did nothing, and each job was killed 60 s later. Its
+    # processes get the default action back.
+    for signum in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 class Managed:

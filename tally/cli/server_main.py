@@ -36,6 +36,7 @@ from tally.cli.number_flags import number_flag
 from tally.cli.status_table import format_status  # noqa: F401 - importers use this name here
 from tally.server.data_plane import DATA_PLANE_ENV, DATA_PLANES, default_data_plane
 from tally.server.saved_memory import DEFAULT_KEEP_BYTES, SavedMemoryPolicy, check_spill_dir
+from tally.server.c_allocator import cap_arenas
 from tally.server.status import ServerStatus
 from tally.units import SizeError, parse_size
 
@@ -291,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve_main(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="tally-server %(levelname)s %(message)s")
+    # Before a second thread allocates: glibc fixes its arena limit when it makes
+    # the first arena after the main one (tally/server/c_allocator.py says why).
+    if not cap_arenas():
+        logging.getLogger("tally.server").debug("C allocator's arenas not capped (not glibc, "
+                                                 "MALLOC_ARENA_MAX or GLIBC_TUNABLES set, or too late)")
     from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
     from tally.server.server import ServerConfig, ServerError, TallyServer
 

@@ -87,6 +87,9 @@ class PythonDataPlane:
     def close_replies(self) -> None:
         pass              # the session's reply lock and flag are all there is
 
+    def close(self) -> None:
+        pass              # the session's Segment is the only reference to the mapping
+
     def disable_fast(self) -> None:
         pass
 
@@ -174,6 +177,11 @@ class CppDataPlane:
 
     def close_replies(self) -> None:
         self.plane.close_replies()
+
+    def close(self) -> None:
+        """The session closed: the plane's reference to the job's segment goes now,
+        not when the garbage collector breaks the session's reference cycles."""
+        self.plane.close()
 
     def disable_fast(self) -> None:
         """Every request to Python from now on; returns once no fast operation is under way."""

@@ -42,6 +42,7 @@ from tally.server.data_plane import DATA_PLANES, default_data_plane
 from tally.server.device_health import DeviceHealth, default_health_config
 from tally.server.drain import Drain
 from tally.server.device_faults import DeviceFaults
+from tally.server.c_allocator import release_free_memory
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
@@ -543,6 +544,9 @@ class TallyServer:
             self.sessions.pop(session.client_id, None)
         with self._retire_lock:
             self._retired.discard(session.client_id)
+        # The job's threads and buffers are gone: return the pages they freed in the
+        # C allocator's arenas, or each arena keeps its high-water mark resident.
+        release_free_memory()
 
     # ---- status --------------------------------------------------------------------
 

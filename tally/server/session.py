@@ -228,6 +228,7 @@ class Session:
                     pass
                 self.segment.unlink()
             self.segment.close()
+            self.data_plane.close()     # and the C++ plane's hold on the mapping
         try:
             self.connection.close()
         except OSError:

@@ -17,6 +17,7 @@ from tally import protocol
 from tally.protocol import Priority
 from tally.protocol.errors import DeviceError
 from tally.server import handover
+from tally.server.c_allocator import allocator_stats
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ class ServerStatus:
     # suspensions and resumes so far, and how long the last of each took (tally/server/suspend.py)
     mobility: dict = field(default_factory=dict)
     data_plane: str = "python"       # `tally-server --data-plane`
+    # the C allocator's view of the server's own memory: from the system, in use, per
+    # arena (tally/server/c_allocator.py); None where the C library cannot tell
+    host_memory: dict | None = None
 
     def to_json(self) -> dict:
         server = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
@@ -189,4 +193,5 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         last_device_fault=faults.last.to_json() if faults is not None and faults.last is not None else None,
         mobility={**server.mobility.to_json(), **server.migrations.to_json(), **server.saved_memory.to_json()},
         data_plane=server.config.data_plane,
+        host_memory=allocator_stats(),
     )

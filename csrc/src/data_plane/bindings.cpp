@@ -203,6 +203,12 @@ void bind_data_plane(py::module_& parent) {
              py::gil_scoped_release nogil;   // a push in progress finishes first
              p.plane->close_replies();
            })
+      .def("close", [](PyClientPlane& p) {
+             py::gil_scoped_release nogil;   // a push in progress finishes first
+             p.plane->close();
+           },
+           "The job's session is over: replies closed, the loop stopped, and the plane's reference to the "
+           "segment dropped (its mapping goes with the Segment's own close()). Idempotent.")
       .def("counts", &counts, "(requests, sync_requests, {kind: n}) the fast path handled.")
       .def_property_readonly("issuer", [](PyClientPlane& p) {
         return std::shared_ptr<DeviceIssuer>(p.plane, &p.plane->issuer());

@@ -56,7 +56,15 @@ ClientPlane::ClientPlane(std::shared_ptr<transport::Segment> segment, std::share
 }
 
 ClientPlane::Ended ClientPlane::serve(const Fallback& fallback, double poll_seconds) {
-  transport::RecordRing& ring = segment_->request_ring();
+  // Its own reference: close() may drop the plane's while this loop still runs.
+  std::shared_ptr<transport::Segment> segment;
+  {
+    std::lock_guard<std::mutex> lock(reply_mu_);
+    segment = segment_;
+  }
+  if (!segment) return Ended{true, "the session closed"};
+  serving_ = segment.get();
+  transport::RecordRing& ring = segment->request_ring();
   std::vector<uint8_t> copy;
   const auto poll = std::chrono::duration<double>(poll_seconds);
   try {
@@ -294,7 +302,7 @@ bool ClientPlane::fast_copy_htod(const RecordView& v) {
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(m.width, m.height, &bytes)) return false;
   const uint8_t* src = v.payload + sizeof m;
-  transport::ByteArena& upload = segment_->upload();
+  transport::ByteArena& upload = serving_->upload();
   if (source == proto::CopySource::INLINE) {
     if (v.size - sizeof m != bytes) return false;
   } else if (!upload.contains(m.arena_offset, bytes)) {
@@ -464,6 +472,16 @@ bool ClientPlane::push_completion(uint32_t kind, uint64_t tag, const uint8_t* pa
 void ClientPlane::close_replies() {
   std::lock_guard<std::mutex> lock(reply_mu_);
   replies_closed_ = true;
+}
+
+void ClientPlane::close() {
+  std::shared_ptr<transport::Segment> dropped;
+  {
+    std::lock_guard<std::mutex> lock(reply_mu_);   // no push is under way, none starts after
+    replies_closed_ = true;
+    dropped = std::move(segment_);
+  }
+  stop();
 }
 
 }  // namespace tally::data_plane

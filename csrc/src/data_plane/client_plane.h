@@ -137,6 +137,13 @@ class ClientPlane {
   // time). False once replies are closed (the job is gone).
   bool push_completion(uint32_t kind, uint64_t tag, const uint8_t* payload, uint32_t size);
   void close_replies();
+  // The job's session is over: replies are closed and the plane lets go of the
+  // segment, so its mapping goes now (once a serve() still running returns), not
+  // when Python's garbage collector gets to the session, which reference cycles
+  // keep until a full collection: dead jobs' segments stayed mapped, each with the
+  // megabytes the server had touched (bench/results/chaos-2026-11-28.md). serve()
+  // returns at once after it.
+  void close();
 
   const FastCounts& counts() const { return counts_; }
   DeviceIssuer& issuer() { return *issuer_; }
@@ -155,7 +162,8 @@ class ClientPlane {
   void count(uint32_t kind, uint64_t tag);
   Lane& lane_entry(uint64_t key);    // under mu_
 
-  std::shared_ptr<transport::Segment> segment_;
+  std::shared_ptr<transport::Segment> segment_;   // under reply_mu_; null once closed
+  transport::Segment* serving_ = nullptr;         // serve()'s own reference, for its fast path
   std::shared_ptr<DeviceIssuer> issuer_;
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Lane>> lanes_;
