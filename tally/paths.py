@@ -23,6 +23,14 @@ def runtime_dir() -> Path:
     return Path(f"/tmp/tally-{os.getuid()}")
 
 
+def made_runtime_dir() -> Path:
+    """runtime_dir(), made (0700) when no server has made it yet: benchmarks put
+    their sockets and work directories there before any server runs."""
+    path = runtime_dir()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def default_socket(device: int = 0) -> Path:
     name = "server.sock" if device == 0 else f"server-{device}.sock"
     return runtime_dir() / name

@@ -111,7 +111,7 @@ def test_the_server_caps_arenas_and_trims_after_each_job(tmp_path):
                 break
             time.sleep(0.05)
         assert host["trims"] >= 4, host                   # one per job released
-        assert 1 <= len(host["arenas"]) <= host_memory.SERVER_ARENAS, host
+        assert 1 <= len(host["arenas"]) <= c_allocator.SERVER_ARENAS, host
         assert 0 < host["in_use_bytes"] <= host["system_bytes"], host
     finally:
         server.stop()

@@ -222,7 +222,7 @@ class _Campaign:
 def run_chaos(config: ChaosConfig, keep_workdir: bool = False, progress=None) -> dict:
     """The campaign's report (JSON-ready): config, every round, the checks."""
     config.validate()
-    workdir = Path(tempfile.mkdtemp(prefix="chaos-", dir=paths.runtime_dir()))
+    workdir = Path(tempfile.mkdtemp(prefix="chaos-", dir=paths.made_runtime_dir()))
     started = time.time()
     try:
         with ProcessGroup(workdir) as group:

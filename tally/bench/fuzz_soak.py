@@ -97,7 +97,7 @@ class _Soak:
 def run_fuzz(config: FuzzConfig, progress=None) -> dict:
     config.validate()
     rng = random.Random(config.seed)
-    workdir = Path(tempfile.mkdtemp(prefix="fuzz-", dir=paths.runtime_dir()))
+    workdir = Path(tempfile.mkdtemp(prefix="fuzz-", dir=paths.made_runtime_dir()))
     try:
         with ProcessGroup(workdir) as group:
             socket_path = workdir / "server.sock"

@@ -124,8 +124,7 @@ class ProcessRunner:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tally-colocate-"))
         # unix socket paths are limited to 107 bytes: sockets live in a short directory of their own
-        paths.runtime_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="colocate-", dir=paths.runtime_dir()))
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="colocate-", dir=paths.made_runtime_dir()))
         self.keep_workdir = keep_workdir
         self.log: list[RunLog] = []
         self.calibration_service_ms: list[float] = []
