@@ -204,3 +204,23 @@ def idle(status: dict) -> bool:
     """No client left (nor one still being released), and all device memory free."""
     server = status["server"]
     return not status["clients"] and not server["clients_leaving"] and server["memory_free"] == server["memory_total"]
+
+
+@pytest.fixture
+def two_servers():
+    """Two emulator servers of one test, a migration's source and target."""
+    a, b = emulator_server_process(), emulator_server_process()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def tally_server(server, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """An operator's `tally-server <command> ...` against this server."""
+    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def migrate(source, cid: int, to, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`tally-server migrate --client CID --to TO` on the source server."""
+    return tally_server(source, "migrate", "--client", str(cid), "--to", str(to), timeout=timeout)

@@ -11,12 +11,9 @@ relocated form, and its table points at the same addresses. Results are exact,
 and the server it left holds none of it."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server_process, finish, start_job
+from e2e_helpers import build_cuda, emulator_server_process, finish, migrate, start_job
 from test_cuda_backend_nested_suspend import SuspendableCudaServer
 
 MIB = 1 << 20
@@ -31,12 +28,6 @@ def two_cuda_servers():
     yield servers
     for server in servers + under:
         server.stop()
-
-
-def migrate(source, cid: int, to: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", "migrate", "--client", str(cid),
-                           "--to", str(to), "--socket", str(source.socket)], capture_output=True, text=True,
-                          timeout=300)
 
 
 def clients(server) -> list[dict]:

@@ -11,15 +11,14 @@ memory comes back intact. (Migration between two such servers:
 tests/test_cuda_backend_nested_migrate.py.)"""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from server_harness import ServerProcess
 
-from e2e_helpers import Server, build_cuda, build_driver_c, emulator_server_process, finish, job_command, job_env, \
-    run_job, start_job
+from e2e_helpers import (Server, build_cuda, build_driver_c, emulator_server_process, finish, job_command, job_env,
+                         run_job, start_job, tally_server)
 
 MIB = 1 << 20
 GRANULARITY = 2 << 20
@@ -45,11 +44,6 @@ def cuda_server():
     yield server
     server.stop()
     under.stop()
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=120)
 
 
 def only_client(server) -> dict:

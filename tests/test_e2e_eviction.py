@@ -5,11 +5,9 @@ stderr and tally-run say why, and tally-run exits 75; the high-priority job, who
 kernels run meanwhile, finishes with exact results; nothing is left behind."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job  # noqa: F401
+from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job, tally_server
 
 from tally.units import format_bytes
 
@@ -17,11 +15,6 @@ MIB = 1 << 20
 EX_TEMPFAIL = 75
 DEVICES_UNAVAILABLE = 46          # cudaErrorDevicesUnavailable / CUDA_ERROR_DEVICE_UNAVAILABLE
 REASON = "node gpu-7 drained for maintenance"
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=60)
 
 
 def send_line(proc) -> None:

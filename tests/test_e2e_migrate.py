@@ -16,27 +16,9 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-from e2e_helpers import build_cuda, emulator_server_process, finish, idle, start_job
+from e2e_helpers import build_cuda, emulator_server_process, finish, idle, migrate, start_job, two_servers
 
 MIB = 1 << 20
-
-
-@pytest.fixture
-def two_servers():
-    a, b = emulator_server_process(), emulator_server_process()
-    yield a, b
-    a.stop()
-    b.stop()
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=120)
-
-
-def migrate(source, cid: int, to: Path) -> subprocess.CompletedProcess:
-    return tally_server(source, "migrate", "--client", str(cid), "--to", str(to))
 
 
 def only_client(server) -> dict:

@@ -26,17 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-from e2e_helpers import build_cuda, emulator_server_process, finish, idle, start_job
+from e2e_helpers import build_cuda, finish, idle, start_job, two_servers
 from migration_proxy import HandoverProxy
-
-
-@pytest.fixture
-def two_servers():
-    a, b = emulator_server_process(), emulator_server_process()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 class Migration:

@@ -10,28 +10,12 @@ no shared-memory name of the job is left."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
-import pytest
-from e2e_helpers import build_cuda, emulator_server_process, finish, idle, start_job
+from e2e_helpers import build_cuda, finish, idle, migrate, start_job, two_servers
 
 from tally import paths
 
 GRANULARITY = 2 << 20
-
-
-@pytest.fixture
-def two_servers():
-    a, b = emulator_server_process(), emulator_server_process()
-    yield a, b
-    a.stop()
-    b.stop()
-
-
-def migrate(source, cid: int, to) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", "migrate", "--client", str(cid), "--to",
-                           str(to), "--socket", str(source.socket)], capture_output=True, text=True, timeout=180)
 
 
 def job_names(pid: int) -> list[str]:

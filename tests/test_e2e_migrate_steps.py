@@ -8,19 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from e2e_helpers import emulator_server_process, finish, start_job
+from e2e_helpers import finish, start_job, two_servers
 
 from tally.bench.process_jobs import build_cuda_job
 
 SOURCE_STEPS = ["connect", "offer", "hold", "quiesce", "transfer", "commit", "release"]
-
-
-@pytest.fixture
-def two_servers():
-    a, b = emulator_server_process(), emulator_server_process()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 def test_steps_add_up_and_the_job_is_exact(nvcc, two_servers):

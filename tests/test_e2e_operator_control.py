@@ -5,18 +5,12 @@ cuMemGetInfo shows it; `tally-server pause` holds an nvcc-compiled job's work
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
-from e2e_helpers import build_cuda, build_driver_c, finish, job_command, job_env, server  # noqa: F401
+from e2e_helpers import build_cuda, build_driver_c, finish, job_command, job_env, server, tally_server
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 MIB = 1 << 20
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=60)
 
 
 def start(server, program, *args, quota: str | None = None) -> subprocess.Popen:

@@ -7,19 +7,12 @@ virtual memory comes back mapped at the same addresses with its bytes; a job
 killed while suspended leaves nothing behind; refusals change nothing."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
-from e2e_helpers import build_cuda, build_driver_c, finish, idle, server, start_job  # noqa: F401
+from e2e_helpers import build_cuda, build_driver_c, finish, idle, server, start_job, tally_server
 
 MIB = 1 << 20
 GRANULARITY = 2 << 20
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=120)
 
 
 def only_client(status: dict) -> dict:

@@ -5,20 +5,13 @@ compressed; with `--suspend-spill-dir` the bytes beyond the limit go to disk and
 come back exactly on resume."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server_process, finish, start_job
+from e2e_helpers import build_cuda, emulator_server_process, finish, start_job, tally_server
 
 from tally.bench.process_jobs import build_cuda_job
 
 MIB = 1 << 20
-
-
-def tally_server(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tally.cli.server_main", *args, "--socket", str(server.socket)],
-                          capture_output=True, text=True, timeout=120)
 
 
 def only_client(server) -> dict:
