@@ -14,8 +14,10 @@ on a private socket, and times itself:
   are reported);
 - a synchronization of an idle device (`sync_rtt_us`) and one after the job
   computed alone long enough for the server's session thread to sleep
-  (`wake_us`), with this machine's futex wake-up in the same job as the
-  baseline (`futex_wake_us`: the least any sleeping thread takes to wake);
+  (`wake_us`), with this machine's futex wake-ups in the same job as the
+  baselines (tally/bench/jobs/futex_floor.h): of a thread (`futex_wake_us`), of
+  a process (`futex_wake_process_us`: the least a sleeping server can take) and
+  of two processes in turn (`futex_wake_two_us`);
 - `jobs` high-priority jobs launching at once on one server
   (`aggregate_launches_per_s`);
 - the raw ring round trip (C++ on both sides, an echo process), when the build
@@ -45,6 +47,8 @@ TARGETS = (("hp_us_per_launch", 1.0, "<="), ("hp_speedup_vs_python", 10.0, ">=")
            ("sync_rtt_us", 3.0, "<="), ("wake_us", 10.0, "<="), ("aggregate_launches_per_s", 1e6, ">="),
            ("native_ratio", 0.8, ">="))
 JOB_TIMEOUT_S = 600.0
+# The wake-up baselines launch_rate measures (futex_floor.h): a thread, a process, two processes in turn.
+FUTEX_FLOORS = ("futex_wake", "futex_wake_process", "futex_wake_two")
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,9 @@ class LaunchBench:
         return {"hp_us_per_launch": hp["drain_ns"] / 1e3, "hp_client_us_per_launch": hp["client_ns"] / 1e3,
                 "be_us_per_launch": be["drain_ns"] / 1e3, "be_client_us_per_launch": be["client_ns"] / 1e3,
                 "sync_rtt_us": sync["sync_ns"] / 1e3, "sync_p99_us": sync["p99_ns"] / 1e3,
-                "wake_us": wake["wake_ns"] / 1e3, "futex_wake_us": wake["futex_wake_ns"] / 1e3}
+                "wake_us": wake["wake_ns"] / 1e3,
+                **{f"{key}_us": wake[f"{key}_ns"] / 1e3 for key in FUTEX_FLOORS},
+                **{f"{key}_same_cpu": wake[f"{key}_same_cpu"] for key in FUTEX_FLOORS}}
 
     def aggregate(self) -> float:
         """Launches per second of `jobs` high-priority jobs launching at once (cpp plane)."""
@@ -179,7 +185,7 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
         "python_be_us_per_launch": py["be_us_per_launch"],
         "hp_speedup_vs_python": py["hp_us_per_launch"] / cpp["hp_us_per_launch"],
         "be_speedup_vs_python": py["be_us_per_launch"] / cpp["be_us_per_launch"],
-        "futex_wake_us": statistics.median([cpp["futex_wake_us"], py["futex_wake_us"]]),
+        **{f"{key}_us": statistics.median([cpp[f"{key}_us"], py[f"{key}_us"]]) for key in FUTEX_FLOORS},
         "ring_rtt_us": ring_round_trip_us(),
         "planes": planes,
         "config": asdict(config),
@@ -210,7 +216,8 @@ def summary(report: dict) -> str:
         f"raw ring round trip " + (f"{ring:.2f} us" if ring is not None else "not measured (no transport_bench "
                                                                                  "in this build)"),
         f"after idle:    {report['wake_us']:.1f} us (Python plane {py['wake_us']:.1f} us); this machine's futex "
-        f"wake-up {report['futex_wake_us']:.1f} us",
+        f"wake-up of a thread {report['futex_wake_us']:.1f} us, of a process {report['futex_wake_process_us']:.1f} us, "
+        f"of two processes in turn {report['futex_wake_two_us']:.1f} us",
         f"{report['config']['jobs']} jobs at once: {report['aggregate_launches_per_s'] / 1e6:.2f} M launches/s",
     ]
     if "native_launches_per_s" in report:
