@@ -16,6 +16,8 @@
 // sleeper (the single consumer or the single producer of an SPSC ring).
 // The futex is the shared (not FUTEX_PRIVATE) kind because waiter and notifier
 // live in different processes.
+// A waiter spins only while its peer may be running elsewhere: it sleeps at once
+// when the peer was last seen on the waiter's own CPU (cpu_presence.h).
 #pragma once
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <ctime>
 
+#include "tally/cpu_presence.h"
 #include "tally/transport_errors.h"
 
 namespace tally::transport {
@@ -73,9 +76,12 @@ class Deadline {
 
 // How long a blocked call spins before sleeping, and how often a sleeper wakes to
 // check that its peer still exists (a dead peer never notifies).
+// woken_peer_grace_ns: how long a waiter spins for a peer it woke that has not
+// run yet before taking it to be queued behind the waiter (cpu_presence.h).
 struct WaitPolicy {
   int64_t spin_ns = 20'000;
   int64_t peer_check_ns = 50'000'000;
+  int64_t woken_peer_grace_ns = 10'000;
 };
 
 // Shared-memory part of an eventcount, on its own cache line: written only when
@@ -83,7 +89,10 @@ struct WaitPolicy {
 struct alignas(64) WaitLine {
   std::atomic<uint32_t> epoch;     // futex word; bumped by the notifier
   std::atomic<uint32_t> sleeping;  // 1 while the waiter may be in futex_wait
-  uint8_t reserved[56];
+  // On a ring's data_ready line: the presence slot of the side that consumes the
+  // ring (cpu_presence.h); unused (0) elsewhere.
+  std::atomic<uint32_t> present_cpu;
+  uint8_t reserved[52];
 };
 static_assert(sizeof(WaitLine) == 64);
 
@@ -108,14 +117,21 @@ class PeerProbe {
 
 class EventCount {
  public:
-  explicit EventCount(WaitLine* line = nullptr) : line_(line) {}
+  // `presence` (optional, must outlive this) is the calling side's (cpu_presence.h).
+  explicit EventCount(WaitLine* line = nullptr, const Presence* presence = nullptr)
+      : line_(line), presence_(presence != nullptr ? *presence : Presence{}) {}
 
   // Call after publishing (the release store of an index). No syscall unless a
   // waiter announced itself.
   void notify() const {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (line_->sleeping.load(std::memory_order_relaxed) != 0 && line_->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+    if (line_->sleeping.load(std::memory_order_relaxed) != 0 && line_->sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+      // The woken side will likely run on this CPU, preempting us: say we are
+      // here, so that it does not spin on our CPU once it has answered.
+      presence_.here(current_cpu_slot());
+      presence_.woke_peer();
       wake_now();
+    }
   }
 
   // Unconditional wake, e.g. after setting a closed flag.
@@ -134,11 +150,22 @@ class EventCount {
     int64_t now = monotonic_ns();
     if (deadline.passed(now)) return WaitStatus::kTimedOut;
 
+    const int64_t spin_start = now;
     const int64_t spin_end = std::min(now + policy.spin_ns, deadline.is_never() ? INT64_MAX : now + deadline.remaining_ns(now));
-    for (unsigned i = 1;; ++i) {
+    uint32_t cpu = current_cpu_slot();
+    presence_.here(cpu);
+    // No spinning on the CPU the peer last ran on: the peer cannot run while we do;
+    // nor, after the grace, for a peer we woke that has not run yet.
+    for (unsigned i = 1; !presence_.peer_on(cpu); ++i) {
       cpu_relax();
       if (ready()) return WaitStatus::kReady;
-      if ((i & 31) == 0 && monotonic_ns() >= spin_end) break;
+      if ((i & 31) == 0) {
+        now = monotonic_ns();
+        if (now >= spin_end) break;
+        if (now - spin_start >= policy.woken_peer_grace_ns && presence_.peer_unseen()) break;
+        cpu = current_cpu_slot();   // we may have been moved, or the peer may have said where it is
+        presence_.here(cpu);
+      }
     }
 
     int64_t next_peer_check = 0;  // check before the first sleep
@@ -155,8 +182,11 @@ class EventCount {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (ready()) return WaitStatus::kReady;
       const int64_t slice = std::min(deadline.remaining_ns(now), std::max<int64_t>(next_peer_check - now, 1));
+      presence_.asleep();
+      const int woken = futex_wait(&line_->epoch, key, slice);
+      presence_.here(current_cpu_slot());
       // Woken without data: maybe the peer set its closed flag; look at once.
-      if (futex_wait(&line_->epoch, key, slice) == 0) next_peer_check = 0;
+      if (woken == 0) next_peer_check = 0;
     }
   }
 
@@ -171,6 +201,7 @@ class EventCount {
   };
 
   WaitLine* line_;
+  Presence presence_;
 };
 
 }  // namespace tally::transport
