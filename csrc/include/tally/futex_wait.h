@@ -75,12 +75,17 @@ class Deadline {
 };
 
 // How long a blocked call spins before sleeping, and how often a sleeper wakes to
-// check that its peer still exists (a dead peer never notifies).
+// check that its peer still exists (a dead peer never notifies). The first check
+// comes after a short sleep rather than before it: the check is a syscall, and
+// when the peer shares our CPU it would sit between our answer and the peer's
+// next step. A peer already dead when the wait began is noticed within
+// first_peer_check_ns.
 // woken_peer_grace_ns: how long a waiter spins for a peer it woke that has not
 // run yet before taking it to be queued behind the waiter (cpu_presence.h).
 struct WaitPolicy {
   int64_t spin_ns = 20'000;
   int64_t peer_check_ns = 50'000'000;
+  int64_t first_peer_check_ns = 1'000'000;
   int64_t woken_peer_grace_ns = 10'000;
 };
 
@@ -108,7 +113,8 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
 }
 
 // Tells a waiter whether the other side can still make progress. Checked only on
-// the slow path (before sleeping and every WaitPolicy::peer_check_ns).
+// the slow path (while sleeping: first_peer_check_ns into the wait, then every
+// peer_check_ns, and when woken without data).
 class PeerProbe {
  public:
   virtual ~PeerProbe() = default;
@@ -168,7 +174,7 @@ class EventCount {
       }
     }
 
-    int64_t next_peer_check = 0;  // check before the first sleep
+    int64_t next_peer_check = monotonic_ns() + std::min(policy.first_peer_check_ns, policy.peer_check_ns);
     for (;;) {
       now = monotonic_ns();
       if (now >= next_peer_check) {
@@ -185,6 +191,7 @@ class EventCount {
       presence_.asleep();
       const int woken = futex_wait(&line_->epoch, key, slice);
       presence_.here(current_cpu_slot());
+      if (ready()) return WaitStatus::kReady;   // the usual wake-up: before any check
       // Woken without data: maybe the peer set its closed flag; look at once.
       if (woken == 0) next_peer_check = 0;
     }
