@@ -16,8 +16,10 @@ on a private socket, and times itself:
   computed alone long enough for the server's session thread to sleep
   (`wake_us`), with this machine's futex wake-ups in the same job as the
   baselines (tally/bench/jobs/futex_floor.h): of a thread (`futex_wake_us`), of
-  a process (`futex_wake_process_us`: the least a sleeping server can take) and
-  of two processes in turn (`futex_wake_two_us`);
+  a process (`futex_wake_process_us`) and of two processes in turn
+  (`futex_wake_two_us`), each also until the waker sees the sleeper ran
+  (`*_rtt_us`; `futex_wake_process_rtt_us` is the least a job can wait for an
+  answer from a server that was asleep);
 - `jobs` high-priority jobs launching at once on one server
   (`aggregate_launches_per_s`);
 - the raw ring round trip (C++ on both sides, an echo process), when the build
@@ -143,6 +145,7 @@ class LaunchBench:
                 "sync_rtt_us": sync["sync_ns"] / 1e3, "sync_p99_us": sync["p99_ns"] / 1e3,
                 "wake_us": wake["wake_ns"] / 1e3,
                 **{f"{key}_us": wake[f"{key}_ns"] / 1e3 for key in FUTEX_FLOORS},
+                **{f"{key}_rtt_us": wake[f"{key}_rtt_ns"] / 1e3 for key in FUTEX_FLOORS},
                 **{f"{key}_same_cpu": wake[f"{key}_same_cpu"] for key in FUTEX_FLOORS}}
 
     def aggregate(self) -> float:
@@ -185,7 +188,8 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
         "python_be_us_per_launch": py["be_us_per_launch"],
         "hp_speedup_vs_python": py["hp_us_per_launch"] / cpp["hp_us_per_launch"],
         "be_speedup_vs_python": py["be_us_per_launch"] / cpp["be_us_per_launch"],
-        **{f"{key}_us": statistics.median([cpp[f"{key}_us"], py[f"{key}_us"]]) for key in FUTEX_FLOORS},
+        **{f"{key}{unit}": statistics.median([cpp[f"{key}{unit}"], py[f"{key}{unit}"]])
+           for key in FUTEX_FLOORS for unit in ("_us", "_rtt_us")},
         "ring_rtt_us": ring_round_trip_us(),
         "planes": planes,
         "config": asdict(config),
@@ -216,8 +220,9 @@ def summary(report: dict) -> str:
         f"raw ring round trip " + (f"{ring:.2f} us" if ring is not None else "not measured (no transport_bench "
                                                                                  "in this build)"),
         f"after idle:    {report['wake_us']:.1f} us (Python plane {py['wake_us']:.1f} us); this machine's futex "
-        f"wake-up of a thread {report['futex_wake_us']:.1f} us, of a process {report['futex_wake_process_us']:.1f} us, "
-        f"of two processes in turn {report['futex_wake_two_us']:.1f} us",
+        f"wake-up of a thread {report['futex_wake_us']:.1f} us, of a process {report['futex_wake_process_us']:.1f} us "
+        f"(seen by the waker {report['futex_wake_process_rtt_us']:.1f} us), of two processes in turn "
+        f"{report['futex_wake_two_us']:.1f} us",
         f"{report['config']['jobs']} jobs at once: {report['aggregate_launches_per_s'] / 1e6:.2f} M launches/s",
     ]
     if "native_launches_per_s" in report:

@@ -7,6 +7,11 @@
 // process (a shared futex in a shared mapping, as the job and tally-server use);
 // and a chain of one or two sleepers (the waker wakes the first, which wakes the
 // second): what a path that wakes two threads in turn costs.
+//
+// Two times per wake-up: until the last sleeper runs (the wake-up itself), and
+// until the waker sees it did (the round trip: when the sleeper ran on the
+// waker's CPU, the waker resumes only once the sleeper sleeps again, as a job
+// resumes only once the server it woke has answered and slept).
 #pragma once
 #include <linux/futex.h>
 #include <sched.h>
@@ -25,8 +30,9 @@
 namespace futex_floor {
 
 struct Result {
-  double median_ns;
-  double same_cpu_share;   // wake-ups whose last sleeper ran on the waker's CPU
+  double median_ns;         // until the last sleeper runs
+  double round_trip_ns;     // until the waker sees it ran
+  double same_cpu_share;    // wake-ups whose last sleeper ran on the waker's CPU
 };
 
 namespace detail {
@@ -45,6 +51,7 @@ struct Shared {
   std::atomic<int64_t> sent_ns;
   std::atomic<int> waker_cpu;
   int64_t took_ns[kMaxCount];
+  int64_t seen_ns[kMaxCount];
   int same_cpu[kMaxCount];
 };
 
@@ -67,7 +74,7 @@ inline Result measure(long count, int64_t gap_ns, bool processes, int chain) {
   chain = std::clamp(chain, 1, kMaxChain);
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
                    (processes ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return {0, 0};
+  if (mem == MAP_FAILED) return {0, 0, 0};
   auto* s = new (mem) Shared();
   const int op = processes ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
   const int wake_op = processes ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
@@ -107,16 +114,20 @@ inline Result measure(long count, int64_t gap_ns, bool processes, int chain) {
     wake(&s->word[0], wake_op);
     while (s->done.load() == 0) {
     }
+    s->seen_ns[i] = now_ns() - s->sent_ns.load();
   }
   for (auto& t : threads) t.join();
   for (pid_t pid : children) waitpid(pid, nullptr, 0);
-  std::vector<int64_t> took(s->took_ns, s->took_ns + count);
-  std::sort(took.begin(), took.end());
+  auto median = [count](const int64_t* xs) {
+    std::vector<int64_t> v(xs, xs + count);
+    std::sort(v.begin(), v.end());
+    return count % 2 ? v[count / 2] : (v[count / 2 - 1] + v[count / 2]) / 2.0;
+  };
   long same = 0;
   for (long i = 0; i < count; ++i) same += s->same_cpu[i];
-  const double median = count % 2 ? took[count / 2] : (took[count / 2 - 1] + took[count / 2]) / 2.0;
+  const Result result{median(s->took_ns), median(s->seen_ns), static_cast<double>(same) / count};
   munmap(mem, sizeof(Shared));
-  return {median, static_cast<double>(same) / count};
+  return result;
 }
 
 }  // namespace futex_floor

@@ -18,8 +18,10 @@
 //       machine takes to wake, after the same gap, a thread of this process
 //       sleeping on a futex (futex_wake_ns), a process (futex_wake_process_ns:
 //       the least any sleeping server can take) and two processes in turn
-//       (futex_wake_two_ns), with the share of wake-ups that ran on the
-//       waker's CPU (*_same_cpu).
+//       (futex_wake_two_ns); the same until the waker sees the sleeper ran
+//       (*_rtt_ns: the least a job can wait for an answer from a sleeping
+//       server); and the share of wake-ups that ran on the waker's CPU
+//       (*_same_cpu).
 //   launch_rate --mode together --start-at T --rounds R --batch B
 //       waits until CLOCK_MONOTONIC second T (so several jobs start at once),
 //       then as `launches`; prints launches, start_s and end_s of the timed rounds.
@@ -110,7 +112,8 @@ void wakes(long count, double gap_us) {
   } floors[] = {{"futex_wake", false, 1}, {"futex_wake_process", true, 1}, {"futex_wake_two", true, 2}};
   for (const auto& f : floors) {
     const futex_floor::Result r = futex_floor::measure(count, gap_ns, f.processes, f.chain);
-    std::printf("%s_ns=%.1f %s_same_cpu=%.2f\n", f.key, r.median_ns, f.key, r.same_cpu_share);
+    std::printf("%s_ns=%.1f %s_rtt_ns=%.1f %s_same_cpu=%.2f\n", f.key, r.median_ns, f.key, r.round_trip_ns, f.key,
+                r.same_cpu_share);
   }
 }
 
