@@ -18,12 +18,15 @@
 //
 // The kernel does not always let the woken thread preempt its waker: then it
 // waits, queued behind the waker on the waker's CPU, and has not said where it
-// runs. Seen in 21 of 200 synchronizations after idle on the loaded VM: the job
+// runs. Seen in 21 of 200 synchronizations after idle on the loaded VM (the job
 // spun its whole 100 us for an answer the server could not give before the job
-// slept. A waker therefore marks its peer's slot "woken, not seen yet"; a waiter
-// that still finds that mark after WaitPolicy::woken_peer_grace_ns of spinning
-// takes the peer to be queued behind it and sleeps. (A peer woken on another,
-// idle CPU says where it runs as soon as it does, usually well within the grace.)
+// slept), and in nearly every back-to-back synchronization of a job and session
+// thread sharing a CPU. A waker therefore marks its peer's slot "woken, not seen
+// yet", and a waiter that finds that mark yields its CPU once before it spins.
+// It does not give up spinning for it: on an idle VM the peer is woken on the
+// other, halted vCPU, which takes ~40 us to run it, and a waiter that slept
+// after a 10 us grace then needed as long again to be woken for the answer
+// (62 us instead of 44; launch-2026-11-28.md).
 //
 // Each side has one slot: 1 + the CPU its thread was last seen on in the
 // transport (starting to wait, waking from a futex sleep, waking the peer), 0

@@ -20,6 +20,7 @@
 // when the peer was last seen on the waiter's own CPU (cpu_presence.h).
 #pragma once
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -80,13 +81,10 @@ class Deadline {
 // when the peer shares our CPU it would sit between our answer and the peer's
 // next step. A peer already dead when the wait began is noticed within
 // first_peer_check_ns.
-// woken_peer_grace_ns: how long a waiter spins for a peer it woke that has not
-// run yet before taking it to be queued behind the waiter (cpu_presence.h).
 struct WaitPolicy {
   int64_t spin_ns = 20'000;
   int64_t peer_check_ns = 50'000'000;
   int64_t first_peer_check_ns = 1'000'000;
-  int64_t woken_peer_grace_ns = 10'000;
 };
 
 // Shared-memory part of an eventcount, on its own cache line: written only when
@@ -156,19 +154,24 @@ class EventCount {
     int64_t now = monotonic_ns();
     if (deadline.passed(now)) return WaitStatus::kTimedOut;
 
-    const int64_t spin_start = now;
     const int64_t spin_end = std::min(now + policy.spin_ns, deadline.is_never() ? INT64_MAX : now + deadline.remaining_ns(now));
     uint32_t cpu = current_cpu_slot();
     presence_.here(cpu);
-    // No spinning on the CPU the peer last ran on: the peer cannot run while we do;
-    // nor, after the grace, for a peer we woke that has not run yet.
+    // A peer we just woke that has not run yet may be queued behind us on this
+    // CPU: let it run first (where it was woken on another CPU, or nothing else
+    // waits for this one, this returns at once).
+    if (presence_.peer_unseen()) {
+      sched_yield();
+      cpu = current_cpu_slot();
+      presence_.here(cpu);
+    }
+    // No spinning on the CPU the peer last ran on: the peer cannot run while we do.
     for (unsigned i = 1; !presence_.peer_on(cpu); ++i) {
       cpu_relax();
       if (ready()) return WaitStatus::kReady;
       if ((i & 31) == 0) {
         now = monotonic_ns();
         if (now >= spin_end) break;
-        if (now - spin_start >= policy.woken_peer_grace_ns && presence_.peer_unseen()) break;
         cpu = current_cpu_slot();   // we may have been moved, or the peer may have said where it is
         presence_.here(cpu);
       }
