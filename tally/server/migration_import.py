@@ -180,7 +180,7 @@ class JobImport:
         The session owns `socket_fd` once this returns; `segment_fd` stays the caller's."""
         server = self.server
         segment = _core.Segment.adopt(segment_fd, commit["segment"], spin_us=server.config.session_spin_us(
-            self.backend.traits))
+            self.backend.traits, self.priority == protocol.Priority.HIGH))
         conn = socket.socket(fileno=os.dup(socket_fd))
         quota = self.quota
 
