@@ -20,6 +20,9 @@ on a private socket, and times itself:
   (`futex_wake_two_us`), each also until the waker sees the sleeper ran
   (`*_rtt_us`; `futex_wake_process_rtt_us` is the least a job can wait for an
   answer from a server that was asleep);
+- the same two synchronizations against a C++-plane server whose high-priority
+  sessions poll (`--hp-spin-us inf`: `polling_sync_rtt_us`, `polling_wake_us`),
+  the explicit choice docs/data-plane.md describes;
 - `jobs` high-priority jobs launching at once on one server
   (`aggregate_launches_per_s`);
 - the raw ring round trip (C++ on both sides, an echo process), when the build
@@ -76,10 +79,11 @@ class LaunchBenchConfig:
 class _Server:
     """A tally-server with the given data plane, in its own process group."""
 
-    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path, hp_jobs: int = 1):
+    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path, hp_jobs: int = 1,
+                 extra: tuple[str, ...] = ()):
         self.socket_path = directory / f"server-{plane}.sock"
         argv = [*commands.tool("tally-server"), "--backend", backend, "--data-plane", plane,
-                "--max-hp-jobs", str(hp_jobs), "--socket", str(self.socket_path)]
+                "--max-hp-jobs", str(hp_jobs), "--socket", str(self.socket_path), *extra]
         self.process = group.start(f"tally-server (--backend {backend} --data-plane {plane})", argv,
                                    f"server-{plane}.log")
         wait_for(self.socket_path.exists, 60.0, self.process, "listening on its socket")
@@ -148,6 +152,16 @@ class LaunchBench:
                 **{f"{key}_rtt_us": wake[f"{key}_rtt_ns"] / 1e3 for key in FUTEX_FLOORS},
                 **{f"{key}_same_cpu": wake[f"{key}_same_cpu"] for key in FUTEX_FLOORS}}
 
+    def polling_figures(self) -> dict[str, float]:
+        """Idle and after-idle synchronizations when the high-priority session polls (cpp plane)."""
+        c = self.config
+        with ProcessGroup(self.directory / "polling") as group:
+            server = _Server(group, c.backend, "cpp", self.directory / "polling", extra=("--hp-spin-us", "inf"))
+            sync = self._run(group, server, "high", "--mode", "sync", "--count", str(c.syncs))
+            wake = self._run(group, server, "high", "--mode", "wake", "--count", str(c.wakes),
+                             "--gap-us", str(c.gap_us))
+        return {"polling_sync_rtt_us": sync["sync_ns"] / 1e3, "polling_wake_us": wake["wake_ns"] / 1e3}
+
     def aggregate(self) -> float:
         """Launches per second of `jobs` high-priority jobs launching at once (cpp plane)."""
         c = self.config
@@ -175,6 +189,7 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="tally-bench-launch-") as tmp:
         bench = LaunchBench(config, Path(tmp))
         planes = {plane: bench.plane_figures(plane) for plane in PLANES}
+        polling = bench.polling_figures()
         aggregate = bench.aggregate()
         native = bench.native() if config.backend == "cuda" else None
     cpp, py = planes["cpp"], planes["python"]
@@ -185,6 +200,7 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
         "sync_rtt_us": cpp["sync_rtt_us"],
         "wake_us": cpp["wake_us"],
         "aggregate_launches_per_s": aggregate,
+        **polling,
         "python_be_us_per_launch": py["be_us_per_launch"],
         "hp_speedup_vs_python": py["hp_us_per_launch"] / cpp["hp_us_per_launch"],
         "be_speedup_vs_python": py["be_us_per_launch"] / cpp["be_us_per_launch"],
@@ -223,6 +239,8 @@ def summary(report: dict) -> str:
         f"wake-up of a thread {report['futex_wake_us']:.1f} us, of a process {report['futex_wake_process_us']:.1f} us "
         f"(seen by the waker {report['futex_wake_process_rtt_us']:.1f} us), of two processes in turn "
         f"{report['futex_wake_two_us']:.1f} us",
+        f"polling:       {report['polling_sync_rtt_us']:.2f} us idle, {report['polling_wake_us']:.1f} us after idle "
+        f"(high-priority sessions with --hp-spin-us inf)",
         f"{report['config']['jobs']} jobs at once: {report['aggregate_launches_per_s'] / 1e6:.2f} M launches/s",
     ]
     if "native_launches_per_s" in report:
