@@ -47,6 +47,13 @@ def test_session_spin_budget_comes_from_the_traits_unless_configured():
     assert ServerConfig(socket_path=Path("unused"), spin_us=5.0).session_spin_us(CudaBackend.traits) == 5.0
 
 
+def test_high_priority_sessions_may_spin_longer():
+    config = ServerConfig(socket_path=Path("unused"), spin_us=5.0, hp_spin_us=float("inf"))
+    assert config.session_spin_us(NullBackend.traits, high_priority=True) == float("inf")
+    assert config.session_spin_us(NullBackend.traits, high_priority=False) == 5.0
+    assert ServerConfig(socket_path=Path("unused")).session_spin_us(NullBackend.traits, high_priority=True) == 20.0
+
+
 def test_variant_provider_and_clock_match_the_traits():
     sim = SimBackend()
     try:

@@ -11,6 +11,7 @@ from tally.bench import process_runner
 from tally.cli import bench_main
 
 REQUIRED = {"hp_us_per_launch", "be_us_per_launch", "python_hp_us_per_launch", "sync_rtt_us", "wake_us",
+            "polling_sync_rtt_us", "polling_wake_us",
             "aggregate_launches_per_s"}
 
 

@@ -106,6 +106,15 @@ def test_create_rejects_bad_arguments():
     seg.unlink()
 
 
+def test_an_endless_spin_polls_within_each_deadline(make_pair):
+    """spin_us=inf (tally-server --hp-spin-us inf) is a day's spin: a timed wait still ends on time."""
+    server, _client = make_pair(spin_us=float("inf"))
+    assert server.spin_us == 86400e6
+    t0 = time.monotonic()
+    assert server.request_ring.pop(timeout=0.05) is None
+    assert 0.05 <= time.monotonic() - t0 < 1.0
+
+
 def test_corrupt_header_is_rejected_on_open():
     name = unique_name("corrupt")
     seg = _core.Segment.create(name, 4096, 4096, 4096, 4096)

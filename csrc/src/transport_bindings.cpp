@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -20,7 +21,10 @@ WaitPolicy make_policy(double spin_us, double peer_check_ms) {
   if (!(spin_us >= 0) || !(peer_check_ms > 0))
     throw py::value_error("spin_us must be >= 0 and peer_check_ms > 0");
   WaitPolicy p;
-  p.spin_ns = static_cast<int64_t>(spin_us * 1e3);
+  // Any spin over a day means "poll" (tally-server --hp-spin-us inf); kept finite so
+  // that deadlines computed from it cannot overflow.
+  constexpr double kMaxSpinUs = 86400e6;
+  p.spin_ns = static_cast<int64_t>(std::min(spin_us, kMaxSpinUs) * 1e3);
   p.peer_check_ns = static_cast<int64_t>(peer_check_ms * 1e6);
   return p;
 }

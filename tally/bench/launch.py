@@ -14,8 +14,15 @@ on a private socket, and times itself:
   are reported);
 - a synchronization of an idle device (`sync_rtt_us`) and one after the job
   computed alone long enough for the server's session thread to sleep
-  (`wake_us`), with this machine's futex wake-up in the same job as the
-  baseline (`futex_wake_us`: the least any sleeping thread takes to wake);
+  (`wake_us`), with this machine's futex wake-ups in the same job as the
+  baselines (tally/bench/jobs/futex_floor.h): of a thread (`futex_wake_us`), of
+  a process (`futex_wake_process_us`) and of two processes in turn
+  (`futex_wake_two_us`), each also until the waker sees the sleeper ran
+  (`*_rtt_us`; `futex_wake_process_rtt_us` is the least a job can wait for an
+  answer from a server that was asleep);
+- the same two synchronizations against a C++-plane server whose high-priority
+  sessions poll (`--hp-spin-us inf`: `polling_sync_rtt_us`, `polling_wake_us`),
+  the explicit choice docs/data-plane.md describes;
 - `jobs` high-priority jobs launching at once on one server
   (`aggregate_launches_per_s`);
 - the raw ring round trip (C++ on both sides, an echo process), when the build
@@ -45,6 +52,8 @@ TARGETS = (("hp_us_per_launch", 1.0, "<="), ("hp_speedup_vs_python", 10.0, ">=")
            ("sync_rtt_us", 3.0, "<="), ("wake_us", 10.0, "<="), ("aggregate_launches_per_s", 1e6, ">="),
            ("native_ratio", 0.8, ">="))
 JOB_TIMEOUT_S = 600.0
+# The wake-up baselines launch_rate measures (futex_floor.h): a thread, a process, two processes in turn.
+FUTEX_FLOORS = ("futex_wake", "futex_wake_process", "futex_wake_two")
 
 
 @dataclass(frozen=True)
@@ -70,10 +79,11 @@ class LaunchBenchConfig:
 class _Server:
     """A tally-server with the given data plane, in its own process group."""
 
-    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path, hp_jobs: int = 1):
+    def __init__(self, group: ProcessGroup, backend: str, plane: str, directory: Path, hp_jobs: int = 1,
+                 extra: tuple[str, ...] = ()):
         self.socket_path = directory / f"server-{plane}.sock"
         argv = [*commands.tool("tally-server"), "--backend", backend, "--data-plane", plane,
-                "--max-hp-jobs", str(hp_jobs), "--socket", str(self.socket_path)]
+                "--max-hp-jobs", str(hp_jobs), "--socket", str(self.socket_path), *extra]
         self.process = group.start(f"tally-server (--backend {backend} --data-plane {plane})", argv,
                                    f"server-{plane}.log")
         wait_for(self.socket_path.exists, 60.0, self.process, "listening on its socket")
@@ -137,7 +147,20 @@ class LaunchBench:
         return {"hp_us_per_launch": hp["drain_ns"] / 1e3, "hp_client_us_per_launch": hp["client_ns"] / 1e3,
                 "be_us_per_launch": be["drain_ns"] / 1e3, "be_client_us_per_launch": be["client_ns"] / 1e3,
                 "sync_rtt_us": sync["sync_ns"] / 1e3, "sync_p99_us": sync["p99_ns"] / 1e3,
-                "wake_us": wake["wake_ns"] / 1e3, "futex_wake_us": wake["futex_wake_ns"] / 1e3}
+                "wake_us": wake["wake_ns"] / 1e3,
+                **{f"{key}_us": wake[f"{key}_ns"] / 1e3 for key in FUTEX_FLOORS},
+                **{f"{key}_rtt_us": wake[f"{key}_rtt_ns"] / 1e3 for key in FUTEX_FLOORS},
+                **{f"{key}_same_cpu": wake[f"{key}_same_cpu"] for key in FUTEX_FLOORS}}
+
+    def polling_figures(self) -> dict[str, float]:
+        """Idle and after-idle synchronizations when the high-priority session polls (cpp plane)."""
+        c = self.config
+        with ProcessGroup(self.directory / "polling") as group:
+            server = _Server(group, c.backend, "cpp", self.directory / "polling", extra=("--hp-spin-us", "inf"))
+            sync = self._run(group, server, "high", "--mode", "sync", "--count", str(c.syncs))
+            wake = self._run(group, server, "high", "--mode", "wake", "--count", str(c.wakes),
+                             "--gap-us", str(c.gap_us))
+        return {"polling_sync_rtt_us": sync["sync_ns"] / 1e3, "polling_wake_us": wake["wake_ns"] / 1e3}
 
     def aggregate(self) -> float:
         """Launches per second of `jobs` high-priority jobs launching at once (cpp plane)."""
@@ -166,6 +189,7 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="tally-bench-launch-") as tmp:
         bench = LaunchBench(config, Path(tmp))
         planes = {plane: bench.plane_figures(plane) for plane in PLANES}
+        polling = bench.polling_figures()
         aggregate = bench.aggregate()
         native = bench.native() if config.backend == "cuda" else None
     cpp, py = planes["cpp"], planes["python"]
@@ -176,10 +200,12 @@ def run_launch_bench(config: LaunchBenchConfig) -> dict:
         "sync_rtt_us": cpp["sync_rtt_us"],
         "wake_us": cpp["wake_us"],
         "aggregate_launches_per_s": aggregate,
+        **polling,
         "python_be_us_per_launch": py["be_us_per_launch"],
         "hp_speedup_vs_python": py["hp_us_per_launch"] / cpp["hp_us_per_launch"],
         "be_speedup_vs_python": py["be_us_per_launch"] / cpp["be_us_per_launch"],
-        "futex_wake_us": statistics.median([cpp["futex_wake_us"], py["futex_wake_us"]]),
+        **{f"{key}{unit}": statistics.median([cpp[f"{key}{unit}"], py[f"{key}{unit}"]])
+           for key in FUTEX_FLOORS for unit in ("_us", "_rtt_us")},
         "ring_rtt_us": ring_round_trip_us(),
         "planes": planes,
         "config": asdict(config),
@@ -210,7 +236,11 @@ def summary(report: dict) -> str:
         f"raw ring round trip " + (f"{ring:.2f} us" if ring is not None else "not measured (no transport_bench "
                                                                                  "in this build)"),
         f"after idle:    {report['wake_us']:.1f} us (Python plane {py['wake_us']:.1f} us); this machine's futex "
-        f"wake-up {report['futex_wake_us']:.1f} us",
+        f"wake-up of a thread {report['futex_wake_us']:.1f} us, of a process {report['futex_wake_process_us']:.1f} us "
+        f"(seen by the waker {report['futex_wake_process_rtt_us']:.1f} us), of two processes in turn "
+        f"{report['futex_wake_two_us']:.1f} us",
+        f"polling:       {report['polling_sync_rtt_us']:.2f} us idle, {report['polling_wake_us']:.1f} us after idle "
+        f"(high-priority sessions with --hp-spin-us inf)",
         f"{report['config']['jobs']} jobs at once: {report['aggregate_launches_per_s'] / 1e6:.2f} M launches/s",
     ]
     if "native_launches_per_s" in report:

@@ -84,7 +84,7 @@ def build_cuda_job(source_name: str, nvcc: str | None = None) -> Path:
     if not source.is_file():
         raise JobBuildError(f"job source {source} is missing; reinstall tally")
     digest = hashlib.sha256()
-    for part in (source, JOBS_DIR / "job_common.h"):
+    for part in (source, *sorted(JOBS_DIR.glob("*.h"))):     # any header it may include
         digest.update(part.read_bytes())
     binary = paths.cache_dir() / "colocate-jobs" / f"{source.stem}-{digest.hexdigest()[:16]}"
     if binary.exists():

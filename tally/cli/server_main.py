@@ -78,6 +78,9 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--spin-us", type=float, default=None,
                    help="how long a client's server thread spins for its next request before sleeping "
                         "(default: 1000 on a GPU, 20 on the CPU backends)")
+    p.add_argument("--hp-spin-us", type=float, default=None,
+                   help="the same for high-priority jobs (default: --spin-us); inf keeps their server threads "
+                        "polling, one CPU each while the job runs elsewhere, for the fastest answer after idle")
     p.add_argument("--emulate-cc", type=compute_capability, default=None, metavar="MAJOR.MINOR",
                    help="the compute capability the emulator reports (default 9.0): modules load only PTX "
                         "for it or older, so match the PTX your libraries ship (e.g. 12.0)")
@@ -325,13 +328,16 @@ def serve_main(argv: list[str]) -> int:
         data_plane = args.data_plane or default_data_plane()
         if args.suspend_spill_dir is not None:
             check_spill_dir(args.suspend_spill_dir)
+        for flag, value in (("--spin-us", args.spin_us), ("--hp-spin-us", args.hp_spin_us)):
+            if value is not None and not value >= 0:
+                raise ValueError(f"{flag} must be a number of microseconds >= 0 (inf: never sleep), got {value}")
     except ValueError as e:
         backend.close()
         print(f"tally-server: {e}", file=sys.stderr)
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-                          spin_us=args.spin_us, data_plane=data_plane,
+                          spin_us=args.spin_us, hp_spin_us=args.hp_spin_us, data_plane=data_plane,
                           # share14: SM shares and compute control
                           be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
                           be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,

@@ -235,7 +235,7 @@ class JobImport:
             raise self._copy_failed
         self.payloads.close()
         segment = _core.Segment.adopt(segment_fd, commit["segment"], spin_us=server.config.session_spin_us(
-            self.backend.traits))
+            self.backend.traits, self.priority == protocol.Priority.HIGH))
         conn = socket.socket(fileno=os.dup(socket_fd))
         quota = self.quota
 

@@ -82,9 +82,12 @@ class ServerConfig:
     be_transform: str = "auto"
     turnaround_threshold_ms: float = 0.0316
     # How long a session thread spins on its request ring before sleeping on the
-    # futex; a request after a longer gap pays a wake-up (~25 us on a VM). None:
-    # what the backend's traits say (session_spin_us).
+    # futex; a request after a longer gap pays a wake-up (10-40 us on the VM). None:
+    # what the backend's traits say (session_spin_us). hp_spin_us: the same for
+    # high-priority jobs' sessions (None: spin_us); inf keeps them polling while
+    # their job runs on another CPU (docs/data-plane.md, "Waiting").
     spin_us: float | None = None
+    hp_spin_us: float | None = None
     # How long a new connection may take to send its first record.
     handshake_timeout_s: float = 5.0
     # SM shares and compute control (share14; tally/server/levers.py)
@@ -119,7 +122,9 @@ class ServerConfig:
     # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
     data_plane: str = field(default_factory=default_data_plane)
 
-    def session_spin_us(self, traits: BackendTraits) -> float:
+    def session_spin_us(self, traits: BackendTraits, high_priority: bool = False) -> float:
+        if high_priority and self.hp_spin_us is not None:
+            return self.hp_spin_us
         if self.spin_us is not None:
             return self.spin_us
         return traits.session_spin_us
@@ -385,7 +390,7 @@ class TallyServer:
             sizes = self.config.segment_sizes
             try:
                 segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                               spin_us=self.config.session_spin_us(self.backend.traits))
+                                               spin_us=self.config.session_spin_us(self.backend.traits, high))
             except (_core.TransportError, OSError) as e:
                 self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
                              f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",

@@ -27,9 +27,9 @@ class ByteArena {
 
   ByteArena() = default;
   ByteArena(SpscControl* control, uint8_t* data, uint64_t capacity, RingRole role, std::string name,
-            const WaitPolicy* policy, PeerProbe* peer)
+            const WaitPolicy* policy, PeerProbe* peer, const Presence& presence = {})
       : control_(control), data_(data), capacity_(capacity), mask_(capacity - 1), role_(role),
-        name_(std::move(name)), policy_(policy), peer_(peer) {
+        name_(std::move(name)), policy_(policy), peer_(peer), presence_(presence) {
     if (!is_power_of_two(capacity) || capacity < kMinCapacity)
       throw TransportError(name_ + ": capacity " + std::to_string(capacity) +
                            " must be a power of two >= " + std::to_string(kMinCapacity));
@@ -62,7 +62,7 @@ class ByteArena {
 
   WaitStatus reserve(uint64_t nbytes, Deadline deadline, uint64_t* offset_out) {
     const uint64_t need = chunk_span(nbytes);
-    const WaitStatus st = EventCount(&control_->space_ready)
+    const WaitStatus st = EventCount(&control_->space_ready, &presence_)
                               .wait([&] { return make_room(need); },
                                     [&] { return peer_ == nullptr || peer_->alive(); }, deadline, *policy_);
     if (st == WaitStatus::kReady) commit(need, offset_out);
@@ -91,7 +91,7 @@ class ByteArena {
       throw CorruptSegment(name_ + ": release of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
                            " goes past what the producer reserved");
     control_->read.pos.store(end, std::memory_order_release);
-    EventCount(&control_->space_ready).notify();
+    EventCount(&control_->space_ready, &presence_).notify();
   }
 
  private:
@@ -159,6 +159,7 @@ class ByteArena {
   std::string name_;
   const WaitPolicy* policy_ = nullptr;
   PeerProbe* peer_ = nullptr;
+  Presence presence_;           // this side's (cpu_presence.h)
   uint64_t cached_read_ = 0;  // producer's copy of the consumer's position
   SkippedTail skips_[2];      // the producer's latest skipped tails, newest first
 };

@@ -16,8 +16,11 @@
 // sleeper (the single consumer or the single producer of an SPSC ring).
 // The futex is the shared (not FUTEX_PRIVATE) kind because waiter and notifier
 // live in different processes.
+// A waiter spins only while its peer may be running elsewhere: it sleeps at once
+// when the peer was last seen on the waiter's own CPU (cpu_presence.h).
 #pragma once
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <ctime>
 
+#include "tally/cpu_presence.h"
 #include "tally/transport_errors.h"
 
 namespace tally::transport {
@@ -72,10 +76,15 @@ class Deadline {
 };
 
 // How long a blocked call spins before sleeping, and how often a sleeper wakes to
-// check that its peer still exists (a dead peer never notifies).
+// check that its peer still exists (a dead peer never notifies). The first check
+// comes after a short sleep rather than before it: the check is a syscall, and
+// when the peer shares our CPU it would sit between our answer and the peer's
+// next step. A peer already dead when the wait began is noticed within
+// first_peer_check_ns.
 struct WaitPolicy {
   int64_t spin_ns = 20'000;
   int64_t peer_check_ns = 50'000'000;
+  int64_t first_peer_check_ns = 1'000'000;
 };
 
 // Shared-memory part of an eventcount, on its own cache line: written only when
@@ -83,7 +92,10 @@ struct WaitPolicy {
 struct alignas(64) WaitLine {
   std::atomic<uint32_t> epoch;     // futex word; bumped by the notifier
   std::atomic<uint32_t> sleeping;  // 1 while the waiter may be in futex_wait
-  uint8_t reserved[56];
+  // On a ring's data_ready line: the presence slot of the side that consumes the
+  // ring (cpu_presence.h); unused (0) elsewhere.
+  std::atomic<uint32_t> present_cpu;
+  uint8_t reserved[52];
 };
 static_assert(sizeof(WaitLine) == 64);
 
@@ -99,7 +111,8 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) {
 }
 
 // Tells a waiter whether the other side can still make progress. Checked only on
-// the slow path (before sleeping and every WaitPolicy::peer_check_ns).
+// the slow path (while sleeping: first_peer_check_ns into the wait, then every
+// peer_check_ns, and when woken without data).
 class PeerProbe {
  public:
   virtual ~PeerProbe() = default;
@@ -108,14 +121,21 @@ class PeerProbe {
 
 class EventCount {
  public:
-  explicit EventCount(WaitLine* line = nullptr) : line_(line) {}
+  // `presence` (optional, must outlive this) is the calling side's (cpu_presence.h).
+  explicit EventCount(WaitLine* line = nullptr, const Presence* presence = nullptr)
+      : line_(line), presence_(presence != nullptr ? *presence : Presence{}) {}
 
   // Call after publishing (the release store of an index). No syscall unless a
   // waiter announced itself.
   void notify() const {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (line_->sleeping.load(std::memory_order_relaxed) != 0 && line_->sleeping.exchange(0, std::memory_order_acq_rel) != 0)
+    if (line_->sleeping.load(std::memory_order_relaxed) != 0 && line_->sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+      // The woken side will likely run on this CPU, preempting us: say we are
+      // here, so that it does not spin on our CPU once it has answered.
+      presence_.here(current_cpu_slot());
+      presence_.woke_peer();
       wake_now();
+    }
   }
 
   // Unconditional wake, e.g. after setting a closed flag.
@@ -135,13 +155,29 @@ class EventCount {
     if (deadline.passed(now)) return WaitStatus::kTimedOut;
 
     const int64_t spin_end = std::min(now + policy.spin_ns, deadline.is_never() ? INT64_MAX : now + deadline.remaining_ns(now));
-    for (unsigned i = 1;; ++i) {
+    uint32_t cpu = current_cpu_slot();
+    presence_.here(cpu);
+    // A peer we just woke that has not run yet may be queued behind us on this
+    // CPU: let it run first (where it was woken on another CPU, or nothing else
+    // waits for this one, this returns at once).
+    if (presence_.peer_unseen()) {
+      sched_yield();
+      cpu = current_cpu_slot();
+      presence_.here(cpu);
+    }
+    // No spinning on the CPU the peer last ran on: the peer cannot run while we do.
+    for (unsigned i = 1; !presence_.peer_on(cpu); ++i) {
       cpu_relax();
       if (ready()) return WaitStatus::kReady;
-      if ((i & 31) == 0 && monotonic_ns() >= spin_end) break;
+      if ((i & 31) == 0) {
+        now = monotonic_ns();
+        if (now >= spin_end) break;
+        cpu = current_cpu_slot();   // we may have been moved, or the peer may have said where it is
+        presence_.here(cpu);
+      }
     }
 
-    int64_t next_peer_check = 0;  // check before the first sleep
+    int64_t next_peer_check = monotonic_ns() + std::min(policy.first_peer_check_ns, policy.peer_check_ns);
     for (;;) {
       now = monotonic_ns();
       if (now >= next_peer_check) {
@@ -155,8 +191,12 @@ class EventCount {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (ready()) return WaitStatus::kReady;
       const int64_t slice = std::min(deadline.remaining_ns(now), std::max<int64_t>(next_peer_check - now, 1));
+      presence_.asleep();
+      const int woken = futex_wait(&line_->epoch, key, slice);
+      presence_.here(current_cpu_slot());
+      if (ready()) return WaitStatus::kReady;   // the usual wake-up: before any check
       // Woken without data: maybe the peer set its closed flag; look at once.
-      if (futex_wait(&line_->epoch, key, slice) == 0) next_peer_check = 0;
+      if (woken == 0) next_peer_check = 0;
     }
   }
 
@@ -171,6 +211,7 @@ class EventCount {
   };
 
   WaitLine* line_;
+  Presence presence_;
 };
 
 }  // namespace tally::transport

@@ -413,14 +413,18 @@ class Segment {
     peer_.set_creator_pid(layout_.creator_pid);
     const RingRole client_end = side == Side::kClient ? RingRole::kProducer : RingRole::kConsumer;
     const RingRole server_end = side == Side::kServer ? RingRole::kProducer : RingRole::kConsumer;
+    // Each side's presence slot is on the wait line of the ring it consumes (cpu_presence.h).
+    std::atomic<uint32_t>* server_slot = &control(layout_.request)->data_ready.present_cpu;
+    std::atomic<uint32_t>* client_slot = &control(layout_.completion)->data_ready.present_cpu;
+    const Presence presence = side == Side::kServer ? Presence{server_slot, client_slot} : Presence{client_slot, server_slot};
     request_ = RecordRing(control(layout_.request), data(layout_.request), layout_.request.capacity, client_end,
-                          "request ring", &policy_, &peer_);
+                          "request ring", &policy_, &peer_, presence);
     completion_ = RecordRing(control(layout_.completion), data(layout_.completion), layout_.completion.capacity,
-                             server_end, "completion ring", &policy_, &peer_);
+                             server_end, "completion ring", &policy_, &peer_, presence);
     upload_ = ByteArena(control(layout_.upload), data(layout_.upload), layout_.upload.capacity, client_end,
-                        "upload arena", &policy_, &peer_);
+                        "upload arena", &policy_, &peer_, presence);
     download_ = ByteArena(control(layout_.download), data(layout_.download), layout_.download.capacity, server_end,
-                          "download arena", &policy_, &peer_);
+                          "download arena", &policy_, &peer_, presence);
   }
 
   SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }

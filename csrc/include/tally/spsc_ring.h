@@ -78,10 +78,11 @@ class RecordRing {
   RecordRing() = default;
   // `name` is for error messages ("request ring"). `policy` and `peer` must outlive
   // the ring; peer may be null (then the peer is always considered alive).
+  // `presence` holds pointers into the segment: where this side and its peer run.
   RecordRing(SpscControl* control, uint8_t* data, uint64_t capacity, RingRole role, std::string name,
-             const WaitPolicy* policy, PeerProbe* peer)
+             const WaitPolicy* policy, PeerProbe* peer, const Presence& presence = {})
       : control_(control), data_(data), capacity_(capacity), mask_(capacity - 1), role_(role),
-        name_(std::move(name)), policy_(policy), peer_(peer) {
+        name_(std::move(name)), policy_(policy), peer_(peer), presence_(presence) {
     if (!is_power_of_two(capacity) || capacity < kMinCapacity)
       throw TransportError(name_ + ": capacity " + std::to_string(capacity) +
                            " must be a power of two >= " + std::to_string(kMinCapacity));
@@ -110,7 +111,7 @@ class RecordRing {
 
   WaitStatus begin(uint64_t payload_bytes, Deadline deadline, uint8_t** payload_out) {
     const uint64_t span = record_span(payload_bytes);
-    const WaitStatus st = EventCount(&control_->space_ready)
+    const WaitStatus st = EventCount(&control_->space_ready, &presence_)
                               .wait([&] { return make_room(span); }, [&] { return peer_alive(); }, deadline, *policy_);
     if (st == WaitStatus::kReady) *payload_out = payload_slot();
     return st;
@@ -125,7 +126,7 @@ class RecordRing {
     std::memcpy(data_ + (w & mask_), &header, sizeof header);
     control_->write.pos.store(w + pending_span_, std::memory_order_release);
     pending_span_ = 0;
-    EventCount(&control_->data_ready).notify();
+    EventCount(&control_->data_ready, &presence_).notify();
   }
 
   bool try_push(uint32_t kind, uint64_t tag, const void* payload, uint64_t size) {
@@ -180,7 +181,7 @@ class RecordRing {
   }
 
   WaitStatus peek(RecordView* out, Deadline deadline) {
-    return EventCount(&control_->data_ready)
+    return EventCount(&control_->data_ready, &presence_)
         .wait([&] { return try_peek(out); }, [&] { return peer_alive(); }, deadline, *policy_);
   }
 
@@ -219,7 +220,7 @@ class RecordRing {
       w += to_end;
       control_->write.pos.store(w, std::memory_order_release);
       // A sleeping consumer must release the padding before the record can fit.
-      EventCount(&control_->data_ready).notify();
+      EventCount(&control_->data_ready, &presence_).notify();
     }
     if (!has_free(w, span)) return false;
     pending_span_ = span;
@@ -248,7 +249,7 @@ class RecordRing {
 
   void release_to(uint64_t r) {
     control_->read.pos.store(r, std::memory_order_release);
-    EventCount(&control_->space_ready).notify();
+    EventCount(&control_->space_ready, &presence_).notify();
   }
 
   bool peer_alive() { return peer_ == nullptr || peer_->alive(); }
@@ -273,6 +274,7 @@ class RecordRing {
   std::string name_;
   const WaitPolicy* policy_ = nullptr;
   PeerProbe* peer_ = nullptr;
+  Presence presence_;           // this side's (cpu_presence.h)
   uint64_t cached_read_ = 0;   // producer's copy of the consumer's position
   uint64_t cached_write_ = 0;  // consumer's copy of the producer's position
   uint64_t pending_span_ = 0;  // reserved by begin(), published by commit()

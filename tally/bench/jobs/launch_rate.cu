@@ -14,20 +14,21 @@
 //   launch_rate --mode wake --count N --gap-us G
 //       N synchronizations, each after the job computed alone for G us (the
 //       server's session thread has gone to sleep by then): wake_ns (median);
-//       and, as the baseline of the same run, futex_wake_ns: how long this
-//       machine takes to wake a thread of this process that sleeps on a futex
-//       after the same gap (the least any sleeping server can take).
+//       and, as the baselines of the same run (futex_floor.h), how long this
+//       machine takes to wake, after the same gap, a thread of this process
+//       sleeping on a futex (futex_wake_ns), a process (futex_wake_process_ns:
+//       the least any sleeping server can take) and two processes in turn
+//       (futex_wake_two_ns); the same until the waker sees the sleeper ran
+//       (*_rtt_ns: the least a job can wait for an answer from a sleeping
+//       server); and the share of wake-ups that ran on the waker's CPU
+//       (*_same_cpu).
 //   launch_rate --mode together --start-at T --rounds R --batch B
 //       waits until CLOCK_MONOTONIC second T (so several jobs start at once),
 //       then as `launches`; prints launches, start_s and end_s of the timed rounds.
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <thread>
 
+#include "futex_floor.h"
 #include "job_common.h"
 
 __global__ void noop(int* out, int n, int start) {
@@ -93,31 +94,6 @@ void syncs(long count) {
   std::printf("sync_ns=%.1f p99_ns=%.1f count=%ld\n", median(t), percentile(t, 0.99), count);
 }
 
-// The baseline: a thread of this process sleeps on a futex; after the gap the
-// main thread wakes it and the sleeper notes how long that took.
-double futex_wake_ns(long count, double gap_s) {
-  std::atomic<uint32_t> word{0};
-  std::atomic<double> sent{0};
-  std::vector<double> t(count);
-  std::thread sleeper([&] {
-    for (long i = 0; i < count; ++i) {
-      while (word.load() == 0) syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
-      t[i] = (job::now_s() - sent.load()) * 1e9;
-      word.store(0);
-    }
-  });
-  for (long i = 0; i < count; ++i) {
-    spin_for(gap_s);
-    sent.store(job::now_s());
-    word.store(1);
-    syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-    while (word.load() != 0) {
-    }
-  }
-  sleeper.join();
-  return median(t);
-}
-
 void wakes(long count, double gap_us) {
   std::vector<double> t;
   JOB_CHECK(cudaDeviceSynchronize());
@@ -127,8 +103,18 @@ void wakes(long count, double gap_us) {
     JOB_CHECK(cudaDeviceSynchronize());
     t.push_back((job::now_s() - t0) * 1e9);
   }
-  std::printf("wake_ns=%.1f futex_wake_ns=%.1f count=%ld gap_us=%.0f\n", median(t),
-              futex_wake_ns(count, gap_us * 1e-6), count, gap_us);
+  std::printf("wake_ns=%.1f count=%ld gap_us=%.0f\n", median(t), count, gap_us);
+  const int64_t gap_ns = static_cast<int64_t>(gap_us * 1e3);
+  const struct {
+    const char* key;
+    bool processes;
+    int chain;
+  } floors[] = {{"futex_wake", false, 1}, {"futex_wake_process", true, 1}, {"futex_wake_two", true, 2}};
+  for (const auto& f : floors) {
+    const futex_floor::Result r = futex_floor::measure(count, gap_ns, f.processes, f.chain);
+    std::printf("%s_ns=%.1f %s_rtt_ns=%.1f %s_same_cpu=%.2f\n", f.key, r.median_ns, f.key, r.round_trip_ns, f.key,
+                r.same_cpu_share);
+  }
 }
 
 }  // namespace
