@@ -32,7 +32,7 @@ from tally.bench.process_jobs import (
 )
 from tally.bench.traces import TRACE_KINDS
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
-from tally.cli.server_main import add_share_flags
+from tally.cli.server_flags import add_share_flags
 from tally.scheduler.executor import BE_TRANSFORMS
 from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS
 
