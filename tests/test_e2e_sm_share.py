@@ -145,18 +145,20 @@ def test_dynamic_sm_moves_a_best_effort_job_to_the_floor_while_the_high_priority
         hp = subprocess.Popen(job_command(server.socket_path, program, 64, 2000, 60, priority="high"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env())
         floor = None
+        busiest = 0.0      # one 20 ms sample may see no kernel end on a loaded machine: keep the peak
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and hp.poll() is None:
+        while time.monotonic() < deadline and hp.poll() is None and (floor is None or busiest <= 50):
             status = query_status(server.socket_path)
-            if best_effort(status)["sm_granted"] == 1:          # 10% of 8 SMs, at least one
+            sample = status["server"]["levers"].get("device_sample") or {}
+            busiest = max(busiest, sample.get("hp_sm_active_percent") or 0.0)
+            if floor is None and best_effort(status)["sm_granted"] == 1:          # 10% of 8 SMs, at least one
                 floor = status
-                break
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert floor is not None, server.log()[-3000:]
         levers = floor["server"]["levers"]
         assert floor["server"]["dynamic_sm"] and levers["dynamic_sm"]["best_effort_percent"] == 10.0
         assert floor["server"]["be_util_target"] == 0.9 and "hold" in levers["compute_control"]
-        assert levers["device_sample"]["hp_sm_active_percent"] > 50
+        assert busiest > 50
         out, err = hp.communicate(timeout=300)
         assert hp.returncode == 0 and "results=ok" in out, out + err
         deadline = time.monotonic() + 30
