@@ -224,3 +224,15 @@ def tally_server(server, *args: str, timeout: float = 120) -> subprocess.Complet
 def migrate(source, cid: int, to, timeout: float = 180) -> subprocess.CompletedProcess:
     """`tally-server migrate --client CID --to TO` on the source server."""
     return tally_server(source, "migrate", "--client", str(cid), "--to", str(to), timeout=timeout)
+
+
+def go(job) -> None:
+    """Lets a job waiting on its stdin (suspended_job.cu's "wait" mode) go on."""
+    job.stdin.write("go\n")
+    job.stdin.flush()
+
+
+def suspended_job_exact(result) -> None:
+    """suspended_job.cu ended with every check passing and all 400 rounds run."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]

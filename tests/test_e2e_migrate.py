@@ -16,7 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
-from e2e_helpers import build_cuda, emulator_server_process, finish, idle, migrate, start_job, two_servers
+from e2e_helpers import (build_cuda, emulator_server_process, finish, go, idle, migrate, start_job,
+                         suspended_job_exact, two_servers)
 
 MIB = 1 << 20
 
@@ -24,16 +25,6 @@ MIB = 1 << 20
 def only_client(server) -> dict:
     (client,) = server.status()["clients"]
     return client
-
-
-def go(job) -> None:
-    job.stdin.write("go\n")
-    job.stdin.flush()
-
-
-def exact(result) -> None:
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]
 
 
 def test_a_to_b_and_back_keeps_results_exact(nvcc, two_servers):
@@ -52,7 +43,7 @@ def test_a_to_b_and_back_keeps_results_exact(nvcc, two_servers):
     r = migrate(b, on_b["client_id"], a.socket)
     assert r.returncode == 0 and "migrated to" in r.stdout, r.stdout + r.stderr
     b.wait_for(idle, what="B to free the job's memory")
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     a.wait_for(idle, what="the job to finish on A")
 
 
@@ -69,7 +60,7 @@ def test_refused_up_front_when_the_target_quota_is_too_small(nvcc, two_servers):
         assert nowhere.returncode == 2 and "no tally-server answers" in nowhere.stderr
         assert only_client(a)["state"] == "running" and small.status()["clients"] == []
         go(job)
-        exact(finish(job))
+        suspended_job_exact(finish(job))
     finally:
         small.stop()
 
@@ -141,7 +132,7 @@ def test_target_killed_mid_transfer_leaves_the_job_running_at_the_source(nvcc, t
                                                                          "running")
     assert a.status()["server"]["mobility"]["migrations_failed"] == 1
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
 
 
 def test_source_killed_mid_transfer_leaves_nothing_on_the_target(nvcc, two_servers, tmp_path):

@@ -26,7 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
-from e2e_helpers import build_cuda, finish, idle, start_job, two_servers
+from e2e_helpers import build_cuda, finish, go, idle, start_job, suspended_job_exact, two_servers
 from migration_proxy import HandoverProxy
 
 
@@ -75,16 +75,6 @@ def listed_once(job, *servers) -> None:
     assert len(holders) == 1, f"the job is listed by {len(holders)} servers"
 
 
-def go(job) -> None:
-    job.stdin.write("go\n")
-    job.stdin.flush()
-
-
-def exact(result) -> None:
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.ints("wrong_a", "wrong_b", "wrong_ballast", "wrong_seen", "rounds") == [0, 0, 0, 0, 400]
-
-
 def no_names_left(job, *servers) -> None:
     """Nothing in /dev/shm of the job (pinned objects) or of the servers (segments)."""
     prefixes = (f"tally-pin-{job.client_pid}-", *(f"tally-{s.process.proc.pid}-" for s in servers))
@@ -116,7 +106,7 @@ def test_target_killed_before_claiming_leaves_the_job_at_the_source(nvcc, two_se
     assert (after["client_id"], after["memory_used"], after["segment_owner"]) == \
         (before["client_id"], before["memory_used"], "serving")
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
     no_names_left(job, a, b)
 
@@ -138,7 +128,7 @@ def test_lost_commit_answer_target_serves_and_source_forgets(nvcc, two_servers, 
     listed_once(job, a, b)
     assert served_by(b, job)["memory_used"] == before["memory_used"]
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     b.wait_for(idle, what="the job's release on B")
     no_names_left(job, a, b)
 
@@ -162,7 +152,7 @@ def test_target_killed_after_claiming_source_takes_the_job_back(nvcc, two_server
         (before["client_id"], before["memory_used"], "serving")
     assert a.status()["server"]["mobility"]["migrations_failed"] == 1
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
     no_names_left(job, a, b)
 
@@ -204,7 +194,7 @@ def test_commit_after_the_source_kept_the_job_is_undone_by_the_target(nvcc, two_
                and s["server"]["memory_free"] == free, what="B to undo the import")
     listed_once(job, a, b)
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     a.wait_for(idle, what="the job's release on A")
     no_names_left(job, a, b)
 
@@ -219,7 +209,7 @@ def test_source_killed_after_the_handover_leaves_the_job_on_the_target(nvcc, two
     kill(a)
     b.wait_for(claimed(job), what="B to claim the job")
     go(job)
-    exact(finish(job))
+    suspended_job_exact(finish(job))
     b.wait_for(idle, what="the job's release on B")
     no_names_left(job, a, b)
 

@@ -45,12 +45,7 @@ class CudaAddressRestore(CudaRelocatedGlobals):
     def _backed_alloc(self, nbytes: int) -> int:
         size = _granular(nbytes)
         ptr = self.vmm_reserve(size, VMM_GRANULARITY)
-        try:
-            handle = self._back(ptr, size)
-        except DeviceError:
-            self.vmm_free(ptr, size)
-            raise
-        self._backed[ptr] = [size, handle]
+        self._back_reservation(ptr, size)
         return ptr
 
     def _backed_alloc_at(self, ptr: int, size: int) -> None:
@@ -64,6 +59,10 @@ class CudaAddressRestore(CudaRelocatedGlobals):
             self.vmm_free(got, size)
             raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"device addresses [0x{ptr:x}, 0x{ptr + size:x}) are taken "
                                                          f"in this server's address space")
+        self._back_reservation(ptr, size)
+
+    def _back_reservation(self, ptr: int, size: int) -> None:
+        """Backs a fresh reservation and records it; a reservation that cannot be backed is released."""
         try:
             handle = self._back(ptr, size)
         except DeviceError:
