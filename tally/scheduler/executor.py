@@ -14,6 +14,11 @@ executor decides and reports back how each launch ended: the executor alone
 keeps the queues, the client and stream records and the counters, and applies
 those outcomes.
 
+The class is in four files: this one (submission, synchronization, status and
+the dispatch of queued work to the device), executor_clients.py (registering,
+pausing and removing jobs, their SM shares), executor_events.py (CUDA events)
+and executor_faults.py (device faults, below).
+
 Thread-safety: every public method may be called from any thread; the
 executor never holds its lock while blocking on the backend. With the sim's
 discrete clock, "blocking" means processing simulated events on the caller's
@@ -31,24 +36,24 @@ dead context.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
-import time
 from typing import Callable, Hashable
 
 from tally.backends.base import DeviceBackend
-from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
+from tally.protocol.errors import DeviceError
 from tally.scheduler.clock import Cancellable, Clock, WallClock
 from tally.scheduler.delay_histogram import DelayHistogram
 from tally.scheduler.device_units import DeviceUnit, DeviceUnits
-from tally.scheduler.events import ExecutorEvent
-from tally.scheduler.fast_lane import FastLanes, LaneChange
+from tally.scheduler.executor_clients import ClientControl
+from tally.scheduler.executor_events import EventControl
+from tally.scheduler.executor_faults import FaultControl
 from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
+from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
-from tally.scheduler.policy import (HIGH, PRIORITIES, PolicyError, Schedule, SchedulerView,
+from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
@@ -81,7 +86,7 @@ def _within_share(client: ClientState, stream_cap: int | None) -> int | None:
     return stream_cap if client.sm_cap is None else min(stream_cap, client.sm_cap)
 
 
-class StreamExecutor:
+class StreamExecutor(ClientControl, EventControl, FaultControl):
     def __init__(self, backend: DeviceBackend, policy: SchedulingPolicy,
                  variants: VariantProvider | None = None,
                  profiler: TransparentProfiler | None = None, clock: Clock | None = None, *,
@@ -117,164 +122,6 @@ class StreamExecutor:
         # (error, client id) -> the error to keep: set by the server where a fault is context-wide
         self.device_errors: Callable[[DeviceError, Hashable], DeviceError] | None = None
         self._abandoned: DeviceError | None = None   # the fault that ended all work, until forget_device
-
-    # clients ---------------------------------------------------------------------------
-    def add_client(self, client_id: Hashable, priority: str = "best-effort",
-                   sm_percent: float | None = None) -> None:
-        if priority not in PRIORITIES:
-            raise ValueError(f"client priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
-        sm_cap = self._sm_cap(sm_percent)
-        with self._lock:
-            if client_id in self._clients:
-                raise ValueError(f"client {client_id!r} is already registered")
-            client = self._clients[client_id] = ClientState(client_id, priority, sm_percent, sm_cap)
-            if self.fast_lanes.attached(client_id):
-                self._fast_lane_roles(client)
-
-    def set_sm_percent(self, client_id: Hashable, percent: float | None) -> int:
-        """Change the client's SM share (None: the whole device) and return the SMs it
-        was granted (the backend's sm_grant of its share's SMs). Its launches from
-        now on carry the new cap; kernels already on the device keep theirs (a GPU
-        cannot move a running kernel between partitions)."""
-        sm_cap = self._sm_cap(percent)
-        with self._lock:
-            client = self._client(client_id)
-            client.set_share(percent, sm_cap)
-            self.fast_lanes.revoke_client(client_id)    # offered again with the new cap
-            return self.sm_count if sm_cap is None else sm_cap
-
-    def sm_share(self, client_id: Hashable) -> tuple[float | None, int]:
-        """(the share the client has now, in percent or None, the SMs granted for it)."""
-        with self._lock:
-            client = self._client(client_id)
-            return client.sm_percent, self.sm_count if client.sm_cap is None else client.sm_cap
-
-    def is_paused(self, client_id: Hashable) -> bool:
-        with self._lock:
-            return self._client(client_id).paused
-
-    def _sm_cap(self, percent: float | None) -> int | None:
-        """The SMs granted for a share: the largest whole number of SMs within it (at
-        least one), as the backend can grant it. None for the whole device."""
-        if percent is None:
-            return None
-        if not (isinstance(percent, (int, float)) and math.isfinite(percent) and 0 < percent <= 100):
-            raise ValueError(f"sm_percent must be in (0, 100], got {percent!r}")
-        if percent >= 100:
-            return None
-        return self.backend.sm_grant(max(1, math.floor(self.sm_count * percent / 100 + 1e-9)))
-
-    def sm_granted(self, client_id: Hashable) -> int | None:
-        """The SMs the client's share grants (after the backend's rounding); None
-        when it has no share (the whole device)."""
-        with self._lock:
-            return self._client(client_id).sm_cap
-
-    def remove_client(self, client_id: Hashable) -> None:
-        """Drop the client's queued operations, stop its running PTB kernels, wait
-        for what is already on the device, then release its streams, events and
-        PTB state. Its pending errors are discarded. Blocks until done."""
-        with self._lock:
-            client = self._client(client_id)
-            client.removing = True
-            self.fast_lanes.detach(client_id)
-            for stream in client.streams.values():
-                for item in stream.queue:
-                    if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
-                        item.op.event.waiters[item.seq] -= 1
-                stream.queue.clear()
-            for unit in list(self._in_flight.units.values()):
-                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
-                    self._preempt(unit)
-            self._pump()
-            self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
-            if self._clients.get(client_id) is not client:
-                return            # another thread removed it meanwhile (a session's close and close())
-            del self._clients[client_id]
-            streams = [stream for stream in client.streams.values() if self._retire(stream)]
-            events = list(client.events)
-        for stream in streams:
-            try:
-                self.backend.stream_synchronize(stream.backend_stream)
-            except DeviceError:
-                pass          # the client is gone; nobody is left to tell
-            self.backend.stream_destroy(stream.backend_stream)
-            self.device.close_lane(stream.lane, synchronize=True)
-        with self._lock:
-            for event in events:
-                self._destroy_event(event)
-            self._pump()
-
-    def pause_client(self, client_id: Hashable) -> None:
-        """Hold the client's work: nothing of it starts (kernels, copies, records)
-        until resume_client, and nothing is lost; its running PTB kernels are
-        preempted (they resume where they stopped), other running units finish.
-        Its synchronizations wait meanwhile. Idempotent."""
-        with self._lock:
-            client = self._client(client_id)
-            client.paused = True
-            self.fast_lanes.revoke_client(client_id)    # nothing of it reaches the device from C++ either
-            for unit in list(self._in_flight.units.values()):
-                if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
-                    self._preempt(unit)
-            self._pump()
-
-    def wait_client_idle(self, client_id: Hashable, timeout: float, drain: bool = False) -> bool:
-        """For a client that submits nothing meanwhile: wait until none of its work
-        is on the device (its running units ended, what went to its backend streams
-        completed), and with `drain` until its queued work ran too (a paused client's
-        stays queued). Errors found on the way stay on their streams for the job's
-        next synchronization. False if that took longer than `timeout` seconds
-        (e.g. a host function waits for the job)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            client = self._client(client_id)
-            if drain and client.paused:
-                raise ValueError(f"client {client_id!r} is paused: its queued work cannot drain")
-            done = (lambda: all(s.drained for s in client.streams.values())) if drain else \
-                (lambda: all(s.inflight == 0 for s in client.streams.values()))
-            if not self.clock.wait_for(self._cond, done, timeout):
-                return False
-            streams = [s for s in client.streams.values() if not s.released]
-            for stream in streams:
-                stream.backend_syncs += 1
-        try:
-            for stream in streams:
-                # A backend synchronization may wait forever (a host function held by the
-                # job): it runs on a helper thread and the wait gives up at the deadline.
-                done = threading.Event()
-                found: list[DeviceError] = []
-
-                def sync(bs=stream.backend_stream):
-                    try:
-                        self.backend.stream_synchronize(bs)
-                    except DeviceError as e:
-                        found.append(e)
-                    finally:
-                        done.set()
-                threading.Thread(target=sync, daemon=True, name="tally-quiesce").start()
-                if not done.wait(max(0.0, deadline - time.monotonic())):
-                    return False
-                if found:
-                    with self._lock:
-                        stream.errors.append(found[0])
-            return True
-        finally:
-            with self._lock:
-                for stream in streams:
-                    stream.backend_syncs -= 1
-                self._cond.notify_all()
-
-    def pending_errors(self, client_id: Hashable) -> int:
-        """Errors of the client's work it has not been told yet (its next synchronization will)."""
-        with self._lock:
-            return sum(len(s.errors) for s in self._client(client_id).streams.values())
-
-    def resume_client(self, client_id: Hashable) -> None:
-        """Let a paused client's work go on where it stopped. Idempotent."""
-        with self._lock:
-            self._client(client_id).paused = False
-            self._pump()
 
     # operations ------------------------------------------------------------------------
     def submit(self, client_id: Hashable, stream_key: Hashable, op: Op) -> None:
@@ -460,58 +307,6 @@ class StreamExecutor:
         self.backend.stream_destroy(stream.backend_stream)
         self.device.close_lane(stream.lane, synchronize=False)
 
-    # events ---------------------------------------------------------------------------------
-    def event_create(self, client_id: Hashable, timing: bool = True) -> ExecutorEvent:
-        with self._lock:
-            client = self._client(client_id)
-            event = ExecutorEvent(client_id, timing)
-            client.events.append(event)
-            return event
-
-    def event_destroy(self, event: ExecutorEvent) -> None:
-        with self._lock:
-            client = self._clients.get(event.client_id)
-            if client is not None and event in client.events:
-                client.events.remove(event)
-            self._destroy_event(event)
-
-    def event_query(self, event: ExecutorEvent) -> bool:
-        with self._lock:
-            seq = event.submitted_seq
-            if seq == 0:
-                return True
-            backend_event = event.records.get(seq)
-            if backend_event is None:
-                return False
-        return self.backend.event_query(backend_event)
-
-    def event_synchronize(self, event: ExecutorEvent) -> None:
-        with self._lock:
-            seq = event.submitted_seq
-            if seq == 0:
-                return
-            self.clock.wait_for(self._cond, lambda: seq in event.records or event.destroyed
-                                or self._abandoned is not None)
-            if seq not in event.records and self._abandoned is not None:
-                raise self._abandoned     # its record was dropped with the device's work
-            backend_event = event.records.get(seq)
-        if backend_event is not None:
-            self.backend.event_synchronize(backend_event)
-
-    def event_elapsed_ms(self, start: ExecutorEvent, end: ExecutorEvent) -> float:
-        with self._lock:
-            pair = [ev.records.get(ev.submitted_seq) for ev in (start, end)]
-        if None in pair:
-            raise DeviceError(CUDA_ERROR_NOT_READY, "an event has not been recorded on the device yet")
-        return self.backend.event_elapsed_ms(*pair)
-
-    def event_host_time(self, event: ExecutorEvent) -> float | None:
-        """When the event's latest record was reached on the node's clock (None: never
-        recorded here, not reached yet, or the backend's clock is its own)."""
-        with self._lock:
-            backend_event = event.records.get(event.submitted_seq)
-        return None if backend_event is None else self.backend.event_host_time(backend_event)
-
     # status ---------------------------------------------------------------------------------
     def counters(self) -> dict:
         """Totals for `tally-server status`: operations queued now, kernels by how
@@ -538,80 +333,6 @@ class StreamExecutor:
             self.fast_lanes.running(self.policy, now)    # the C++ plane's work counts too
             return self._activity.totals(now)
 
-    # device faults ------------------------------------------------------------------------
-    def suspects(self) -> list[Hashable]:
-        """The clients whose kernels may have caused a fault seen now: those with a
-        stream holding kernels that no clean synchronization has confirmed since
-        they were launched (still running, or ended without the stream being
-        synchronized since)."""
-        with self._lock:
-            return [c.client_id for c in self._clients.values()
-                    if any(self._kernels_launched(s) > s.kernels_confirmed for s in c.streams.values())]
-
-    def _kernels_launched(self, stream: StreamState) -> int:
-        # the C++ data plane's launches on the stream count too (fast_lane.py)
-        return stream.kernels_launched + self.fast_lanes.launches(stream)
-
-    def check_running(self, started_before: float) -> None:
-        """Query the backend streams of units running since before `started_before`
-        (clock time); an error one reports goes through `device_errors` and stays
-        for the stream's next synchronization. The watch of a context-wide backend
-        calls this: a kernel that faulted there never completes, and its stream
-        says why."""
-        with self._lock:
-            streams = {id(u.task.stream): u.task.stream for u in self._in_flight.units.values()
-                       if u.started_at < started_before}.values()
-            streams = [s for s in streams if not s.released and not s.client.removing]
-            for stream in streams:
-                stream.backend_syncs += 1       # keeps it from being destroyed meanwhile (_retire)
-        for stream in streams:
-            error = None
-            try:
-                self.backend.stream_query(stream.backend_stream)
-            except DeviceError as e:
-                error = self._seen(stream, e)
-            with self._lock:
-                if error is not None:
-                    stream.errors.append(error)
-                stream.backend_syncs -= 1
-                if stream.backend_syncs == 0:
-                    self._cond.notify_all()
-
-    def abandon(self, error: DeviceError) -> None:
-        """The device lost every job's work (a context-wide fault): end every unit
-        in flight and drop every queued operation without asking the device, and
-        leave `error` for the next synchronization of every stream. Whoever waits
-        wakes up. Clients stay registered until removed."""
-        with self._lock:
-            self._abandoned = error
-            self.fast_lanes.revoke_all()       # (their planes are off already: session.fail_device)
-            now = self.clock.now()
-            for unit in list(self._in_flight.units.values()):
-                stream = unit.task.stream
-                self._in_flight.remove(unit)
-                stream.inflight -= 1
-                self._activity.completed(stream, unit.sms, now)
-                unit.task.unit = None
-                self.policy.on_unit_finished(unit.view(), now)
-            for client in self._clients.values():
-                for stream in client.streams.values():
-                    for item in stream.queue:
-                        if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
-                            item.op.event.waiters[item.seq] -= 1
-                    stream.queue.clear()
-                    stream.errors.clear()
-                    stream.errors.append(error)
-                    stream.confirm(self._kernels_launched(stream))
-            self._cond.notify_all()
-
-    def forget_device(self) -> None:
-        """Once every client is removed after a fault: drop what the device layer
-        made in the dead context (its control stream, pooled events, registered
-        readback memory) so that nothing of it is used in the next one."""
-        with self._lock:
-            self.device.forget()
-            self._abandoned = None
-
     def close(self) -> None:
         for client_id in list(self._clients):
             try:
@@ -637,19 +358,6 @@ class StreamExecutor:
         stream = StreamState(client, key, work, self.device.open_lane(work, priority))
         client.streams[key] = stream
         return stream
-
-    def _check_event(self, event: ExecutorEvent, client: ClientState) -> None:
-        if not isinstance(event, ExecutorEvent) or event.destroyed:
-            raise ValueError("event was destroyed or was not created by this executor")
-        if event.client_id != client.client_id and not event.shared:
-            raise ValueError(f"event belongs to client {event.client_id!r}, not {client.client_id!r}")
-
-    def _destroy_event(self, event: ExecutorEvent) -> None:
-        event.destroyed = True
-        for backend_event in event.records.values():
-            self.backend.event_destroy(backend_event)
-        event.records.clear()
-        self._cond.notify_all()
 
     def _synchronize(self, stream: StreamState) -> DeviceError | None:
         """Wait for the stream; return its first pending error (taken off it). When
@@ -791,12 +499,6 @@ class StreamExecutor:
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))   # asynchronous error: reported at the next sync
         return True
-
-    def _prune_records(self, event: ExecutorEvent) -> None:
-        """Backend events of superseded records that no queued wait needs."""
-        for seq in [s for s in event.records if s != event.submitted_seq and event.waiters[s] <= 0]:
-            self.backend.event_destroy(event.records.pop(seq))
-            del event.waiters[seq]
 
     def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:
         waiting: dict[int, KernelTask] = {}
