@@ -19,15 +19,12 @@ import socket
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
 
 from tally import _core, protocol
-from tally.backends.base import BackendTraits
 from tally.protocol.framing import recv_record, send_record
-from tally.cluster.health_config import HealthConfig
 from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
 from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, HelloReply, MigrateOffer, StatusReply,
@@ -38,7 +35,7 @@ from tally.scheduler.pinned_pool import PinnedPool
 from tally.server import control, migration_import
 from tally.server.admission import Refused, admit, check_version, hello_version
 from tally.server.counters import ServerCounters
-from tally.server.data_plane import DATA_PLANES, default_data_plane
+from tally.server.data_plane import DATA_PLANES
 from tally.server.device_health import DeviceHealth, default_health_config
 from tally.server.drain import Drain
 from tally.server.device_faults import DeviceFaults
@@ -47,11 +44,12 @@ from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
+from tally.server.server_config import SegmentSizes, ServerConfig  # noqa: F401 (imported from here too)
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
 from tally.server.migration import MigrationRecord
 from tally.server.oversubscribe import TimeSlicer
-from tally.server.saved_memory import SavedMemoryPolicy, SavedMemoryStore
+from tally.server.saved_memory import SavedMemoryStore
 from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
 
@@ -59,75 +57,6 @@ log = logging.getLogger("tally.server")
 
 # The executor's name for each scheduling class.
 SCHEDULING_CLASS = {protocol.Priority.HIGH: HIGH, protocol.Priority.BEST_EFFORT: BEST_EFFORT}
-
-
-@dataclass
-class SegmentSizes:
-    """Bytes of one client's shared segment. The whole segment is committed when it
-    is created (a full /dev/shm fails the handshake with a message instead of a
-    crash later), so the arenas are sized for ~34 MiB per client: copies move in
-    chunks of a quarter arena, which keeps them at memcpy speed."""
-    request: int = 1 << 20
-    completion: int = 1 << 18
-    upload: int = 16 << 20
-    download: int = 16 << 20
-
-
-@dataclass
-class ServerConfig:
-    socket_path: Path
-    device: int = 0
-    segment_sizes: SegmentSizes = field(default_factory=SegmentSizes)
-    policy: str = "priority"
-    be_transform: str = "auto"
-    turnaround_threshold_ms: float = 0.0316
-    # How long a session thread spins on its request ring before sleeping on the
-    # futex; a request after a longer gap pays a wake-up (10-40 us on the VM). None:
-    # what the backend's traits say (session_spin_us). hp_spin_us: the same for
-    # high-priority jobs' sessions (None: spin_us); inf keeps them polling while
-    # their job runs on another CPU (docs/data-plane.md, "Waiting").
-    spin_us: float | None = None
-    hp_spin_us: float | None = None
-    # How long a new connection may take to send its first record.
-    handshake_timeout_s: float = 5.0
-    # SM shares and compute control (share14; tally/server/levers.py)
-    be_sm_percent: float | None = None   # a best-effort job's share by default, and its most
-    dynamic_sm: bool = False             # best-effort jobs get 100% minus the high-priority activity
-    be_sm_floor: float = 10.0            # ... never less than this, together
-    be_util_target: float | None = None  # compute control: hold best-effort work over this U_GPU
-    sample_period_ms: float = 50.0       # device samples for dynamic SM / compute control
-    # Memory protection and high-priority jobs (tally/cluster/memory_limits.py,
-    # high_priority_jobs.py): sizes in bytes (int) or percent of device memory (float).
-    be_memory_quota: int | float | None = None
-    hp_memory_reserve: int | float | None = None
-    max_hp_jobs: int = 1
-    # SysProbe (tally/server/device_health.py): on unless health is False; its config
-    # (None: the defaults) and the file it came from (reloaded on SIGHUP).
-    health: bool = True
-    health_config: HealthConfig | None = None
-    health_config_path: Path | None = None
-    # Device samples from a recorded trace instead of the device (demos, tests);
-    # replayed at the trace's own pace unless metrics_trace_realtime is False (then
-    # one trace sample per sampler tick).
-    metrics_trace: Path | None = None
-    metrics_trace_realtime: bool = True
-    # SIGTERM/SIGINT: how long the work on the device may take to finish (tally/server/drain.py)
-    drain_timeout_s: float = 10.0
-    # Time-slicing best-effort jobs whose memory does not fit together (tally/server/oversubscribe.py).
-    oversubscribe: bool = False
-    slice_seconds: float = 5.0
-    # Where suspended jobs' device bytes wait (tally/server/saved_memory.py): the host memory
-    # they may take, the directory beyond it, the buffers kept for the next suspension.
-    saved_memory: SavedMemoryPolicy = field(default_factory=SavedMemoryPolicy)
-    # Who takes requests off the jobs' rings (tally/server/data_plane.py): "cpp" or "python".
-    data_plane: str = field(default_factory=default_data_plane)
-
-    def session_spin_us(self, traits: BackendTraits, high_priority: bool = False) -> float:
-        if high_priority and self.hp_spin_us is not None:
-            return self.hp_spin_us
-        if self.spin_us is not None:
-            return self.spin_us
-        return traits.session_spin_us
 
 
 class ServerError(Exception):
