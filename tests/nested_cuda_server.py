@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tally.backends.cuda import CudaBackend
 from tally.server.metrics_endpoint import MetricsEndpoint
-from tally.server.server import ServerConfig, TallyServer
+from tally.server.server import TallyServer
+from tally.server.server_config import ServerConfig
 
 
 def main() -> int:

@@ -15,7 +15,8 @@ from tally.backends.registry import (CHOICES, BackendOptionsRefused, BackendUnav
                                      real_driver_present, resolve_backend)
 from tally.backends.sim import SimBackend
 from tally.backends.sim.variants import SimVariantProvider
-from tally.server.server import ServerConfig, make_variant_provider
+from tally.server.server import make_variant_provider
+from tally.server.server_config import ServerConfig
 
 BACKEND_CLASSES = {"cuda": CudaBackend, "emulator": EmulatorBackend, "null": NullBackend, "sim": SimBackend}
 

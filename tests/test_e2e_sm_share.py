@@ -17,7 +17,8 @@ from server_harness import ServerProcess
 from tally import paths
 from tally.backends.emulator import EmulatorBackend
 from tally.cli.server_main import query_status
-from tally.server.server import ServerConfig, TallyServer
+from tally.server.server import TallyServer
+from tally.server.server_config import ServerConfig
 
 BLOCKS, SPIN_US = 64, 1000      # 64 blocks that each hold their worker for 1 ms
 

@@ -187,7 +187,8 @@ def test_a_segment_the_server_cannot_create_is_a_clear_refusal(tmp_path):
     import threading
 
     from tally.backends.null import NullBackend
-    from tally.server.server import SegmentSizes, ServerConfig, TallyServer
+    from tally.server.server import TallyServer
+    from tally.server.server_config import SegmentSizes, ServerConfig
 
     # 3-byte rings cannot be made (capacities are powers of two); the same path
     # answers a full /dev/shm.
@@ -214,7 +215,8 @@ def test_a_handshake_finishing_after_shutdown_is_refused_and_leaves_nothing(tmp_
 
     from tally.backends.null import NullBackend
     from tally.protocol.framing import recv_record, send_record
-    from tally.server.server import ServerConfig, TallyServer
+    from tally.server.server import TallyServer
+    from tally.server.server_config import ServerConfig
 
     config = ServerConfig(socket_path=tmp_path / "late.sock")
     server = TallyServer(config, NullBackend())

@@ -24,7 +24,8 @@ from tally.backends.null import NullBackend
 from tally.cli.server_main import query_status
 from tally.cluster.health_config import load_health_config
 from tally.protocol.messages_generated import Evicted
-from tally.server.server import ServerConfig, TallyServer
+from tally.server.server import TallyServer
+from tally.server.server_config import ServerConfig
 
 DATA = Path(__file__).parent / "data" / "health"
 MIB = 1 << 20

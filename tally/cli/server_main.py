@@ -69,7 +69,8 @@ def serve_main(argv: list[str]) -> int:
         logging.getLogger("tally.server").debug("C allocator's arenas not capped (not glibc, "
                                                  "MALLOC_ARENA_MAX or GLIBC_TUNABLES set, or too late)")
     from tally.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointError
-    from tally.server.server import ServerConfig, ServerError, TallyServer
+    from tally.server.server import ServerError, TallyServer
+    from tally.server.server_config import ServerConfig
 
     socket_path = paths.server_socket(args.socket, args.device)
     options = {}

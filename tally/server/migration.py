@@ -51,8 +51,7 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer
 from tally.scheduler.executor import ClientGone
 from tally.server import handover, migration_memory
-# CHUNK_BYTES: the transfer's chunk size, still named here.
-from tally.server.migration_bytes import CHUNK_BYTES, ByteSender, send_piece  # noqa: F401
+from tally.server.migration_bytes import ByteSender, send_piece
 from tally.server.step_clock import StepClock
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes

@@ -44,7 +44,7 @@ from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
 from tally.server.segments import reclaim_stale, segment_prefix
-from tally.server.server_config import SegmentSizes, ServerConfig  # noqa: F401 (imported from here too)
+from tally.server.server_config import ServerConfig
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
 from tally.server.migration import MigrationRecord
