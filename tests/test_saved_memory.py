@@ -74,11 +74,24 @@ def test_regions_of_any_size_come_back_exactly_and_share_full_slabs():
     save(log, device)
     assert log.nbytes == sum(SIZES)
     assert len(log.slabs) == -(-sum(SIZES) // CHUNK_BYTES)          # no slab per region: one stream
-    assert all(isinstance(slab, RawSlab) for slab in log.slabs)       # random bytes: not compressed
+    *full, last = log.slabs
+    assert all(isinstance(slab, RawSlab) for slab in full)            # random bytes: not compressed
+    # the last slab is under half full: its bytes are copied out and its buffer goes back
+    assert isinstance(last, PackedSlab) and not last.compressed and last.n == sum(SIZES) % CHUNK_BYTES
     assert read_back(log, device) == device.regions
-    assert s.host_bytes == len(log.slabs) * CHUNK_BYTES
+    assert s.host_bytes == len(full) * CHUNK_BYTES + last.n
     log.release()
     assert s.host_bytes == 0 and s.kept_bytes == 0
+
+
+def test_a_small_job_holds_its_bytes_not_a_buffer():
+    device, s = Device([256 << 10, 100]), store()
+    log = SavedLog(s)
+    save(log, device)
+    assert s.host_bytes == log.host_bytes == (256 << 10) + 100 and s.buffer_bytes == 0
+    assert read_back(log, device) == device.regions
+    log.release()
+    assert s.host_bytes == 0
 
 
 def test_a_skipped_region_leaves_the_others_in_place():

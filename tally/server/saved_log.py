@@ -6,7 +6,8 @@ A writer fills the slabs with copies from the device: each slab is a buffer of
 the server's SavedMemoryStore (tally/server/saved_memory.py), so regions of any
 size share full, reusable buffers and no byte is copied twice. Every WINDOW
 slabs it waits for the copies and seals the slabs: a slab stays as it is, or is
-kept LZ4-compressed where that halves it (its buffer goes on to the next slab),
+kept LZ4-compressed where that halves it, or copied out when at most half of it
+is filled (a job's last slab; either way its buffer goes on to the next slab),
 or goes to the store's spill file when host memory has no room for it. A reader
 gives the regions back in the same order (or skips one: a module unloaded while
 its job was suspended), a view of each slab at a time, decompressed or read from
@@ -41,8 +42,9 @@ class RawSlab:
 
 @dataclass
 class PackedSlab:
-    data: bytes
+    data: bytes | bytearray
     n: int
+    compressed: bool = True       # False: a copy of a slab at most half full (its buffer went back)
 
 
 @dataclass
@@ -145,6 +147,10 @@ class LogWriter:
         packed = lz4_chunks.compress_if_it_pays(view)
         if packed is not None and store.charge_packed(len(packed)):
             log.slabs.append(PackedSlab(packed, n))
+        elif packed is None and n <= CHUNK_BYTES // 2 and store.charge_packed(n):
+            # A job's last, partly filled slab (a small job's only one): a copy of its bytes
+            # instead of a whole buffer held for as long as the job stays suspended.
+            log.slabs.append(PackedSlab(bytearray(view), n, compressed=False))
         elif buffer is not self._staging:
             log.slabs.append(RawSlab(buffer, n))      # its buffer was counted when it was made
             return
@@ -237,7 +243,7 @@ class LogReader:
                 self._sync()
                 self._temporary.clear()
             if isinstance(slab, PackedSlab):
-                data = lz4_chunks.decompress(slab.data)
+                data = lz4_chunks.decompress(slab.data) if slab.compressed else slab.data
             else:
                 data = bytearray(slab.length)
                 self.log.spill.seek(slab.offset)
