@@ -14,16 +14,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "driver_call.h"
 #include "runtime_check.h"
-
-#define DRIVER(call)                                                \
-  do {                                                              \
-    CUresult r = (call);                                            \
-    if (r != CUDA_SUCCESS) {                                        \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)r); \
-      exit(1);                                                      \
-    }                                                               \
-  } while (0)
 
 constexpr size_t BYTES = 16u << 20;
 constexpr size_t WORDS = BYTES / sizeof(unsigned);

@@ -4,18 +4,12 @@
 #ifndef TALLY_TEST_DRIVER_CHECK_H
 #define TALLY_TEST_DRIVER_CHECK_H
 
-#include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult rc_ = (call);                                             \
-    if (rc_ != CUDA_SUCCESS) {                                         \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
+#include "driver_call.h"
+
+#define CHECK(call) DRIVER(call)
 
 static inline void setup(void) {
   CUdevice dev;

@@ -15,16 +15,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "driver_call.h"
 #include "runtime_check.h"
-
-#define DRV(call)                                                                \
-  do {                                                                           \
-    CUresult rc_ = (call);                                                       \
-    if (rc_ != CUDA_SUCCESS) {                                                   \
-      printf("error %s at line %d: driver error %d\n", #call, __LINE__, (int)rc_); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
 
 constexpr int kBlocks = 256;
 
@@ -59,65 +51,65 @@ int main(int argc, char** argv) {
   unsigned* smids = nullptr;
   CHECK(cudaMalloc(&smids, kBlocks * sizeof(unsigned)));
   CUdevice dev;
-  DRV(cuDeviceGet(&dev, 0));
+  DRIVER(cuDeviceGet(&dev, 0));
 
   CUdevResource sm;
-  DRV(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
+  DRIVER(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
   printf("device_sms=%u min_partition=%u alignment=%u\n", sm.sm.smCount, sm.sm.minSmPartitionSize,
          sm.sm.smCoscheduledAlignment);
   unsigned possible = 0;
-  DRV(cuDevSmResourceSplitByCount(nullptr, &possible, &sm, nullptr, 0, min_count));
+  DRIVER(cuDevSmResourceSplitByCount(nullptr, &possible, &sm, nullptr, 0, min_count));
   CUdevResource groups[2], remaining;
   unsigned made = 2;
-  DRV(cuDevSmResourceSplitByCount(groups, &made, &sm, &remaining, 0, min_count));
+  DRIVER(cuDevSmResourceSplitByCount(groups, &made, &sm, &remaining, 0, min_count));
   printf("groups_possible=%u groups_made=%u group_sms=%u remaining_sms=%u\n", possible, made, groups[0].sm.smCount,
          remaining.sm.smCount);
 
   CUdevResourceDesc desc;
-  DRV(cuDevResourceGenerateDesc(&desc, &groups[0], 1));
+  DRIVER(cuDevResourceGenerateDesc(&desc, &groups[0], 1));
   CUgreenCtx green;
-  DRV(cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  DRIVER(cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
   CUdevResource green_sm;
-  DRV(cuGreenCtxGetDevResource(green, &green_sm, CU_DEV_RESOURCE_TYPE_SM));
+  DRIVER(cuGreenCtxGetDevResource(green, &green_sm, CU_DEV_RESOURCE_TYPE_SM));
   printf("green_sms=%u\n", green_sm.sm.smCount);
 
   CUstream green_stream;
-  DRV(cuGreenCtxStreamCreate(&green_stream, green, CU_STREAM_NON_BLOCKING, 0));
+  DRIVER(cuGreenCtxStreamCreate(&green_stream, green, CU_STREAM_NON_BLOCKING, 0));
   CUgreenCtx of_stream = nullptr;
-  DRV(cuStreamGetGreenCtx(green_stream, &of_stream));
+  DRIVER(cuStreamGetGreenCtx(green_stream, &of_stream));
   printf("stream_in_green=%d\n", of_stream == green);
   sms_used((cudaStream_t)green_stream, smids, "green_stream");
 
   // Current, the green context's NULL stream is its own: confined too.
   CUcontext green_as_context;
-  DRV(cuCtxFromGreenCtx(&green_as_context, green));
-  DRV(cuCtxPushCurrent(green_as_context));
+  DRIVER(cuCtxFromGreenCtx(&green_as_context, green));
+  DRIVER(cuCtxPushCurrent(green_as_context));
   CUgreenCtx of_null = nullptr;
-  DRV(cuStreamGetGreenCtx(nullptr, &of_null));
+  DRIVER(cuStreamGetGreenCtx(nullptr, &of_null));
   CUstream made_while_current;
-  DRV(cuStreamCreate(&made_while_current, CU_STREAM_NON_BLOCKING));
+  DRIVER(cuStreamCreate(&made_while_current, CU_STREAM_NON_BLOCKING));
   CUgreenCtx of_made = nullptr;
   CUcontext ctx_of_made = nullptr;
-  DRV(cuStreamGetCtx_v2(made_while_current, &ctx_of_made, &of_made));
+  DRIVER(cuStreamGetCtx_v2(made_while_current, &ctx_of_made, &of_made));
   printf("null_in_green=%d made_in_green=%d\n", of_null == green, of_made == green);
   sms_used(0, smids, "green_null");
   CUexecAffinityParam affinity;
-  DRV(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  DRIVER(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
   printf("current_affinity_sms=%u\n", affinity.param.smCount.val);
   unsigned long long green_id = 0, current_id = 0;
-  DRV(cuGreenCtxGetId(green, &green_id));
-  DRV(cuGreenCtxGetId(nullptr, &current_id));
+  DRIVER(cuGreenCtxGetId(green, &green_id));
+  DRIVER(cuGreenCtxGetId(nullptr, &current_id));
   printf("current_green_id_matches=%d\n", green_id == current_id && green_id != 0);
   CUcontext popped;
-  DRV(cuCtxPopCurrent(&popped));
+  DRIVER(cuCtxPopCurrent(&popped));
 
   // An event over every stream of the green context, and a wait for it.
   CUevent all_done;
-  DRV(cuEventCreate(&all_done, CU_EVENT_DISABLE_TIMING));
+  DRIVER(cuEventCreate(&all_done, CU_EVENT_DISABLE_TIMING));
   record_smid<<<kBlocks, 64, 0, (cudaStream_t)made_while_current>>>(smids);
-  DRV(cuGreenCtxRecordEvent(green, all_done));
-  DRV(cuEventSynchronize(all_done));
-  DRV(cuGreenCtxWaitEvent(green, all_done));
+  DRIVER(cuGreenCtxRecordEvent(green, all_done));
+  DRIVER(cuEventSynchronize(all_done));
+  DRIVER(cuGreenCtxWaitEvent(green, all_done));
   printf("green_event_done=%d\n", cuEventQuery(all_done) == CUDA_SUCCESS);
 
   cudaStream_t ordinary;
@@ -135,12 +127,12 @@ int main(int argc, char** argv) {
   printf("split_unknown_flags=%d\n", (int)cuDevSmResourceSplitByCount(spare, &spare_count, &sm, nullptr, 0x80, 0));
   CUdevResource other_split[1];
   unsigned one = 1;
-  DRV(cuDevSmResourceSplitByCount(other_split, &one, &sm, nullptr, 0, min_count));
+  DRIVER(cuDevSmResourceSplitByCount(other_split, &one, &sm, nullptr, 0, min_count));
   CUdevResource mixed[2] = {groups[1], other_split[0]};
   CUdevResourceDesc mixed_desc;
   printf("desc_of_two_splits=%d\n", (int)cuDevResourceGenerateDesc(&mixed_desc, mixed, 2));
   CUdevResourceDesc both_desc;
-  DRV(cuDevResourceGenerateDesc(&both_desc, groups, 2));
+  DRIVER(cuDevResourceGenerateDesc(&both_desc, groups, 2));
   CUgreenCtx spare_green;
   printf("green_unknown_flags=%d\n", (int)cuGreenCtxCreate(&spare_green, desc, dev, 0x40));
   CUstream blocking_green_stream;
@@ -148,8 +140,8 @@ int main(int argc, char** argv) {
   CUdevResource wrong_type;
   printf("resource_type_not_sm=%d\n", (int)cuDeviceGetDevResource(dev, &wrong_type, (CUdevResourceType)7));
 
-  DRV(cuStreamDestroy(made_while_current));
-  DRV(cuGreenCtxDestroy(green));
+  DRIVER(cuStreamDestroy(made_while_current));
+  DRIVER(cuGreenCtxDestroy(green));
   printf("destroyed_stream_sync=%d destroyed_again=%d\n", (int)cuStreamSynchronize(green_stream),
          (int)cuGreenCtxDestroy(green));
   CHECK(cudaStreamDestroy(ordinary));

@@ -19,16 +19,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "driver_call.h"
 #include "runtime_check.h"
-
-#define DRIVER(call)                                                                  \
-  do {                                                                                \
-    CUresult r = (call);                                                              \
-    if (r != CUDA_SUCCESS) {                                                          \
-      printf("error %s at line %d: %d\n", #call, __LINE__, (int)r);                   \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
 
 constexpr int N = 1 << 16;            // ints per buffer
 
