@@ -87,87 +87,87 @@ def kill(server) -> None:
     server.process.proc.wait(timeout=30)
 
 
-def claimed(job):
-    return lambda s: any(c["pid"] == job.client_pid and c["segment_owner"] == "claimed" for c in s["clients"])
+def owned(job, owner: str):
+    """A status check: the job is listed with its segment saying `owner` ("claimed", "serving")."""
+    return lambda s: any(c["pid"] == job.client_pid and c["segment_owner"] == owner for c in s["clients"])
+
+
+def handing_over(nvcc, a, b, tmp_path):
+    """A job waiting mid-loop on A, its migration to B under way and stopped at the
+    handover of its socket and segment. Returns the job, A's record of it before,
+    the proxy and the migration."""
+    job = waiting_job(nvcc, a)
+    before = served_by(a, job)
+    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
+    migration = Migration(a, before["client_id"], proxy.path)
+    proxy.wait_handover()
+    return job, before, proxy, migration
+
+
+def kept_intact(a, job, before: dict) -> None:
+    """A serves the job as before the migration: same id, same memory."""
+    after = served_by(a, job)
+    assert (after["client_id"], after["memory_used"], after["segment_owner"]) == \
+        (before["client_id"], before["memory_used"], "serving")
+
+
+def finishes_exact(job, server, where: str, *servers) -> None:
+    """The job goes on, ends exact, `server` releases it, and no name is left in /dev/shm."""
+    go(job)
+    suspended_job_exact(finish(job))
+    server.wait_for(idle, what=f"the job's release on {where}")
+    no_names_left(job, *servers)
 
 
 def test_target_killed_before_claiming_leaves_the_job_at_the_source(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
-    before = served_by(a, job)
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    migration = Migration(a, before["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, before, proxy, migration = handing_over(nvcc, a, b, tmp_path)
     kill(b)                                    # its end of the connection closes: so does the source's
     proxy.keep_commit()
     rc, text = migration.done()
     assert rc == 2 and "stays here" in text, text
-    after = served_by(a, job)
-    assert (after["client_id"], after["memory_used"], after["segment_owner"]) == \
-        (before["client_id"], before["memory_used"], "serving")
-    go(job)
-    suspended_job_exact(finish(job))
-    a.wait_for(idle, what="the job's release on A")
-    no_names_left(job, a, b)
+    kept_intact(a, job, before)
+    finishes_exact(job, a, "A", a, b)
 
 
 def test_lost_commit_answer_target_serves_and_source_forgets(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
-    before = served_by(a, job)
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    migration = Migration(a, before["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, before, proxy, migration = handing_over(nvcc, a, b, tmp_path)
     proxy.drop_replies()
     proxy.forward_commit()
-    b.wait_for(claimed(job), what="B to claim the job")
+    b.wait_for(owned(job, "claimed"), what="B to claim the job")
     proxy.cut_source()                          # B's answer never comes
     rc, text = migration.done()
     assert rc == 0 and "migrated to" in text, text
     a.wait_for(idle, what="A to free the job it handed over")
     listed_once(job, a, b)
     assert served_by(b, job)["memory_used"] == before["memory_used"]
-    go(job)
-    suspended_job_exact(finish(job))
-    b.wait_for(idle, what="the job's release on B")
-    no_names_left(job, a, b)
+    finishes_exact(job, b, "B", a, b)
 
 
 def test_target_killed_after_claiming_source_takes_the_job_back(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
-    before = served_by(a, job)
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    migration = Migration(a, before["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, before, proxy, migration = handing_over(nvcc, a, b, tmp_path)
     proxy.drop_replies()
     proxy.forward_commit()
-    b.wait_for(claimed(job), what="B to claim the job")
+    b.wait_for(owned(job, "claimed"), what="B to claim the job")
     kill(b)                                    # claimed, and not a single request of the job handled
     proxy.cut_source()                         # the answer A waits for never comes
     rc, text = migration.done()
     assert rc == 2 and "stays here" in text, text
-    after = served_by(a, job)
-    assert (after["client_id"], after["memory_used"], after["segment_owner"]) == \
-        (before["client_id"], before["memory_used"], "serving")
+    kept_intact(a, job, before)
     assert a.status()["server"]["mobility"]["migrations_failed"] == 1
-    go(job)
-    suspended_job_exact(finish(job))
-    a.wait_for(idle, what="the job's release on A")
-    no_names_left(job, a, b)
+    finishes_exact(job, a, "A", a, b)
 
 
 def test_target_killed_while_serving_fails_the_job_and_the_source_keeps_nothing(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    migration = Migration(a, served_by(a, job)["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, _before, proxy, migration = handing_over(nvcc, a, b, tmp_path)
     proxy.drop_replies()
     proxy.forward_commit()
-    b.wait_for(claimed(job), what="B to claim the job")
+    b.wait_for(owned(job, "claimed"), what="B to claim the job")
     go(job)                                    # its next request makes B serve it
-    b.wait_for(lambda s: served_by_in(s, job, "serving"), what="B to serve the job")
+    b.wait_for(owned(job, "serving"), what="B to serve the job")
     kill(b)
     proxy.cut_source()
     rc, text = migration.done()
@@ -180,11 +180,8 @@ def test_target_killed_while_serving_fails_the_job_and_the_source_keeps_nothing(
 
 def test_commit_after_the_source_kept_the_job_is_undone_by_the_target(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
     free = b.status()["server"]["memory_free"]
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    migration = Migration(a, served_by(a, job)["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, _before, proxy, migration = handing_over(nvcc, a, b, tmp_path)
     proxy.cut_source()                          # A sees no answer and keeps the job ...
     rc, text = migration.done()
     assert rc == 2 and "stays here" in text, text
@@ -193,26 +190,13 @@ def test_commit_after_the_source_kept_the_job_is_undone_by_the_target(nvcc, two_
     b.wait_for(lambda s: not s["clients"] and not s["server"]["clients_leaving"]
                and s["server"]["memory_free"] == free, what="B to undo the import")
     listed_once(job, a, b)
-    go(job)
-    suspended_job_exact(finish(job))
-    a.wait_for(idle, what="the job's release on A")
-    no_names_left(job, a, b)
+    finishes_exact(job, a, "A", a, b)
 
 
 def test_source_killed_after_the_handover_leaves_the_job_on_the_target(nvcc, two_servers, tmp_path):
     a, b = two_servers
-    job = waiting_job(nvcc, a)
-    proxy = HandoverProxy(tmp_path / "proxy.sock", b.socket)
-    Migration(a, served_by(a, job)["client_id"], proxy.path)
-    proxy.wait_handover()
+    job, _before, proxy, _migration = handing_over(nvcc, a, b, tmp_path)
     proxy.forward_commit()
     kill(a)
-    b.wait_for(claimed(job), what="B to claim the job")
-    go(job)
-    suspended_job_exact(finish(job))
-    b.wait_for(idle, what="the job's release on B")
-    no_names_left(job, a, b)
-
-
-def served_by_in(status: dict, job, owner: str) -> bool:
-    return any(c["pid"] == job.client_pid and c["segment_owner"] == owner for c in status["clients"])
+    b.wait_for(owned(job, "claimed"), what="B to claim the job")
+    finishes_exact(job, b, "B", a, b)
