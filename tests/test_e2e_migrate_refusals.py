@@ -5,43 +5,34 @@ migrate` exits 2 with the reason, the target keeps nothing, and both jobs go on
 as if nothing was asked."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from e2e_helpers import build_driver_c, emulator_server_process, finish, idle, start_job
+from e2e_helpers import build_driver_c, finish, idle, migrate, start_job, two_servers
 
 
-def test_jobs_sharing_memory_through_ipc_stay_where_they_are():
-    a, b = emulator_server_process(), emulator_server_process()
-    try:
-        program = build_driver_c("ipc.c")
-        owner = start_job(a.socket, program, "owner")
-        handles = dict(owner.stdout.readline().strip().partition("=")[::2] for _ in range(4))
-        holder = start_job(a.socket, program, "holder", handles["mem_handle"])
-        assert holder.stdout.readline().strip() == "held_first=22222222"
-        before = {c["client_id"]: c for c in a.status()["clients"]}
-        free_b = b.status()["server"]["memory_free"]
-        for cid in before:
-            r = subprocess.run([sys.executable, "-m", "tally.cli.server_main", "migrate", "--client", str(cid),
-                                "--to", str(b.socket), "--socket", str(a.socket)],
-                               capture_output=True, text=True, timeout=120)
-            assert r.returncode == 2, r.stdout + r.stderr
-            assert "cannot move" in r.stderr and "IPC" in r.stderr, r.stderr
-        after = {c["client_id"]: c for c in a.status()["clients"]}
-        assert {cid: c["memory_used"] for cid, c in after.items()} == \
-            {cid: c["memory_used"] for cid, c in before.items()}
-        assert b.status()["clients"] == [] and b.status()["server"]["memory_free"] == free_b
-        owner.stdin.write("free\n")
-        owner.stdin.flush()
-        assert owner.stdout.readline().strip() == "written_by_other=22222222"
-        holder.stdin.write("again\n")
-        holder.stdin.flush()
-        held = finish(holder)
-        assert held.returncode == 0 and held.value("held_after_owner_freed") == "22222222", held.stdout
-        owner.stdin.write("exit\n")
-        owner.stdin.flush()
-        assert finish(owner).returncode == 0
-        a.wait_for(idle, what="both jobs' memory to be given back")
-    finally:
-        a.stop()
-        b.stop()
+def test_jobs_sharing_memory_through_ipc_stay_where_they_are(two_servers):
+    a, b = two_servers
+    program = build_driver_c("ipc.c")
+    owner = start_job(a.socket, program, "owner")
+    handles = dict(owner.stdout.readline().strip().partition("=")[::2] for _ in range(4))
+    holder = start_job(a.socket, program, "holder", handles["mem_handle"])
+    assert holder.stdout.readline().strip() == "held_first=22222222"
+    before = {c["client_id"]: c for c in a.status()["clients"]}
+    free_b = b.status()["server"]["memory_free"]
+    for cid in before:
+        r = migrate(a, cid, b.socket, timeout=120)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "cannot move" in r.stderr and "IPC" in r.stderr, r.stderr
+    after = {c["client_id"]: c for c in a.status()["clients"]}
+    assert {cid: c["memory_used"] for cid, c in after.items()} == \
+        {cid: c["memory_used"] for cid, c in before.items()}
+    assert b.status()["clients"] == [] and b.status()["server"]["memory_free"] == free_b
+    owner.stdin.write("free\n")
+    owner.stdin.flush()
+    assert owner.stdout.readline().strip() == "written_by_other=22222222"
+    holder.stdin.write("again\n")
+    holder.stdin.flush()
+    held = finish(holder)
+    assert held.returncode == 0 and held.value("held_after_owner_freed") == "22222222", held.stdout
+    owner.stdin.write("exit\n")
+    owner.stdin.flush()
+    assert finish(owner).returncode == 0
+    a.wait_for(idle, what="both jobs' memory to be given back")
