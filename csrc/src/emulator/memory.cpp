@@ -245,14 +245,33 @@ uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment, uint64_t hin
   if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
   if (alignment < kAlignment) alignment = kAlignment;
   if (alignment & (alignment - 1)) throw MemoryError(kInvalidValue, "alignment must be a power of two");
+  return reserve_placed(nbytes, [&] {
+    uint64_t base = 0;
+    if (hint != 0 && hint % alignment == 0 && hint >= kGlobalBase &&
+        place(nbytes, alignment, hint, kGlobalBase + kGlobalWindow, base) && base == hint)
+      return base;
+    return take_address(nbytes, alignment);
+  });
+}
+
+void DeviceMemory::reserve_at(uint64_t addr, uint64_t nbytes) {
+  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
+  if (addr % kAlignment != 0 || addr < kGlobalBase || addr + nbytes + kGuardBytes > kGlobalBase + kGlobalWindow) {
+    throw MemoryError(kInvalidValue, hex(addr) + " is not an address the emulator reserves at");
+  }
+  reserve_placed(nbytes, [&] {
+    check_free_at(addr, nbytes + kGuardBytes);
+    return addr;
+  });
+}
+
+uint64_t DeviceMemory::reserve_placed(uint64_t nbytes, const std::function<uint64_t()>& address_of) {
   void* host = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (host == MAP_FAILED) throw MemoryError(kOutOfMemory, "no host address space for a reservation of " + std::to_string(nbytes) + " bytes");
   std::unique_lock guard(lock_);
   uint64_t base = 0;
   try {
-    if (!(hint != 0 && hint % alignment == 0 && hint >= kGlobalBase &&
-          place(nbytes, alignment, hint, kGlobalBase + kGlobalWindow, base) && base == hint))
-      base = take_address(nbytes, alignment);
+    base = address_of();
   } catch (...) {
     munmap(host, nbytes);
     throw;
@@ -261,25 +280,6 @@ uint64_t DeviceMemory::reserve(uint64_t nbytes, uint64_t alignment, uint64_t hin
   a.size = nbytes, a.reserved = nbytes + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.reservation = true;
   allocations_.emplace(base, std::move(a));
   return base;
-}
-
-void DeviceMemory::reserve_at(uint64_t addr, uint64_t nbytes) {
-  if (nbytes == 0) throw MemoryError(kInvalidValue, "cannot reserve 0 bytes");
-  if (addr % kAlignment != 0 || addr < kGlobalBase || addr + nbytes + kGuardBytes > kGlobalBase + kGlobalWindow) {
-    throw MemoryError(kInvalidValue, hex(addr) + " is not an address the emulator reserves at");
-  }
-  void* host = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (host == MAP_FAILED) throw MemoryError(kOutOfMemory, "no host address space for a reservation of " + std::to_string(nbytes) + " bytes");
-  std::unique_lock guard(lock_);
-  try {
-    check_free_at(addr, nbytes + kGuardBytes);
-  } catch (...) {
-    munmap(host, nbytes);
-    throw;
-  }
-  Allocation a;
-  a.size = nbytes, a.reserved = nbytes + kGuardBytes, a.host = static_cast<uint8_t*>(host), a.reservation = true;
-  allocations_.emplace(addr, std::move(a));
 }
 
 void DeviceMemory::unreserve(uint64_t base) {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -128,6 +129,9 @@ class DeviceMemory {
   bool place(uint64_t nbytes, uint64_t alignment, uint64_t from, uint64_t limit, uint64_t& out) const;
   void check_free_at(uint64_t addr, uint64_t reserved) const;
   uint64_t take_address(uint64_t nbytes, uint64_t alignment);
+  // Host address space for a reservation of nbytes, then, under the lock, its device
+  // address from `address_of` (which may throw: the host space goes back), recorded.
+  uint64_t reserve_placed(uint64_t nbytes, const std::function<uint64_t()>& address_of);
   Allocation& reservation_of(uint64_t addr, uint64_t nbytes, uint64_t* base);
   static std::pair<std::map<uint64_t, Mapping>::iterator, std::map<uint64_t, Mapping>::iterator> whole_mappings(
       Allocation& a, uint64_t at, uint64_t nbytes, uint64_t addr);
