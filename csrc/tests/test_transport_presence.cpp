@@ -43,12 +43,6 @@ void pin_to(int cpu) {
   if (sched_setaffinity(0, sizeof set, &set) != 0) tally_test::fail(__FILE__, __LINE__, "sched_setaffinity");
 }
 
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
 // A side says where it is when it starts to wait, 0 while it sleeps, and where it
 // woke up; a side that wakes its sleeping peer says where it is first and marks
 // the peer woken until it runs.
@@ -100,10 +94,10 @@ double cpu_of_a_lonely_wait(uint32_t peer_slot, const WaitPolicy& policy) {
   server->unlink();
   control_of(*server, server->layout().completion)->data_ready.present_cpu.store(peer_slot);   // the client's slot
   RecordView v;
-  const double cpu0 = thread_cpu_seconds();
+  const double cpu0 = tally_test::thread_cpu_seconds();
   if (server->request_ring().peek(&v, Deadline::after_seconds(0.3)) != WaitStatus::kTimedOut)
     tally_test::fail(__FILE__, __LINE__, "a record came from nowhere");
-  return thread_cpu_seconds() - cpu0;
+  return tally_test::thread_cpu_seconds() - cpu0;
 }
 
 // A waiter spins its whole spin for a peer that may be running elsewhere, and not
@@ -162,7 +156,7 @@ void round_trips_on_one_cpu_do_not_spin() {
     _exit(0);
   }
   pin_to(cpu);
-  const double cpu0 = thread_cpu_seconds();
+  const double cpu0 = tally_test::thread_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   RecordView v;
   for (int i = 0; i < kTrips; ++i) {
@@ -173,7 +167,7 @@ void round_trips_on_one_cpu_do_not_spin() {
     if (server->completion_ring().push(2, tag, nullptr, 0, Deadline::after_seconds(30)) != WaitStatus::kReady)
       tally_test::fail(__FILE__, __LINE__, "reply " + std::to_string(i) + " could not be sent");
   }
-  const double server_cpu = thread_cpu_seconds() - cpu0;
+  const double server_cpu = tally_test::thread_cpu_seconds() - cpu0;
   int status = 0;
   rusage usage{};
   wait4(child, &status, 0, &usage);

@@ -52,12 +52,6 @@ int wait_exit_code(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
 // 2 million records of 0..120 bytes through a 64 KiB ring (thousands of wraps),
 // producer in the child, every byte checked in the parent.
 void two_process_record_stream() {
@@ -227,21 +221,21 @@ void idle_waits_use_no_cpu() {
   auto client = Segment::open(name);
   server->unlink();
   RecordView v;
-  double cpu0 = thread_cpu_seconds();
+  double cpu0 = tally_test::thread_cpu_seconds();
   auto t0 = std::chrono::steady_clock::now();
   CHECK(server->request_ring().peek(&v, Deadline::after_seconds(0.5)) == WaitStatus::kTimedOut);
-  double wall = tally_test::seconds_since(t0), cpu = thread_cpu_seconds() - cpu0;
+  double wall = tally_test::seconds_since(t0), cpu = tally_test::thread_cpu_seconds() - cpu0;
   std::printf("    empty-ring wait: %.3f s wall, %.4f s cpu\n", wall, cpu);
   CHECK(wall >= 0.5);
   CHECK(cpu < 0.05);
 
   while (client->request_ring().try_push(1, 1, nullptr, 0)) {
   }
-  cpu0 = thread_cpu_seconds();
+  cpu0 = tally_test::thread_cpu_seconds();
   t0 = std::chrono::steady_clock::now();
   CHECK(client->request_ring().push(1, 1, nullptr, 0, Deadline::after_seconds(0.5)) == WaitStatus::kTimedOut);
   wall = tally_test::seconds_since(t0);
-  cpu = thread_cpu_seconds() - cpu0;
+  cpu = tally_test::thread_cpu_seconds() - cpu0;
   std::printf("    full-ring wait:  %.3f s wall, %.4f s cpu\n", wall, cpu);
   CHECK(cpu < 0.05);
 }
