@@ -40,6 +40,10 @@ class FakeDevice:
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream) -> None:
         dst[:] = self.data[src - BASE:src - BASE + len(dst)]
 
+    def vmm_read(self, handle, offset: int, dst: memoryview) -> None:
+        assert handle == "physical"
+        dst[:] = self.data[offset:offset + len(dst)]
+
 
 def store() -> SavedMemoryStore:
     return SavedMemoryStore(SavedMemoryPolicy(keep_bytes=4 * CHUNK_BYTES), available=lambda: 1 << 40)
@@ -76,6 +80,35 @@ def test_chunks_arrive_exactly_and_only_compressible_ones_compressed():
     assert flags == [False, True, False]
     assert syncs == [2]               # the first buffer again, for the third chunk: after the copies
     assert source.kept_bytes == target.kept_bytes == 2 * CHUNK_BYTES     # both buffers back, warm
+    a.close()
+    b.close()
+
+
+def test_physical_memory_goes_the_same_way_under_the_jobs_handle():
+    size = CHUNK_BYTES + 7
+    data = bytearray(os.urandom(size))
+    a, b = socket.socketpair()
+    received = bytearray(size)
+    pieces: list[dict] = []
+
+    def receive() -> None:
+        receiver = PayloadReceiver(lambda: None, store())
+        while sum(p["size"] for p in pieces) < size:
+            _kind, _tag, record = recv_record(b)
+            piece = receiver.attach(b, msgpack.unpackb(MigrateState.decode(record).tail))
+            received[piece["offset"]:piece["offset"] + len(piece["data"])] = piece["data"]
+            pieces.append({k: v for k, v in piece.items() if k != "data"})
+        receiver.close()
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    sender = ByteSender(FakeDevice(data), a, store())
+    sender.send_physical(7, "physical", size)
+    sender.close()
+    thread.join(30)
+    assert received == data and sender.sent == size
+    assert pieces == [{"op": "vmm_bytes", "handle": 7, "offset": 0, "lz4": False, "size": CHUNK_BYTES},
+                      {"op": "vmm_bytes", "handle": 7, "offset": CHUNK_BYTES, "lz4": False, "size": 7}]
     a.close()
     b.close()
 

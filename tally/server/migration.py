@@ -237,10 +237,6 @@ def _quiesce(server, session) -> None:
                                f"synchronization")
 
 
-def _piece(sock, piece: dict) -> None:
-    send_piece(sock, piece)
-
-
 def _send_state(server, session, sock) -> int:
     """Stream the job's state; the device bytes sent."""
     backend, client = server.backend, session.client
@@ -250,26 +246,26 @@ def _send_state(server, session, sock) -> int:
         for ptr, size in client.allocations.all():
             if ptr in client.managed:
                 continue                # its bytes are the job's shared memory: migration_memory.py
-            _piece(sock, {"op": "alloc", "ptr": ptr, "size": size})
+            send_piece(sock, {"op": "alloc", "ptr": ptr, "size": size})
             send_bytes(ptr, size)
         for module in client.modules.loaded():
             globals_ = backend.module_memory(module.backend_module)
-            _piece(sock, {"op": "module", "id": module.module_id, "image": module.source.original,
+            send_piece(sock, {"op": "module", "id": module.module_id, "image": module.source.original,
                           "globals": {n: ptr for n, (ptr, _s) in globals_.items()},
                           "functions": {fn.name: fn.function_id for fn in module.functions.values()},
                           "resolved": {n: list(v) for n, v in module.globals.items()}})
             for ptr, size in globals_.values():
                 send_bytes(ptr, size)
+        migration_memory.send(client, sock, sender)
     finally:
         sender.close()
-    memory_sent = migration_memory.send(backend, client, sock, _piece)
-    _piece(sock, {"op": "streams", "list": client.streams.describe()})
-    _piece(sock, {"op": "events", "list": client.events.describe()})
+    send_piece(sock, {"op": "streams", "list": client.streams.describe()})
+    send_piece(sock, {"op": "events", "list": client.events.describe()})
     deferred = session.deferred_error
-    _piece(sock, {"op": "session", "next_module_id": client.modules.next_id(),
+    send_piece(sock, {"op": "session", "next_module_id": client.modules.next_id(),
                   "deferred": None if deferred is None else [deferred.code, deferred.message],
                   "kept_output": list(client.kept_output), "quota": client.allocations.memory.quota_bytes})
-    return sender.sent + memory_sent
+    return sender.sent
 
 
 def _commit(session, sock) -> str:
@@ -286,7 +282,7 @@ def _commit(session, sock) -> str:
     try:
         # The target reads the next byte with the job's socket and its segment's shared
         # memory attached (the segment's name was unlinked once the job attached).
-        _piece(sock, {"op": "handover"})
+        send_piece(sock, {"op": "handover"})
         socket.send_fds(sock, [b"F"], [session.connection.fileno(), segment.shm_fd])
         commit = {"segment": segment.name, "owner": handing.word,
                   "pending": [[kind, tag, bytes(payload)] for kind, tag, payload in session.pending_records]}

@@ -1,7 +1,8 @@
 """How a migrating job's device bytes travel (tally/server/migration.py sends,
 migration_import.py receives): each chunk of CHUNK_BYTES is a small `bytes`
-piece naming its address, whether it is LZ4-compressed and its length, and then
-its payload, raw on the socket right after that record.
+piece naming its address (`vmm_bytes`: the job's handle of a piece of physical
+memory and the offset in it), whether it is LZ4-compressed and its length, and
+then its payload, raw on the socket right after that record.
 
 Why raw rather than inside the msgpack piece (measured on the 2-core VM,
 2026-11-28: 16 MiB took 85-230 ms to send): a payload packed into the record
@@ -25,6 +26,10 @@ from tally.protocol.framing import send_record
 from tally.protocol.messages_generated import MigrateState
 from tally.server import lz4_chunks
 from tally.server.saved_memory import CHUNK_BYTES, SavedMemoryStore
+
+
+# The pieces a raw payload follows: device memory at an address, a job's physical memory.
+PAYLOAD_OPS = frozenset({"bytes", "vmm_bytes"})
 
 
 def send_piece(sock, piece: dict) -> None:
@@ -63,22 +68,34 @@ class ByteSender:
         self.sent = 0               # device bytes sent
 
     def send(self, ptr: int, size: int) -> None:
-        """The bytes of [ptr, ptr + size) as `bytes` pieces."""
+        """The bytes of device memory [ptr, ptr + size) as `bytes` pieces."""
+        backend, stream = self._backend, self._stream
+        self._send(size, lambda view, at: backend.memcpy_dtoh_async(view, ptr + at, stream),
+                   lambda at: {"op": "bytes", "ptr": ptr + at})
+
+    def send_physical(self, handle: int, backend_handle, size: int) -> None:
+        """The bytes of a job's physical memory (cuMemCreate; `handle` is the job's name
+        for it) as `vmm_bytes` pieces (tally/server/migration_memory.py)."""
+        self._send(size, lambda view, at: self._backend.vmm_read(backend_handle, at, view),
+                   lambda at: {"op": "vmm_bytes", "handle": handle, "offset": at})
+
+    def _send(self, size: int, copy_out, header) -> None:
+        """`copy_out(view, at)` starts a copy of the region's bytes [at, at + len(view))
+        into view on the stream (or makes it); `header(at)` names the chunk at `at`."""
         backend, stream = self._backend, self._stream
         chunks = [(at, min(CHUNK_BYTES, size - at)) for at in range(0, size, CHUNK_BYTES)]
         if not chunks:
             return
-        backend.memcpy_dtoh_async(memoryview(self._buffers[0])[:chunks[0][1]], ptr, stream)
+        copy_out(memoryview(self._buffers[0])[:chunks[0][1]], 0)
         for i, (at, n) in enumerate(chunks):
             backend.stream_synchronize(stream)            # chunk i is in its buffer
             view = memoryview(self._buffers[i % 2])[:n]
             if i + 1 < len(chunks):
                 following, m = chunks[i + 1]
-                backend.memcpy_dtoh_async(memoryview(self._buffers[(i + 1) % 2])[:m], ptr + following, stream)
+                copy_out(memoryview(self._buffers[(i + 1) % 2])[:m], following)
             packed = lz4_chunks.compress_if_it_pays(view)
             payload = view if packed is None else packed
-            send_piece(self._sock, {"op": "bytes", "ptr": ptr + at, "lz4": packed is not None,
-                                    "size": len(payload)})
+            send_piece(self._sock, {**header(at), "lz4": packed is not None, "size": len(payload)})
             self._sock.sendall(payload)
             self.sent += n
 
@@ -103,8 +120,8 @@ class PayloadReceiver:
 
     def attach(self, conn: socket.socket, piece: dict) -> dict:
         """The piece, its payload read from the socket into piece["data"] (a view
-        valid until the next call but one) when it is a `bytes` piece."""
-        if piece.get("op") != "bytes" or "data" in piece:
+        valid until the next call but one) when it is a `bytes` or `vmm_bytes` piece."""
+        if piece.get("op") not in PAYLOAD_OPS or "data" in piece:
             return piece
         size = piece.get("size")
         if type(size) is not int or not 0 <= size <= CHUNK_BYTES:

@@ -5,8 +5,9 @@ state: tally/server/migration.py and migration_import.py).
 - Virtual memory (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess)
   goes as allocations do: each reservation is made again at its address on the
   target, each piece of physical memory under the handle the job holds (its
-  bytes copied, a released-but-mapped one included), then each mapping at its
-  address and offset, with its access.
+  bytes streamed as an allocation's are, tally/server/migration_bytes.py, a
+  released-but-mapped one included), then each mapping at its address and
+  offset, with its access.
 - Pinned host memory and managed memory are shared-memory objects of the job
   on this node, so nothing of their bytes is copied: the source passes each
   object's descriptor (SCM_RIGHTS, as it does the job's segment), and the
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 import socket
 
+from tally.server import lz4_chunks
 from tally.server.client.host_memory import PinnedRegions
 from tally.server.client.managed_objects import ManagedObjects, OwnedDescriptor
 from tally.server.client.virtual_memory import Mapping, VirtualMemory
-
-# Bytes of physical memory per state record (under the socket's record limit).
-CHUNK_BYTES = 8 << 20
+from tally.server.migration_bytes import ByteSender, send_piece
 
 
 def device_bytes(client) -> int:
@@ -36,33 +36,26 @@ def device_bytes(client) -> int:
 
 # ---- the source ----------------------------------------------------------------------
 
-def send(backend, client, sock, piece) -> int:
-    """Send the job's virtual, pinned and managed memory on `sock` (`piece(sock, dict)`
-    sends one piece of state); returns the device bytes sent. The job's work is done."""
-    sent = 0
+def send(client, sock, sender: ByteSender) -> None:
+    """Send the job's virtual, pinned and managed memory on `sock` (the bytes of its
+    physical memory through `sender`). The job's work is done."""
     reservations, physical, mappings = client.vmm.describe()
     for base, size in reservations.items():
-        piece(sock, {"op": "vmm_reserve", "ptr": base, "size": size})
-    buffer = bytearray(min(CHUNK_BYTES, max((n for _h, _bh, n, _r in physical), default=0)))
+        send_piece(sock, {"op": "vmm_reserve", "ptr": base, "size": size})
     for handle, backend_handle, size, released in physical:
-        piece(sock, {"op": "vmm_create", "handle": handle, "size": size, "released": released})
-        for offset in range(0, size, CHUNK_BYTES):
-            view = memoryview(buffer)[:min(CHUNK_BYTES, size - offset)]
-            backend.vmm_read(backend_handle, offset, view)
-            piece(sock, {"op": "vmm_bytes", "handle": handle, "offset": offset, "data": view})
-            sent += len(view)
+        send_piece(sock, {"op": "vmm_create", "handle": handle, "size": size, "released": released})
+        sender.send_physical(handle, backend_handle, size)
     for ptr, m in mappings:
-        piece(sock, {"op": "vmm_map", "ptr": ptr, "size": m.size, "offset": m.offset, "handle": m.handle,
+        send_piece(sock, {"op": "vmm_map", "ptr": ptr, "size": m.size, "offset": m.offset, "handle": m.handle,
                      "accessible": m.accessible})
     for region in client.regions.all():
-        piece(sock, {"op": "pinned", "id": region.region_id, "name": region.name, "size": region.size,
+        send_piece(sock, {"op": "pinned", "id": region.region_id, "name": region.name, "size": region.size,
                      "address": region.job_address, "fds": 1})
         socket.send_fds(sock, [b"F"], [region.fd])
     for base in client.managed.bases():
         found = client.allocations.find(base)
-        piece(sock, {"op": "managed", "ptr": base, "size": found[1], "fds": 1})
+        send_piece(sock, {"op": "managed", "ptr": base, "size": found[1], "fds": 1})
         socket.send_fds(sock, [b"F"], [client.managed.fd(base)])
-    return sent
 
 
 # ---- the target ----------------------------------------------------------------------
@@ -88,7 +81,8 @@ class ImportedMemory:
         elif op == "vmm_create":
             self._physical[piece["handle"]] = self.vmm.create_as(piece["handle"], piece["size"], piece["released"])
         elif op == "vmm_bytes":
-            self.backend.vmm_write(self._physical[piece["handle"]], piece["offset"], memoryview(piece["data"]))
+            data = lz4_chunks.decompress(piece["data"]) if piece["lz4"] else piece["data"]
+            self.backend.vmm_write(self._physical[piece["handle"]], piece["offset"], memoryview(data))
         elif op == "vmm_map":
             self.vmm.map_as(piece["ptr"], Mapping(piece["size"], piece["handle"], piece["accessible"],
                                                   piece["offset"]))
