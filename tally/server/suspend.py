@@ -234,12 +234,8 @@ def _save(backend, client, store: SavedMemoryStore) -> Suspension:
     state.allocations = [(ptr, size) for ptr, size in client.allocations.all() if ptr not in client.managed]
     state.modules = [(module, list(backend.module_memory(module.backend_module).values()))
                      for module in client.modules.loaded()]
-    vmm = client.vmm
-    with vmm.lock:
-        handles = [(h, found, False) for h, found in vmm.handles.items()]
-        handles += [(h, found, True) for h, found in vmm.released_mapped.items()]
-        state.mappings = sorted(vmm.mappings.items())
-    state.physical = [SavedPhysical(h, released, size) for h, (_bh, size), released in handles]
+    _reservations, physical, state.mappings = client.vmm.describe()
+    state.physical = [SavedPhysical(h, released, size) for h, _bh, size, released in physical]
     total = (sum(size for _p, size in state.allocations) + sum(p.size for p in state.physical)
              + sum(size for _m, globals_ in state.modules for _p, size in globals_))
     stream = backend.stream_create()
@@ -251,7 +247,7 @@ def _save(backend, client, store: SavedMemoryStore) -> Suspension:
             for _module, globals_ in state.modules:
                 for ptr, size in globals_:
                     writer.append(size, lambda view, at, ptr=ptr: backend.memcpy_dtoh_async(view, ptr + at, stream))
-            for _h, (backend_handle, size), _released in handles:
+            for _h, backend_handle, size, _released in physical:
                 writer.append(size, lambda view, at, h=backend_handle: backend.vmm_read(h, at, view))
             writer.finish()
         except BaseException:
