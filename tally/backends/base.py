@@ -304,6 +304,11 @@ class AddressRestore(Protocol):
 VMM_GRANULARITY = 2 << 20
 
 
+def vmm_granular(nbytes: int) -> int:
+    """`nbytes` rounded up to whole VMM_GRANULARITY granules."""
+    return -(-nbytes // VMM_GRANULARITY) * VMM_GRANULARITY
+
+
 def clamp_sm_grant(requested_sms: int, sm_count: int) -> int:
     """sm_grant of a backend without partition granularity: the request, within the device."""
     if requested_sms < 1:

@@ -37,14 +37,10 @@ from cuda.bindings import driver as cu
 from ptx_passes import PtxParseError
 from ptx_passes.cubin_info import CubinError, variable_names
 from ptx_passes.passes import PassRefused
-from tally.backends.base import VMM_GRANULARITY, ModuleSource
+from tally.backends.base import VMM_GRANULARITY, ModuleSource, vmm_granular
 from tally.backends.emulator.layout import LayoutError
 from tally.backends.relocated_globals import RelocatedModule, has_variables, relocate
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
-
-
-def _granular(nbytes: int) -> int:
-    return -(-nbytes // VMM_GRANULARITY) * VMM_GRANULARITY
 
 
 @dataclass
@@ -115,7 +111,7 @@ class CudaRelocatedGlobals:
         if addresses is None:
             base = self._backed_alloc(relocated.nbytes)
             where = relocated.addresses(base)
-            return ModuleStorage([(base, _granular(relocated.nbytes))],
+            return ModuleStorage([(base, vmm_granular(relocated.nbytes))],
                                  {v.name: (where[v.name], v.size) for v in relocated.variables})
         sizes = {v.name: v.size for v in relocated.variables}
         if set(addresses) != set(sizes):

@@ -25,14 +25,10 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver as cu
 
-from tally.backends.base import VMM_GRANULARITY
+from tally.backends.base import VMM_GRANULARITY, vmm_granular
 from tally.backends.cuda_globals import CudaRelocatedGlobals
 from tally.protocol.errors import (CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED,
                                    DeviceError)
-
-
-def _granular(nbytes: int) -> int:
-    return -(-nbytes // VMM_GRANULARITY) * VMM_GRANULARITY
 
 
 class CudaAddressRestore(CudaRelocatedGlobals):
@@ -43,7 +39,7 @@ class CudaAddressRestore(CudaRelocatedGlobals):
         self._backed: dict[int, list] = {}    # allocation -> [reserved bytes, physical handle or None (evicted)]
 
     def _backed_alloc(self, nbytes: int) -> int:
-        size = _granular(nbytes)
+        size = vmm_granular(nbytes)
         ptr = self.vmm_reserve(size, VMM_GRANULARITY)
         self._back_reservation(ptr, size)
         return ptr
@@ -54,11 +50,7 @@ class CudaAddressRestore(CudaRelocatedGlobals):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"0x{ptr:x}+{size} is not on the {VMM_GRANULARITY >> 20} MiB granularity the cuda "
                               f"backend maps memory at (the job comes from a server that places memory otherwise)")
-        got = self.vmm_reserve(size, VMM_GRANULARITY, ptr)
-        if got != ptr:
-            self.vmm_free(got, size)
-            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"device addresses [0x{ptr:x}, 0x{ptr + size:x}) are taken "
-                                                         f"in this server's address space")
+        self.vmm_reserve_at(ptr, size)
         self._back_reservation(ptr, size)
 
     def _back_reservation(self, ptr: int, size: int) -> None:
@@ -113,7 +105,7 @@ class CudaAddressRestore(CudaRelocatedGlobals):
             if not self._restorable:
                 raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "the cuda backend places memory at given addresses only "
                                                             "with tally-server --suspendable")
-            self._backed_alloc_at(ptr, _granular(nbytes))       # a migrated job's
+            self._backed_alloc_at(ptr, vmm_granular(nbytes))       # a migrated job's
             return
         if entry[1] is not None:
             raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{ptr:x} is allocated already")
@@ -137,7 +129,8 @@ class CudaAddressRestore(CudaRelocatedGlobals):
             self._restore_storage(module.storage)
 
     def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
-        """A migrated job's own reservation, at the address its pointers name (the hint, checked)."""
+        """A reservation at the address a migrated job's pointers name (the hint, checked):
+        its own (cuMemAddressReserve), or one backing its memory (_backed_alloc_at)."""
         got = self.vmm_reserve(nbytes, VMM_GRANULARITY, ptr)
         if got != ptr:
             self.vmm_free(got, nbytes)
@@ -156,7 +149,7 @@ class CudaAddressRestore(CudaRelocatedGlobals):
         """Physical memory is reached only through a mapping: a scratch one for the copy."""
         if offset % VMM_GRANULARITY:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"offset {offset} is not a multiple of the granularity")
-        size = _granular(nbytes)
+        size = vmm_granular(nbytes)
         ptr = self.vmm_reserve(size, VMM_GRANULARITY)
         try:
             self.vmm_map(ptr, size, offset, handle)
