@@ -32,7 +32,7 @@ from tally.bench.process_jobs import (
 )
 from tally.bench.traces import TRACE_KINDS
 from tally.bench.workloads import INFERENCE_MODELS, TRAINING_MODELS
-from tally.cli.server_flags import add_share_flags
+from tally.cli.server_flags import add_share_flags, positive_int
 from tally.scheduler.executor import BE_TRANSFORMS
 from tally.scheduler.profiler import DEFAULT_TURNAROUND_THRESHOLD_MS
 
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
     m.add_argument("--footprints", default="16,64,256,1024",
                    help="the job's device memory in MiB, comma-separated (default: %(default)s)")
-    m.add_argument("--repeat", type=int, default=1, metavar="N",
+    m.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="measure each footprint N times and report the medians (default 1)")
     m.add_argument("--json", type=Path, help="write the rows here")
     m.add_argument("--png", type=Path, help="write the figure here")
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             print(f"tally-bench migrate: --footprints {args.footprints!r} is not a list of MiB counts", file=sys.stderr)
             return 2
-        rows = run_migrate_bench(footprints, args.backend, repeat=max(1, args.repeat),
+        rows = run_migrate_bench(footprints, args.backend, repeat=args.repeat,
                                  on_row=lambda r: print(f"{r.footprint_mib} MiB measured", file=sys.stderr))
         print(table(rows))
         write(rows, args.json, args.png)
