@@ -81,9 +81,11 @@ def test_work_that_finishes_within_the_drain_timeout_finishes(nvcc):
         server.process.proc.send_signal(signal.SIGTERM)
         done = finish(job)
         assert done.returncode == 0 and done.value("finished") == "0", done.stdout + done.stderr
-        assert server.process.proc.wait(60) == 0
+        assert server.process.proc.wait(60) == 0, server.process.log()
         log = server.process.log()
-        assert "the work on the device finished in" in log and "evicted [shutdown]" not in log
+        # (The job may still be attached, between its last kernel and its exit, when the
+        # drain tells every job: being told then costs it nothing, as its exit status shows.)
+        assert "the work on the device finished in" in log, log
         assert "exiting without waiting" not in log
         assert shm_left(server.process.proc.pid) == []
     finally:

@@ -80,6 +80,7 @@ ALLOWED_AFTER_STICKY = frozenset(m.KIND for m in (Ping, Notify, Goodbye, HostFun
 # "CUDA-capable device(s) is/are busy or unavailable", which frameworks print as such.
 EVICTED_CODE = CUDA_ERROR_DEVICE_UNAVAILABLE
 EVICTION_REASON_LIMIT = 1000       # bytes of the reason the job is told
+CLOSE_WAIT_S = 30.0               # a second close() waits this long for the first to release everything
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Session:
         self._closing = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._close_done = threading.Event()   # the first close() has released everything
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
         self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
@@ -201,10 +203,25 @@ class Session:
         self._cleanups.append(fn)
 
     def close(self) -> None:
+        """Release everything the session owned, once. A second caller waits for the
+        first to finish: the server's exit, say, closes every session and then the
+        backend, and must not do so while the job's own thread is still freeing its
+        memory (nor leave that thread inside C++ when the interpreter ends, which
+        aborts the process)."""
         with self._close_lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
+        if not first:
+            if threading.current_thread() is not self._thread and not self._close_done.wait(CLOSE_WAIT_S):
+                log.warning("client %d: still closing after %.0f s; going on without it", self.client_id,
+                            CLOSE_WAIT_S)
+            return
+        try:
+            self._release_everything()
+        finally:
+            self._close_done.set()
+
+    def _release_everything(self) -> None:
         self._closing.set()
         self.data_plane.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
