@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_AND_DEMO_TIMEOUT_S = 1800
 
@@ -37,6 +39,9 @@ def fresh_clone(dest: Path) -> Path:
     return dest
 
 
+# The suite's 300 s per test is too little for building the C++ core from scratch on
+# a loaded 2-core machine (2-2.5 min idle here); the install's own timeout governs.
+@pytest.mark.timeout(INSTALL_AND_DEMO_TIMEOUT_S + 60)
 def test_readme_first_command_works_from_a_fresh_clone_root(tmp_path):
     command = readme_first_command()
     assert command == "pip install . && tally-bench demo", f"README's first command changed to {command!r}"
