@@ -90,11 +90,11 @@ b.host_unregister(pinned_view)
 # Managed memory: the job's object mapped at the job's address here too and registered
 # (tally's driver answers the same pointer, as a GPU that can use host pointers does).
 import ctypes, os
-from tally.backends import cuda as cuda_backend
+from tally.backends import cuda_host_memory
 fd = os.memfd_create("managed")
 os.ftruncate(fd, 8192)
-address = cuda_backend._libc.mmap(None, 8192, 3, 0x22, -1, 0)      # a free address: map, then unmap
-cuda_backend._libc.munmap(address, 8192)
+address = cuda_host_memory._libc.mmap(None, 8192, 3, 0x22, -1, 0)      # a free address: map, then unmap
+cuda_host_memory._libc.munmap(address, 8192)
 b.managed_alloc(address, 5000, fd)
 ctypes.memmove(address + 4096, b"seen", 4)                          # mapped here, shared with the object
 assert os.pread(fd, 4, 4096) == b"seen"
@@ -105,9 +105,9 @@ except DeviceError as e:
 else:
     raise AssertionError("mapping managed memory over managed memory succeeded")
 b.mem_free(address)
-again = cuda_backend._libc.mmap(address, 4096, 3, 0x22 | 0x100000, -1, 0)   # the range is free again
+again = cuda_host_memory._libc.mmap(address, 4096, 3, 0x22 | 0x100000, -1, 0)   # the range is free again
 assert again == address, (again, address)
-cuda_backend._libc.munmap(again, 4096)
+cuda_host_memory._libc.munmap(again, 4096)
 os.close(fd)
 for ev in (start, end, untimed):
     b.event_destroy(ev)

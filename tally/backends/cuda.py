@@ -28,13 +28,14 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
                                  clamp_sm_grant)
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
+from tally.backends.cuda_host_memory import CudaHostMemory, host_address
+from tally.backends.cuda_vmm import CudaVirtualMemory
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
 from tally.protocol.errors import (
@@ -59,16 +60,6 @@ _ATTRIBUTE_MAX = 148  # CU_DEVICE_ATTRIBUTE_MAX in CUDA 13.0
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_PROT_READ_WRITE = 0x3
-_MAP_SHARED = 0x01
-_MAP_FIXED_NOREPLACE = 0x100000
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_PAGE = 4096
-
 
 log = logging.getLogger("tally.backends.cuda")
 
@@ -83,10 +74,6 @@ def _check(result):
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
-
-
-def _address(view: memoryview) -> int:
-    return np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else 0
 
 
 @dataclass
@@ -106,7 +93,7 @@ class CudaModule:
     pinned: str | None = None
 
 
-class CudaBackend(CudaAddressRestore, PtxVariants):
+class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,
@@ -127,8 +114,7 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
         self._description: DeviceDescription | None = None
-        self._managed: dict[int, int] = {}     # managed memory: address -> bytes mapped
-        self._host_mapped: dict[int, int] = {} # pinned memory kernels reach at the job's address
+        self._init_host_memory()
         self._current()
         self._partitions = self._open_partitions()
         self._probe = None                     # an idle stream whose query tells a faulted context
@@ -190,13 +176,6 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
         for release in releases:
             release()
 
-    def _unregister_late(self, address: int, size: int = 0) -> None:
-        """After a reset: unregister what a faulted context registered, if the driver
-        still has it (an error only says it has not), then unmap the server's mapping."""
-        cu.cuMemHostUnregister(address)
-        if size:
-            _libc.munmap(address, size)
-
     def describe(self) -> DeviceDescription:
         # ~150 driver calls; the answer never changes, and callers ask often.
         if self._description is None:
@@ -230,144 +209,20 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
 
     def mem_free(self, ptr: int) -> None:
         size = self._managed.pop(ptr, None)
+        if size is not None:        # the server's own mapping of the job's object
+            self._unmap_registered(ptr, size)
+            return
         if self._lost:
             self._backed.pop(ptr, None)     # its reservation went with the context
-            if size is not None:    # the server's own mapping of the job's object: undone after the reset
-                self._after_reset.append(lambda: self._unregister_late(ptr, size))
             return
         self._current()
-        if self._backed_free(ptr):
-            return
-        if size is None:
+        if not self._backed_free(ptr):
             _check(cu.cuMemFree(ptr))
-            return
-        try:
-            _check(cu.cuMemHostUnregister(ptr))
-        finally:
-            _libc.munmap(ptr, size)
-
-    # pinned host memory: registered, so the driver copies it by DMA without staging (an
-    # unregistered buffer is pageable to it: an "async" copy would hold up the thread)
-    def host_register(self, view: memoryview) -> None:
-        self._current()
-        if len(view):
-            _check(cu.cuMemHostRegister(_address(view), len(view), cu.CU_MEMHOSTREGISTER_PORTABLE))
-
-    def host_unregister(self, view: memoryview) -> None:
-        if self._lost:
-            if len(view):           # the closure keeps the memory mapped until then
-                self._after_reset.append(lambda: self._unregister_late(_address(view)))
-            return
-        self._current()
-        if len(view):
-            _check(cu.cuMemHostUnregister(_address(view)))
-
-    # managed memory: the job's shared-memory object is mapped at the job's address in the
-    # server too and registered with the driver, which (where the device can use host
-    # pointers for registered memory, as on Linux x86-64 since Pascal) gives kernels that
-    # same address. The bytes live in host memory and kernels reach them over the bus:
-    # coherent, never migrated. Not yet run on a GPU.
-    def managed_alloc(self, address: int, nbytes: int, fd: int) -> None:
-        self._managed[address] = self._map_at(address, nbytes, fd, "managed memory")
-
-    # pinned memory kernels read at the job's address: mapped and registered the same way
-    def host_map(self, address: int, nbytes: int, fd: int) -> bool:
-        try:
-            self._host_mapped[address] = self._map_at(address, nbytes, fd, "mapped pinned memory")
-        except DeviceError:
-            return False
-        return True
-
-    def host_unmap(self, address: int) -> None:
-        size = self._host_mapped.pop(address, None)
-        if size is None:
-            return
-        if self._lost:
-            self._after_reset.append(lambda: self._unregister_late(address, size))
-            return
-        self._current()
-        try:
-            _check(cu.cuMemHostUnregister(address))
-        finally:
-            _libc.munmap(address, size)
-
-    def _map_at(self, address: int, nbytes: int, fd: int, what: str) -> int:
-        """Maps `fd` at `address` here and registers it for the device at that same
-        address; the bytes mapped."""
-        self._current()
-        size = -(-nbytes // _PAGE) * _PAGE
-        got = _libc.mmap(address, size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_FIXED_NOREPLACE, fd, 0)
-        if got in (None, _MAP_FAILED) or got != address:
-            if got not in (None, _MAP_FAILED):
-                _libc.munmap(got, size)     # a kernel without MAP_FIXED_NOREPLACE took it as a hint
-            if ctypes.get_errno() == 12:    # ENOMEM
-                raise DeviceError(CUDA_ERROR_OUT_OF_MEMORY, f"cannot map {size} bytes of {what}")
-            raise DeviceError(CUDA_ERROR_ALREADY_MAPPED, f"0x{address:x} is taken in the server's address space")
-        try:
-            flags = cu.CU_MEMHOSTREGISTER_PORTABLE | cu.CU_MEMHOSTREGISTER_DEVICEMAP
-            _check(cu.cuMemHostRegister(address, size, flags))
-            device_pointer = int(_check(cu.cuMemHostGetDevicePointer(address, 0)))
-            if device_pointer != address:
-                _check(cu.cuMemHostUnregister(address))
-                raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, "this device cannot use host pointers for registered "
-                                                            f"memory, which tally's {what} needs")
-        except DeviceError:
-            _libc.munmap(address, size)
-            raise
-        return size
 
     def mem_info(self) -> tuple[int, int]:
         self._current()
         free, total = _check(cu.cuMemGetInfo())
         return int(free), int(total)
-
-    # virtual memory management: the driver's own, on the server's context
-    def _location(self):
-        location = cu.CUmemLocation()
-        location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        location.id = int(self._device)
-        return location
-
-    def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:
-        self._current()
-        return int(_check(cu.cuMemAddressReserve(nbytes, alignment, hint, 0)))
-
-    def vmm_free(self, ptr: int, nbytes: int) -> None:
-        if self._lost:
-            return
-        self._current()
-        _check(cu.cuMemAddressFree(ptr, nbytes))
-
-    def vmm_create(self, nbytes: int) -> object:
-        self._current()
-        prop = cu.CUmemAllocationProp()
-        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location = self._location()
-        return _check(cu.cuMemCreate(nbytes, prop, 0))
-
-    def vmm_release(self, handle: object) -> None:
-        if self._lost:
-            return
-        self._current()
-        _check(cu.cuMemRelease(handle))
-
-    def vmm_map(self, ptr: int, nbytes: int, offset: int, handle: object) -> None:
-        self._current()
-        _check(cu.cuMemMap(ptr, nbytes, offset, handle, 0))
-
-    def vmm_unmap(self, ptr: int, nbytes: int) -> None:
-        if self._lost:
-            return
-        self._current()
-        _check(cu.cuMemUnmap(ptr, nbytes))
-
-    def vmm_set_access(self, ptr: int, nbytes: int, accessible: bool) -> None:
-        self._current()
-        access = cu.CUmemAccessDesc()
-        access.location = self._location()
-        access.flags = (cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE if accessible
-                        else cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
-        _check(cu.cuMemSetAccess(ptr, nbytes, [access], 1))
 
     # modules
     def module_load(self, source: ModuleSource) -> CudaModule:
@@ -487,11 +342,11 @@ class CudaBackend(CudaAddressRestore, PtxVariants):
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream) -> None:
         self._current()
-        _check(cu.cuMemcpyHtoDAsync(dst, _address(src), len(src), stream))
+        _check(cu.cuMemcpyHtoDAsync(dst, host_address(src), len(src), stream))
 
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream) -> None:
         self._current()
-        _check(cu.cuMemcpyDtoHAsync(_address(dst), src, len(dst), stream))
+        _check(cu.cuMemcpyDtoHAsync(host_address(dst), src, len(dst), stream))
 
     def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream) -> None:
         self._current()
