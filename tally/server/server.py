@@ -2,7 +2,7 @@
 
 One thread runs a selector over the listening socket and every client's
 handshake socket. A connection's first record decides what it is: Hello (a job
-attaching: handshake on a short-lived thread, then a Session with its own
+attaching: handshake on a short-lived thread (attach.py), then a Session with its own
 thread), StatusRequest (`tally-server status`) or an operator's control request
 (`tally-server set/pause/resume`: tally/server/control.py). After the handshake a job's
 socket carries nothing; its EOF is how the server learns that the job is gone,
@@ -23,17 +23,15 @@ from pathlib import Path
 
 import msgpack
 
-from tally import _core, protocol
+from tally import protocol
 from tally.protocol.framing import recv_record, send_record
-from tally.cluster.high_priority_jobs import AttachedJob, HighPriorityJobs
+from tally.cluster.high_priority_jobs import HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
-from tally.protocol.messages_generated import (ControlReply, DeviceInfo, Hello, HelloReply, MigrateOffer, StatusReply,
-                                               StatusRequest)
-from tally.scheduler import BEST_EFFORT, HIGH
-from tally.scheduler.hooks import AdmissionRequest, Hooks
+from tally.protocol.messages_generated import ControlReply, Hello, MigrateOffer, StatusReply, StatusRequest
+from tally.scheduler.hooks import Hooks
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server import control, migration_import
-from tally.server.admission import Refused, admit, check_version, hello_version
+from tally.server.attach import JobAttachment
 from tally.server.counters import ServerCounters
 from tally.server.data_plane import DATA_PLANES
 from tally.server.device_health import DeviceHealth, default_health_config
@@ -43,7 +41,7 @@ from tally.server.c_allocator import release_free_memory
 from tally.server.ipc_registry import IpcRegistry
 from tally.server.levers import SmLevers
 from tally.server.log_once import OncePerCause
-from tally.server.segments import reclaim_stale, segment_prefix
+from tally.server.segments import reclaim_stale
 from tally.server.server_config import ServerConfig
 from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
@@ -55,15 +53,11 @@ from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
 
-# The executor's name for each scheduling class.
-SCHEDULING_CLASS = {protocol.Priority.HIGH: HIGH, protocol.Priority.BEST_EFFORT: BEST_EFFORT}
-
-
 class ServerError(Exception):
     """The server cannot start (socket in use, bad path...)."""
 
 
-class TallyServer:
+class TallyServer(JobAttachment):
     def __init__(self, config: ServerConfig, backend):
         self.config = config
         self.backend = backend
@@ -274,127 +268,6 @@ class TallyServer:
             log.exception("tally-server failed answering a connection's first record")
             conn.close()
 
-    def _refuse(self, conn: socket.socket, status: int, message: str, pid: int) -> None:
-        try:
-            send_record(conn, HelloReply.KIND, HelloReply(
-                status=status, protocol_version=protocol.PROTOCOL_VERSION, message=message.encode()[:191]).encode())
-        finally:
-            conn.close()
-        level = logging.ERROR if status == protocol.HandshakeStatus.SERVER_ERROR else logging.WARNING
-        log.log(level, "refused pid %d: %s", pid, message)
-
-    def _handshake(self, conn: socket.socket, payload: bytes) -> None:
-        try:
-            check_version(hello_version(payload))
-        except Refused as e:
-            pid = int.from_bytes(payload[4:8], "little") if len(payload) >= 8 else 0
-            self._refuse(conn, e.status, e.message, pid)
-            return
-        hello = Hello.decode(payload)
-        try:
-            admission = admit(hello, self.description.total_memory, be_sm_percent=self.config.be_sm_percent)
-        except Refused as e:
-            self._refuse(conn, e.status, e.message, hello.pid)
-            return
-        priority, asked, program = admission.priority, admission.quota_bytes, admission.program
-        high = priority == protocol.Priority.HIGH
-        request = AdmissionRequest(pid=hello.pid, program=program, high_priority=high, memory_quota_bytes=asked,
-                                   sm_percent=admission.sm_percent)
-        # Held from the plugins' verdict to the session's registration, so what they
-        # counted (the high-priority jobs attached) is still true when the job attaches.
-        with self._admit_lock:
-            if not self._admitting:
-                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
-                             "tally-server is shutting down; start the job again once a server runs", hello.pid)
-                return
-            if self.device_faults is not None and self.device_faults.device_lost is not None:
-                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR, self.device_faults.device_lost, hello.pid)
-                return
-            verdict = self.hooks.admit_client(request)
-            if not verdict.allowed:
-                self._refuse(conn, protocol.HandshakeStatus.QUOTA_UNAVAILABLE, verdict.reason, hello.pid)
-                return
-            client_id = next(self._client_ids)
-            name = f"{segment_prefix()}{client_id}"
-            sizes = self.config.segment_sizes
-            try:
-                segment = _core.Segment.create(name, sizes.request, sizes.completion, sizes.upload, sizes.download,
-                                               spin_us=self.config.session_spin_us(self.backend.traits, high))
-            except (_core.TransportError, OSError) as e:
-                self._refuse(conn, protocol.HandshakeStatus.SERVER_ERROR,
-                             f"tally-server cannot create this job's shared memory ({e}); is /dev/shm full?",
-                             hello.pid)
-                return
-            # The job's liveness is its end of this socket, not its pid (which may be in
-            # another pid namespace: a container's).
-            segment.watch_peer_socket(conn.fileno())
-            memory = self.memory_limits.account(high, asked)
-            session = Session(self, client_id, hello.pid, priority, program, segment, conn, memory)
-            # Listed before the job hears that it is in, so status and operator commands know it then.
-            with self._sessions_lock:
-                self.sessions[client_id] = session
-            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=admission.sm_percent)
-            granted_sms = self.executor.sm_share(client_id)[1]
-            try:
-                send_record(conn, HelloReply.KIND, HelloReply(
-                    status=protocol.HandshakeStatus.OK, protocol_version=protocol.PROTOCOL_VERSION,
-                    client_id=client_id, segment_name=name.encode()).encode())
-                send_record(conn, DeviceInfo.KIND, self._device_info().encode())
-            except OSError:
-                self.executor.remove_client(client_id)
-                with self._sessions_lock:
-                    self.sessions.pop(client_id, None)
-                segment.unlink()
-                segment.close()
-                raise
-            conn.settimeout(None)
-            self.levers.client_added(client_id, not high, admission.sm_percent)
-            session.add_cleanup(lambda: self.retire_client(client_id))
-            session.start()
-            self._watch_connection(conn, session)
-        quota = memory.quota_bytes
-        log.info("client %d attached: pid %d, %s, priority %s, quota %s, SM share %s", client_id, hello.pid,
-                 program, protocol.priority_name(priority), "none" if quota is None else format_bytes(quota)
-                 + (" (the server's --be-memory-quota)" if asked is None else ""),
-                 "whole device" if admission.sm_percent is None else
-                 f"{admission.sm_percent:g}% ({granted_sms} SMs)")
-        if admission.sm_percent_asked is not None and admission.sm_percent != admission.sm_percent_asked:
-            log.info("client %d asked for %g%% of the SMs; best-effort jobs get at most %g%% on this server "
-                     "(tally-server --be-sm-percent)", client_id, admission.sm_percent_asked, admission.sm_percent)
-        self._wake_w.send(b"x")  # make the selector pick up the new registration promptly
-
-    def attach_migrated(self, conn: socket.socket, segment, pid: int, priority: protocol.Priority, program: str,
-                        memory, sm_percent: float | None, setup) -> Session:
-        """A job migrating here from another server on this node (tally/server/migration_import.py):
-        a session on the segment and socket it already has; `setup(session)` gives it the
-        job's state before its thread starts."""
-        high = priority == protocol.Priority.HIGH
-        with self._admit_lock:
-            if not self._admitting:
-                raise OSError("tally-server is shutting down")
-            client_id = next(self._client_ids)
-            segment.watch_peer_socket(conn.fileno())
-            session = Session(self, client_id, pid, priority, program, segment, conn, memory)
-            with self._sessions_lock:
-                self.sessions[client_id] = session
-            self.executor.add_client(client_id, SCHEDULING_CLASS[priority], sm_percent=sm_percent)
-            try:
-                setup(session)
-            except BaseException:
-                self.executor.remove_client(client_id)
-                with self._sessions_lock:
-                    self.sessions.pop(client_id, None)
-                raise
-            conn.settimeout(None)
-            self.levers.client_added(client_id, not high, sm_percent)
-            session.add_cleanup(lambda: self.retire_client(client_id))
-            session.start()
-            self._watch_connection(conn, session)
-        log.info("client %d attached: pid %d, %s, priority %s, migrated from another server", client_id, pid,
-                 program, protocol.priority_name(priority))
-        self._wake_w.send(b"x")
-        return session
-
     @contextlib.contextmanager
     def admission_held(self):
         """No job is admitted while this is held (a device fault's recovery)."""
@@ -416,23 +289,6 @@ class TallyServer:
         with self._sessions_lock:
             sessions = list(self.sessions.values())
         return [s for s in sessions if not s.gone()]
-
-    def _attached_high_priority(self) -> list[AttachedJob]:
-        # A job a device fault failed, or an evicted one, holds nothing: its replacement may attach.
-        return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH and s.device_fault is None and s.evicted is None]
-
-    def _device_info(self) -> DeviceInfo:
-        d = self.description
-        attrs = [0] * protocol.spec.ATTRIBUTE_SLOTS
-        for attr, value in d.attributes.items():
-            if 0 <= attr < len(attrs):
-                attrs[attr] = int(value)
-        return DeviceInfo(
-            driver_version=d.driver_version, cc_major=d.compute_capability[0],
-            cc_minor=d.compute_capability[1], sm_count=d.sm_count, pci_domain=d.pci_domain,
-            pci_bus=d.pci_bus, pci_device=d.pci_device, total_memory=d.total_memory,
-            name=d.name.encode()[:255], uuid=d.uuid, attributes=tuple(attrs))
 
     def _client_socket_readable(self, conn: socket.socket, session: Session) -> None:
         try:
