@@ -245,3 +245,57 @@ def test_a_handshake_finishing_after_shutdown_is_refused_and_leaves_nothing(tmp_
     assert server.sessions == {}
     assert wait_until(lambda: not any(n.startswith(f"tally-{os.getpid()}-") for n in os.listdir("/dev/shm"))), \
         f"segment {segment} left behind"
+
+
+def test_a_second_close_returns_once_the_first_has_released_everything(tmp_path):
+    """The job leaves and its own thread closes its session; the server's exit then
+    closes it too and must not go on (closing the backend, ending the interpreter)
+    while that first close is still releasing: it once did, and the process aborted
+    with the job's thread inside C++. A close() from within the first one (a cleanup
+    that asks again) returns at once."""
+    import threading
+
+    from tally.backends.null import NullBackend
+    from tally.server.server import TallyServer
+    from tally.server.server_config import ServerConfig
+
+    config = ServerConfig(socket_path=tmp_path / "close.sock")
+    server = TallyServer(config, NullBackend())
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = PyClient(config.socket_path)
+        assert client.status == protocol.HandshakeStatus.OK
+        session = next(iter(server.sessions.values()))
+        released = threading.Event()
+        cleanup_started = threading.Event()
+
+        def slow_cleanup():
+            cleanup_started.set()
+            session.close()                 # from within the first close: returns at once
+            time.sleep(0.5)
+            released.set()
+
+        session.add_cleanup(slow_cleanup)
+        client.close()                      # the session's own thread closes it
+        assert cleanup_started.wait(10)
+        started = time.monotonic()
+        session.close()                     # as the server's exit does
+        assert released.is_set() and time.monotonic() - started < 10
+        assert server.sessions == {}
+
+        # The first close on another thread than the job's (as at the server's exit),
+        # with a cleanup that asks again: that second ask does not wait for itself.
+        client = PyClient(config.socket_path)
+        session = next(iter(server.sessions.values()))
+        again = []
+        session.add_cleanup(lambda: again.append(session.close()))
+        started = time.monotonic()
+        session.request_close("the test")
+        session.close()
+        assert again == [None] and time.monotonic() - started < 10
+        client.close()
+    finally:
+        server.stop()
+        thread.join(10)

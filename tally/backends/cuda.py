@@ -28,7 +28,6 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
                                  clamp_sm_grant)
 from tally.backends.cuda_globals import ModuleStorage, relocation_of

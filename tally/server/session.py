@@ -119,6 +119,7 @@ class Session:
         self._closed = False
         self._close_lock = threading.Lock()
         self._close_done = threading.Event()   # the first close() has released everything
+        self._closer: threading.Thread | None = None    # the thread of the first close()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
         self.paused = False                    # the operator paused it (tally/server/control.py)
         self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
@@ -211,8 +212,11 @@ class Session:
         with self._close_lock:
             first = not self._closed
             self._closed = True
+            if first:
+                self._closer = threading.current_thread()
         if not first:
-            if threading.current_thread() is not self._thread and not self._close_done.wait(CLOSE_WAIT_S):
+            if threading.current_thread() not in (self._thread, self._closer) and \
+                    not self._close_done.wait(CLOSE_WAIT_S):
                 log.warning("client %d: still closing after %.0f s; going on without it", self.client_id,
                             CLOSE_WAIT_S)
             return
