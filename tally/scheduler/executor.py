@@ -377,14 +377,20 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         except DeviceError as e:
             backend_error = self._seen(stream, e)
         with self._lock:
-            stream.backend_syncs -= 1
-            if stream.backend_syncs == 0:
-                self._cond.notify_all()
-            if backend_error is not None:
-                stream.errors.append(backend_error)
+            self._backend_sync_ended(stream, backend_error)
             if not stream.errors:
                 stream.confirm(launched)
             return stream.errors.popleft() if stream.errors else None
+
+    def _backend_sync_ended(self, stream: StreamState, error: DeviceError | None) -> None:
+        """Under the lock: a backend call that counted in `stream.backend_syncs`
+        returned, with `error` (None: it succeeded), kept for the stream's next
+        synchronization; the last one out wakes whoever waits to destroy it (_retire)."""
+        if error is not None:
+            stream.errors.append(error)
+        stream.backend_syncs -= 1
+        if stream.backend_syncs == 0:
+            self._cond.notify_all()
 
     def _seen(self, stream: StreamState, error: DeviceError) -> DeviceError:
         """An error the backend raised for the stream, as the stream keeps it."""

@@ -48,11 +48,7 @@ class FaultControl:
             except DeviceError as e:
                 error = self._seen(stream, e)
             with self._lock:
-                if error is not None:
-                    stream.errors.append(error)
-                stream.backend_syncs -= 1
-                if stream.backend_syncs == 0:
-                    self._cond.notify_all()
+                self._backend_sync_ended(stream, error)
 
     def abandon(self, error: DeviceError) -> None:
         """The device lost every job's work (a context-wide fault): end every unit
