@@ -226,10 +226,15 @@ def migrate(source, cid: int, to, timeout: float = 180) -> subprocess.CompletedP
     return tally_server(source, "migrate", "--client", str(cid), "--to", str(to), timeout=timeout)
 
 
+def tell(job, line: str) -> None:
+    """Writes one line to a job that reads its orders from stdin."""
+    job.stdin.write(line + "\n")
+    job.stdin.flush()
+
+
 def go(job) -> None:
     """Lets a job waiting on its stdin (suspended_job.cu's "wait" mode) go on."""
-    job.stdin.write("go\n")
-    job.stdin.flush()
+    tell(job, "go")
 
 
 def suspended_job_exact(result) -> None:

@@ -13,6 +13,7 @@ from e2e_helpers import (
     run_job,
     server,  # noqa: F401  (fixture)
     start_job,
+    tell,
 )
 
 
@@ -37,11 +38,9 @@ def test_open_wait_read_write_and_what_is_refused(server):
     assert importer.value("read_after_event") == "1"   # waited for the owner's second fill
     for refused in ("free_others", "open_forged", "copy_after_close", "close_twice"):
         assert importer.value(refused) == str(CUDA_ERROR_INVALID_VALUE), refused
-    owner.stdin.write("check\n")
-    owner.stdin.flush()
+    tell(owner, "check")
     assert owner.stdout.readline().strip() == "written_by_other=33333333"
-    owner.stdin.write("exit\n")
-    owner.stdin.flush()
+    tell(owner, "exit")
     result = finish(owner)
     assert result.returncode == 0, result.stdout + result.stderr
     server.wait_for(idle, what="both jobs' memory to be given back")
@@ -53,17 +52,14 @@ def test_memory_freed_by_its_owner_lives_until_the_last_holder_closes_it(server)
     h = handles(owner)
     holder = start_job(server.socket, program, "holder", h["mem_handle"])
     assert holder.stdout.readline().strip() == "held_first=22222222"
-    owner.stdin.write("free\n")
-    owner.stdin.flush()
+    tell(owner, "free")
     assert owner.stdout.readline().strip() == "written_by_other=22222222"
     assert owner.stdout.readline().strip() == "freed=1"
-    owner.stdin.write("exit\n")
-    owner.stdin.flush()
+    tell(owner, "exit")
     assert finish(owner).returncode == 0
     status = server.status()
     assert status["server"]["memory_free"] < status["server"]["memory_total"]   # the holder keeps it
-    holder.stdin.write("again\n")
-    holder.stdin.flush()
+    tell(holder, "again")
     result = finish(holder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("held_after_owner_freed") == "22222222"

@@ -5,7 +5,7 @@ migrate` exits 2 with the reason, the target keeps nothing, and both jobs go on
 as if nothing was asked."""
 from __future__ import annotations
 
-from e2e_helpers import build_driver_c, finish, idle, migrate, start_job, two_servers
+from e2e_helpers import build_driver_c, finish, idle, migrate, start_job, tell, two_servers  # noqa: F401  (fixture)
 
 
 def test_jobs_sharing_memory_through_ipc_stay_where_they_are(two_servers):
@@ -25,14 +25,11 @@ def test_jobs_sharing_memory_through_ipc_stay_where_they_are(two_servers):
     assert {cid: c["memory_used"] for cid, c in after.items()} == \
         {cid: c["memory_used"] for cid, c in before.items()}
     assert b.status()["clients"] == [] and b.status()["server"]["memory_free"] == free_b
-    owner.stdin.write("free\n")
-    owner.stdin.flush()
+    tell(owner, "free")
     assert owner.stdout.readline().strip() == "written_by_other=22222222"
-    holder.stdin.write("again\n")
-    holder.stdin.flush()
+    tell(holder, "again")
     held = finish(holder)
     assert held.returncode == 0 and held.value("held_after_owner_freed") == "22222222", held.stdout
-    owner.stdin.write("exit\n")
-    owner.stdin.flush()
+    tell(owner, "exit")
     assert finish(owner).returncode == 0
     a.wait_for(idle, what="both jobs' memory to be given back")

@@ -1,8 +1,10 @@
 """tally-server as a process: handshake, requests over the rings, status, death of clients."""
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -27,6 +29,24 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return False
+
+
+@contextlib.contextmanager
+def in_process_server(config):
+    """A TallyServer on the null backend serving on a thread of this process (for
+    tests that reach into its sessions); yields it and that thread."""
+    from tally.backends.null import NullBackend
+    from tally.server.server import TallyServer
+
+    server = TallyServer(config, NullBackend())
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, thread
+    finally:
+        server.stop()
+        thread.join(10)
 
 
 def test_ping_round_trip_and_device_snapshot(server):
@@ -184,51 +204,32 @@ def test_second_server_on_the_same_socket_is_refused(server):
 
 
 def test_a_segment_the_server_cannot_create_is_a_clear_refusal(tmp_path):
-    import threading
-
-    from tally.backends.null import NullBackend
-    from tally.server.server import TallyServer
     from tally.server.server_config import SegmentSizes, ServerConfig
 
     # 3-byte rings cannot be made (capacities are powers of two); the same path
     # answers a full /dev/shm.
     config = ServerConfig(socket_path=tmp_path / "bad.sock", segment_sizes=SegmentSizes(request=3))
-    server = TallyServer(config, NullBackend())
-    server.bind()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with in_process_server(config):
         c = PyClient(config.socket_path)
         assert c.status == protocol.HandshakeStatus.SERVER_ERROR
         assert "cannot create this job's shared memory" in c.message
         c.close()
         ok = PyClient(config.socket_path, version=protocol.PROTOCOL_VERSION + 1)   # still answering
         assert ok.status == protocol.HandshakeStatus.VERSION_MISMATCH
-    finally:
-        server.stop()
-        thread.join(10)
 
 
 def test_a_handshake_finishing_after_shutdown_is_refused_and_leaves_nothing(tmp_path):
     import socket
-    import threading
 
-    from tally.backends.null import NullBackend
     from tally.protocol.framing import recv_record, send_record
-    from tally.server.server import TallyServer
     from tally.server.server_config import ServerConfig
 
     config = ServerConfig(socket_path=tmp_path / "late.sock")
-    server = TallyServer(config, NullBackend())
-    server.bind()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    late.settimeout(10)
-    late.connect(str(config.socket_path))
-    time.sleep(0.3)                         # accepted: its handshake thread waits for Hello
-    server.stop()
-    thread.join(10)
+    with in_process_server(config) as (server, thread):
+        late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        late.settimeout(10)
+        late.connect(str(config.socket_path))
+        time.sleep(0.3)                     # accepted: its handshake thread waits for Hello
     assert not thread.is_alive()
     hello = protocol.codec("Hello")
     send_record(late, hello.kind, hello.pack(protocol_version=protocol.PROTOCOL_VERSION, pid=os.getpid(),
@@ -253,18 +254,10 @@ def test_a_second_close_returns_once_the_first_has_released_everything(tmp_path)
     while that first close is still releasing: it once did, and the process aborted
     with the job's thread inside C++. A close() from within the first one (a cleanup
     that asks again) returns at once."""
-    import threading
-
-    from tally.backends.null import NullBackend
-    from tally.server.server import TallyServer
     from tally.server.server_config import ServerConfig
 
     config = ServerConfig(socket_path=tmp_path / "close.sock")
-    server = TallyServer(config, NullBackend())
-    server.bind()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with in_process_server(config) as (server, _thread):
         client = PyClient(config.socket_path)
         assert client.status == protocol.HandshakeStatus.OK
         session = next(iter(server.sessions.values()))
@@ -296,6 +289,3 @@ def test_a_second_close_returns_once_the_first_has_released_everything(tmp_path)
         session.close()
         assert again == [None] and time.monotonic() - started < 10
         client.close()
-    finally:
-        server.stop()
-        thread.join(10)
