@@ -131,3 +131,51 @@ def test_evicting_a_suspended_job_lets_go_of_its_saved_memory(nvcc, server):
     assert evicted.returncode == EX_TEMPFAIL, evicted.stdout + evicted.stderr
     assert evicted.stderr.splitlines()[-1] == "tally-run: evicted by tally-server: suspended too long"
     server.wait_for(idle, what="every job's memory to be freed")
+
+
+# ---- what tally-run exits with: did the job lose work? ------------------------------------
+
+def evict_when_done(nvcc, server, mode: str):
+    """A finished_job.cu in `mode`, evicted once its work is done; its Job and the server log."""
+    job = start_job(server.socket, build_cuda(nvcc, "finished_job.cu"), mode)
+    assert job.stdout.readline().strip() == "done ok=1", job.stderr.read()
+    status = server.wait_for(lambda s: len(s["clients"]) == 1, what="the job to attach")
+    cid = status["clients"][0]["client_id"]
+    r = tally_server(server, "evict", "--client", str(cid), "--reason", REASON)
+    assert r.returncode == 0, r.stderr
+    send_line(job)
+    return finish(job), server.process.log()
+
+
+def test_a_job_evicted_after_its_work_keeps_its_exit_status(nvcc, server):
+    """Nothing of its work was dropped and it only exits: tally-run exits 0, not 75,
+    so an orchestrator does not run a finished job again."""
+    done, log = evict_when_done(nvcc, server, "exit")
+    assert done.value("free") == str(DEVICES_UNAVAILABLE)          # its release failed, harmlessly
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == (f"tally-run: evicted by tally-server after its work was done "
+                                            f"({REASON}); the job exited 0")
+    assert f"evicted [operator]: {REASON} (it had no work left)" in log
+
+
+def test_a_job_that_asks_for_work_after_an_idle_eviction_is_reported_evicted(nvcc, server):
+    """It ignores the failed launch and synchronization and exits 0, but its work
+    was not done: tally-run reports the eviction (75)."""
+    done, log = evict_when_done(nvcc, server, "more")
+    assert (done.value("launch"), done.value("sync")) == (str(DEVICES_UNAVAILABLE), str(DEVICES_UNAVAILABLE))
+    assert done.returncode == EX_TEMPFAIL, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == f"tally-run: evicted by tally-server: {REASON}"
+    assert "(it had no work left)" in log
+
+
+def test_a_job_evicted_with_work_queued_is_told_its_work_was_dropped(nvcc, server):
+    be = start_job(server.socket, build_cuda(nvcc, "evicted_job.cu"), 1, 16)
+    assert be.stdout.readline().strip() == "queued", be.stderr.read()
+    cid = server.wait_for(lambda s: len(s["clients"]) == 1, what="the job to attach")["clients"][0]["client_id"]
+    assert tally_server(server, "evict", "--client", str(cid), "--reason", REASON).returncode == 0
+    assert f"evicted [operator]: {REASON} (its queued or running work dropped)" in server.process.log()
+    be.stdin.write("quit\n")          # it exits 0 at once, asking for nothing more
+    be.stdin.flush()
+    done = finish(be)
+    assert done.returncode == EX_TEMPFAIL and done.stderr.splitlines()[-1] == \
+        f"tally-run: evicted by tally-server: {REASON}", done.stderr

@@ -6,10 +6,18 @@ what happened to the job when it ends:
 - Eviction. tally-run names a notice file in the job's environment
   (TALLY_EVICTION_NOTICE); when tally-server evicts the job (tally-server evict,
   SysProbe, the server's shutdown), tally's client library in the job appends the
-  reason to it. tally-run then prints one line, `tally-run: evicted by
-  tally-server: <reason>`, and exits 75 (EX_TEMPFAIL, sysexits.h), whatever the
-  job's own status: an evicted job did not finish its work even if it ignored
-  the errors, and 75 tells an orchestrator to run it again.
+  reason to it, and a line starting "work dropped:" when the job lost work: the
+  eviction dropped work it had asked for (queued, running, or not yet handled),
+  or the job asked for more (a launch, a copy, an allocation, a synchronization)
+  after it. Then tally-run prints `tally-run: evicted by tally-server: <reason>`
+  and exits 75 (EX_TEMPFAIL, sysexits.h), whatever the job's own status: the job
+  did not finish its work even if it ignored the errors, and 75 tells an
+  orchestrator to run it again. A job evicted after its work was done, which
+  then only exited (freeing, unloading and destroying fail harmlessly) and
+  exited 0, lost nothing: tally-run says so and exits 0, so a finished job is
+  not run again (a server's shutdown that found the job idle, say). Had it
+  exited otherwise, a release it checked may have failed for the eviction:
+  tally-run reports the eviction (75).
 - Signals. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to tally-run
   go to the job. One the terminal sends (Ctrl-C, Ctrl-\\) reaches the whole
   foreground process group, the job included, so tally-run does not send it a
@@ -33,6 +41,7 @@ from pathlib import Path
 
 EX_TEMPFAIL = 75
 NOTICE_ENV = "TALLY_EVICTION_NOTICE"
+WORK_DROPPED = "work dropped: "     # a notice line's start (client_preload/src/connection/eviction.cpp)
 FORWARDED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
                        signal.SIGUSR2})
 SI_KERNEL = 0x80          # siginfo si_code of a signal the kernel sent (the terminal's)
@@ -60,14 +69,17 @@ def run(command: list[str], env: dict) -> int:
         except OSError as e:
             raise CannotRun(f"cannot run {command[0]!r}: {e.strerror}") from None
         _wait(job, watched)
-        reason = _eviction_reason(notice) if notice is not None else None
+        reason, dropped = _eviction_notice(notice) if notice is not None else (None, None)
     finally:
         if notice is not None:
             notice.unlink(missing_ok=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, job_mask)
-    if reason is not None:
+    if reason is not None and (dropped is not None or job.returncode != 0):
         print(f"tally-run: evicted by tally-server: {reason}", file=sys.stderr, flush=True)
         return EX_TEMPFAIL
+    if reason is not None:
+        print(f"tally-run: evicted by tally-server after its work was done ({reason}); the job exited 0",
+              file=sys.stderr, flush=True)
     if job.returncode < 0:
         return _die_like(-job.returncode)
     return job.returncode
@@ -107,13 +119,16 @@ def _wait(job: subprocess.Popen, watched: frozenset) -> None:
             pass                       # it has just exited
 
 
-def _eviction_reason(notice: Path) -> str | None:
+def _eviction_notice(notice: Path) -> tuple[str | None, str | None]:
+    """(the eviction's reason, why the job lost work); None for what the notice
+    does not say."""
     try:
-        lines = notice.read_text(errors="replace").splitlines()
+        lines = [line.strip() for line in notice.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
-        return None
-    reasons = [line.strip() for line in lines if line.strip()]
-    return reasons[0] if reasons else None
+        return None, None
+    dropped = [line[len(WORK_DROPPED):] for line in lines if line.startswith(WORK_DROPPED)]
+    reasons = [line for line in lines if not line.startswith(WORK_DROPPED)]
+    return (reasons[0] if reasons else None), (dropped[0] if dropped else None)
 
 
 def _die_like(signum: int) -> int:

@@ -552,13 +552,15 @@ _Evicted = struct.Struct('<II')
 @dataclass(frozen=True, slots=True)
 class Evicted:
     """server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe,
-    or the server shutting down); its memory is freed and every later driver call fails with `status`.
-    Tail: UTF-8 reason.
+    or the server shutting down); its memory is freed and every later driver call fails with `status`;
+    `work_dropped` is 1 when the eviction dropped work the job had asked for (queued, running or not yet
+    handled), 0 when the job had none (its work was done). Tail: UTF-8 reason.
     """
 
     KIND: ClassVar[int] = 210
     SIZE: ClassVar[int] = 8  # bytes before the tail
     status: int = 0
+    work_dropped: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
@@ -566,10 +568,10 @@ class Evicted:
         if len(payload) < 8:
             raise _short('Evicted', len(payload), 8)
         v0, v1 = _Evicted.unpack_from(payload)
-        return cls(v0, memoryview(payload)[8:])
+        return cls(v0, v1, memoryview(payload)[8:])
 
     def encode(self) -> bytes:
-        return _Evicted.pack(self.status, 0) + self.tail
+        return _Evicted.pack(self.status, self.work_dropped) + self.tail
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,7 +324,9 @@ MESSAGES = (
             "waited for; the client writes it to its own stdout", tail="UTF-8 text"),
     Message("Evicted", 210, "server -> client on the completion ring (tag 0): the server evicted this job "
             "(an operator, SysProbe, or the server shutting down); its memory is freed and every later driver "
-            "call fails with `status`", (F("status", "u32"), F("_pad0", "u32")), tail="UTF-8 reason"),
+            "call fails with `status`; `work_dropped` is 1 when the eviction dropped work the job had asked for "
+            "(queued, running or not yet handled), 0 when the job had none (its work was done)",
+            (F("status", "u32"), F("work_dropped", "u32")), tail="UTF-8 reason"),
     Message("KernelStderr", 190, "server -> client on the completion ring (tag 0), right before the Error "
             "record it belongs to: what the device wrote for the job's stderr (a failed device assert's "
             "message, in CUDA's format); the client writes it to its own stderr", tail="UTF-8 text"),

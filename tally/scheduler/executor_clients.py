@@ -120,6 +120,16 @@ class ClientControl:
                     self._preempt(unit)
             self._pump()
 
+    def client_has_work(self, client_id: Hashable) -> bool:
+        """Whether some of the client's work is queued, on the device, or issued by
+        its C++ data plane and not known to have completed (an eviction that finds
+        none dropped nothing of the job's)."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            if client is None:
+                return False
+            return any(not s.drained for s in client.streams.values()) or self.fast_lanes.busy(client_id)
+
     def wait_client_idle(self, client_id: Hashable, timeout: float, drain: bool = False) -> bool:
         """For a client that submits nothing meanwhile: wait until none of its work
         is on the device (its running units ended, what went to its backend streams

@@ -233,13 +233,26 @@ class FastLanes:
                 self._watch(lane)
         return tuple(busy)
 
+    def busy(self, client_id: Hashable) -> bool:
+        """Whether a lane of the client issued work not known to have completed."""
+        return any(self._refresh(lane)[1] != lane.drained for lane in self._lanes.values()
+                   if lane.stream.client.client_id == client_id)
+
+    def _refresh(self, lane: _Lane) -> tuple[int, int]:
+        """The lane's (launches, operations) issued so far; what of it is quiet counts as drained."""
+        launches, issued, _ = self._counts(lane)
+        if issued != lane.drained and (lane.attached.completes_at_issue
+                                       or lane.attached.plane.lane_quiet(lane.stream.key)):
+            lane.drained, lane.launches_done = issued, launches
+        return launches, issued
+
     def add_counters(self, out: dict) -> None:
-        """Add the lanes' launches and operations to the executor's counters."""
+        """Add the lanes' launches and operations to the executor's counters, and
+        `lanes_busy`: lanes whose issued work may still be on the device."""
+        out.setdefault("lanes_busy", 0)
         for lane in self._lanes.values():
-            launches, issued, _ = self._counts(lane)
-            if issued != lane.drained and (lane.attached.completes_at_issue
-                                           or lane.attached.plane.lane_quiet(lane.stream.key)):
-                lane.drained, lane.launches_done = issued, launches
+            launches, issued = self._refresh(lane)
+            out["lanes_busy"] += issued != lane.drained
             client_id = lane.stream.client.client_id
             out["ops_submitted"] += issued
             out["kernels"] += launches

@@ -21,6 +21,7 @@ from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply
 from tally.scheduler import BEST_EFFORT, HIGH
 from tally.scheduler.hooks import AdmissionRequest
 from tally.server.admission import Refused, admit, check_version, hello_version
+from tally.server.lifecycle import JobState
 from tally.server.segments import segment_prefix
 from tally.server.session import Session
 from tally.units import format_bytes
@@ -149,7 +150,7 @@ class JobAttachment:
             conn.settimeout(None)
             self.levers.client_added(client_id, not high, sm_percent)
             session.add_cleanup(lambda: self.retire_client(client_id))
-            session.start()
+            session.start(arrived_by_migration=True)
             self._watch_connection(conn, session)
         log.info("client %d attached: pid %d, %s, priority %s, migrated from another server", client_id, pid,
                  program, protocol.priority_name(priority))
@@ -159,7 +160,7 @@ class JobAttachment:
     def _attached_high_priority(self) -> list[AttachedJob]:
         # A job a device fault failed, or an evicted one, holds nothing: its replacement may attach.
         return [AttachedJob(s.client_id, s.pid, s.program) for s in self.attached_sessions()
-                if s.priority == protocol.Priority.HIGH and s.device_fault is None and s.evicted is None]
+                if s.priority == protocol.Priority.HIGH and s.life.state not in (JobState.FAULTED, JobState.EVICTED)]
 
     def _device_info(self) -> DeviceInfo:
         d = self.description

@@ -27,6 +27,7 @@ Decisions:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 
@@ -36,6 +37,7 @@ from tally.protocol.messages_generated import (ClientEvict, ClientMigrate, Clien
                                                ClientSuspend, ControlReply)
 from tally.scheduler.executor import ClientGone
 from tally.server import eviction, migration
+from tally.server.lifecycle import JobState, Refused, Request
 from tally.server import suspend as suspension
 from tally.units import format_bytes
 
@@ -44,6 +46,8 @@ log = logging.getLogger("tally.server")
 REQUESTS = frozenset({ClientSet.KIND, ClientPause.KIND, ClientResume.KIND, ClientSuspend.KIND, ClientMigrate.KIND,
                       ClientEvict.KIND})
 REASON_LIMIT = 1000          # characters of an eviction's reason
+# What `resume` means a suspend's undoing for (the lifecycle waits while one is under way).
+SUSPENDED_STATES = frozenset({JobState.SUSPENDING, JobState.SUSPENDED, JobState.RESUMING})
 
 
 class Refusal(Exception):
@@ -77,13 +81,10 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
     return ControlReply(ok=1, tail=done.encode())
 
 
-def _session(server, client_id: int, evicted_ok: bool = False):
+def _session(server, client_id: int):
     attached = server.attached_sessions()
     for session in attached:
         if session.client_id == client_id:
-            if session.evicted is not None and not evicted_ok:
-                raise Refusal(f"{_name(session)} was evicted ({session.evicted}); it holds nothing any more and "
-                              f"its calls fail until it exits")
             return session
     listed = ", ".join(str(s.client_id) for s in attached) or "none"
     raise Refusal(f"no client {client_id} is attached (attached now: {listed}); `tally-server status` lists them")
@@ -95,6 +96,7 @@ def _name(session) -> str:
 
 def set_limits(server, msg: ClientSet) -> str:
     session = _session(server, msg.client_id)
+    _refuse_evicted(session)
     quota = _quota(server, msg)
     sm_percent = msg.sm_percent
     if sm_percent and not (math.isfinite(sm_percent) and 0 < sm_percent <= 100):
@@ -134,10 +136,10 @@ def pause(server, msg: ClientPause) -> str:
     if session.priority == protocol.Priority.HIGH and not msg.force:
         raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; pause it only on "
                       f"purpose, with --force")
-    if session.paused:
-        return f"{_name(session)} is paused already; nothing changed"
-    _executor_call(server.executor.pause_client, session)
-    session.paused = True
+    with _changing(session, Request.PAUSE) as change:
+        if not change.changed:
+            return f"{_name(session)} is paused already; nothing changed"
+        _executor_call(server.executor.pause_client, session)
     return f"{_name(session)} paused: none of its work starts until `tally-server resume --client " \
            f"{session.client_id}`"
 
@@ -150,13 +152,29 @@ def resume(server, msg: ClientResume) -> str:
     """Resume a suspended job (its memory comes back; its work goes on unless the
     operator had paused it before), or a paused one."""
     session = _session(server, msg.client_id)
-    if session.suspension is not None:
+    if session.life.state in SUSPENDED_STATES or session.life.suspension is not None:
         return suspension.resume(server, session)
-    if not session.paused:
-        return f"{_name(session)} is not paused; nothing changed"
-    _executor_call(server.executor.resume_client, session)
-    session.paused = False
+    with _changing(session, Request.UNPAUSE) as change:
+        if not change.changed:
+            return f"{_name(session)} is not paused; nothing changed"
+        _executor_call(server.executor.resume_client, session)
     return f"{_name(session)} resumed"
+
+
+def _refuse_evicted(session) -> None:
+    if session.life.state is JobState.EVICTED:
+        raise Refusal(f"{_name(session)} was evicted ({session.life.evicted_reason}); it holds nothing any more "
+                      f"and its calls fail until it exits")
+
+
+@contextlib.contextmanager
+def _changing(session, request: Request):
+    """The job's lifecycle carries out `request` (Refused: the operator learns why)."""
+    try:
+        with session.life.change(request) as change:
+            yield change
+    except Refused as e:
+        raise Refusal(f"{_name(session)}: {e}") from None
 
 
 def _executor_call(method, session, *args):
@@ -168,12 +186,12 @@ def _executor_call(method, session, *args):
 
 def evict(server, msg: ClientEvict) -> str:
     reason = _reason(bytes(msg.tail))
-    session = _session(server, msg.client_id, evicted_ok=True)
+    session = _session(server, msg.client_id)
     if session.priority == protocol.Priority.HIGH and not msg.force:
         raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; evict it only on "
                       f"purpose, with --force")
-    if session.evicted is not None:
-        return f"{_name(session)} was evicted already ({session.evicted}); nothing changed"
+    if session.life.state is JobState.EVICTED:
+        return f"{_name(session)} was evicted already ({session.life.evicted_reason}); nothing changed"
     held = session.client.allocations.used_bytes
     if not eviction.evict(server, session, reason, eviction.OPERATOR):
         raise Refusal(f"{_name(session)} left while the request was carried out")

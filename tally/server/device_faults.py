@@ -91,8 +91,8 @@ class DeviceFaults:
         if error.code not in CONTEXT_FAULT_CODES or isinstance(error, DeviceFault):
             return error
         session = self._session_of(reporter)
-        if session is not None and session.device_fault is not None:
-            return session.device_fault            # a late error of a job the fault failed already
+        if session is not None and isinstance(session.life.failure, DeviceFault):
+            return session.life.failure            # a late error of a job the fault failed already
         suspects = self._server.executor.suspects()  # before our lock: callers may hold the executor's
         with self._lock:
             if self._current is not None:
@@ -196,7 +196,7 @@ class DeviceFaults:
                 f"{protocol.priority_name(session.priority)})")
 
     def _session_of(self, reporter):
-        if reporter is None or hasattr(reporter, "device_fault"):
+        if reporter is None or hasattr(reporter, "life"):
             return reporter
         return self._server.sessions.get(reporter)
 

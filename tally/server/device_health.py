@@ -35,6 +35,7 @@ from tally.cluster.health_config import HealthConfig, HealthConfigError, load_he
 from tally.cluster.sysprobe import SysProbe
 from tally.scheduler.hooks import AdmissionRequest, Status
 from tally.server import eviction
+from tally.server.lifecycle import JobState
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -135,7 +136,7 @@ class DeviceHealth:
 
     def _victims(self, action: EvictBestEffort) -> list:
         jobs = [s for s in self.server.attached_sessions()
-                if s.priority == protocol.Priority.BEST_EFFORT and s.evicted is None]
+                if s.priority == protocol.Priority.BEST_EFFORT and s.life.state is not JobState.EVICTED]
         if action.order is EvictionOrder.LARGEST_MEMORY_FIRST:
             jobs.sort(key=lambda s: (s.client.allocations.used_bytes, s.client_id), reverse=True)
         else:

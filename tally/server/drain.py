@@ -3,8 +3,11 @@
 1. Stop admitting: a job that connects now is refused, saying the server is
    shutting down. Status and operator requests are still answered.
 2. Let the work on the device finish: wait until no job has work queued or
-   running, for at most the drain timeout (default 10 s). Jobs are not stopped
-   from submitting more meanwhile; the timeout bounds the wait either way.
+   running, for at most the drain timeout (default 10 s). Work counts from the
+   moment the job's call returned: requests still in its ring or in a handler,
+   operations in the executor's queues, and what the executor or the C++ data
+   plane issued that may still run. Jobs are not stopped from submitting more
+   meanwhile; the timeout bounds the wait either way.
 3. Tell every job: each is evicted with the reason "tally-server is shutting down
    (SIGTERM) ...", so its next driver call fails with CUDA_ERROR_DEVICE_UNAVAILABLE
    and tally-run exits 75 (an orchestrator runs it again once a server is back).
@@ -63,7 +66,8 @@ class Drain:
             log.info("the work on the device finished in %.1f s", time.monotonic() - started)
         else:
             log.warning("%d operation(s) still queued and %d unit(s) on the device after %.1f s: dropped",
-                        counters["ops_queued"], counters["units_in_flight"], time.monotonic() - started)
+                        counters["ops_queued"] + self._requests_waiting(),
+                        counters["units_in_flight"] + counters.get("lanes_busy", 0), time.monotonic() - started)
         reason = f"tally-server is shutting down ({why}); run the job again once a tally-server runs"
         for session in server.attached_sessions():
             eviction.evict(server, session, reason, eviction.SHUTDOWN, wait=False)
@@ -73,4 +77,11 @@ class Drain:
 
     def _idle(self, counters: dict | None = None) -> bool:
         counters = counters or self.server.executor.counters()
-        return counters["ops_queued"] == 0 and counters["units_in_flight"] == 0
+        return (counters["ops_queued"] == 0 and counters["units_in_flight"] == 0
+                and counters.get("lanes_busy", 0) == 0 and self._requests_waiting() == 0)
+
+    def _requests_waiting(self) -> int:
+        """Jobs with requests not yet handled (in their rings, being handled, or
+        waiting on their blocking pools): work they asked for that no executor
+        counter shows yet."""
+        return sum(1 for s in self.server.attached_sessions() if s.has_requests_waiting())

@@ -45,8 +45,9 @@ def evict(server, session, reason: str, cause: str, wait: bool = True) -> bool:
     with _count_lock:
         evictions = server.counters.evictions
         evictions[cause] = evictions.get(cause, 0) + 1
-    log.warning("client %d (pid %d, %s, %s) evicted [%s]: %s", session.client_id, session.pid, session.program,
-                protocol.priority_name(session.priority), cause, reason)
+    log.warning("client %d (pid %d, %s, %s) evicted [%s]: %s (%s)", session.client_id, session.pid,
+                session.program, protocol.priority_name(session.priority), cause, reason,
+                "its queued or running work dropped" if session.work_dropped_at_eviction else "it had no work left")
     if wait and not session.wait_released(RELEASE_WAIT_S):
         log.warning("client %d: its work and %d bytes of memory are still being released after %g s",
                     session.client_id, held, RELEASE_WAIT_S)

@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from tally import _core
+from tally.server.lifecycle import JobState
 from tally.server.segments import process_gone
 
 SERVING, HANDING, CLAIMED = 1, 2, 3
@@ -150,7 +151,7 @@ def serve_from_first_request(session, poll_s: float) -> bool:
     False: the segment is not ours to serve (the caller must not touch it)."""
     ring = session.segment.request_ring
     closing = session.closing_event
-    while not closing.is_set() and not session.pending_records and session.evicted is None:
+    while not closing.is_set() and not session.pending_records and session.life.state is not JobState.EVICTED:
         try:
             if ring.wait_record(poll_s):
                 break

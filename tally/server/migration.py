@@ -51,6 +51,7 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer
 from tally.scheduler.executor import ClientGone
 from tally.server import handover, migration_memory
+from tally.server.lifecycle import Refused, Request
 from tally.server.migration_bytes import ByteSender, send_piece
 from tally.server.step_clock import StepClock
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
@@ -106,6 +107,7 @@ def migrate(server, session, target: str) -> str:
 def _migrate(server, session, target: str) -> str:
     clock = StepClock()
     started = clock.started
+    life = session.life
     _check_movable(server, session)
     client = session.client
     footprint = sum(size for _p, size in client.allocations.all()) + sum(
@@ -116,7 +118,12 @@ def _migrate(server, session, target: str) -> str:
     try:
         _ask(sock, MigrateOffer.KIND, _offer(server, session, footprint), "offer")
         clock.step("offer")
-        with session.suspend_lock:
+        try:
+            life.begin(Request.MIGRATE)     # waits for a suspend or resume under way
+        except Refused as e:
+            raise MigrationRefused(f"{name(session)} cannot move: {e}") from None
+        handed_over = False
+        try:
             if not session.hold.hold(HOLD_TIMEOUT_S):
                 raise MigrationRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
                                        f"try again")
@@ -128,10 +135,13 @@ def _migrate(server, session, target: str) -> str:
                 clock.step("transfer")
                 _commit(session, sock)
                 clock.step("commit")
-                session.hand_over()         # the target serves the segment from now on
+                session.stop_replies()      # the target serves the segment from now on
+                handed_over = True
             except BaseException:
                 session.hold.release()      # the job runs on here
                 raise
+        finally:
+            life.finish(handed_over)
         # The source frees the job's device memory and forgets it, leaving the
         # segment and the socket (the target's now) alone; done before the answer, so
         # a migration straight back finds its addresses free here.
@@ -165,12 +175,10 @@ def _check_movable(server, session) -> None:
                                f"there; the cuda backend can with tally-server --suspendable)")
     client = session.client
     why = []
-    if session.suspension is not None:
-        why.append("it is suspended (resume it first)")
-    if session.paused:
-        why.append("it is paused (resume it first: its queued work must finish before it moves)")
-    if session.sticky_error is not None:
-        why.append("its context is unusable after an error")
+    try:
+        session.life.answer(Request.MIGRATE)
+    except Refused as e:
+        why.append(str(e))
     if server.ipc.opened_by(session.client_id) or server.ipc.opened_exports_of(session.client_id) or \
             client.events.has_opened():
         why.append("it shares memory or events with another job (IPC)")

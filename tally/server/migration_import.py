@@ -265,7 +265,6 @@ class JobImport:
             # source kept it (tally/server/handover.py) and all of this is undone.
             if not handover.claim(segment, commit.get("owner", 0)):
                 raise ImportRefused(f"the source kept the job (its segment is {handover.owner(segment)})")
-            session.claimed_in_migration = True
 
         try:
             session = server.attach_migrated(conn, segment, self.pid, self.priority, self.program, self.memory,

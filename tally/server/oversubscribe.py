@@ -27,6 +27,7 @@ from tally import protocol
 from tally.protocol.errors import CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.scheduler.executor import ClientGone
 from tally.server import suspend
+from tally.server.lifecycle import JobState
 
 log = logging.getLogger("tally.server")
 
@@ -88,7 +89,7 @@ class TimeSlicer:
                 self._waiting.pop(cid, None)
 
     def _others_hold_memory(self, session) -> bool:
-        return any(s is not session and s.priority == protocol.Priority.BEST_EFFORT and s.suspension is None
+        return any(s is not session and s.priority == protocol.Priority.BEST_EFFORT and s.life.suspension is None
                    and _suspendable_bytes(s) > 0 for s in self.server.attached_sessions())
 
     # ---- the slicer -----------------------------------------------------------------------
@@ -104,7 +105,7 @@ class TimeSlicer:
     def _tick(self) -> None:
         now = time.monotonic()
         jobs = [s for s in self.server.attached_sessions()
-                if s.priority == protocol.Priority.BEST_EFFORT and s.evicted is None]     # an evicted job holds nothing
+                if s.priority == protocol.Priority.BEST_EFFORT and s.life.state is not JobState.EVICTED]  # holds nothing
         alive = {s.client_id for s in jobs}
         self._sliced &= alive
         for cid in list(self._since):
@@ -112,19 +113,19 @@ class TimeSlicer:
                 del self._since[cid]
         with self._cond:
             waiting = dict(self._waiting)
-        running = [s for s in jobs if s.suspension is None]
+        running = [s for s in jobs if s.life.suspension is None]
         for s in running:
             self._since.setdefault(s.client_id, now)
         # Jobs that have had a whole slice, longest-running first: the ones to suspend.
-        done_slice = sorted((s for s in running if s.client_id not in waiting and not s.paused
+        done_slice = sorted((s for s in running if s.client_id not in waiting and s.life.state is not JobState.PAUSED
                              and now - self._since[s.client_id] >= self.slice_seconds
                              and _suspendable_bytes(s) > 0),
                             key=lambda s: self._since[s.client_id])
         if waiting and done_slice:
             self._suspend(done_slice.pop(0))
             return
-        queue = sorted((s for s in jobs if s.client_id in self._sliced and s.suspension is not None),
-                       key=lambda s: s.suspension.suspended_at)
+        queue = sorted((s for s in jobs if s.client_id in self._sliced and s.life.suspension is not None),
+                       key=lambda s: s.life.suspension.suspended_at)
         if not queue:
             return
         first = queue[0]

@@ -29,6 +29,11 @@ without entering Python, and hands everything else to `handle`, in order. A job
 that migrated here starts it only at its first request, once the session has
 marked the job's segment as served by this server (tally/server/handover.py).
 
+Where the job is in its life (attaching, running, paused, suspended, evicted,
+faulted, closing...) is its `life` (tally/server/lifecycle.py), the one place that
+state changes; this module carries out what the transitions mean for the session
+(its thread, its replies, its release).
+
 Whatever way a client goes (Goodbye, socket EOF, SIGKILL, a corrupt ring),
 `close()` runs exactly once and releases everything it owned: its ClientState
 (device memory and driver objects), what was registered with `add_cleanup`, and
@@ -64,6 +69,7 @@ from tally.server.data_plane import POLL_INTERVAL_S, make_data_plane
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
+from tally.server.lifecycle import JobState, Lifecycle, Refused, Request
 from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
@@ -108,47 +114,43 @@ class Session:
         self.current_request = ""              # the request the session thread is handling
         self.started_at = time.time()
         self.deferred_error: DeviceError | None = None
-        self.sticky_error: DeviceError | None = None   # set once the job was told of one
-        self.device_fault: DeviceError | None = None   # a device fault ended its device state
+        self.life = Lifecycle()                # where the job is (tally/server/lifecycle.py)
         self.handling = False                  # the session thread is inside a handler
         self.close_reason: str | None = None
         self._cleanups: list[Callable[[], None]] = []
         self._reply_lock = threading.Lock()    # the completion ring has one producer at a time
         self._segment_closed = False           # under _reply_lock: later completions go nowhere
-        self._closing = threading.Event()
-        self._closed = False
-        self._close_lock = threading.Lock()
-        self._close_done = threading.Event()   # the first close() has released everything
         self._closer: threading.Thread | None = None    # the thread of the first close()
         self._thread = threading.Thread(target=self._run, name=f"tally-client-{client_id}", daemon=True)
-        self.paused = False                    # the operator paused it (tally/server/control.py)
-        self.evicted: str | None = None        # why, once evicted (tally/server/eviction.py)
-        self._evict_lock = threading.Lock()
+        self._arrived_by_migration = False     # its segment says CLAIMED until its first request
+        self._release_lock = threading.Lock()  # one release of its device state at a time (evicted, closing)
         self._release_asked = threading.Event()   # evicted: the session thread frees what the job holds
         self._released = threading.Event()
+        self.work_dropped_at_eviction: bool | None = None   # what its Evicted record said
         self._memory = memory
         self.data_plane = make_data_plane(self, server.config.data_plane, server.data_plane_device)
         self.hold = self.data_plane.make_hold()   # no request runs while it is held (a suspended job)
         # Taken off the request ring and not handled yet (a migration hands them over).
         self.pending_records: collections.deque = collections.deque()
-        self.suspension = None                 # its saved device state while suspended (tally/server/suspend.py)
-        self.suspend_lock = threading.Lock()   # held by suspend and resume, and by close while it discards
-        # Migrated (tally/server/migration.py): another server serves its segment and socket now.
-        self.handed_over = False
-        # Migrated here: the segment says CLAIMED until its first request (tally/server/handover.py).
-        self.claimed_in_migration = False
         self.client = ClientState(self, memory)   # what the job creates through the driver API
 
-    # ---- lifecycle -------------------------------------------------------------
+    # ---- lifecycle (the rules: tally/server/lifecycle.py) ----------------------------
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self, arrived_by_migration: bool = False) -> None:
+        """Start serving the job (its thread); nothing starts once it is leaving.
+        `arrived_by_migration`: its segment says CLAIMED until the first request."""
+        try:
+            with self.life.change(Request.START):
+                self._arrived_by_migration = arrived_by_migration
+                self._thread.start()
+        except Refused:
+            pass                 # it left during its handshake: request_close closes it
 
     def request_close(self, reason: str) -> None:
         """Ask the session to end (from any thread); the session thread cleans up."""
         if self.close_reason is None:
             self.close_reason = reason
-        self._closing.set()
+        self.life.leave()
         self.data_plane.stop()
         self.hold.wake()
         if not self._thread.is_alive():
@@ -157,24 +159,32 @@ class Session:
     def evict(self, reason: str) -> bool:
         """Tell the job it is evicted and have the session thread drop its work and
         free what it holds (wait_released). False when it was evicted already or is
-        leaving anyway."""
-        with self.suspend_lock:            # a suspend, resume or migration under way finishes first
-            with self._evict_lock:
-                if self.evicted is not None or self._closing.is_set() or self.handed_over:
+        leaving anyway. A suspend, resume or migration under way finishes first.
+        The record says whether the eviction dropped work the job had asked for: a
+        job evicted after its work was done (a shutdown's drain found it idle) keeps
+        its own exit status (tally-run)."""
+        told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
+        try:
+            with self.life.change(Request.EVICT) as change:
+                if not change.changed:
                     return False
-                self.evicted = reason
-            told = reason.encode(errors="replace")[:EVICTION_REASON_LIMIT]
-            # The record first, then the flag: a client that sees the flag finds the record.
-            self.push_completion(Evicted.KIND, 0, Evicted(status=EVICTED_CODE, tail=told).encode())
-            with self._reply_lock:
-                if not self._segment_closed:
-                    self.segment.mark_evicted()
-            self.sticky_error = DeviceError(EVICTED_CODE, f"this job was evicted by tally-server: {reason}")
-            self.data_plane.disable_fast()       # every request to Python, which fails it
-            self._release_asked.set()
-            self.data_plane.poke()               # the session thread releases what the job holds
-            if self.hold.held:             # a suspended job: its requests fail from now on, none waits
-                self.hold.release()
+                dropped = self.has_requests_waiting() or self.server.executor.client_has_work(self.client_id)
+                self.work_dropped_at_eviction = dropped
+                # The record first, then the flag: a client that sees the flag finds the record.
+                record = Evicted(status=EVICTED_CODE, work_dropped=int(dropped), tail=told)
+                self.push_completion(Evicted.KIND, 0, record.encode())
+                with self._reply_lock:
+                    if not self._segment_closed:
+                        self.segment.mark_evicted()
+                self.life.record_eviction(reason, DeviceError(EVICTED_CODE,
+                                                              f"this job was evicted by tally-server: {reason}"))
+                self.data_plane.disable_fast()       # every request to Python, which fails it
+                self._release_asked.set()
+                self.data_plane.poke()               # the session thread releases what the job holds
+                if self.hold.held:             # a suspended job: its requests fail from now on, none waits
+                    self.hold.release()
+        except Refused:
+            return False
         return True
 
     def wait_released(self, timeout: float) -> bool:
@@ -189,15 +199,20 @@ class Session:
     def _release_evicted(self) -> None:
         """On the session thread: what the evicted job held goes now, not when its process exits."""
         try:
-            with self.suspend_lock:
-                if self.suspension is not None:     # suspended: its memory is saved on the host, not the device
-                    self.suspension.discard(self)
-                    self.suspension = None
+            with self._release_lock:
+                self._discard_suspension()
                 self.client.close()
         except Exception:       # close() runs again when the session ends; carry on
             log.exception("client %d: releasing the evicted job's state failed", self.client_id)
         finally:
             self._released.set()
+
+    def _discard_suspension(self) -> None:
+        """A suspended job that will never resume: its memory is saved on the host, not
+        on the device, so only its saved bytes go."""
+        suspension = self.life.take_suspension()
+        if suspension is not None:
+            suspension.discard(self)
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Run fn when the session closes (last added runs first)."""
@@ -208,32 +223,26 @@ class Session:
         first to finish: the server's exit, say, closes every session and then the
         backend, and must not do so while the job's own thread is still freeing its
         memory (nor leave that thread inside C++ when the interpreter ends, which
-        aborts the process)."""
-        with self._close_lock:
-            first = not self._closed
-            self._closed = True
-            if first:
-                self._closer = threading.current_thread()
-        if not first:
+        aborts the process). A suspend, resume or migration under way finishes first."""
+        if not self.life.begin_close():
             if threading.current_thread() not in (self._thread, self._closer) and \
-                    not self._close_done.wait(CLOSE_WAIT_S):
+                    not self.life.wait_closed(CLOSE_WAIT_S):
                 log.warning("client %d: still closing after %.0f s; going on without it", self.client_id,
                             CLOSE_WAIT_S)
             return
+        self._closer = threading.current_thread()
         try:
             self._release_everything()
         finally:
-            self._close_done.set()
+            self._released.set()
+            self.life.closed()
 
     def _release_everything(self) -> None:
-        self._closing.set()
         self.data_plane.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
-        with self.suspend_lock:                 # a suspend or resume under way finishes first
-            if self.suspension is not None:     # its memory is saved, not on the device: nothing to free there
-                self.suspension.discard(self)
-                self.suspension = None
+        with self._release_lock:
+            self._discard_suspension()
         for fn in (self.client.close, *reversed(self._cleanups)):
             try:
                 fn()
@@ -242,7 +251,7 @@ class Session:
         with self._reply_lock:    # a reply still being pushed (a waiter of the gone client) finishes first
             self._segment_closed = True
             self.data_plane.close_replies()
-            if not self.handed_over:    # migrated: the other server's segment now
+            if not self.life.handed_over:    # migrated: the other server's segment now
                 try:
                     self.segment.mark_closed()
                 except Exception:
@@ -268,7 +277,7 @@ class Session:
         segment is closed, and the segment's name goes. Nothing here waits."""
         if self.close_reason is None:
             self.close_reason = reason
-        self._closing.set()
+        self.life.leave()
         with self._reply_lock:
             if not self._segment_closed:
                 self._segment_closed = True
@@ -285,15 +294,17 @@ class Session:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Its release has begun (or is done)."""
+        return self.life.state in (JobState.CLOSING, JobState.CLOSED)
 
     @property
     def closing(self) -> bool:
-        return self._closing.is_set()
+        """It is leaving: its process went, or the server stops."""
+        return self.life.leaving.is_set()
 
     @property
     def closing_event(self) -> threading.Event:
-        return self._closing
+        return self.life.leaving
 
     @property
     def counters(self) -> SessionCounters:
@@ -313,10 +324,12 @@ class Session:
 
     def fail_device(self, error: DeviceError) -> None:
         """A device fault ended the job's device state: every request from now on
-        fails with `error` (a job's keep-alives and goodbye still pass)."""
-        self.device_fault = error
-        self.sticky_error = error
-        self.data_plane.disable_fast()     # returns once no fast operation is under way
+        fails with `error` (a job's keep-alives and goodbye still pass). A suspended
+        job's requests fail too instead of waiting for a resume that cannot come."""
+        if self.life.fault(error):
+            self.data_plane.disable_fast()     # returns once no fast operation is under way
+            if self.hold.held and self.life.state is JobState.FAULTED:
+                self.hold.release()
 
     def wait_quiet(self, timeout_s: float) -> bool:
         """Wait until no handler and no blocking request of the job is running
@@ -333,13 +346,21 @@ class Session:
         context (the backend's releases do nothing then): its memory is no longer
         counted, its streams leave the executor. The job keeps its session, whose
         requests fail with the fault, until it leaves."""
+        with self._release_lock:
+            self._discard_suspension()
         old, self.client = self.client, ClientState(self, self._memory)
         old.close()
+
+    def has_requests_waiting(self) -> bool:
+        """Requests of the job not handled yet: in its ring, taken off it, in a handler,
+        or in its blocking pool (a synchronization waiting for the device)."""
+        return bool(self.segment.request_ring.used or self.pending_records or self.handling
+                    or not self.client.blocking.idle())
 
     def gone(self) -> bool:
         """Whether the client has left (or is being let go), checked now: a job that
         has exited has a closed socket even if the selector has not noticed yet."""
-        if self._closing.is_set():
+        if self.life.leaving.is_set():
             return True
         # Polled first: during the handshake the socket still has a timeout, and
         # Python then waits for data up to it whatever MSG_DONTWAIT says.
@@ -373,18 +394,22 @@ class Session:
             for start in range(0, len(data), STDERR_CHUNK):
                 chunk = data[start:start + STDERR_CHUNK]
                 self.push_completion(KernelStderr.KIND, 0, KernelStderr(chunk).encode())
-        if error.code in STICKY_CODES and self.sticky_error is None:
-            self.sticky_error = DeviceError(error.code, f"the context is unusable after an earlier error: "
-                                                        f"{error.message}")
+        if error.code in STICKY_CODES and self.life.break_context(
+                DeviceError(error.code, f"the context is unusable after an earlier error: {error.message}")):
             self.data_plane.disable_fast()
         self.push_completion(Error.KIND, tag, Error(status=error.code, tail=error.message.encode()[:4000]).encode())
 
     def hand_over(self) -> None:
-        """Another server serves the job's segment from now on (a migration): this
-        session sends nothing more on it and, closing, leaves it to that server."""
+        """Another server serves the job's segment after all (a migration here that did
+        not stand): this session sends nothing more on it and, closing, leaves it alone."""
+        with self.life.change(Request.HAND_OVER):
+            self.stop_replies()
+
+    def stop_replies(self) -> None:
+        """Nothing more is sent on the job's segment: another server serves it now (a
+        migration's source calls this before it ends its MIGRATING state)."""
         with self._reply_lock:
             self._segment_closed = True
-            self.handed_over = True
             self.data_plane.close_replies()
 
     def push_completion(self, kind: int, tag: int, payload: bytes) -> None:
@@ -425,7 +450,7 @@ class Session:
 
     def _run(self) -> None:
         try:
-            if self.claimed_in_migration and not handover.serve_from_first_request(self, POLL_INTERVAL_S):
+            if self._arrived_by_migration and not handover.serve_from_first_request(self, POLL_INTERVAL_S):
                 self.hand_over()        # not ours to serve after all: leave the segment alone
                 reason = "its migration here did not stand (the segment names another server)"
                 log.error("client %d: %s", self.client_id, reason)
@@ -448,9 +473,10 @@ class Session:
         self.current_request = entry[0].__name__ if entry is not None else f"kind {kind}"
         self.handling = True          # before the check: a fault marked after it waits for this handler
         try:
-            if self.sticky_error is not None and kind not in ALLOWED_AFTER_STICKY:
+            failure = self.life.failure
+            if failure is not None and kind not in ALLOWED_AFTER_STICKY:
                 counters.errors += 1
-                self.fail(tag, self.current_request, self.sticky_error)
+                self.fail(tag, self.current_request, failure)
                 return
             self._dispatch(entry, kind, tag, payload)
         finally:

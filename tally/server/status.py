@@ -119,7 +119,8 @@ def _known(cls, data: dict) -> dict:
 
 def client_status(session) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
-    suspension = session.suspension
+    life = session.life
+    suspension = life.suspension
     server = session.server
     try:
         _share, granted = server.executor.sm_share(session.client_id)
@@ -143,10 +144,9 @@ def client_status(session) -> ClientStatus:
         sm_percent=server.levers.share_of(session.client_id),
         sm_granted=granted,
         memory_quota_bytes=allocations.quota_bytes,
-        state=("evicted" if session.evicted is not None else "faulted" if session.device_fault is not None
-               else "suspended" if suspension is not None else "paused" if session.paused else "running"),
+        state=life.shown,
         suspended_bytes=suspension.nbytes if suspension is not None else 0,
-        evicted=session.evicted,
+        evicted=life.evicted_reason,
         requests_in_cpp=session.data_plane.counts()[0],
         segment_owner=handover.describe(session.segment),
     )

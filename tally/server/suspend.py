@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from tally import protocol
 from tally.protocol.errors import DeviceError
 from tally.scheduler.executor import ClientGone
+from tally.server.lifecycle import JobState, Refused, Request
 from tally.server.saved_log import SavedLog
 from tally.server.saved_memory import HostMemoryFull, SavedMemoryStore
 from tally.units import format_bytes
@@ -68,7 +69,6 @@ class Suspension:
     modules: list[tuple[object, list[tuple[int, int]]]] = field(default_factory=list)   # (LoadedModule, its globals)
     physical: list[SavedPhysical] = field(default_factory=list)
     mappings: list[tuple[int, object]] = field(default_factory=list)   # (address, VirtualMemory Mapping)
-    operator_paused: bool = False     # paused before it was suspended: stays paused on resume
     suspended_at: float = 0.0
     # What of it counted against its quota and the best-effort pool (allocations, physical
     # memory): given back while it is suspended, so other jobs may use the memory.
@@ -120,13 +120,15 @@ def suspend(server, session, force: bool = False) -> str:
         raise SuspendRefused(f"{name(session)} is a high-priority job, the one tally protects; suspend it only on "
                              f"purpose, with --force")
     started = time.monotonic()
-    with session.suspend_lock:
-        if session.suspension is not None:
-            return f"{name(session)} is suspended already; nothing changed"
-        if session.closed:
-            raise SuspendRefused(f"{name(session)} left")
-        if session.evicted is not None:
-            raise SuspendRefused(f"{name(session)} was evicted ({session.evicted}); it holds nothing to suspend")
+    life = session.life
+    try:
+        change = life.begin(Request.SUSPEND)
+    except Refused as e:
+        raise SuspendRefused(f"{name(session)}: {e}") from None
+    if not change.changed:
+        return f"{name(session)} is suspended already; nothing changed"
+    state = None
+    try:
         opened = server.ipc.opened_exports_of(session.client_id)
         if opened:
             raise SuspendRefused(f"{name(session)} exported memory that another job has open (IPC: "
@@ -135,7 +137,7 @@ def suspend(server, session, force: bool = False) -> str:
             raise SuspendRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
                                  f"nothing changed, try again")
         executor = server.executor
-        operator_paused = session.paused
+        operator_paused = change.before is JobState.PAUSED
         try:
             executor.pause_client(session.client_id)
             if not executor.wait_client_idle(session.client_id, IDLE_TIMEOUT_S):
@@ -157,9 +159,10 @@ def suspend(server, session, force: bool = False) -> str:
                 raise SuspendRefused(f"{name(session)} was not suspended: no room in host memory for its "
                                      f"device memory ({e}); it runs on as before") from None
             raise
-        state.operator_paused = operator_paused
         state.suspended_at = time.monotonic()
-        session.suspension = state
+    finally:
+        if life.finish(state is not None, suspension=state) is JobState.FAULTED:
+            session.hold.release()      # a device fault came meanwhile: its requests fail, none waits
     elapsed_ms = (time.monotonic() - started) * 1000
     record = server.mobility
     record.suspensions += 1
@@ -176,10 +179,15 @@ def resume(server, session) -> str:
     addresses or the memory are not free."""
     backend = server.backend
     started = time.monotonic()
-    with session.suspend_lock:
-        state = session.suspension
-        if state is None:
+    life = session.life
+    try:
+        change = life.begin(Request.RESUME)
+    except Refused as e:
+        if e.state in (JobState.RUNNING, JobState.PAUSED):
             return f"{name(session)} is not suspended; nothing changed"
+        raise SuspendRefused(f"{name(session)}: {e}") from None
+    state, resumed, paused = life.suspension, False, life.resumes_paused
+    try:
         memory = session.client.allocations.memory
         try:
             memory.take(state.charged)        # its quota and the best-effort pool, as for an allocation
@@ -194,18 +202,21 @@ def resume(server, session) -> str:
         except OSError as e:       # a spilled chunk could not be read back
             raise SuspendRefused(f"{name(session)} stays suspended: its saved bytes could not be read back from "
                                  f"--suspend-spill-dir ({e}); check that disk and try again") from None
-        session.suspension = None
         nbytes = state.nbytes
         state.saved.release()
-        if not state.operator_paused:
+        if not paused:
             _release_work(server.executor, session)
+        resumed = True
+    finally:
+        after = life.finish(resumed)
+    if after is not JobState.SUSPENDED:
         session.hold.release()
     elapsed_ms = (time.monotonic() - started) * 1000
     record = server.mobility
     record.resumes += 1
     record.last_resume_ms = elapsed_ms
     log.info("%s resumed: %s restored in %.1f ms", name(session), format_bytes(nbytes), elapsed_ms)
-    still = "; it stays paused (`tally-server resume` again releases its work)" if state.operator_paused else ""
+    still = "; it stays paused (`tally-server resume` again releases its work)" if paused else ""
     return f"{name(session)} resumed: {format_bytes(nbytes)} restored at the same addresses in {elapsed_ms:.0f} ms" \
            + still
 

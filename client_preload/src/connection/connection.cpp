@@ -163,8 +163,12 @@ CUresult Connection::post(uint32_t kind, const void* msg, uint32_t msg_size, con
 
 CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail,
                                  uint32_t tail_size, uint64_t* tag_out) {
-  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
-  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
+  CUresult rc = usable();
+  if (rc == CUDA_SUCCESS && segment_->evicted()) rc = learn_eviction(kReaderWaitMs);
+  if (rc != CUDA_SUCCESS) {
+    refused_after_eviction(kind);
+    return rc;
+  }
   const uint64_t tag = tag_out == nullptr ? 0 : next_tag_.fetch_add(1, std::memory_order_relaxed);
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
@@ -187,8 +191,12 @@ CUresult Connection::post_record(uint32_t kind, const void* msg, uint32_t msg_si
 
 CUresult Connection::send_async_fill(uint32_t kind, uint32_t size, void (*fill)(uint8_t*, const void*),
                                      const void* context) {
-  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
-  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
+  CUresult gone = usable();
+  if (gone == CUDA_SUCCESS && segment_->evicted()) gone = learn_eviction(kReaderWaitMs);
+  if (gone != CUDA_SUCCESS) {
+    refused_after_eviction(kind);
+    return gone;
+  }
   if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     std::lock_guard<std::mutex> lock(request_mutex_);
@@ -260,8 +268,12 @@ CUresult Connection::reset_context() {
 }
 
 CUresult Connection::reserve_upload(uint64_t nbytes, uint64_t* offset, uint8_t** data) {
-  if (CUresult rc = usable(); rc != CUDA_SUCCESS) return rc;
-  if (segment_->evicted()) return learn_eviction(kReaderWaitMs);
+  CUresult gone = usable();
+  if (gone == CUDA_SUCCESS && segment_->evicted()) gone = learn_eviction(kReaderWaitMs);
+  if (gone != CUDA_SUCCESS) {
+    refused_after_eviction(static_cast<uint32_t>(protocol::MessageKind::MemcpyHtoD));   // bytes for a copy
+    return gone;
+  }
   if (CUresult rc = sticky_error(); rc != CUDA_SUCCESS) return rc;
   try {
     auto& arena = segment_->upload();

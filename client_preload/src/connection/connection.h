@@ -171,6 +171,10 @@ class Connection {
   CUresult learn_eviction(int64_t wait_for_reader_ms);
   // With reply_mutex_ held: an Evicted record arrived.
   void evicted_locked(const Reply& got);
+  // A request of `kind` failed because the job was evicted: unless it only lets go of
+  // something (a free, an unload, a destroy), the job asked for work that was not
+  // done, which the eviction notice says once (eviction.cpp).
+  void refused_after_eviction(uint32_t kind);
   static void at_exit();
   // post() without the sticky-error check
   CUresult post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
@@ -212,6 +216,8 @@ class Connection {
 
   std::atomic<int> deferred_error_{CUDA_SUCCESS};
   std::atomic<int> sticky_error_{CUDA_SUCCESS};
+  std::atomic<bool> evicted_{false};          // the server evicted this job
+  std::atomic<bool> work_dropped_noted_{false};   // the notice says its work was dropped
 };
 
 // A synchronous request (with an optional tail) answered by one fixed-size record

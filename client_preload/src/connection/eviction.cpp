@@ -6,6 +6,14 @@
 // reason appended to the file tally-run named (TALLY_EVICTION_NOTICE; tally-run
 // then exits 75), and every driver call fails from now on with the code the server
 // named (CUDA_ERROR_DEVICE_UNAVAILABLE).
+//
+// Whether the job lost work decides what tally-run exits with. The notice gets a
+// "work dropped:" line when the server says the eviction dropped work the job had
+// asked for, or when the job asks for more work afterwards (a launch, a copy, an
+// allocation, a synchronization...: any request but one that only lets go of
+// something, as a job's exit does). A job evicted once its work was done, which
+// then only exits (a shutdown's drain found it idle), has no such line: tally-run
+// keeps its own exit status.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -32,6 +40,24 @@ void append_notice(const std::string& path, const std::string& reason) {
   ::close(fd);
 }
 
+// The first word of a notice line saying the job lost work (tally/cli/job_process.py reads it).
+constexpr const char* kWorkDropped = "work dropped: ";
+
+// Requests that only let go of something: a job's exit and cleanup make them, and
+// failing them loses no work.
+bool lets_go(uint32_t kind) {
+  using K = protocol::MessageKind;
+  switch (static_cast<K>(kind)) {
+    case K::MemFree: case K::MemFreeAsync: case K::ModuleUnload: case K::StreamDestroy: case K::EventDestroy:
+    case K::HostUnregister: case K::MemAddressFree: case K::MemRelease: case K::MemUnmap:
+    case K::IpcCloseMemHandle: case K::LinkDestroy: case K::Goodbye: case K::Ping: case K::Notify:
+    case K::HostFuncDone:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void Connection::evicted_locked(const Reply& got) {
@@ -47,8 +73,18 @@ void Connection::evicted_locked(const Reply& got) {
   if (state_.load(std::memory_order_acquire) != State::kConnected) return;
   log_error("evicted by tally-server: %s (every GPU call of this job fails from now on)", reason.c_str());
   append_notice(config_.eviction_notice, reason);
+  if (msg.work_dropped && !work_dropped_noted_.exchange(true))
+    append_notice(config_.eviction_notice, std::string(kWorkDropped) + "the eviction dropped work it had asked for");
   connect_result_ = status;
+  evicted_.store(true, std::memory_order_release);
   state_.store(State::kFailed, std::memory_order_release);
+}
+
+void Connection::refused_after_eviction(uint32_t kind) {
+  if (!evicted_.load(std::memory_order_acquire) || lets_go(kind)) return;
+  if (work_dropped_noted_.exchange(true)) return;
+  append_notice(config_.eviction_notice,
+                std::string(kWorkDropped) + protocol::message_name(kind) + " was asked for after the eviction");
 }
 
 CUresult Connection::learn_eviction(int64_t wait_for_reader_ms) {

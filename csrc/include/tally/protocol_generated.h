@@ -488,16 +488,16 @@ struct KernelOutputMsg {
 static_assert(sizeof(KernelOutputMsg) == 1, "KernelOutputMsg layout differs from the Python codec");
 constexpr uint32_t kKernelOutputSize = 0;  // bytes on the wire (0: empty)
 
-// server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe, or the server shutting down); its memory is freed and every later driver call fails with `status`; tail: UTF-8 reason
+// server -> client on the completion ring (tag 0): the server evicted this job (an operator, SysProbe, or the server shutting down); its memory is freed and every later driver call fails with `status`; `work_dropped` is 1 when the eviction dropped work the job had asked for (queued, running or not yet handled), 0 when the job had none (its work was done); tail: UTF-8 reason
 struct EvictedMsg {
   static constexpr MessageKind kKind = MessageKind::Evicted;
   static constexpr bool kHasTail = true;
   uint32_t status;
-  uint32_t _pad0;
+  uint32_t work_dropped;
 };
 static_assert(sizeof(EvictedMsg) == 8, "EvictedMsg layout differs from the Python codec");
 static_assert(offsetof(EvictedMsg, status) == 0);
-static_assert(offsetof(EvictedMsg, _pad0) == 4);
+static_assert(offsetof(EvictedMsg, work_dropped) == 4);
 constexpr uint32_t kEvictedSize = 8;  // bytes on the wire (0: empty)
 
 // server -> client on the completion ring (tag 0), right before the Error record it belongs to: what the device wrote for the job's stderr (a failed device assert's message, in CUDA's format); the client writes it to its own stderr; tail: UTF-8 text
