@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from typing import Protocol
 
 from tally import protocol
 from tally.cluster.memory_limits import QuotaBelowUse, to_bytes
@@ -37,8 +38,9 @@ from tally.protocol.messages_generated import (ClientEvict, ClientMigrate, Clien
                                                ClientSuspend, ControlReply)
 from tally.scheduler.executor import ClientGone
 from tally.server import eviction, migration
-from tally.server.lifecycle import JobState, Refused, Request
 from tally.server import suspend as suspension
+from tally.server.job import ServedJob, SessionDirectory
+from tally.server.lifecycle import JobState, Refused, Request
 from tally.units import format_bytes
 
 log = logging.getLogger("tally.server")
@@ -54,7 +56,11 @@ class Refusal(Exception):
     """The request cannot be carried out; the message says why and what to do."""
 
 
-def answer(server, kind: int, payload: bytes) -> ControlReply:
+class ControlHost(suspension.SuspendHost, migration.MigrationHost, eviction.EvictionHost, SessionDirectory, Protocol):
+    """What operator requests use: the jobs, and what each command takes."""
+
+
+def answer(server: ControlHost, kind: int, payload: bytes) -> ControlReply:
     """The reply to one control request (any failure is a refusal with its reason)."""
     try:
         if kind == ClientSet.KIND:
@@ -81,7 +87,7 @@ def answer(server, kind: int, payload: bytes) -> ControlReply:
     return ControlReply(ok=1, tail=done.encode())
 
 
-def _session(server, client_id: int):
+def _session(server: ControlHost, client_id: int):
     attached = server.attached_sessions()
     for session in attached:
         if session.client_id == client_id:
@@ -90,11 +96,11 @@ def _session(server, client_id: int):
     raise Refusal(f"no client {client_id} is attached (attached now: {listed}); `tally-server status` lists them")
 
 
-def _name(session) -> str:
+def _name(session: ServedJob) -> str:
     return f"client {session.client_id} ({session.program}, {protocol.priority_name(session.priority)})"
 
 
-def set_limits(server, msg: ClientSet) -> str:
+def set_limits(server: ControlHost, msg: ClientSet) -> str:
     session = _session(server, msg.client_id)
     _refuse_evicted(session)
     quota = _quota(server, msg)
@@ -117,7 +123,7 @@ def set_limits(server, msg: ClientSet) -> str:
     return f"{_name(session)}: " + "; ".join(changes)
 
 
-def _quota(server, msg: ClientSet) -> int | None:
+def _quota(server: ControlHost, msg: ClientSet) -> int | None:
     total = server.description.total_memory
     nbytes, percent = msg.memory_quota, msg.memory_quota_percent
     if nbytes and percent:
@@ -131,7 +137,7 @@ def _quota(server, msg: ClientSet) -> int | None:
     return nbytes or None
 
 
-def pause(server, msg: ClientPause) -> str:
+def pause(server: ControlHost, msg: ClientPause) -> str:
     session = _session(server, msg.client_id)
     if session.priority == protocol.Priority.HIGH and not msg.force:
         raise Refusal(f"{_name(session)} is a high-priority job, the one tally protects; pause it only on "
@@ -144,11 +150,11 @@ def pause(server, msg: ClientPause) -> str:
            f"{session.client_id}`"
 
 
-def suspend(server, msg: ClientSuspend) -> str:
+def suspend(server: ControlHost, msg: ClientSuspend) -> str:
     return suspension.suspend(server, _session(server, msg.client_id), force=bool(msg.force))
 
 
-def resume(server, msg: ClientResume) -> str:
+def resume(server: ControlHost, msg: ClientResume) -> str:
     """Resume a suspended job (its memory comes back; its work goes on unless the
     operator had paused it before), or a paused one."""
     session = _session(server, msg.client_id)
@@ -161,14 +167,14 @@ def resume(server, msg: ClientResume) -> str:
     return f"{_name(session)} resumed"
 
 
-def _refuse_evicted(session) -> None:
+def _refuse_evicted(session: ServedJob) -> None:
     if session.life.state is JobState.EVICTED:
         raise Refusal(f"{_name(session)} was evicted ({session.life.evicted_reason}); it holds nothing any more "
                       f"and its calls fail until it exits")
 
 
 @contextlib.contextmanager
-def _changing(session, request: Request):
+def _changing(session: ServedJob, request: Request):
     """The job's lifecycle carries out `request` (Refused: the operator learns why)."""
     try:
         with session.life.change(request) as change:
@@ -177,14 +183,14 @@ def _changing(session, request: Request):
         raise Refusal(f"{_name(session)}: {e}") from None
 
 
-def _executor_call(method, session, *args):
+def _executor_call(method, session: ServedJob, *args):
     try:
         return method(session.client_id, *args)
     except ClientGone as e:          # the job left meanwhile
         raise Refusal(f"{_name(session)} left while the request was carried out ({e})") from None
 
 
-def evict(server, msg: ClientEvict) -> str:
+def evict(server: ControlHost, msg: ClientEvict) -> str:
     reason = _reason(bytes(msg.tail))
     session = _session(server, msg.client_id)
     if session.priority == protocol.Priority.HIGH and not msg.force:

@@ -21,6 +21,7 @@ import threading
 
 from tally import _core
 from tally.server.client.fast_path import FastPath
+from tally.server.job import ServedJob
 from tally.server.request_hold import RequestHold
 
 log = logging.getLogger("tally.server")
@@ -46,7 +47,7 @@ class PythonDataPlane:
 
     fast: FastPath | None = None
 
-    def __init__(self, session):
+    def __init__(self, session: ServedJob):
         self._session = session
 
     def serve(self) -> str:
@@ -136,7 +137,7 @@ class CppDataPlane:
     """The session thread's loop in C++ (tally._core.data_plane.ClientPlane), with
     the fast path for what the executor lets through."""
 
-    def __init__(self, session, device):
+    def __init__(self, session: ServedJob, device):
         """`device`: the backend's DataPlaneDevice, or None where the backend has
         none (then only pings and idle synchronizations are answered in C++)."""
         self._session = session
@@ -144,7 +145,7 @@ class CppDataPlane:
         self.plane = _core.data_plane.ClientPlane(session.segment, issuer)
         self.fast = FastPath(self.plane, device, session)
         if device is not None:
-            session.server.executor.attach_fast_lanes(session.client_id, self.plane, device)
+            session.services.executor.attach_fast_lanes(session.client_id, self.plane, device)
 
     def serve(self) -> str:
         session = self._session
@@ -191,5 +192,5 @@ class CppDataPlane:
         return self.plane.counts()
 
 
-def make_data_plane(session, choice: str, device):
+def make_data_plane(session: ServedJob, choice: str, device):
     return CppDataPlane(session, device) if choice == "cpp" else PythonDataPlane(session)

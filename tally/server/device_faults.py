@@ -36,11 +36,13 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Hashable
+from typing import Any, Hashable, Protocol
 
 from tally import protocol
 from tally.protocol.errors import CONTEXT_FAULT_CODES, DeviceError
 from tally.server.failures import error_name
+from tally.server.job import ServedJob, SessionDirectory
+from tally.server.ports import ExecutorPort
 
 log = logging.getLogger("tally.server")
 
@@ -72,8 +74,20 @@ class FaultRecord:
         return asdict(self)
 
 
+class FaultHost(SessionDirectory, Protocol):
+    backend: Any
+    executor: ExecutorPort
+    counters: Any                      # ServerCounters: device_faults
+
+    def admission_held(self) -> Any:
+        """A context in which no job is admitted."""
+
+    def renew_staging(self) -> None: ...
+    def stop(self, exit_status: int = ..., abandon_device_work: bool = ...) -> None: ...
+
+
 class DeviceFaults:
-    def __init__(self, server):
+    def __init__(self, server: FaultHost):
         self._server = server
         self._lock = threading.Lock()
         self._current: DeviceFault | None = None    # the fault being handled
@@ -195,10 +209,10 @@ class DeviceFaults:
         return (f"client {client_id} (pid {session.pid}, {session.program}, "
                 f"{protocol.priority_name(session.priority)})")
 
-    def _session_of(self, reporter):
+    def _session_of(self, reporter) -> ServedJob | None:
         if reporter is None or hasattr(reporter, "life"):
             return reporter
-        return self._server.sessions.get(reporter)
+        return self._server.session_of(reporter)
 
 
 def _ids(client_ids: list[int]) -> str:

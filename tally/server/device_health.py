@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Protocol
 
 from tally import protocol
 from tally.cluster.device_metrics import DeviceSample
@@ -35,6 +36,8 @@ from tally.cluster.health_config import HealthConfig, HealthConfigError, load_he
 from tally.cluster.sysprobe import SysProbe
 from tally.scheduler.hooks import AdmissionRequest, Status
 from tally.server import eviction
+from tally.server.eviction import EvictionHost
+from tally.server.job import SessionDirectory
 from tally.server.lifecycle import JobState
 from tally.units import format_bytes
 
@@ -58,8 +61,13 @@ def default_health_config(nvml_metrics: bool) -> HealthConfig:
                    source="defaults (the utilization warning is off: tally's own accounting measures this device)")
 
 
+class HealthHost(EvictionHost, SessionDirectory, Protocol):
+    levers: Any                        # SmLevers: the sample period follows the config's
+    started_at: float
+
+
 class DeviceHealth:
-    def __init__(self, server, config: HealthConfig, config_path: Path | None = None):
+    def __init__(self, server: HealthHost, config: HealthConfig, config_path: Path | None = None):
         self.server = server
         self.probe = SysProbe(config)
         self.config_path = config_path

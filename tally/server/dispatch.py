@@ -4,9 +4,11 @@ The session thread decodes each request into its typed message (one frozen
 dataclass per message kind, tally/protocol/messages_generated.py) and calls the
 handler that `tally.server.handlers.HANDLERS` lists for that kind:
 
-    def mem_alloc(session, msg: MemAlloc, tag: int) -> MemAllocReply: ...
+    def mem_alloc(job: Job, msg: MemAlloc, tag: int) -> MemAllocReply: ...
 
-`session` is the client's Session (its state: `session.client`), `msg` the
+`job` is the job the request came from, as tally/server/job.py's `Job` Protocol
+describes it (what it created: `job.client`; the server-wide services its
+requests use: `job.services`; its answers and deferred errors), `msg` the
 request (`msg.bytes`, `msg.stream`, `msg.tail`...), `tag` the request's tag (0:
 asynchronous). What the handler returns decides the answer:
 
@@ -44,7 +46,7 @@ class _AnswersItself:
 
 ANSWERS_ITSELF = _AnswersItself()
 
-# handler(session, message, tag) -> None | reply message | ANSWERS_ITSELF
+# handler(job, message, tag) -> None | reply message | ANSWERS_ITSELF
 Handler = Callable[[Any, Any, int], Any]
 
 

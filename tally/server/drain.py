@@ -25,16 +25,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Protocol
 
 from tally.server import eviction
+from tally.server.eviction import EvictionHost
+from tally.server.job import SessionDirectory
+from tally.server.ports import ExecutorPort
 
 log = logging.getLogger("tally.server")
 
 POLL_S = 0.05
 
 
+class DrainHost(EvictionHost, SessionDirectory, Protocol):
+    executor: ExecutorPort
+
+    def stop_admitting(self) -> None: ...
+    def stop(self, exit_status: int = ..., abandon_device_work: bool = ...) -> None: ...
+
+
 class Drain:
-    def __init__(self, server, timeout_s: float):
+    def __init__(self, server: DrainHost, timeout_s: float):
         self.server = server
         self.timeout_s = timeout_s
         self._started = False

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any, Protocol
 
 from tally import protocol
+from tally.server.job import ServedJob
 
 log = logging.getLogger("tally.server")
 
@@ -35,7 +37,11 @@ RELEASE_WAIT_S = 10.0
 _count_lock = threading.Lock()
 
 
-def evict(server, session, reason: str, cause: str, wait: bool = True) -> bool:
+class EvictionHost(Protocol):
+    counters: Any                      # ServerCounters: evictions by cause
+
+
+def evict(server: EvictionHost, session: ServedJob, reason: str, cause: str, wait: bool = True) -> bool:
     """Evict one job; False when it was evicted already or is leaving anyway.
     With `wait`, returns once its work and memory are released (or RELEASE_WAIT_S
     passed: then the log says so and the release finishes on its own)."""

@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from tally import _core
+from tally.server.job import ServedJob
 from tally.server.lifecycle import JobState
 from tally.server.segments import process_gone
 
@@ -144,7 +145,7 @@ def start_serving(segment) -> bool:
     return segment.owner_exchange(word, Owner(SERVING, me, now.epoch).word) == word
 
 
-def serve_from_first_request(session, poll_s: float) -> bool:
+def serve_from_first_request(session: ServedJob, poll_s: float) -> bool:
     """On a migrated job's session thread, before its loop: wait for the job's first
     request here (one the source took off the ring counts), then mark SERVING. Under
     the session's hold, so a migration onward that holds the job first decides.

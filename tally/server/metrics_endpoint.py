@@ -10,20 +10,35 @@ one from tally's own accounting, covering the time since the previous scrape.
 from __future__ import annotations
 
 import threading
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tally.cluster.device_metrics import DeviceSample
 from tally.cluster.executor_source import ExecutorActivitySource
 from tally.cluster.metrics_exporter import TallyCollector, gpu_uuid
+from tally.server.ports import ExecutorPort
 
 
 class MetricsEndpointError(Exception):
     """/metrics cannot be served (the port is taken, the address is not this host's...)."""
 
 
+class MetricsHost(Protocol):
+    """What /metrics reads: the status record, and where samples come from."""
+
+    description: Any
+    config: Any
+    executor: ExecutorPort
+    backend: Any
+    levers: Any
+    counters: Any
+
+    def status(self) -> Any: ...
+
+
 class MetricsEndpoint:
-    def __init__(self, server, host: str, port: int):
+    def __init__(self, server: MetricsHost, host: str, port: int):
         self.server, self.host = server, host
         d = server.description
         device = {"gpu": str(server.config.device), "UUID": gpu_uuid(d.uuid), "modelName": d.name}

@@ -42,6 +42,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import msgpack
 
@@ -51,8 +52,10 @@ from tally.protocol.framing import recv_record, send_record
 from tally.protocol.messages_generated import ControlReply, MigrateCommit, MigrateOffer
 from tally.scheduler.executor import ClientGone
 from tally.server import handover, migration_memory
+from tally.server.job import ServedJob
 from tally.server.lifecycle import Refused, Request
 from tally.server.migration_bytes import ByteSender, send_piece
+from tally.server.ports import ExecutorPort
 from tally.server.step_clock import StepClock
 from tally.server.suspend import HOLD_TIMEOUT_S, IDLE_TIMEOUT_S
 from tally.units import format_bytes
@@ -90,11 +93,21 @@ class MigrationRecord:
                 "last_import_steps_ms": dict(self.last_import_steps_ms)}
 
 
-def name(session) -> str:
+def name(session: ServedJob) -> str:
     return f"client {session.client_id} ({session.program}, {protocol.priority_name(session.priority)})"
 
 
-def migrate(server, session, target: str) -> str:
+class MigrationHost(Protocol):
+    backend: Any
+    description: Any
+    executor: ExecutorPort
+    ipc: Any                           # IpcRegistry: memory or events shared with another job stay
+    levers: Any                        # SmLevers: the job's SM share goes with it
+    migrations: MigrationRecord
+    saved_memory: Any                  # SavedMemoryStore: the chunk buffers bytes go through
+
+
+def migrate(server: MigrationHost, session: ServedJob, target: str) -> str:
     record = server.migrations
     try:
         return _migrate(server, session, target)
@@ -104,7 +117,7 @@ def migrate(server, session, target: str) -> str:
         raise
 
 
-def _migrate(server, session, target: str) -> str:
+def _migrate(server: MigrationHost, session: ServedJob, target: str) -> str:
     clock = StepClock()
     started = clock.started
     life = session.life
@@ -167,7 +180,7 @@ def _migrate(server, session, target: str) -> str:
     return f"{name(session)} migrated to {target}: {format_bytes(sent)} of device state moved in {elapsed_ms:.0f} ms"
 
 
-def _check_movable(server, session) -> None:
+def _check_movable(server: MigrationHost, session: ServedJob) -> None:
     backend = server.backend
     if not backend.traits.migrates_jobs:
         raise MigrationRefused(f"the {backend.kind} backend cannot move a job's state to another server "
@@ -220,7 +233,7 @@ def _ask(sock, kind: int, payload: bytes, what: str) -> str:
     return text
 
 
-def _offer(server, session, footprint: int) -> bytes:
+def _offer(server: MigrationHost, session: ServedJob, footprint: int) -> bytes:
     memory = session.client.allocations.memory
     modules = session.client.modules.loaded()
     description = {
@@ -233,7 +246,7 @@ def _offer(server, session, footprint: int) -> bytes:
     return MigrateOffer(tail=msgpack.packb(description)).encode()
 
 
-def _quiesce(server, session) -> None:
+def _quiesce(server: MigrationHost, session: ServedJob) -> None:
     """Every request the job handed over so far has run and been answered."""
     cid = session.client_id
     if not server.executor.wait_client_idle(cid, IDLE_TIMEOUT_S, drain=True):
@@ -245,7 +258,7 @@ def _quiesce(server, session) -> None:
                                f"synchronization")
 
 
-def _send_state(server, session, sock) -> int:
+def _send_state(server: MigrationHost, session: ServedJob, sock) -> int:
     """Stream the job's state; the device bytes sent."""
     backend, client = server.backend, session.client
     sender = ByteSender(backend, sock, server.saved_memory)
@@ -276,7 +289,7 @@ def _send_state(server, session, sock) -> int:
     return sender.sent
 
 
-def _commit(session, sock) -> str:
+def _commit(session: ServedJob, sock) -> str:
     """Hand the job's socket over, then its segment and unhandled requests. Returns
     how it ended when the target serves the job now; raises MigrationRefused when
     the job stays here (released by the caller). Which of the two is decided by the

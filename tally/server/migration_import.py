@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import socket
+from typing import Any, Protocol
 
 import msgpack
 
@@ -37,6 +38,7 @@ from tally.scheduler.hooks import AdmissionRequest
 from tally.server import handover, lz4_chunks
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
+from tally.server.job import ServedJob
 from tally.server.migration_bytes import PayloadReceiver
 from tally.server.migration_memory import ImportedMemory
 from tally.server.step_clock import StepClock
@@ -53,7 +55,23 @@ class ImportRefused(Exception):
     """This server will not take the job; the message says why."""
 
 
-def receive(server, conn: socket.socket, payload: bytes) -> None:
+class ImportHost(Protocol):
+    """What a server taking a job over uses of itself."""
+
+    backend: Any
+    config: Any                        # ServerConfig: how long a session thread spins
+    description: Any
+    hooks: Any                         # the cluster plugins: the job is admitted as at a handshake
+    memory_limits: Any
+    migrations: Any                    # MigrationRecord: the last import's steps
+    saved_memory: Any
+    variants: Any
+
+    def attach_migrated(self, conn: socket.socket, segment: Any, pid: int, priority: protocol.Priority,
+                        program: str, memory: Any, sm_percent: float | None, setup: Any) -> ServedJob: ...
+
+
+def receive(server: ImportHost, conn: socket.socket, payload: bytes) -> None:
     """Serve one migration connection whose first record (the offer) was read."""
     conn.settimeout(TRANSFER_TIMEOUT_S)
     job = None
@@ -125,7 +143,7 @@ def _reply(conn, ok: bool, text: str) -> None:
 class JobImport:
     """A migrating job's state as it arrives; undone unless committed."""
 
-    def __init__(self, server, offer: dict):
+    def __init__(self, server: ImportHost, offer: dict):
         self.server = server
         backend = self.backend = server.backend
         if not backend.traits.migrates_jobs:
@@ -239,7 +257,7 @@ class JobImport:
         conn = socket.socket(fileno=os.dup(socket_fd))
         quota = self.quota
 
-        def setup(session) -> None:
+        def setup(session: ServedJob) -> None:
             client = session.client
             client.modules = self.modules
             self.modules.continue_ids(self.state.get("next_module_id", 1))

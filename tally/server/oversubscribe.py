@@ -22,11 +22,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from tally import protocol
 from tally.protocol.errors import CUDA_ERROR_OUT_OF_MEMORY, DeviceError
 from tally.scheduler.executor import ClientGone
 from tally.server import suspend
+from tally.server.job import ServedJob, SessionDirectory
 from tally.server.lifecycle import JobState
 
 log = logging.getLogger("tally.server")
@@ -35,8 +37,12 @@ DEFAULT_SLICE_SECONDS = 5.0
 TICK_S = 0.2               # how often the slicer looks (and a waiting allocation tries again)
 
 
+class SlicerHost(suspend.SuspendHost, SessionDirectory, Protocol):
+    """What the time slicer uses: the jobs, and what suspending them takes."""
+
+
 class TimeSlicer:
-    def __init__(self, server, slice_seconds: float = DEFAULT_SLICE_SECONDS):
+    def __init__(self, server: SlicerHost, slice_seconds: float = DEFAULT_SLICE_SECONDS):
         self.server = server
         self.slice_seconds = slice_seconds
         self._cond = threading.Condition()
@@ -55,7 +61,7 @@ class TimeSlicer:
             self._cond.notify_all()
 
     # ---- allocations that wait ------------------------------------------------------------
-    def may_wait(self, session, nbytes: int) -> bool:
+    def may_wait(self, session: ServedJob, nbytes: int) -> bool:
         """Whether an allocation refused for lack of memory should wait for a time slice."""
         if session.priority != protocol.Priority.BEST_EFFORT:
             return False
@@ -63,7 +69,7 @@ class TimeSlicer:
         quota = memory.quota_bytes
         return quota is None or memory.used_bytes + nbytes <= quota     # its own quota: waiting will not help
 
-    def wait_for_memory(self, session, nbytes: int, attempt: Callable[[], object]):
+    def wait_for_memory(self, session: ServedJob, nbytes: int, attempt: Callable[[], object]):
         """On a blocking thread: attempt() until it does not run out of memory. Raises
         the refusal when it cannot fit even with every other best-effort job suspended,
         ClientGone when the job leaves meanwhile."""
@@ -88,7 +94,7 @@ class TimeSlicer:
             with self._cond:
                 self._waiting.pop(cid, None)
 
-    def _others_hold_memory(self, session) -> bool:
+    def _others_hold_memory(self, session: ServedJob) -> bool:
         return any(s is not session and s.priority == protocol.Priority.BEST_EFFORT and s.life.suspension is None
                    and _suspendable_bytes(s) > 0 for s in self.server.attached_sessions())
 
@@ -137,7 +143,7 @@ class TimeSlicer:
             self._suspend(done_slice.pop(0))
             self._resume(first)
 
-    def _suspend(self, session) -> None:
+    def _suspend(self, session: ServedJob) -> None:
         try:
             done = suspend.suspend(self.server, session, force=False)
         except suspend.SuspendRefused as e:
@@ -149,7 +155,7 @@ class TimeSlicer:
         with self._cond:
             self._cond.notify_all()          # waiting allocations try again
 
-    def _resume(self, session) -> bool:
+    def _resume(self, session: ServedJob) -> bool:
         try:
             done = suspend.resume(self.server, session)
         except suspend.SuspendRefused:
@@ -160,7 +166,7 @@ class TimeSlicer:
         return True
 
 
-def _suspendable_bytes(session) -> int:
+def _suspendable_bytes(session: ServedJob) -> int:
     """What suspending the job would free: its memory but its managed memory, which
     stays (its bytes are the job's own shared memory; tally/server/suspend.py)."""
     client = session.client

@@ -47,6 +47,7 @@ from tally.server.session import Session
 from tally.server.status import ServerStatus, server_status
 from tally.server.migration import MigrationRecord
 from tally.server.oversubscribe import TimeSlicer
+from tally.server.ports import JobServices
 from tally.server.saved_memory import SavedMemoryStore
 from tally.server.suspend import MobilityRecord
 from tally.units import format_bytes
@@ -94,6 +95,10 @@ class TallyServer(JobAttachment):
         self.migrations = MigrationRecord()   # jobs moved to other servers (tally/server/migration.py)
         self.time_slicer = TimeSlicer(self, config.slice_seconds) if config.oversubscribe else None
         self.staging = PinnedPool(backend)   # registered buffers for copies into pageable memory
+        # What every job's requests use of the server (tally/server/ports.py).
+        self.job_services = JobServices(backend=backend, executor=self.executor, description=self.description,
+                                        ipc=self.ipc, variants=self.variants, memory_waits=self.time_slicer,
+                                        staging=lambda: self.staging, retire_client=self.retire_client)
         # A session can end (its job died at once) before the handshake thread
         # registers its socket: registering and forgetting take turns, and a closed
         # session is never registered.
@@ -283,6 +288,10 @@ class TallyServer(JobAttachment):
         """After a device fault: registered buffers of the dead context are replaced."""
         old, self.staging = self.staging, PinnedPool(self.backend)
         old.close()
+
+    def session_of(self, client_id: int) -> Session | None:
+        with self._sessions_lock:
+            return self.sessions.get(client_id)
 
     def attached_sessions(self) -> list[Session]:
         """The sessions of jobs attached now (not those whose release is under way)."""

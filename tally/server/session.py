@@ -49,7 +49,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from tally import _core, protocol
 from tally.cluster.memory_limits import JobMemory
@@ -70,6 +70,7 @@ from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.failures import FailureLog
 from tally.server.handlers import HANDLERS
 from tally.server.lifecycle import JobState, Lifecycle, Refused, Request
+from tally.server.ports import JobServices
 from tally.server.segments import reclaim_job_objects
 
 log = logging.getLogger("tally.server")
@@ -98,11 +99,26 @@ class SessionCounters:
     by_kind: collections.Counter = field(default_factory=collections.Counter)
 
 
+class SessionHost(Protocol):
+    """What a session uses of the server that made it (TallyServer)."""
+
+    config: Any                         # ServerConfig: its data plane
+    data_plane_device: Any              # the backend's issuer for the C++ data plane (None: Python's)
+    job_services: JobServices
+    device_faults: Any                  # device_faults.DeviceFaults (None: errors stay with their job)
+
+    def forget_session(self, session: Session) -> None: ...
+
+
 class Session:
-    def __init__(self, server, client_id: int, pid: int, priority: protocol.Priority,
+    """One job served: implements job.Job (for handlers) and job.ServedJob (for the
+    subsystems that act on a whole job)."""
+
+    def __init__(self, server: SessionHost, client_id: int, pid: int, priority: protocol.Priority,
                  program: str, segment, connection, memory: JobMemory):
-        self.server = server
-        self.backend = server.backend
+        self._host = server
+        self.services = server.job_services
+        self.backend = self.services.backend
         self.client_id = client_id
         self.pid = pid
         self.priority = priority
@@ -168,7 +184,7 @@ class Session:
             with self.life.change(Request.EVICT) as change:
                 if not change.changed:
                     return False
-                dropped = self.has_requests_waiting() or self.server.executor.client_has_work(self.client_id)
+                dropped = self.has_requests_waiting() or self.services.executor.client_has_work(self.client_id)
                 self.work_dropped_at_eviction = dropped
                 # The record first, then the flag: a client that sees the flag finds the record.
                 record = Evicted(status=EVICTED_CODE, work_dropped=int(dropped), tail=told)
@@ -269,7 +285,7 @@ class Session:
         fast, counters = self.data_plane.counts()[0], self.counters
         log.info("client %d (pid %d, %s) disconnected: %s (%d requests, %d of them taken by the C++ data plane)",
                  self.client_id, self.pid, self.program, self.close_reason or "closed", counters.requests, fast)
-        self.server.forget_session(self)
+        self._host.forget_session(self)
 
     def abandon(self, reason: str) -> None:
         """The server exits without waiting for this job's work on the device (its
@@ -291,6 +307,14 @@ class Session:
             self.connection.close()
         except OSError:
             pass
+
+    @property
+    def download_arena(self):
+        return self.segment.download
+
+    @property
+    def fast(self):
+        return self.data_plane.fast
 
     @property
     def closed(self) -> bool:
@@ -511,7 +535,7 @@ class Session:
         client's next synchronizing call (as CUDA's deferred errors do). Once the
         client is gone its requests' failures (e.g. a wait that outlived it) are
         nobody's concern and are not logged."""
-        faults = self.server.device_faults
+        faults = self._host.device_faults
         if faults is not None:
             error = faults.seen(error, self)
         if not self.closed:

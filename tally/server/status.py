@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol
 
 from tally import protocol
 from tally.protocol import Priority
 from tally.protocol.errors import DeviceError
 from tally.server import handover
 from tally.server.c_allocator import allocator_stats
+from tally.server.job import ServedJob
+from tally.server.ports import ExecutorPort
 
 
 @dataclass(frozen=True)
@@ -117,11 +120,31 @@ def _known(cls, data: dict) -> dict:
     return {k: v for k, v in data.items() if k in names}
 
 
-def client_status(session) -> ClientStatus:
+class StatusHost(Protocol):
+    """What the status record reads of the server."""
+
+    admitting: bool
+    backend: Any
+    config: Any
+    counters: Any
+    description: Any
+    device_faults: Any
+    dropped_connections: Any
+    executor: ExecutorPort
+    health: Any
+    high_priority_jobs: Any
+    levers: Any
+    memory_limits: Any
+    migrations: Any
+    mobility: Any
+    saved_memory: Any
+    started_at: float
+
+
+def client_status(server: StatusHost, session: ServedJob) -> ClientStatus:
     allocations, counters = session.client.allocations, session.counters
     life = session.life
     suspension = life.suspension
-    server = session.server
     try:
         _share, granted = server.executor.sm_share(session.client_id)
     except ValueError:          # leaving: the executor let it go already
@@ -152,7 +175,7 @@ def client_status(session) -> ClientStatus:
     )
 
 
-def server_status(server, sessions: list, leaving: int) -> ServerStatus:
+def server_status(server: StatusHost, sessions: list[ServedJob], leaving: int) -> ServerStatus:
     """`sessions`: the clients still attached; `leaving`: how many more are being released."""
     d = server.description
     try:
@@ -177,7 +200,7 @@ def server_status(server, sessions: list, leaving: int) -> ServerStatus:
         protocol_version=protocol.PROTOCOL_VERSION,
         dropped_connections=server.dropped_connections.snapshot(),
         clients_leaving=leaving,
-        clients=tuple(client_status(s) for s in sessions),
+        clients=tuple(client_status(server, s) for s in sessions),
         be_sm_percent=server.config.be_sm_percent,
         dynamic_sm=server.config.dynamic_sm,
         be_util_target=server.config.be_util_target,

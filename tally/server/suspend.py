@@ -31,11 +31,14 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from tally import protocol
 from tally.protocol.errors import DeviceError
 from tally.scheduler.executor import ClientGone
+from tally.server.job import ServedJob
 from tally.server.lifecycle import JobState, Refused, Request
+from tally.server.ports import ExecutorPort
 from tally.server.saved_log import SavedLog
 from tally.server.saved_memory import HostMemoryFull, SavedMemoryStore
 from tally.units import format_bytes
@@ -78,7 +81,7 @@ class Suspension:
     def nbytes(self) -> int:
         return self.saved.nbytes
 
-    def discard(self, session) -> None:
+    def discard(self, session: ServedJob) -> None:
         """The job went while suspended: forget what is not on the device any more,
         so its release frees only what is (its modules free nothing: evicted), and
         give its saved bytes' host memory back."""
@@ -105,11 +108,19 @@ class MobilityRecord:
                 "last_suspend_ms": round(self.last_suspend_ms, 3), "last_resume_ms": round(self.last_resume_ms, 3)}
 
 
-def name(session) -> str:
+def name(session: ServedJob) -> str:
     return f"client {session.client_id} ({session.program}, {protocol.priority_name(session.priority)})"
 
 
-def suspend(server, session, force: bool = False) -> str:
+class SuspendHost(Protocol):
+    backend: Any
+    executor: ExecutorPort
+    ipc: Any                           # IpcRegistry: memory another job has open stays
+    saved_memory: SavedMemoryStore
+    mobility: MobilityRecord
+
+
+def suspend(server: SuspendHost, session: ServedJob, force: bool = False) -> str:
     """Suspend the job; a sentence saying what was done. SuspendRefused: nothing changed."""
     backend = server.backend
     if not backend.traits.restores_at_address:
@@ -174,14 +185,14 @@ def suspend(server, session, force: bool = False) -> str:
             f"freed in {elapsed_ms:.0f} ms; `tally-server resume --client {session.client_id}` brings it back")
 
 
-def resume(server, session) -> str:
+def resume(server: SuspendHost, session: ServedJob) -> str:
     """Bring a suspended job back; SuspendRefused (it stays suspended) when its
     addresses or the memory are not free."""
     backend = server.backend
     started = time.monotonic()
     life = session.life
     try:
-        change = life.begin(Request.RESUME)
+        life.begin(Request.RESUME)
     except Refused as e:
         if e.state in (JobState.RUNNING, JobState.PAUSED):
             return f"{name(session)} is not suspended; nothing changed"
@@ -229,7 +240,7 @@ def _where(saved: SavedLog) -> str:
     return " and ".join(parts)
 
 
-def _release_work(executor, session) -> None:
+def _release_work(executor: ExecutorPort, session: ServedJob) -> None:
     try:
         executor.resume_client(session.client_id)
     except (ClientGone, ValueError):

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tally.protocol.errors import CUDA_ERROR_UNKNOWN, DeviceError
 from tally.scheduler.executor import ClientGone
+from tally.server.client.job_channel import JobChannel
 
 log = logging.getLogger("tally.server")
 
@@ -40,8 +41,8 @@ MAX_WAITERS = 32
 
 
 class BlockingCalls:
-    def __init__(self, session):
-        self._session = session
+    def __init__(self, job: JobChannel):
+        self._job = job
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._owed: dict[int, Callable[[], object]] = {}
@@ -72,7 +73,7 @@ class BlockingCalls:
             try:
                 release()
             except Exception as e:  # noqa: BLE001 - the rest must still be released
-                log.warning("client %d: a release it asked for failed at its close: %s", self._session.client_id, e)
+                log.warning("client %d: a release it asked for failed at its close: %s", self._job.client_id, e)
 
     def run(self, tag: int, work: Callable[[], object]) -> None:
         """Run `work` on a pool thread and answer `tag` with what it returns; a
@@ -82,11 +83,11 @@ class BlockingCalls:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_WAITERS,
-                                            thread_name_prefix=f"tally-client-{self._session.client_id}-wait")
+                                            thread_name_prefix=f"tally-client-{self._job.client_id}-wait")
         with self._idle:
             self._active += 1
         # runs when the work ended, and when close() cancelled it before it began
-        self._pool.submit(self._answer, tag, self._session.current_request, work).add_done_callback(self._done)
+        self._pool.submit(self._answer, tag, self._job.current_request, work).add_done_callback(self._done)
 
     def _done(self, _future) -> None:
         with self._idle:
@@ -111,21 +112,21 @@ class BlockingCalls:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _answer(self, tag: int, request: str, work: Callable[[], object]) -> None:
-        session = self._session
+        job = self._job
         try:
             try:
                 result = work()
             except ClientGone as e:
-                log.debug("client %d is gone; a request it waited on ends unanswered (%s)", session.client_id, e)
+                log.debug("client %d is gone; a request it waited on ends unanswered (%s)", job.client_id, e)
             except DeviceError as e:
-                session.fail(tag, request, e)
+                job.fail(tag, request, e)
             except Exception as e:  # noqa: BLE001 - a server bug must not leave the client waiting forever
-                log.error("client %d: blocking request failed:\n%s", session.client_id, traceback.format_exc())
+                log.error("client %d: blocking request failed:\n%s", job.client_id, traceback.format_exc())
                 if tag:
-                    session.reply_error(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
+                    job.reply_error(tag, DeviceError(CUDA_ERROR_UNKNOWN, f"tally-server internal error: {e}"))
             else:
-                session.answer(tag, result)
+                job.answer(tag, result)
         except Exception:
             # The session closed under us (the client is gone): nobody to answer.
-            if not session.closed:
-                log.exception("client %d: could not answer a blocking request", session.client_id)
+            if not job.closed:
+                log.exception("client %d: could not answer a blocking request", job.client_id)

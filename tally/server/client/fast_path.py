@@ -16,18 +16,19 @@ from __future__ import annotations
 import threading
 
 from tally.protocol import Priority
+from tally.server.job import Job
 
 
 class FastPath:
-    def __init__(self, plane, device, session):
+    def __init__(self, plane, device, job: Job):
         self.plane = plane                     # tally._core.data_plane.ClientPlane
         self._device = device                  # the backend's DataPlaneDevice (None: nothing to issue)
-        self._session = session
+        self._job = job
         self._lock = threading.Lock()
         self._functions: set[int] = set()      # function ids in the plane's table
         # A best-effort job (whose kernels the policy holds back): the launch shapes the
         # planner runs whole, in the plane's table too.
-        self._best_effort = session.priority == Priority.BEST_EFFORT
+        self._best_effort = job.priority == Priority.BEST_EFFORT
         self._whole_shapes: set[tuple] = set()
 
     # ---- kernels -------------------------------------------------------------------
@@ -46,8 +47,7 @@ class FastPath:
         if not self._best_effort:
             return
         shape = (fn.function_id, launch.grid, launch.block, launch.shared_bytes)
-        if shape not in self._whole_shapes and self._session.server.executor.runs_whole(self._session.client_id,
-                                                                                        launch):
+        if shape not in self._whole_shapes and self._job.services.executor.runs_whole(self._job.client_id, launch):
             with self._lock:
                 self._whole_shapes.add(shape)
                 self.plane.add_whole_shape(*shape)
@@ -91,8 +91,8 @@ class FastPath:
         Done. If nothing of the job is still pending in Python, the next
         synchronization may be answered in C++ (once the device is quiet), until
         Python handles another request of the job."""
-        session = self._session
-        if session.deferred_error is None and session.client.blocking.idle():
+        job = self._job
+        if job.deferred_error is None and job.client.blocking.idle():
             self.plane.set_quiet(True)
 
     def not_idle(self) -> None:

@@ -15,12 +15,13 @@ import threading
 
 from tally.protocol.messages_generated import HostFuncReady
 from tally.scheduler.ops import GatedCallback, HostGate
+from tally.server.client.job_channel import JobChannel
 
 
 class HostFunctions:
-    def __init__(self, session):
-        self._session = session
-        self._executor = session.server.executor
+    def __init__(self, job: JobChannel):
+        self._job = job
+        self._executor = job.services.executor
         self._lock = threading.Lock()
         self._pending: dict[int, HostGate] = {}
         self._released = False
@@ -35,13 +36,13 @@ class HostFunctions:
             released = self._released
         if released:
             gate.opened = True
-        session = self._session
+        job = self._job
 
         def post() -> None:
-            if session.closed:
+            if job.closed:
                 return
             try:
-                session.push_completion(HostFuncReady.KIND, 0, HostFuncReady(callback_id).encode())
+                job.push_completion(HostFuncReady.KIND, 0, HostFuncReady(callback_id).encode())
             except Exception:  # noqa: BLE001
                 pass   # the client is gone; release_all opens the gate
 

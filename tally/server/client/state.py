@@ -17,6 +17,7 @@ from tally.server.client.blocking import BlockingCalls
 from tally.server.client.events import EventTable
 from tally.server.client.host_functions import HostFunctions
 from tally.server.client.host_memory import PinnedRegions
+from tally.server.client.job_channel import JobChannel
 from tally.server.client.ipc import OpenedAllocations
 from tally.server.client.linker import LinkState
 from tally.server.client.managed_objects import ManagedObjects
@@ -29,34 +30,34 @@ log = logging.getLogger("tally.server")
 
 
 class ClientState:
-    def __init__(self, session, memory: JobMemory):
-        server = session.server
-        self.session = session
-        self.executor = server.executor
-        self.backend = session.backend
-        self.client_id = session.client_id
+    def __init__(self, job: JobChannel, memory: JobMemory):
+        services = job.services
+        self.job = job
+        self.executor = services.executor
+        self.backend = services.backend
+        self.client_id = job.client_id
         # What the job's C++ data plane must know of this state (None: the Python plane).
-        self.fast = fast = session.data_plane.fast
+        self.fast = fast = job.fast
         self.allocations = Allocations(memory, fast)
         self.managed = ManagedObjects()             # its managed allocations (cuMemAllocManaged) and their objects
-        self.blocking = BlockingCalls(session)
-        self.streams = StreamTable(self.executor, session.client_id, fast)
+        self.blocking = BlockingCalls(job)
+        self.streams = StreamTable(self.executor, job.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
-        transform = session.priority == Priority.BEST_EFFORT
-        self.modules = ModuleRegistry(session.backend, server.variants if transform else None,
+        transform = job.priority == Priority.BEST_EFFORT
+        self.modules = ModuleRegistry(services.backend, services.variants if transform else None,
                                       on_forget=fast.forget_functions if fast is not None else None)
-        self.regions = PinnedRegions(session.pid, session.backend)
-        self.host_functions = HostFunctions(session)
-        self.events = EventTable(self.executor, session.client_id)
+        self.regions = PinnedRegions(job.pid, services.backend)
+        self.host_functions = HostFunctions(job)
+        self.events = EventTable(self.executor, job.client_id)
         self.staging = bytearray()                  # StageBytes accumulates module images here
         self.links: dict[int, LinkState] = {}       # client link-state id -> its inputs (cuLink*)
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
-        self.vmm = VirtualMemory(session.backend, self.allocations, server.description.total_memory)
-        self.opened = OpenedAllocations(server.ipc, session.client_id, session.backend)
-        self._ipc = server.ipc
-        self._retire = server.retire_client
+        self.vmm = VirtualMemory(services.backend, self.allocations, services.description.total_memory)
+        self.opened = OpenedAllocations(services.ipc, job.client_id, services.backend)
+        self._ipc = services.ipc
+        self._retire = services.retire_client
 
     def close(self) -> None:
         # First free everything that may wait on the gone client (held host functions,

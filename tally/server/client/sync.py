@@ -30,7 +30,7 @@ def wait_streams(client: ClientState, keys: list[int]) -> None:
             if first is None:
                 first = e
             else:
-                client.session.defer_error(e)
+                client.job.defer_error(e)
     forward_kernel_output(client, keys)
     if first is not None:
         raise first
@@ -51,7 +51,7 @@ def forward_kernel_output(client: ClientState, keys: list[int]) -> None:
     data = text.encode()
     for start in range(0, len(data), KERNEL_OUTPUT_CHUNK):
         chunk = data[start:start + KERNEL_OUTPUT_CHUNK]
-        client.session.push_completion(KernelOutput.KIND, 0, KernelOutput(chunk).encode())
+        client.job.push_completion(KernelOutput.KIND, 0, KernelOutput(chunk).encode())
 
 
 def keep_kernel_output(client: ClientState, key: int) -> None:
@@ -71,7 +71,7 @@ def drain_quietly(client: ClientState, keys: list[int]) -> None:
         try:
             client.executor.synchronize_stream(client.client_id, key)
         except DeviceError as e:
-            client.session.defer_error(e)
+            client.job.defer_error(e)
         except ClientGone:
             pass        # its queued work was dropped and its running work has ended
 
@@ -102,6 +102,6 @@ def streams_idle(client: ClientState, keys: list[int]) -> bool:
 
 
 def raise_deferred(client: ClientState) -> None:
-    error = client.session.take_deferred_error()
+    error = client.job.take_deferred_error()
     if error is not None:
         raise error

@@ -18,6 +18,7 @@ from tally.protocol.spec import DEST_ARENA, DEST_PINNED, SOURCE_ARENA, SOURCE_IN
 from tally.scheduler import ops
 from tally.server.client.sync import drain_quietly, wait_streams
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.job import Job
 
 
 def _device_span(width: int, height: int, pitch: int, what: str) -> int:
@@ -38,8 +39,8 @@ def _rows(width: int, height: int, pitch_a: int, pitch_b: int):
     return ((r * pitch_a, r * pitch_b, width) for r in range(height))
 
 
-def memcpy_htod(session, msg: MemcpyHtoD, tag: int):
-    client = session.client
+def memcpy_htod(job: Job, msg: MemcpyHtoD, tag: int):
+    client = job.client
     dst, width, height, pitch, stream = msg.dst, msg.width, msg.height, msg.dst_pitch, msg.stream
     nbytes = width * height
     source = msg.source
@@ -48,7 +49,7 @@ def memcpy_htod(session, msg: MemcpyHtoD, tag: int):
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"copy of {nbytes} bytes carries {len(msg.tail)}")
         data = msg.tail
     elif source == SOURCE_ARENA:
-        data = session.take_upload(msg.arena_offset, nbytes)
+        data = job.take_upload(msg.arena_offset, nbytes)
     elif source == SOURCE_PINNED:
         data = client.regions.get(msg.region).span(msg.region_offset, nbytes, "copy source")
     else:
@@ -63,8 +64,8 @@ def memcpy_htod(session, msg: MemcpyHtoD, tag: int):
     return None
 
 
-def memcpy_dtoh(session, msg: MemcpyDtoH, tag: int):
-    client = session.client
+def memcpy_dtoh(job: Job, msg: MemcpyDtoH, tag: int):
+    client = job.client
     src, width, height, pitch, stream = msg.src, msg.width, msg.height, msg.src_pitch, msg.stream
     nbytes = width * height
     dest = msg.dest
@@ -76,12 +77,12 @@ def memcpy_dtoh(session, msg: MemcpyDtoH, tag: int):
     else:
         if not tag:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, "a copy into the download arena must be synchronous")
-        if nbytes > session.segment.download.capacity:
+        if nbytes > job.download_arena.capacity:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                               f"copy of {nbytes} bytes exceeds the download arena; send it in chunks")
         # Registered memory, not a bytearray: a GPU copies into pageable memory synchronously,
         # which would hold the executor (and every job) until this stream's work ended.
-        staging = session.server.staging
+        staging = job.services.staging()
         target = staging.take(nbytes)
     try:
         for dev_off, host_off, n in _rows(width, height, pitch, width):
@@ -103,12 +104,12 @@ def memcpy_dtoh(session, msg: MemcpyDtoH, tag: int):
         # for the blocking streams' earlier work.
         try:
             wait_streams(client, [stream])
-            arena = session.segment.download
+            arena = job.download_arena
             with client.download_lock:       # chunks reach the client in the order they were reserved
                 offset = arena.reserve(nbytes) if nbytes else 0
                 if nbytes:
                     arena.view(offset, nbytes)[:] = target
-                session.reply(tag, MemcpyDtoHReply(arena_offset=offset, size=nbytes))
+                job.reply(tag, MemcpyDtoHReply(arena_offset=offset, size=nbytes))
             return ANSWERS_ITSELF
         finally:
             staging.give(target)
@@ -117,8 +118,8 @@ def memcpy_dtoh(session, msg: MemcpyDtoH, tag: int):
     return ANSWERS_ITSELF
 
 
-def memcpy_dtod(session, msg: MemcpyDtoD, tag: int) -> None:
-    client = session.client
+def memcpy_dtod(job: Job, msg: MemcpyDtoD, tag: int) -> None:
+    client = job.client
     dst, src, width, height = msg.dst, msg.src, msg.width, msg.height
     client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"), "copy destination")
     client.check_device_range(src, _device_span(width, height, msg.src_pitch, "source"), "copy source")

@@ -17,36 +17,37 @@ from tally.scheduler import ops
 from tally.server.client import event_clock
 from tally.server.client.sync import forward_kernel_output
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.job import Job
 
 CU_EVENT_DISABLE_TIMING = 0x2
 
 
-def event_create(session, msg: EventCreate, tag: int) -> None:
-    session.client.events.create(msg.event, timing=not msg.flags & CU_EVENT_DISABLE_TIMING)
+def event_create(job: Job, msg: EventCreate, tag: int) -> None:
+    job.client.events.create(msg.event, timing=not msg.flags & CU_EVENT_DISABLE_TIMING)
 
 
-def event_destroy(session, msg: EventDestroy, tag: int) -> None:
-    session.client.events.destroy(msg.event)
+def event_destroy(job: Job, msg: EventDestroy, tag: int) -> None:
+    job.client.events.destroy(msg.event)
 
 
-def event_record(session, msg: EventRecord, tag: int) -> None:
-    client = session.client
+def event_record(job: Job, msg: EventRecord, tag: int) -> None:
+    client = job.client
     client.streams.submit(msg.stream, ops.EventRecord(client.events.get(msg.event)))
 
 
-def stream_wait_event(session, msg: StreamWaitEvent, tag: int) -> None:
-    client = session.client
+def stream_wait_event(job: Job, msg: StreamWaitEvent, tag: int) -> None:
+    client = job.client
     client.streams.submit(msg.stream, ops.StreamWaitEvent(client.events.get(msg.event)))
 
 
-def event_query(session, msg: EventQuery, tag: int) -> None:
-    client = session.client
+def event_query(job: Job, msg: EventQuery, tag: int) -> None:
+    client = job.client
     if not client.executor.event_query(client.events.get(msg.event)):
         raise DeviceError(CUDA_ERROR_NOT_READY, "the event's work is not complete")
 
 
-def event_synchronize(session, msg: EventSynchronize, tag: int):
-    client = session.client
+def event_synchronize(job: Job, msg: EventSynchronize, tag: int):
+    client = job.client
     event = client.events.get(msg.event)
     if client.executor.event_query(event):
         # A printf flush point in CUDA: what the job's finished kernels printed comes first.
@@ -61,8 +62,8 @@ def event_synchronize(session, msg: EventSynchronize, tag: int):
     return ANSWERS_ITSELF
 
 
-def event_elapsed_time(session, msg: EventElapsedTime, tag: int) -> ElapsedTimeReply:
-    client = session.client
+def event_elapsed_time(job: Job, msg: EventElapsedTime, tag: int) -> ElapsedTimeReply:
+    client = job.client
     start, end = client.events.get(msg.start), client.events.get(msg.end)
     if not (start.timing and end.timing):
         raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "an event was created with CU_EVENT_DISABLE_TIMING")

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from tally.backends.sm_partitions import rules_of
 from tally.protocol.messages_generated import GreenStreamCreate, SmResourceQuery, SmResourceReply
+from tally.server.job import Job
 
 
-def sm_resource_query(session, msg: SmResourceQuery, tag: int) -> SmResourceReply:
-    client = session.client
-    description = session.backend.describe()
+def sm_resource_query(job: Job, msg: SmResourceQuery, tag: int) -> SmResourceReply:
+    client = job.client
+    description = job.backend.describe()
     rules = rules_of(description)
     granted = client.executor.sm_granted(client.client_id)
     return SmResourceReply(sm_count=description.sm_count if granted is None else granted,
@@ -19,8 +20,8 @@ def sm_resource_query(session, msg: SmResourceQuery, tag: int) -> SmResourceRepl
                            device_sm_count=description.sm_count)
 
 
-def green_stream_create(session, msg: GreenStreamCreate, tag: int) -> None:
-    session.client.streams.create(msg.stream, msg.flags, msg.priority, sm_cap=msg.sm_count)
+def green_stream_create(job: Job, msg: GreenStreamCreate, tag: int) -> None:
+    job.client.streams.create(msg.stream, msg.flags, msg.priority, sm_cap=msg.sm_count)
 
 
 HANDLERS = {

@@ -5,10 +5,11 @@ from __future__ import annotations
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.messages_generated import LaunchKernel
 from tally.scheduler import ops
+from tally.server.job import Job
 
 
-def launch_kernel(session, msg: LaunchKernel, tag: int) -> None:
-    client = session.client
+def launch_kernel(job: Job, msg: LaunchKernel, tag: int) -> None:
+    client = job.client
     fn = client.modules.launchable(msg.function)
     grid, block, tail = msg.grid, msg.block, msg.tail
     if 0 in grid or 0 in block:

@@ -6,10 +6,11 @@ from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.messages_generated import LinkAdd, LinkComplete, LinkDestroy, LinkReply
 from tally.server.client.linker import LinkResult, LinkState
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.job import Job
 
 
-def link_add(session, msg: LinkAdd, tag: int) -> None:
-    client = session.client
+def link_add(job: Job, msg: LinkAdd, tag: int) -> None:
+    client = job.client
     tail, name_size = msg.tail, msg.name_size
     if name_size > len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"link input name of {name_size} bytes in a {len(tail)}-byte tail")
@@ -22,41 +23,41 @@ def link_add(session, msg: LinkAdd, tag: int) -> None:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {msg.size} bytes arrived "
                                                     f"with {len(data)}")
     link = client.links.setdefault(msg.link, LinkState())
-    link.add(name, msg.type, data, session.backend.describe().compute_capability)
+    link.add(name, msg.type, data, job.backend.describe().compute_capability)
 
 
-def link_complete(session, msg: LinkComplete, tag: int):
-    link = session.client.links.get(msg.link, LinkState())
+def link_complete(job: Job, msg: LinkComplete, tag: int):
+    link = job.client.links.get(msg.link, LinkState())
     verbose = bool(msg.verbose)
 
     def complete():
         # Off the session thread: a large link takes a while, and the job's other threads go on.
-        _send_result(session, tag, link.complete(verbose))
+        _send_result(job, tag, link.complete(verbose))
         return ANSWERS_ITSELF
 
-    session.client.blocking.run(tag, complete)
+    job.client.blocking.run(tag, complete)
     return ANSWERS_ITSELF
 
 
-def _send_result(session, tag: int, result: LinkResult) -> None:
+def _send_result(job: Job, tag: int, result: LinkResult) -> None:
     """The LinkReply, its image and logs back to back in one download-arena chunk."""
     info_bytes, error_bytes = result.info_log.encode(), result.error_log.encode()
     payload = result.image + info_bytes + error_bytes
-    arena = session.segment.download
+    arena = job.download_arena
     if len(payload) > arena.capacity:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the linked image ({len(result.image)} bytes) exceeds the "
                                                     f"download arena ({arena.capacity} bytes)")
-    with session.client.download_lock:   # chunks reach the client in the order they were reserved
+    with job.client.download_lock:   # chunks reach the client in the order they were reserved
         offset = arena.reserve(len(payload)) if payload else 0
         if payload:
             arena.view(offset, len(payload))[:] = payload
-        session.reply(tag, LinkReply(status=result.status, image_size=len(result.image),
+        job.reply(tag, LinkReply(status=result.status, image_size=len(result.image),
                                      info_log_size=len(info_bytes), error_log_size=len(error_bytes),
                                      arena_offset=offset, size=len(payload)))
 
 
-def link_destroy(session, msg: LinkDestroy, tag: int) -> None:
-    session.client.links.pop(msg.link, None)
+def link_destroy(job: Job, msg: LinkDestroy, tag: int) -> None:
+    job.client.links.pop(msg.link, None)
 
 
 HANDLERS = {LinkAdd: link_add, LinkComplete: link_complete, LinkDestroy: link_destroy}

@@ -19,13 +19,14 @@ from tally.protocol.messages_generated import MemAllocManaged
 from tally.server.client.managed_objects import OwnedDescriptor
 from tally.server.dispatch import name_in_tail
 from tally.server.handlers.memory_wait import allocate_or_wait
+from tally.server.job import Job
 
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_MEM_ATTACH_HOST = 0x2
 
 
-def mem_alloc_managed(session, msg: MemAllocManaged, tag: int):
-    client = session.client
+def mem_alloc_managed(job: Job, msg: MemAllocManaged, tag: int):
+    client = job.client
     address, nbytes, flags = msg.dptr, msg.bytes, msg.flags
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
@@ -37,11 +38,11 @@ def mem_alloc_managed(session, msg: MemAllocManaged, tag: int):
 
     def attempt() -> None:
         with client.allocations.charging(nbytes):
-            session.backend.managed_alloc(address, nbytes, obj.fd)
+            job.backend.managed_alloc(address, nbytes, obj.fd)
             client.allocations.add(address, nbytes)
         client.managed.add(address, obj.take())    # its bytes live in the job's shared memory: never suspended
 
-    return allocate_or_wait(session, tag, nbytes, attempt)
+    return allocate_or_wait(job, tag, nbytes, attempt)
 
 
 HANDLERS = {MemAllocManaged: mem_alloc_managed}

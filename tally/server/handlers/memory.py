@@ -20,17 +20,18 @@ from tally.scheduler import ops
 from tally.server.client.sync import when_idle
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.handlers.memory_wait import allocate_or_wait
+from tally.server.job import Job
 
 
-def mem_alloc(session, msg: MemAlloc, tag: int):
+def mem_alloc(job: Job, msg: MemAlloc, tag: int):
     nbytes = msg.bytes
     if nbytes == 0:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes")
-    return allocate_or_wait(session, tag, nbytes, lambda: _allocate(session, nbytes))
+    return allocate_or_wait(job, tag, nbytes, lambda: _allocate(job, nbytes))
 
 
-def _allocate(session, nbytes: int) -> MemAllocReply:
-    allocations, backend = session.client.allocations, session.backend
+def _allocate(job: Job, nbytes: int) -> MemAllocReply:
+    allocations, backend = job.client.allocations, job.backend
     with allocations.charging(nbytes):
         try:
             ptr = backend.mem_alloc(nbytes)
@@ -42,16 +43,16 @@ def _allocate(session, nbytes: int) -> MemAllocReply:
     return MemAllocReply(ptr)
 
 
-def mem_free(session, msg: MemFree, tag: int):
-    client = session.client
+def mem_free(job: Job, msg: MemFree, tag: int):
+    client = job.client
     ptr = msg.dptr
     client.take_allocation(ptr)
     when_idle(client, tag, lambda: client.free_allocation(ptr))
     return ANSWERS_ITSELF
 
 
-def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
-    client = session.client
+def mem_free_async(job: Job, msg: MemFreeAsync, tag: int) -> None:
+    client = job.client
     ptr = msg.dptr
     size = client.take_allocation(ptr)
     reached = client.executor.event_create(client.client_id, timing=False)
@@ -74,13 +75,13 @@ def mem_free_async(session, msg: MemFreeAsync, tag: int) -> None:
     client.blocking.run(0, free_when_reached)
 
 
-def mem_get_info(session, msg: MemGetInfo, tag: int) -> MemInfoReply:
-    free, total = session.client.allocations.memory.view(*session.backend.mem_info())
+def mem_get_info(job: Job, msg: MemGetInfo, tag: int) -> MemInfoReply:
+    free, total = job.client.allocations.memory.view(*job.backend.mem_info())
     return MemInfoReply(free=free, total=total)
 
 
-def memset(session, msg: Memset, tag: int) -> None:
-    client = session.client
+def memset(job: Job, msg: Memset, tag: int) -> None:
+    client = job.client
     dst, elem, width, height, pitch, value = msg.dst, msg.element_size, msg.width, msg.height, msg.pitch, msg.value
     if elem not in (1, 2, 4):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"memset element size must be 1, 2 or 4, not {elem}")

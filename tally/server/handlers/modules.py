@@ -24,21 +24,22 @@ from tally.server.client.function_attributes import function_attributes
 from tally.server.client.modules import MAX_IMAGE_BYTES
 from tally.server.client.sync import drain_quietly
 from tally.server.dispatch import ANSWERS_ITSELF, name_in_tail
+from tally.server.job import Job
 
 PARAM_SLOT = struct.Struct("<II")
 
 
-def stage_bytes(session, msg: StageBytes, tag: int) -> None:
-    client = session.client
-    chunk = session.take_upload(msg.arena_offset, msg.size)
+def stage_bytes(job: Job, msg: StageBytes, tag: int) -> None:
+    client = job.client
+    chunk = job.take_upload(msg.arena_offset, msg.size)
     if len(client.staging) + len(chunk) > MAX_IMAGE_BYTES:
         client.staging = bytearray()
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"staged bytes exceed {MAX_IMAGE_BYTES} bytes")
     client.staging += chunk
 
 
-def module_load(session, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
-    client = session.client
+def module_load(job: Job, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
+    client = job.client
     if msg.staged:
         image, client.staging = bytes(client.staging), bytearray()
     else:
@@ -48,8 +49,8 @@ def module_load(session, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
     return ModuleLoadReply(client.modules.load(image).module_id)
 
 
-def module_unload(session, msg: ModuleUnload, tag: int):
-    client = session.client
+def module_unload(job: Job, msg: ModuleUnload, tag: int):
+    client = job.client
     module = client.modules.detach(msg.module)
     release = client.blocking.owed(lambda: client.modules.release(module))
 
@@ -63,19 +64,19 @@ def module_unload(session, msg: ModuleUnload, tag: int):
     return ANSWERS_ITSELF
 
 
-def get_function(session, msg: GetFunction, tag: int) -> FunctionReply:
-    fn = session.client.modules.function(msg.module, name_in_tail(msg.tail))
+def get_function(job: Job, msg: GetFunction, tag: int) -> FunctionReply:
+    fn = job.client.modules.function(msg.module, name_in_tail(msg.tail))
     params = fn.params
     layout = b"".join(PARAM_SLOT.pack(p.offset, p.size) for p in params)
     total = max((p.offset + p.size for p in params), default=0)
-    attributes = function_attributes(session.backend, fn)
+    attributes = function_attributes(job.backend, fn)
     assert len(attributes) == FUNC_ATTRIBUTE_SLOTS
     return FunctionReply(function=fn.function_id, param_count=len(params), param_total=total,
                          attributes=tuple(attributes), tail=layout)
 
 
-def get_global(session, msg: GetGlobal, tag: int) -> GlobalReply:
-    ptr, size = session.client.modules.global_variable(msg.module, name_in_tail(msg.tail))
+def get_global(job: Job, msg: GetGlobal, tag: int) -> GlobalReply:
+    ptr, size = job.client.modules.global_variable(msg.module, name_in_tail(msg.tail))
     return GlobalReply(dptr=ptr, size=size)
 
 

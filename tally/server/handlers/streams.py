@@ -7,14 +7,15 @@ from tally.protocol.errors import CUDA_ERROR_NOT_READY, DeviceError
 from tally.protocol.messages_generated import StreamCreate, StreamDestroy, StreamQuery, StreamSynchronize
 from tally.server.client.sync import drain_quietly, keep_kernel_output, streams_idle
 from tally.server.handlers.sync import answer_when_idle
+from tally.server.job import Job
 
 
-def stream_create(session, msg: StreamCreate, tag: int) -> None:
-    session.client.streams.create(msg.stream, msg.flags, msg.priority)
+def stream_create(job: Job, msg: StreamCreate, tag: int) -> None:
+    job.client.streams.create(msg.stream, msg.flags, msg.priority)
 
 
-def stream_destroy(session, msg: StreamDestroy, tag: int) -> None:
-    client = session.client
+def stream_destroy(job: Job, msg: StreamDestroy, tag: int) -> None:
+    client = job.client
     key = msg.stream
     client.streams.forget(key)
 
@@ -29,14 +30,14 @@ def stream_destroy(session, msg: StreamDestroy, tag: int) -> None:
     client.blocking.run(0, release)
 
 
-def stream_query(session, msg: StreamQuery, tag: int) -> None:
-    client = session.client
+def stream_query(job: Job, msg: StreamQuery, tag: int) -> None:
+    client = job.client
     if not streams_idle(client, client.streams.sync_keys(msg.stream)):
         raise DeviceError(CUDA_ERROR_NOT_READY, "the stream has work in progress")
 
 
-def stream_synchronize(session, msg: StreamSynchronize, tag: int):
-    client = session.client
+def stream_synchronize(job: Job, msg: StreamSynchronize, tag: int):
+    client = job.client
     return answer_when_idle(client, tag, client.streams.sync_keys(msg.stream))
 
 

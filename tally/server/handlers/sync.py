@@ -5,7 +5,7 @@ says which error a synchronizing call returns).
 A synchronization whose streams are already idle is answered on the session
 thread at once (the common case of a synchronous call on an idle device, and the
 hot path the sync round-trip benchmark measures); one that has to wait goes to
-the session's blocking pool.
+the job's blocking pool.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tally.protocol.errors import DeviceError
 from tally.protocol.messages_generated import CtxSynchronize
 from tally.server.client.sync import forward_kernel_output, raise_deferred, streams_idle, wait_streams
 from tally.server.dispatch import ANSWERS_ITSELF
+from tally.server.job import Job
 
 
 def answer_when_idle(client, tag: int, keys: list[int]):
@@ -33,8 +34,8 @@ def answer_when_idle(client, tag: int, keys: list[int]):
     return ANSWERS_ITSELF
 
 
-def ctx_synchronize(session, msg: CtxSynchronize, tag: int):
-    client = session.client
+def ctx_synchronize(job: Job, msg: CtxSynchronize, tag: int):
+    client = job.client
     result = answer_when_idle(client, tag, client.streams.keys())
     if result is None and client.fast is not None:
         client.fast.note_idle()      # the next one may be answered in C++ (tally/server/data_plane.py)

@@ -1,7 +1,7 @@
 """Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
 cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree), which PyTorch's
 `expandable_segments` allocator uses. What a client owns is
-tally.server.client.virtual_memory.VirtualMemory (session.client.vmm).
+tally.server.client.virtual_memory.VirtualMemory (job.client.vmm).
 
 Unmapping and freeing a reservation wait for the client's queued work, as
 freeing memory does; everything left is unmapped and released when the client
@@ -24,44 +24,45 @@ from tally.protocol.messages_generated import (
 from tally.server.client.sync import when_idle
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.handlers.memory_wait import allocate_or_wait
+from tally.server.job import Job
 
 
-def mem_address_reserve(session, msg: MemAddressReserve, tag: int) -> MemAddressReply:
-    return MemAddressReply(session.client.vmm.reserve(msg.bytes, msg.alignment, msg.addr))
+def mem_address_reserve(job: Job, msg: MemAddressReserve, tag: int) -> MemAddressReply:
+    return MemAddressReply(job.client.vmm.reserve(msg.bytes, msg.alignment, msg.addr))
 
 
-def mem_address_free(session, msg: MemAddressFree, tag: int):
-    vmm = session.client.vmm
+def mem_address_free(job: Job, msg: MemAddressFree, tag: int):
+    vmm = job.client.vmm
     ptr, nbytes = msg.dptr, msg.bytes
     if vmm.reservations.get(ptr) != nbytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x}+{nbytes} is not an address range this client reserved")
-    when_idle(session.client, tag, lambda: vmm.free(ptr, nbytes))
+    when_idle(job.client, tag, lambda: vmm.free(ptr, nbytes))
     return ANSWERS_ITSELF
 
 
-def mem_create(session, msg: MemCreate, tag: int):
-    vmm, nbytes = session.client.vmm, msg.bytes
-    return allocate_or_wait(session, tag, nbytes, lambda: MemCreateReply(vmm.create(nbytes)))
+def mem_create(job: Job, msg: MemCreate, tag: int):
+    vmm, nbytes = job.client.vmm, msg.bytes
+    return allocate_or_wait(job, tag, nbytes, lambda: MemCreateReply(vmm.create(nbytes)))
 
 
-def mem_release(session, msg: MemRelease, tag: int) -> None:
-    session.client.vmm.release(msg.handle)
+def mem_release(job: Job, msg: MemRelease, tag: int) -> None:
+    job.client.vmm.release(msg.handle)
 
 
-def mem_map(session, msg: MemMap, tag: int) -> None:
-    session.client.vmm.map(msg.dptr, msg.bytes, msg.offset, msg.handle)
+def mem_map(job: Job, msg: MemMap, tag: int) -> None:
+    job.client.vmm.map(msg.dptr, msg.bytes, msg.offset, msg.handle)
 
 
-def mem_unmap(session, msg: MemUnmap, tag: int):
-    vmm = session.client.vmm
+def mem_unmap(job: Job, msg: MemUnmap, tag: int):
+    vmm = job.client.vmm
     ptr, nbytes = msg.dptr, msg.bytes
     vmm.whole_mappings(ptr, nbytes)   # refused now if it names anything else
-    when_idle(session.client, tag, lambda: vmm.unmap(ptr, nbytes))
+    when_idle(job.client, tag, lambda: vmm.unmap(ptr, nbytes))
     return ANSWERS_ITSELF
 
 
-def mem_set_access(session, msg: MemSetAccess, tag: int) -> None:
-    session.client.vmm.set_access(msg.dptr, msg.bytes, bool(msg.access))
+def mem_set_access(job: Job, msg: MemSetAccess, tag: int) -> None:
+    job.client.vmm.set_access(msg.dptr, msg.bytes, bool(msg.access))
 
 
 HANDLERS = {
