@@ -19,6 +19,16 @@ real driver's JIT, ptxas). Symbols follow PTX's linking directives:
   input's symbol is renamed, so nothing is captured by accident.
 * `.extern .shared` arrays (dynamic shared memory) are never resolved: one
   declaration per name is kept, with the largest alignment asked for.
+* A declaration whose prototype differs from its definition (a return value one
+  side has and the other lacks, parameters of other sizes: numba declares C-ABI
+  void functions as returning a .b64) links, as nvJitLink links it: calls made
+  through that declaration go to an adapter with the declared prototype that
+  calls the definition, passing each parameter's bytes (zeros where the
+  definition's is longer) and returning the definition's result bytes (zeros
+  where it has fewer). The info log names each such function.
+* Inputs marked `library` (members of a static library) are linked only when
+  they define a symbol that the inputs linked so far reference, as a static
+  linker takes archive members.
 
 PTX wants a symbol declared before it is used, so the inputs are concatenated in
 order, and where an input uses a global symbol defined by a later input, the
@@ -42,6 +52,13 @@ from .reachability import reachable_items
 
 # Functions the device itself provides (PTX ISA, "System calls"); they stay external.
 SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+# ptxas treats every function named with this prefix as a system call of the driver
+# (libcudadevrt's cooperative-groups functions call __cuda_syscall_CGS_*).
+SYSTEM_CALL_PREFIX = "__cuda_syscall"
+
+
+def is_system_call(name: str) -> bool:
+    return name in SYSTEM_CALLS or name.startswith(SYSTEM_CALL_PREFIX)
 
 _STRONG, _WEAK, _LOCAL, _REFERENCE, _SHARED_EXTERN = "strong", "weak", "local", "reference", "shared-extern"
 
@@ -74,11 +91,13 @@ class _Symbol:
 
 @dataclass(frozen=True)
 class LinkInput:
-    """One PTX input, parsed (the linker's callers parse each input as it is added)."""
+    """One PTX input, parsed (the linker's callers parse each input as it is added).
+    `library`: a static library's member, linked only if something needs it."""
 
     name: str
     text: str
     module: ir.Module
+    library: bool = False
 
 
 def read_link_input(name: str, text: str) -> LinkInput:
@@ -102,7 +121,47 @@ def link_inputs(inputs: Sequence[LinkInput], verbose: bool = False) -> LinkedMod
     where each cross-input reference resolved."""
     if not inputs:
         raise LinkError(["nothing to link: no input was added"])
-    return _Linker([i.name for i in inputs], [i.module for i in inputs], verbose).link([i.text for i in inputs])
+    inputs, log = _needed_members(inputs)
+    if not inputs:
+        raise LinkError(["nothing to link: only static libraries were added, and nothing needs their members"])
+    linked = _Linker([i.name for i in inputs], [i.module for i in inputs], verbose).link([i.text for i in inputs])
+    return LinkedModule(linked.text, (*log, *linked.log))
+
+
+def _needed_members(inputs: Sequence[LinkInput]) -> tuple[list[LinkInput], list[str]]:
+    """The inputs without the library members nothing needs: a member is taken when it
+    defines a global symbol that the inputs taken so far reference and none defines,
+    until no more is needed."""
+    def defines(i: LinkInput) -> set[str]:
+        return {item.name for item in i.module.items if isinstance(item, (ir.Function, ir.VarDecl))
+                and _role(item) in (_STRONG, _WEAK)}
+
+    def references(i: LinkInput) -> set[str]:
+        return {item.name for item in i.module.items if isinstance(item, (ir.Function, ir.VarDecl))
+                and _role(item) == _REFERENCE and not is_system_call(item.name)}
+
+    taken = [i for i in inputs if not i.library]
+    waiting = [i for i in inputs if i.library]
+    log: list[str] = []
+    defined = set().union(*(defines(i) for i in taken)) if taken else set()
+    wanted = set().union(*(references(i) for i in taken)) if taken else set()
+    changed = True
+    while changed and waiting:
+        changed = False
+        for member in list(waiting):
+            provides = defines(member) & (wanted - defined)
+            if provides:
+                waiting.remove(member)
+                taken.append(member)
+                defined |= defines(member)
+                wanted |= references(member)
+                shown = ", ".join(sorted(provides)[:4]) + (", ..." if len(provides) > 4 else "")
+                log.append(f"{member.name}: linked for {shown}")
+                changed = True
+    for member in waiting:
+        log.append(f"{member.name}: not linked (nothing refers to what it defines)")
+    order = {id(i): k for k, i in enumerate(inputs)}
+    return sorted(taken, key=lambda i: order[id(i)]), log
 
 
 def _role(item: ir.Function | ir.VarDecl) -> str:
@@ -135,6 +194,8 @@ class _Linker:
         self.verbose = verbose
         self.problems: list[str] = []
         self.log: list[str] = []
+        # (input, name) -> the definition a differently declared reference calls (an adapter)
+        self.adapters: dict[tuple[int, str], _Symbol] = {}
         self.symbols: list[list[_Symbol]] = [
             [_Symbol(item.name, _role(item), item, i) for item in m.items if isinstance(item, (ir.Function, ir.VarDecl))]
             for i, m in enumerate(modules)]
@@ -225,14 +286,18 @@ class _Linker:
                 target = chosen.get(s.name)
                 where = self.names[s.input]
                 if target is None:
-                    if not (s.is_function and s.name in SYSTEM_CALLS):
+                    if not (s.is_function and is_system_call(s.name)):
                         unresolved.setdefault(s.name, (where, self._what(s)))
                 elif target.is_function != s.is_function:
                     self.problems.append(f"{where} uses '{s.name}' as a {self._what(s)}, but "
                                          f"{self.names[target.input]} defines a {self._what(target)}")
                 elif s.is_function and _signature(s.item) != _signature(target.item):
-                    self.problems.append(f"the declaration of '{s.name}' in {where} does not match its definition "
-                                         f"in {self.names[target.input]} (parameter or return types differ)")
+                    if _sizes(s.item) == _sizes(target.item):
+                        continue      # same bytes, other type names (.b32 / .s32): calls match as they are
+                    self.adapters[(s.input, s.name)] = target
+                    self.log.append(f"the declaration of '{s.name}' in {where} differs from its definition in "
+                                    f"{self.names[target.input]} (parameters or return value): its calls go "
+                                    "through an adapter, as nvJitLink links them")
                 elif self.verbose and s.input != target.input:
                     self.log.append(f"'{s.name}' used in {where} resolved to {self.names[target.input]}")
         return unresolved
@@ -264,6 +329,13 @@ class _Linker:
                     mine[s.name] = s.name
                     taken.add(s.name)
             renames.append({old: new for old, new in mine.items() if old != new})
+        for (i, name) in self.adapters:
+            new, n = f"{name}__tally_as_declared_in{i}", 0
+            while new in taken:
+                n += 1
+                new = f"{name}__tally_as_declared_in{i}_{n}"
+            taken.add(new)
+            renames[i][name] = new
         return renames
 
     # ---- output -----------------------------------------------------------------
@@ -288,6 +360,12 @@ class _Linker:
                     if item.text not in pragmas:
                         pragmas.add(item.text)
                         out.append(item)
+                elif (i, item.name) in self.adapters and isinstance(item, ir.Function) and item.body is None:
+                    target = self.adapters[(i, item.name)]
+                    if item.name not in placed.defined and item.name not in placed.declared:
+                        placed.declared.add(item.name)
+                        out.append(_prototype(target.item))
+                    out.append(_adapter(item, renames[i][item.name], target.item))
                 else:
                     self._emit_symbol(item, chosen, renames, files, placed, out)
         if dropped_sections:
@@ -328,9 +406,71 @@ class _Linker:
         elif name not in placed.defined and name not in placed.declared:
             # Used before its definition (a later input's): a prototype goes first.
             placed.declared.add(name)
-            fn = target.item
-            out.append(ir.Function(fn.name, fn.kind, fn.linkage, list(fn.params),
-                                   None if fn.return_params is None else list(fn.return_params)))
+            out.append(_prototype(target.item))
+
+
+def _prototype(fn: ir.Function) -> ir.Function:
+    return ir.Function(fn.name, fn.kind, fn.linkage, list(fn.params),
+                       None if fn.return_params is None else list(fn.return_params))
+
+
+def _sizes(fn: ir.Function) -> tuple:
+    def size(params):
+        return None if params is None else tuple(_param_bytes(p) for p in params)
+    return size(fn.return_params), size(fn.params)
+
+
+def _param_bytes(p: ir.Param) -> int:
+    count = 1
+    for d in p.array_dims:
+        count *= d or 0
+    return ir.TYPE_SIZES.get(p.type, 1) * (p.vector or 1) * count
+
+
+def _adapter(declared: ir.Function, name: str, target: ir.Function) -> ir.Function:
+    """A function with the declared prototype, named `name`, that calls `target` with
+    the declared parameters' bytes (zeros past them) and returns the bytes of the
+    target's result (zeros past them)."""
+    declared_rets, target_rets = list(declared.return_params or ()), list(target.return_params or ())
+    own = ir.Function(name, "func", (), [replace(p, name=f"p{k}") for k, p in enumerate(declared.params)],
+                      [replace(p, name=f"r{k}") for k, p in enumerate(declared_rets)] if declared_rets else None)
+    lines = [_without_header(print_module(ir.Module("8.0", ("sm_50",), 64, [own]))).rstrip().rstrip(";"),
+             "{", ".reg .b16 %b;", "{"]
+
+    def copy(src: str, have: int, dst: str, size: int) -> None:
+        for b in range(size):
+            lines.append(f"ld.param.b8 %b, [{src}+{b}];" if b < have else "mov.b16 %b, 0;")
+            lines.append(f"st.param.b8 [{dst}+{b}], %b;")
+
+    for k, p in enumerate(target.params):
+        lines.append(_param_declaration(p, f"a{k}"))
+        copy(f"p{k}", _param_bytes(declared.params[k]) if k < len(declared.params) else 0, f"a{k}",
+             _param_bytes(p))
+    for k, p in enumerate(target_rets):
+        lines.append(_param_declaration(p, f"t{k}"))
+    results = f"({', '.join(f't{k}' for k in range(len(target_rets)))}), " if target_rets else ""
+    lines.append(f"call.uni {results}{target.name}, ({', '.join(f'a{k}' for k in range(len(target.params)))});")
+    for k, p in enumerate(declared_rets):
+        copy(f"t{k}", _param_bytes(target_rets[k]) if k < len(target_rets) else 0, f"r{k}", _param_bytes(p))
+    lines += ["}", "ret;", "}"]
+    # the target's prototype first, so the snippet parses on its own
+    header = ".version 8.0\n.target sm_50\n.address_size 64\n"
+    text = header + _without_header(print_module(ir.Module("8.0", ("sm_50",), 64, [_prototype(target)]))) \
+        + "\n" + "\n".join(lines) + "\n"
+    return next(f for f in parse_module(text, f"adapter {name}").functions() if f.name == name)
+
+
+def _param_declaration(p: ir.Param, name: str) -> str:
+    align = f".align {p.align} " if p.align else ""
+    vector = f".v{p.vector} " if p.vector else ""
+    dims = "".join(f"[{d}]" for d in p.array_dims)
+    return f".param {align}{vector}.{p.type} {name}{dims};"
+
+
+def _without_header(text: str) -> str:
+    return "\n".join(line for line in text.splitlines()
+                     if not line.startswith((".version", ".target", ".address_size")))
+
 
 
 @dataclass

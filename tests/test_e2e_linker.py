@@ -43,9 +43,9 @@ def test_driver_api_linker(nvcc, emulator_server):
     # Bad inputs fail cuLinkAddData, each with a reason in the error log.
     assert job.ints("bad_ptx", "no_file", "refused_option", "bad_type", "library") == [
         CUDA_ERROR_INVALID_PTX, CUDA_ERROR_FILE_NOT_FOUND, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE,
-        CUDA_ERROR_NOT_SUPPORTED]
+        CUDA_ERROR_INVALID_IMAGE]
     assert errors[2].startswith("bad.ptx: not valid PTX: bad.ptx:4:")
-    assert errors[3].startswith("lib.a: static libraries (CU_JIT_INPUT_LIBRARY) are not linked by tally")
+    assert errors[3].startswith("lib.a: not a static library (an ar archive starts with '!<arch>')")
     # A log buffer too small for the message: filled to its size, NUL-terminated.
     assert job.ints("small_rc", "small_len", "small_filled") == [CUDA_ERROR_INVALID_IMAGE, 15, 16]
     assert job.ints("bad_option") == [CUDA_ERROR_INVALID_VALUE]

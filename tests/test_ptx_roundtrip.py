@@ -99,3 +99,12 @@ def test_debug_variants_keep_debug_sections():
     sections = [i.name for i in module.items if isinstance(i, ir.Section)]
     assert "debug_info" in sections and "debug_abbrev" in sections
     assert "debug" in module.targets
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_narrow_float_and_tensormap_instructions_round_trip(arch, tmp_path):
+    # cvt to/from e4m3x2, e5m2x2 (and ue8m0x2 on sm_100a), max/min.NaN, tensormap.replace
+    from e2e_helpers import PROGRAMS
+    ptx = compile_ptx(PROGRAMS / "narrow_floats.cu", arch, (f"-I{PROGRAMS}",))
+    assert "tensormap.replace" in ptx and "e4m3x2" in ptx and ("ue8m0x2" in ptx) == (arch == "sm_100a")
+    _check_round_trip(ptx, f"narrow_floats-{arch}", tmp_path)

@@ -29,6 +29,7 @@ Contracts shared by all backends:
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
@@ -134,6 +135,28 @@ class Function(Protocol):
     params: tuple[KernelParam, ...]
 
 
+class FuncAttribute(enum.IntEnum):
+    """CUDA's CU_FUNC_ATTRIBUTE_* numbering (cuda.h), the keys of a backend's
+    `function_attributes` answer."""
+
+    MAX_THREADS_PER_BLOCK = 0
+    SHARED_SIZE_BYTES = 1
+    CONST_SIZE_BYTES = 2
+    LOCAL_SIZE_BYTES = 3
+    NUM_REGS = 4
+    PTX_VERSION = 5
+    BINARY_VERSION = 6
+    CACHE_MODE_CA = 7
+    MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+    CLUSTER_SIZE_MUST_BE_SET = 10
+    REQUIRED_CLUSTER_WIDTH = 11
+    REQUIRED_CLUSTER_HEIGHT = 12
+    REQUIRED_CLUSTER_DEPTH = 13
+    NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+    CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15
+
+
 class Stream(Protocol):
     """Backend handle of a stream."""
 
@@ -211,6 +234,9 @@ class DeviceBackend(Protocol):
     def module_unload(self, module: Module) -> None: ...
     def module_function(self, module: Module, name: str) -> Function: ...
     def module_global(self, module: Module, name: str) -> tuple[int, int]: ...  # (ptr, size)
+    # What the device says of a kernel (cuFuncGetAttribute), by FuncAttribute; the
+    # attributes it cannot say are left out (the server fills in the device's limits).
+    def function_attributes(self, fn: Function) -> dict[FuncAttribute, int]: ...
 
     # streams and events
     def stream_create(self, priority: int = 0) -> Stream: ...

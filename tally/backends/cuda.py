@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, KernelParam, ModuleSource,
-                                 clamp_sm_grant)
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, FuncAttribute, KernelParam,
+                                 ModuleSource, clamp_sm_grant)
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
@@ -284,6 +284,17 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
                 break
             params.append(KernelParam(int(offset), int(size)))
         return CudaFunction(name, handle, tuple(params))
+
+    def function_attributes(self, fn: CudaFunction) -> dict[FuncAttribute, int]:
+        """Every CU_FUNC_ATTRIBUTE_* the driver answers for the kernel (its cubin, or
+        the code it JIT-compiled from PTX)."""
+        self._current()
+        out = {}
+        for attribute in FuncAttribute:
+            err, value = cu.cuFuncGetAttribute(cu.CUfunction_attribute(int(attribute)), fn.handle)
+            if err == cu.CUresult.CUDA_SUCCESS:
+                out[attribute] = int(value)
+        return out
 
     def module_global(self, module: CudaModule, name: str) -> tuple[int, int]:
         if module.storage is not None and name in module.storage.variables:

@@ -261,6 +261,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def module_global(self, module: NullModule, name: str) -> tuple[int, int]:
         raise DeviceError(CUDA_ERROR_NOT_FOUND, f"the null device keeps no globals ({name!r})")
 
+    def function_attributes(self, fn) -> dict:
+        return {}       # a device that runs nothing knows nothing of its kernels (the cubin may)
+
     def stream_create(self, priority: int = 0) -> NullStream:
         return NullStream()
 

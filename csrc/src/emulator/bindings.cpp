@@ -12,6 +12,7 @@
 #include "emulator/memory.h"
 #include "emulator/program.h"
 #include "emulator/stream_queue.h"
+#include "emulator/tensor_map.h"
 #include "module_registry.h"
 
 namespace py = pybind11;
@@ -290,6 +291,17 @@ void bind_constants(py::module_& m) {
   m.attr("CODE_WINDOW") = kCodeWindow;
   m.attr("WARP_SIZE") = kWarpSize;
   m.attr("WINDOW_SIZE") = kWindowSize;
+  m.attr("TENSOR_MAP_BYTES") = kTensorMapBytes;
+  m.attr("TENSOR_MAP_MAX_RANK") = kTensorMapMaxRank;
+  m.def(
+      "tensor_map_field",
+      [](const std::string& name, uint32_t ordinal) -> py::object {
+        TensorMapField f = tensor_map_field(name, ordinal);
+        if (f.size == 0) return py::none();
+        return py::make_tuple(f.offset, f.size);
+      },
+      py::arg("name"), py::arg("ordinal") = 0,
+      "(offset, size) of a field of the emulator's tensor map (tensor_map.h); None if it has none");
 }
 
 const ModuleRegistrar registrar("emulator", [](py::module_& parent) {

@@ -145,4 +145,17 @@ inline T ptx_max(T a, T b) {
   return a > b ? a : b;
 }
 
+// min.NaN / max.NaN: a NaN operand makes the result NaN (the caller encodes it as
+// the canonical NaN of its format).
+template <class T>
+inline T ptx_min_nan(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  return ptx_min(a, b);
+}
+template <class T>
+inline T ptx_max_nan(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  return ptx_max(a, b);
+}
+
 }  // namespace tally::emu

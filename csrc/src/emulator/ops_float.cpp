@@ -53,6 +53,17 @@ template <class T> EMU_HANDLER(h_min) {
 template <class T> EMU_HANDLER(h_max) {
   float_binary<T>(e, in, m, [](T a, T b) { return ptx_max(a, b); });
 }
+// f32 min.NaN / max.NaN: NaN as the canonical 0x7fffffff a GPU writes.
+template <bool kMax> EMU_HANDLER(h_minmax_nan_f32) {
+  Modifiers<float> mod(in.flags);
+  uint64_t* d = e.lanes(in.op[0]);
+  const uint64_t* a = e.lanes(in.op[1]);
+  const uint64_t* b = e.lanes(in.op[2]);
+  for_lanes(m, [&](int l) {
+    float x = mod.in(get<float>(a[l])), y = mod.in(get<float>(b[l]));
+    d[l] = std::isnan(x) || std::isnan(y) ? 0x7fffffffu : put<float>(mod.out(kMax ? ptx_max(x, y) : ptx_min(x, y)));
+  });
+}
 template <class T> EMU_HANDLER(h_abs) { float_unary<T>(e, in, m, [](T a) { return std::fabs(a); }); }
 template <class T> EMU_HANDLER(h_neg) { float_unary<T>(e, in, m, [](T a) { return -a; }); }
 template <class T> EMU_HANDLER(h_rcp) { float_unary<T>(e, in, m, [](T a) { return T(1) / a; }); }
@@ -90,7 +101,8 @@ template <class T> EMU_HANDLER(h_testp) {
 const HandlerRegistrar registrar{
     EMU_FLOAT_ENTRIES("add", h_add), EMU_FLOAT_ENTRIES("sub", h_sub), EMU_FLOAT_ENTRIES("mul", h_mul),
     EMU_FLOAT_ENTRIES("div", h_div), EMU_FLOAT_ENTRIES("fma", h_fma), EMU_FLOAT_ENTRIES("mad", h_fma),
-    EMU_FLOAT_ENTRIES("min", h_min), EMU_FLOAT_ENTRIES("max", h_max), EMU_FLOAT_ENTRIES("abs", h_abs),
+    EMU_FLOAT_ENTRIES("min", h_min), EMU_FLOAT_ENTRIES("max", h_max),
+    EMU_ENTRY("min.nan.f32", h_minmax_nan_f32<false>), EMU_ENTRY("max.nan.f32", h_minmax_nan_f32<true>), EMU_FLOAT_ENTRIES("abs", h_abs),
     EMU_FLOAT_ENTRIES("neg", h_neg), EMU_FLOAT_ENTRIES("rcp", h_rcp), EMU_FLOAT_ENTRIES("sqrt", h_sqrt),
     EMU_FLOAT_ENTRIES("rsqrt", h_rsqrt), EMU_ENTRY("sin.f32", h_sin<float>), EMU_ENTRY("cos.f32", h_cos<float>),
     EMU_ENTRY("ex2.f32", h_ex2<float>), EMU_ENTRY("lg2.f32", h_lg2<float>), EMU_ENTRY("tanh.f32", h_tanh<float>),

@@ -69,13 +69,16 @@ HALF_HANDLERS(h_neg, 1, ((void)b, (void)c, -a))
 HALF_HANDLERS(h_abs, 1, ((void)b, (void)c, std::fabs(a)))
 HALF_HANDLERS(h_min, 2, ((void)c, ptx_min(a, b)))
 HALF_HANDLERS(h_max, 2, ((void)c, ptx_max(a, b)))
+HALF_HANDLERS(h_min_nan, 2, ((void)c, ptx_min_nan(a, b)))
+HALF_HANDLERS(h_max_nan, 2, ((void)c, ptx_max_nan(a, b)))
 HALF_HANDLERS(h_ex2, 1, ((void)b, (void)c, std::exp2(a)))
 HALF_HANDLERS(h_tanh, 1, ((void)b, (void)c, std::tanh(a)))
 
 const HandlerRegistrar registrar{
     HALF_ENTRIES("add", h_add), HALF_ENTRIES("sub", h_sub), HALF_ENTRIES("mul", h_mul),
     HALF_ENTRIES("fma", h_fma), HALF_ENTRIES("neg", h_neg), HALF_ENTRIES("abs", h_abs),
-    HALF_ENTRIES("min", h_min), HALF_ENTRIES("max", h_max), HALF_ENTRIES("ex2", h_ex2),
+    HALF_ENTRIES("min", h_min), HALF_ENTRIES("max", h_max), HALF_ENTRIES("min.nan", h_min_nan),
+    HALF_ENTRIES("max.nan", h_max_nan), HALF_ENTRIES("ex2", h_ex2),
     HALF_ENTRIES("tanh", h_tanh),
 };
 

@@ -52,9 +52,16 @@ Reserved shared memory: a kernel that reads %reserved_smem_offset_* or
 1 KiB region after its own shared memory (slot 0 its first half, slot 1 the
 second); WARP_SZ is the constant 32.
 
+Tensor maps: `tensormap.replace` writes the field of the 128-byte map where the
+emulator's own layout keeps it (csrc/src/emulator/tensor_map.h, the one place
+that defines it; TMA copies are to read the same layout).
+
+Kernel attributes (cuFuncGetAttribute) are read from the PTX: kernel_resources.py.
+
 Not supported (each reported as above): textures and surfaces, tensor-core
 instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,
-vector registers, packed f16x2 atomics, video instructions, dynamic parallelism.
+vector registers, packed f16x2 atomics, video instructions, dynamic parallelism,
+device-side malloc/free, grid-wide synchronization.
 """
 from tally.backends.emulator.backend import EmulatorBackend
 

@@ -33,10 +33,11 @@ import uuid as uuidlib
 from collections.abc import Callable
 
 from tally._core import emulator as core
-from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, Dim3, ModuleSource,
-                                 NoHostRegistration, clamp_sm_grant)
+from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, Dim3, FuncAttribute,
+                                 ModuleSource, NoHostRegistration, clamp_sm_grant)
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_PTX,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_READY,
@@ -44,10 +45,12 @@ from tally.protocol.errors import (
 )
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
+from tally.backends.emulator.layout import LayoutError
 from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
 from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 
 MAX_BLOCK = (1024, 1024, 64)
+MAX_BLOCK_THREADS = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 227 * 1024
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
@@ -202,6 +205,29 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         except KeyError:
             raise DeviceError(CUDA_ERROR_NOT_FOUND, f"no kernel named {name!r} in the module") from None
 
+    def function_attributes(self, fn: EmulatorFunction) -> dict[FuncAttribute, int]:
+        """From the kernel's PTX (kernel_resources.py); the emulator compiles for itself,
+        so the binary version is the device's."""
+        try:
+            r = fn.resources()
+        except LayoutError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"kernel {fn.name}: {e}") from None
+        max_threads = MAX_BLOCK_THREADS if r.max_threads is None else min(r.max_threads, MAX_BLOCK_THREADS)
+        cluster = r.required_cluster or (0, 0, 0)
+        return {
+            FuncAttribute.MAX_THREADS_PER_BLOCK: max_threads,
+            FuncAttribute.SHARED_SIZE_BYTES: r.static_shared_bytes,
+            FuncAttribute.CONST_SIZE_BYTES: r.const_bytes,
+            FuncAttribute.LOCAL_SIZE_BYTES: r.local_bytes,
+            FuncAttribute.NUM_REGS: r.registers,
+            FuncAttribute.PTX_VERSION: r.ptx_version,
+            FuncAttribute.BINARY_VERSION: self._cc[0] * 10 + self._cc[1],
+            FuncAttribute.CLUSTER_SIZE_MUST_BE_SET: int(r.explicit_cluster or r.required_cluster is not None),
+            FuncAttribute.REQUIRED_CLUSTER_WIDTH: cluster[0],
+            FuncAttribute.REQUIRED_CLUSTER_HEIGHT: cluster[1],
+            FuncAttribute.REQUIRED_CLUSTER_DEPTH: cluster[2],
+        }
+
     def module_global(self, module: EmulatorModule, name: str) -> tuple[int, int]:
         try:
             return module.globals[name]
@@ -243,8 +269,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
-        if block[0] * block[1] * block[2] > 1024:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than 1024 threads")
+        if block[0] * block[1] * block[2] > MAX_BLOCK_THREADS:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than {MAX_BLOCK_THREADS} threads")
         threads = block[0] * block[1] * block[2]
         if fn.max_threads is not None and threads > fn.max_threads:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} allows at most {fn.max_threads} threads "

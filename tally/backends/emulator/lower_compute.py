@@ -64,11 +64,12 @@ ARITY = {"add": 2, "sub": 2, "mul": 2, "mad": 3, "fma": 3, "div": 2, "rem": 2, "
 def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
     op = ins.opcode
     t = _type(cx, ins)
-    if op in ("min", "max") and (ins.has("NaN") or ins.has("xorsign")):
+    if op in ("min", "max") and ins.has("xorsign"):
         raise cx.unsupported(f"{ins.full_opcode}")
     if t in FLOAT_TYPES:
         ops = _sources(cx, ins, t, ARITY[op])
-        cx.emit(f"{op}.{t}", ops, flags=rounding_flags(ins))
+        nan = ".nan" if op in ("min", "max") and ins.has("NaN") else ""
+        cx.emit(f"{op}{nan}.{t}", ops, flags=rounding_flags(ins))
         return
     if t not in INT_TYPES:
         raise cx.unsupported(f"{ins.full_opcode}")
@@ -299,6 +300,13 @@ def _type_code(cx: FunctionLowering, t: str) -> int:
     return code
 
 
+PACKED_8BIT_CONVERSIONS = frozenset({
+    ("e4m3x2", "f32"), ("e5m2x2", "f32"), ("e4m3x2", "f16x2"), ("e5m2x2", "f16x2"),
+    ("f16x2", "e4m3x2"), ("f16x2", "e5m2x2"),
+    ("ue8m0x2", "f32"), ("ue8m0x2", "bf16x2"), ("bf16x2", "ue8m0x2"),
+})
+
+
 @COMPUTE.lowers("cvt")
 def lower_cvt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     types = ins.types
@@ -306,6 +314,13 @@ def lower_cvt(cx: FunctionLowering, ins: ir.Instruction) -> None:
         raise cx.unsupported(f"{ins.full_opcode}")
     dtype, stype = types
     flags = rounding_flags(ins)
+    if (dtype, stype) in PACKED_8BIT_CONVERSIONS:
+        # fp8 / ue8m0 pairs (csrc/src/emulator/ops_fp8.cpp): two f32 sources, or one packed source
+        sources = 2 if stype == "f32" else 1
+        if len(ins.operands) != sources + 1:
+            raise cx.unsupported(ins.full_opcode)
+        cx.emit(f"cvt.{dtype}.{stype}", _sources(cx, ins, "f32" if stype == "f32" else "b32", sources), flags=flags)
+        return
     if dtype in ("f16x2", "bf16x2"):
         if stype != "f32" or len(ins.operands) != 3:
             raise cx.unsupported(ins.full_opcode)

@@ -172,3 +172,34 @@ def lower_cp(cx: FunctionLowering, ins: ir.Instruction) -> None:
             src_size = cx.src(ops[3], "u32")
     slots = [src_size, ignore, NO_SLOT, NO_SLOT, dst_base, src_base]
     cx.emit("cp.async", slots, imm=dst_offset, imm2=src_offset, size=int(ops[2].value))
+
+
+TENSOR_MAP_FIELDS = ("global_address", "rank", "box_dim", "global_dim", "global_stride", "element_stride",
+                     "elemtype", "interleave_layout", "swizzle_mode", "swizzle_atomicity", "fill_mode")
+
+
+@MEMORY.lowers("tensormap")
+def lower_tensormap(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    """tensormap.replace.tile.<field>{.space}.b1024.<type> [map], {ordinal,} value: a
+    store of the value into the field, where the emulator's tensor-map layout
+    (csrc/src/emulator/tensor_map.h) keeps it."""
+    field = next((f for f in TENSOR_MAP_FIELDS if ins.has(f)), None)
+    if not ins.has("replace") or not ins.has("tile") or field is None:
+        raise cx.unsupported(ins.full_opcode)
+    ops = list(ins.operands)
+    ordinal = 0
+    if len(ops) == 3:
+        if not isinstance(ops[1], ir.Immediate):
+            raise cx.unsupported(f"{ins.full_opcode} with an ordinal that is not a literal")
+        ordinal = int(ops[1].value)
+        del ops[1]
+    if len(ops) != 2:
+        raise cx.unsupported(f"{ins.full_opcode} with {len(ins.operands)} operands")
+    placed = core.tensor_map_field(field, ordinal)
+    if placed is None:
+        raise cx.unsupported(f"{ins.full_opcode} of dimension {ordinal} (a tensor map has "
+                             f"{core.TENSOR_MAP_MAX_RANK} at most)")
+    offset, size = placed
+    space, base, address_offset = cx.address(ops[0], ins.state_space)
+    cx.emit(f"st.{space}", [cx.src(ops[1], ins.type or "b64")] + [NO_SLOT] * 3 + [base],
+            imm=address_offset + offset, width=1, size=size)

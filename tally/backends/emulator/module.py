@@ -25,6 +25,7 @@ from tally.backends.emulator.layout import (
     var_align,
     var_size,
 )
+from tally.backends.emulator.kernel_resources import KernelResources, kernel_resources
 from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
 
@@ -40,8 +41,16 @@ class EmulatorFunction:
     max_threads: int | None = None                        # .maxntid (product)
     required_block: tuple[int, int, int] | None = None    # .reqntid
     _lowered: LoweredKernel | None = field(default=None, repr=False)
+    _resources: KernelResources | None = field(default=None, repr=False)
     _error: DeviceError | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def resources(self) -> KernelResources:
+        """What the kernel needs (cuFuncGetAttribute), read from its PTX once; known
+        whether or not the emulator can run it."""
+        if self._resources is None:
+            self._resources = kernel_resources(self.module.ir, self.module.ir.function(self.name))
+        return self._resources
 
     def lowered(self) -> LoweredKernel:
         """The interpreter program; lowered once, at the first launch. A kernel the

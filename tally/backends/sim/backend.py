@@ -183,6 +183,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
             raise DeviceError(CUDA_ERROR_NOT_FOUND, f"module has no global named {name!r}")
         return module.globals[name]
 
+    def function_attributes(self, fn) -> dict:
+        return {}       # the cost model has no per-thread resources
+
     # streams and events ----------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> SimStream:
         with self.loop.lock:

@@ -13,15 +13,30 @@ backend's driver JIT-compiles it, the emulator runs it).
 Each input is read when it is added (as the driver compiles PTX at cuLinkAddData),
 so a bad input fails there with a message; cuLinkComplete links what was added
 and answers with a LinkReply whose status and logs the client passes on.
+
+A static library (CU_JIT_INPUT_LIBRARY: an ar archive such as libcudadevrt.a) adds
+each member (PTX, fatbin, host object) as an input the link takes only if it
+defines something the program needs. A member whose code for this device is SASS
+only and whose PTX is for a newer architecture (libcudadevrt ships compute_121 PTX
+beside its sm_75..sm_121 cubins) is linked from that PTX with the device's
+.target: only the functions the program reaches are kept, and an instruction the
+device lacks fails when the module loads, naming it.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import io
+import re
 import time
 from dataclasses import dataclass, field
+
+import arpy
 
 from ptx_passes.errors import PtxParseError
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
+from ptx_passes.parser import parse_module
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_PTX,
@@ -57,6 +72,10 @@ class LinkState:
         """Read one input (a CUjitInputType `kind`); DeviceError says why it cannot be linked."""
         if self.bytes + len(data) > MAX_IMAGE_BYTES:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
+        if kind == INPUT_LIBRARY:
+            self.inputs.extend(library_members(name, data, compute_capability, self.notes))
+            self.bytes += len(data)
+            return
         try:
             text = input_ptx(kind, data, name, compute_capability)
         except NothingForThisDevice as e:
@@ -120,10 +139,78 @@ def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, 
         raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU,
                           f"{name}: holds no PTX (cubins: {archs}); tally's linker links PTX: build the input with "
                           "PTX (e.g. nvcc -gencode arch=compute_80,code=compute_80)")
-    if kind == INPUT_LIBRARY:
-        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: static libraries (CU_JIT_INPUT_LIBRARY) are not linked "
-                                                    "by tally; add the PTX or fatbins of its members instead")
     if kind == INPUT_NVVM:
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{name}: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally; "
                                                     "compile it to PTX first")
     raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: unknown CUjitInputType {kind}")
+
+
+AR_MAGIC = b"!<arch>\n"
+_PTX_TEXT = re.compile(rb"^\s*(//|\.version)", re.MULTILINE)
+
+
+def library_members(name: str, data: bytes, compute_capability: tuple[int, int],
+                    notes: list[str]) -> list[LinkInput]:
+    """The linkable members of a static library, each marked `library` (linked only if
+    needed); members with nothing for this device are named in `notes`."""
+    if not data.startswith(AR_MAGIC):
+        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"{name}: not a static library (an ar archive starts with "
+                                                    "'!<arch>'); pass it as the kind of input it is")
+    try:
+        archive = arpy.Archive(fileobj=io.BytesIO(data))
+        archive.read_all_headers()
+        members = [(m.decode(errors="replace"), archive.open(m).read()) for m in archive.namelist()]
+    except (arpy.ArchiveFormatError, ValueError, OSError) as e:
+        raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"{name}: the static library does not read: {e}") from None
+    out: list[LinkInput] = []
+    for member, payload in members:
+        label = f"{name}({member})"
+        kind = INPUT_PTX if _PTX_TEXT.match(payload[:256]) else INPUT_OBJECT
+        try:
+            text = input_ptx(kind, payload, label, compute_capability)
+        except NothingForThisDevice:
+            text = _newer_ptx_for_device(payload, label, compute_capability, notes)
+        except DeviceError as e:
+            notes.append(f"{label}: left out: {e.message}")
+            continue
+        if text is None:
+            continue
+        try:
+            module = _parsed(text, label)
+        except PtxParseError as e:
+            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{label}: not valid PTX: {e.one_line()}") from None
+        out.append(LinkInput(label, text, module, library=True))
+    if not out:
+        notes.append(f"{name}: no member holds PTX tally can link")
+    return out
+
+
+def _newer_ptx_for_device(payload: bytes, label: str, compute_capability: tuple[int, int],
+                          notes: list[str]) -> str | None:
+    """A member's newest PTX with the device's .target, for a member whose code for
+    this device is SASS only (see the module docstring)."""
+    entries = read_fatbin_entries(payload)
+    ptx = ptx_of([e for e in entries if e.kind == "ptx"], prefer_arch=None)
+    if ptx is None:
+        return None
+    device = f"sm_{compute_capability[0]}{compute_capability[1]}"
+    retargeted, count = re.subn(r"^(\s*\.target\s+)(?:sm|compute)_\d+[af]?", lambda m: m.group(1) + device, ptx,
+                                count=1, flags=re.MULTILINE)
+    if not count:
+        return None
+    newer = sorted({e.arch for e in entries if e.kind == "ptx"})
+    notes.append(f"{label}: its code for this device is SASS; its PTX for "
+                 f"{', '.join(f'compute_{a}' for a in newer)} is linked with .target {device} where needed")
+    return retargeted
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_by_digest(digest: str, text: str, label: str):
+    return parse_module(text, label)
+
+
+def _parsed(text: str, label: str):
+    """Parsed PTX, kept for the next link of the same text (numba links libcudadevrt,
+    780 KB of PTX, into every kernel that synchronizes its grid). The linker never
+    changes a parsed input."""
+    return _parsed_by_digest(hashlib.sha256(text.encode()).hexdigest(), text, label)
