@@ -19,6 +19,7 @@ from tally.server.client.linker import (
     INPUT_CUBIN,
     INPUT_FATBINARY,
     INPUT_LIBRARY,
+    LinkState,
     INPUT_NVVM,
     INPUT_PTX,
     NothingForThisDevice,
@@ -51,7 +52,6 @@ def test_inputs_without_ptx_are_refused_with_the_reason(nvcc):
 @pytest.mark.parametrize("kind, data, code, message", [
     (INPUT_PTX, b"\xff\xfe.version", CUDA_ERROR_INVALID_PTX, "x: PTX input is not UTF-8 text"),
     (INPUT_CUBIN, b"not an image", CUDA_ERROR_INVALID_IMAGE, "x: input not understood"),
-    (INPUT_LIBRARY, b"!<arch>\n", CUDA_ERROR_NOT_SUPPORTED, "x: static libraries (CU_JIT_INPUT_LIBRARY)"),
     (INPUT_NVVM, b"BC", CUDA_ERROR_NOT_SUPPORTED, "x: LTO IR (CU_JIT_INPUT_NVVM) is not linked by tally"),
     (42, b"x", CUDA_ERROR_INVALID_VALUE, "x: unknown CUjitInputType 42"),
 ])
@@ -59,6 +59,24 @@ def test_bad_inputs(kind, data, code, message):
     with pytest.raises(DeviceError) as e:
         input_ptx(kind, data, "x", CC)
     assert e.value.code == code and e.value.message.startswith(message)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"not an archive", "x: not a static library (an ar archive starts with '!<arch>')"),
+    (b"!<arch>\nshort header", "x: the static library does not read"),
+])
+def test_bad_static_libraries_are_refused_at_add(data, message):
+    # A static library is read member by member when it is added (LinkState.add), not
+    # through input_ptx: a file that is no ar archive, or a truncated one, is refused there.
+    with pytest.raises(DeviceError) as e:
+        LinkState().add("x", INPUT_LIBRARY, data, CC)
+    assert e.value.code == CUDA_ERROR_INVALID_IMAGE and e.value.message.startswith(message)
+
+
+def test_an_empty_static_library_links_nothing_and_says_so():
+    state = LinkState()
+    state.add("x", INPUT_LIBRARY, b"!<arch>\n", CC)
+    assert state.inputs == [] and state.notes == ["x: no member holds PTX tally can link"]
 
 
 def test_ptx_input_loses_its_terminating_nuls():
