@@ -2227,6 +2227,35 @@ class GreenStreamCreate:
         return _GreenStreamCreate.pack(self.stream, self.flags, self.priority, self.sm_count, 0)
 
 
+_CtxSetLimit = struct.Struct('<IIQ')
+
+
+@dataclass(frozen=True, slots=True)
+class CtxSetLimit:
+    """cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the size of the job's device heap (what kernels'
+    malloc/free allocate from, counted against its quota); Done, or Error CUDA_ERROR_INVALID_VALUE once
+    a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY when the job's limits or the
+    device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit
+    """
+
+    KIND: ClassVar[int] = 230
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    limit: int = 0
+    value: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> CtxSetLimit:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('CtxSetLimit', len(payload), 16)
+            raise _trailing('CtxSetLimit', len(payload) - 16)
+        v0, v1, v2 = _CtxSetLimit.unpack_from(payload)
+        return cls(v0, v2)
+
+    def encode(self) -> bytes:
+        return _CtxSetLimit.pack(self.limit, 0, self.value)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2315,5 +2344,6 @@ MESSAGES = (
     SmResourceQuery,
     SmResourceReply,
     GreenStreamCreate,
+    CtxSetLimit,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

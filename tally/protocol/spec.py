@@ -246,6 +246,12 @@ DRIVER_MESSAGES = (
     Message("GreenStreamCreate", 202, "async: a stream of a green context, as StreamCreate, whose kernels run "
             "on at most `sm_count` SMs (and never more than the job's share)",
             (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"), F("sm_count", "u32"), F("_pad0", "u32"))),
+    # The limits of cuCtxSetLimit that the server keeps (the others live in the client).
+    Message("CtxSetLimit", 230, "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the size of the job's device heap "
+            "(what kernels' malloc/free allocate from, counted against its quota); Done, or Error "
+            "CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY "
+            "when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit",
+            (F("limit", "u32"), F("_pad0", "u32"), F("value", "u64"))),
 )
 
 

@@ -198,6 +198,8 @@ def _check_movable(server: MigrationHost, session: ServedJob) -> None:
     if client.links or client.staging:
         why.append("a link or a module upload is under way")
     why += _pinned_modules(backend, client)
+    if client.device_heap.in_use:
+        why.append("its kernels have used their device heap (malloc/free), which does not move")
     if why:
         raise MigrationRefused(f"{name(session)} cannot move: {'; '.join(why)}")
 
