@@ -14,11 +14,14 @@ import pytest
 
 from ptx_passes.fatbin import read_fatbin_entries
 from tally.backends.base import DeviceDescription
+from tally.backends.null import NullBackend
+from tally.backends.ptx_variants import PtxVariantProvider
 from tally.jit import job_env, records
 from tally.jit.ptx_match import captured_ptx, mismatch
 from tally.jit.ptxas_wrapper import REAL_ENV, output_file, ptx_input
 from tally.protocol.errors import CUDA_ERROR_NO_BINARY_FOR_GPU, DeviceError
 from tally.server.client.code_choice import module_source_with_record
+from tally.server.client.modules import ModuleRegistry
 
 PROGRAMS = Path(__file__).resolve().parent / "cuda" / "programs"
 WRAPPER = [sys.executable, "-m", "tally.jit.ptxas_wrapper"]
@@ -33,12 +36,13 @@ def vadd_ptx(tmp_path_factory, nvcc) -> Path:
     return out
 
 
-def assemble(ptx: Path, out: Path, cache: Path, real: str, *, capture: bool = True) -> subprocess.CompletedProcess:
+def assemble(ptx: Path, out: Path, cache: Path, real: str, *, capture: bool = True,
+             gpu: str = "sm_80") -> subprocess.CompletedProcess:
     env = {**os.environ, REAL_ENV: real}
     env.pop(records.DIR_ENV, None)
     if capture:
         env[records.DIR_ENV] = str(cache)
-    return subprocess.run([*WRAPPER, "-v", "--gpu-name=sm_80", str(ptx), "-o", str(out)], env=env,
+    return subprocess.run([*WRAPPER, "-v", f"--gpu-name={gpu}", str(ptx), "-o", str(out)], env=env,
                           capture_output=True, text=True, check=False)
 
 
@@ -186,3 +190,57 @@ def test_tally_run_environment(tmp_path, monkeypatch):
     assert "TRITON_PTXAS_PATH" not in off and "TRITON_PTXAS_BLACKWELL_PATH" not in off
     untouched = job_env.capture_environment({"TRITON_PTXAS_PATH": "/opt/my/ptxas"}, enabled=False)
     assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}
+
+
+class SeesSources(NullBackend):
+    """The null device (it runs cubins), noting what each module load was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.loaded = []
+
+    def module_load(self, source):
+        self.loaded.append(source)
+        return super().module_load(source)
+
+
+@pytest.fixture
+def captured(tmp_path, vadd_ptx, ptxas):
+    out = tmp_path / "vadd.cubin"
+    assert assemble(vadd_ptx, out, tmp_path / "c", ptxas, gpu="sm_90").returncode == 0   # the null device is 9.0
+    cubin = out.read_bytes()
+    return cubin, records.encode(cubin, vadd_ptx.read_text(), "ptxas"), vadd_ptx.read_text()
+
+
+def test_best_effort_job_gets_sliced_and_ptb_variants_of_a_captured_cubin(captured):
+    cubin, record, _ = captured
+    provider = PtxVariantProvider()
+    registry = ModuleRegistry(SeesSources(), provider)
+    module = registry.load(cubin, record)
+    assert module.ptx_origin == "jit" and module.variants is not None
+    fn = registry.function(module.module_id, "vadd").backend_function
+    assert provider.ptb(fn).function.name == "vadd__tally_ptb"
+    assert provider.sliced(fn).function.name == "vadd__tally_slice"
+    assert registry.ptx_sources() == {"modules": {"image": 0, "jit": 1, "none": 0},
+                                      "kernels": {"image": 0, "jit": 1, "none": 0}, "jit_records_refused": 0}
+
+
+def test_untransformed_captured_module_loads_its_cubin_on_a_device_that_runs_cubins(captured):
+    cubin, record, _ = captured
+    backend = SeesSources()
+    registry = ModuleRegistry(backend, None)
+    module = registry.load(cubin, record)
+    assert module.ptx_origin == "jit" and module.source.ptx is not None     # kept for what needs the PTX
+    (given,) = backend.loaded
+    assert given.ptx is None and given.original == cubin                    # the device runs the cubin
+
+
+def test_a_refused_record_leaves_the_cubin_and_is_counted(captured, caplog):
+    cubin, _, ptx = captured
+    registry = ModuleRegistry(SeesSources(), None)
+    module = registry.load(cubin, records.encode(cubin, ptx.replace("vadd", "vsub"), "ptxas"))
+    assert module.ptx_origin == "none" and module.source.ptx is None
+    assert registry.ptx_sources()["jit_records_refused"] == 1
+    assert "only in the PTX: vsub" in caplog.text
+    plain = registry.load(cubin)
+    assert plain.ptx_origin == "none"
