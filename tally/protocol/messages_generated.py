@@ -942,13 +942,15 @@ _ModuleLoad = struct.Struct('<QII')
 @dataclass(frozen=True, slots=True)
 class ModuleLoad:
     """cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging
-    buffer when `staged`. Tail: image bytes unless staged.
+    buffer when `staged`; `size` bytes of image, then `record_size` bytes of the cubin's JIT-capture
+    record (tally/jit/records.py). Tail: image bytes (and the record) unless staged.
     """
 
     KIND: ClassVar[int] = 113
     SIZE: ClassVar[int] = 16  # bytes before the tail
     size: int = 0
     staged: int = 0
+    record_size: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
@@ -956,10 +958,10 @@ class ModuleLoad:
         if len(payload) < 16:
             raise _short('ModuleLoad', len(payload), 16)
         v0, v1, v2 = _ModuleLoad.unpack_from(payload)
-        return cls(v0, v1, memoryview(payload)[16:])
+        return cls(v0, v1, v2, memoryview(payload)[16:])
 
     def encode(self) -> bytes:
-        return _ModuleLoad.pack(self.size, self.staged, 0) + self.tail
+        return _ModuleLoad.pack(self.size, self.staged, self.record_size) + self.tail
 
 
 _ModuleLoadReply = struct.Struct('<Q')

@@ -135,8 +135,10 @@ DRIVER_MESSAGES = (
             "(module images too large for one record)",
             (F("arena_offset", "u64"), F("size", "u64"))),
     Message("ModuleLoad", 113, "cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) "
-            "from the tail, or the staging buffer when `staged`",
-            (F("size", "u64"), F("staged", "u32"), F("_pad0", "u32")), tail="image bytes unless staged"),
+            "from the tail, or the staging buffer when `staged`; `size` bytes of image, then "
+            "`record_size` bytes of the cubin's JIT-capture record (tally/jit/records.py)",
+            (F("size", "u64"), F("staged", "u32"), F("record_size", "u32")),
+            tail="image bytes (and the record) unless staged"),
     Message("ModuleLoadReply", 114, "answer to ModuleLoad", (F("module", "u64"),)),
     Message("ModuleUnload", 115, "cuModuleUnload/cuLibraryUnload", (F("module", "u64"),)),
     Message("GetFunction", 116, "cuModuleGetFunction/cuLibraryGetKernel", (F("module", "u64"),),

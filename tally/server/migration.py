@@ -274,6 +274,7 @@ def _send_state(server: MigrationHost, session: ServedJob, sock) -> int:
         for module in client.modules.loaded():
             globals_ = backend.module_memory(module.backend_module)
             send_piece(sock, {"op": "module", "id": module.module_id, "image": module.source.original,
+                          "jit_record": module.jit_record,
                           "globals": {n: ptr for n, (ptr, _s) in globals_.items()},
                           "functions": {fn.name: fn.function_id for fn in module.functions.values()},
                           "resolved": {n: list(v) for n, v in module.globals.items()}})

@@ -702,18 +702,18 @@ static_assert(offsetof(StageBytesMsg, arena_offset) == 0);
 static_assert(offsetof(StageBytesMsg, size) == 8);
 constexpr uint32_t kStageBytesSize = 16;  // bytes on the wire (0: empty)
 
-// cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging buffer when `staged`; tail: image bytes unless staged
+// cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging buffer when `staged`; `size` bytes of image, then `record_size` bytes of the cubin's JIT-capture record (tally/jit/records.py); tail: image bytes (and the record) unless staged
 struct ModuleLoadMsg {
   static constexpr MessageKind kKind = MessageKind::ModuleLoad;
   static constexpr bool kHasTail = true;
   uint64_t size;
   uint32_t staged;
-  uint32_t _pad0;
+  uint32_t record_size;
 };
 static_assert(sizeof(ModuleLoadMsg) == 16, "ModuleLoadMsg layout differs from the Python codec");
 static_assert(offsetof(ModuleLoadMsg, size) == 0);
 static_assert(offsetof(ModuleLoadMsg, staged) == 8);
-static_assert(offsetof(ModuleLoadMsg, _pad0) == 12);
+static_assert(offsetof(ModuleLoadMsg, record_size) == 12);
 constexpr uint32_t kModuleLoadSize = 16;  // bytes on the wire (0: empty)
 
 // answer to ModuleLoad
