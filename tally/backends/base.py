@@ -256,9 +256,11 @@ class DeviceBackend(Protocol):
 
     # asynchronous operations (stream order)
     def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: Stream, params: bytes, sm_cap: int | None = None) -> None:
+               stream: Stream, params: bytes, sm_cap: int | None = None, cooperative: bool = False) -> None:
         """At most `sm_cap` SMs run this kernel's blocks (None: the whole device);
-        backends whose traits do not say `confines_sms` accept and ignore it."""
+        backends whose traits do not say `confines_sms` accept and ignore it.
+        `cooperative`: every block is resident at once and the kernel's grid
+        barrier (cooperative groups' grid.sync()) works, as with cuLaunchCooperativeKernel."""
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
         """`src` must stay valid until the copy ran (the caller owns it)."""
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...

@@ -51,6 +51,22 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("the cuda backend needs cuda-bindings: pip install 'tally[cuda]'") from e
 
+
+def _cooperative_config(grid, block, shared_bytes: int, stream) -> "cu.CUlaunchConfig":
+    """cuLaunchKernelEx's configuration of a cooperative launch."""
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+    attr.value.cooperative = 1
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = stream
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
+
+
 # CU_LAUNCH_PARAM_* markers of the `extra` launch argument (cuda.h)
 _LAUNCH_PARAM_END = 0
 _LAUNCH_PARAM_BUFFER_POINTER = 1
@@ -329,7 +345,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
 
     # asynchronous operations
     def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
-               sm_cap: int | None = None) -> None:
+               sm_cap: int | None = None, cooperative: bool = False) -> None:
         self._current()
         buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         size = ctypes.c_size_t(len(params))
@@ -338,6 +354,11 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
 
         def launch_on(s) -> None:
             # The driver copies the parameter buffer before cuLaunchKernel returns.
+            if cooperative:
+                # cuLaunchCooperativeKernel takes no `extra`; cuLaunchKernelEx does.
+                _check(cu.cuLaunchKernelEx(_cooperative_config(grid, block, shared_bytes, s), fn.handle, 0,
+                                           ctypes.addressof(extra)))
+                return
             _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
 
         if sm_cap is None or self._partitions is None:

@@ -280,7 +280,7 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def sm_grant(self, requested_sms: int) -> int:
         return clamp_sm_grant(requested_sms, self._sm_count)
 
-    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None) -> None:
+    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cooperative=False) -> None:
         pass
 
     def memcpy_htod_async(self, dst, src, stream) -> None:

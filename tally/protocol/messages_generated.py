@@ -1119,8 +1119,9 @@ _LaunchKernel = struct.Struct('<QQ3I3III')
 
 @dataclass(frozen=True, slots=True)
 class LaunchKernel:
-    """cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said. Tail:
-    parameter block.
+    """cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; flags:
+    LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted). Tail: parameter
+    block.
     """
 
     KIND: ClassVar[int] = 120
@@ -1130,6 +1131,7 @@ class LaunchKernel:
     grid: tuple[int, int, int] = (0, 0, 0)
     block: tuple[int, int, int] = (0, 0, 0)
     shared_bytes: int = 0
+    flags: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
@@ -1137,7 +1139,7 @@ class LaunchKernel:
         if len(payload) < 48:
             raise _short('LaunchKernel', len(payload), 48)
         v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 = _LaunchKernel.unpack_from(payload)
-        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, memoryview(payload)[48:])
+        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, v9, memoryview(payload)[48:])
 
     def encode(self) -> bytes:
         if len(self.grid) != 3:
@@ -1145,7 +1147,7 @@ class LaunchKernel:
         if len(self.block) != 3:
             raise _wrong_count('LaunchKernel', 'block', len(self.block), 3)
         return _LaunchKernel.pack(self.function, self.stream, *self.grid, *self.block, self.shared_bytes,
-                                  0) + self.tail
+                                  self.flags) + self.tail
 
 
 @dataclass(frozen=True, slots=True)

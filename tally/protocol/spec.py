@@ -79,6 +79,7 @@ ENUMS = (
     Enum("CopySource", "Where MemcpyHtoD's bytes are.",
          (("INLINE", SOURCE_INLINE), ("ARENA", SOURCE_ARENA), ("PINNED", SOURCE_PINNED))),
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
+    Enum("LaunchFlag", "Bits of LaunchKernel.flags.", (("COOPERATIVE", 1),)),
 )
 
 # ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
@@ -152,9 +153,10 @@ DRIVER_MESSAGES = (
             tail="variable name (UTF-8, no NUL)"),
     Message("GlobalReply", 119, "answer to GetGlobal", (F("dptr", "u64"), F("size", "u64"))),
     Message("LaunchKernel", 120, "cuLaunchKernel[Ex]: async; the tail is the parameter block laid out "
-            "as FunctionReply said",
+            "as FunctionReply said; flags: LaunchFlag bits (cooperative: all blocks co-resident, never "
+            "sliced or preempted)",
             (F("function", "u64"), F("stream", "u64"), F("grid", "u32", 3), F("block", "u32", 3),
-             F("shared_bytes", "u32"), F("_pad0", "u32")), tail="parameter block"),
+             F("shared_bytes", "u32"), F("flags", "u32")), tail="parameter block"),
     Message("CtxSynchronize", 121, "cuCtxSynchronize: waits for all the client's streams"),
     Message("StreamCreate", 122, "async: a stream with the client-chosen id",
             (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"))),

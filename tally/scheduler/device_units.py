@@ -119,17 +119,21 @@ class DeviceUnits:
 
     # launches ------------------------------------------------------------------------
     def launch(self, lane: Lane, mode: RunMode, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               params: bytes, *, timed: bool, sm_cap: int | None = None) -> DeviceUnit:
-        """Launch on the lane's work stream, on at most `sm_cap` SMs (None: all);
-        raises the backend's DeviceError when the launch itself fails (nothing is
-        then left on the device)."""
+               params: bytes, *, timed: bool, sm_cap: int | None = None, cooperative: bool = False) -> DeviceUnit:
+        """Launch on the lane's work stream, on at most `sm_cap` SMs (None: all),
+        cooperatively (every block resident at once) when asked; raises the
+        backend's DeviceError when the launch itself fails (nothing is then left on
+        the device)."""
         b, work = self.backend, lane.work
         unit = DeviceUnit(next(self._ids), lane, mode)
         if timed:
             unit.start_event = self._pooled_event(True)
             b.event_record(unit.start_event, work)
         try:
-            b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap)
+            if cooperative:     # only asked when set: a backend without cooperative launches is never asked
+                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap, cooperative=True)
+            else:
+                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap)
         except DeviceError:
             if unit.start_event is not None:
                 self._event_pool[True].append(unit.start_event)

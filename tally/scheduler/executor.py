@@ -36,6 +36,7 @@ dead context.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from typing import Callable, Hashable
 
@@ -62,9 +63,11 @@ from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
 
+log = logging.getLogger(__name__)
+
 # `tally-server status`'s kernel counters, in the order it shows them
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
-                 "slice_launches", "ptb_launches", "preemptions", "untransformable")
+                 "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative")
 _KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
@@ -76,7 +79,12 @@ class ClientGone(ValueError):
 
 
 def _sm_cap(client: ClientState, op: Launch) -> int | None:
-    """The SMs a launch may use: its green context's, within the job's share."""
+    """The SMs a launch may use: its green context's, within the job's share. A
+    cooperative grid may use the whole device: the job sized it for every SM
+    (the occupancy calculator times the device's SM count), and fewer SMs could
+    not hold all its blocks at once."""
+    if op.cooperative:
+        return None
     return _within_share(client, op.sm_cap)
 
 
@@ -102,6 +110,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self._cooperative_logged: set[str] = set()     # kernels whose cooperative launch was explained
         # how long high-priority kernels waited here, from the head of their queue to their launch
         self._hp_queueing = DelayHistogram()
         self._lock = threading.RLock()
@@ -596,6 +605,9 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     self._counters["untransformable"] += 1
             else:
                 task.plan = WHOLE_PLAN
+            if op.cooperative:
+                self._counters["kernels_cooperative"] += 1
+                self._note_cooperative(stream.client, op)
             if task.plan.mode is WHOLE and not task.plan.measuring and stream.client.priority != HIGH:
                 stream.client.whole_keys.add(task.key)
             self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
@@ -617,6 +629,18 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if self.fast_lanes.revoke_all():
                 return
             self._launch_ptb(task)
+
+    def _note_cooperative(self, client: ClientState, op: Launch) -> None:
+        """Says once per kernel why a cooperative kernel runs as it does."""
+        if op.function.name in self._cooperative_logged or len(self._cooperative_logged) >= 1024:
+            return
+        self._cooperative_logged.add(op.function.name)
+        why = "it runs whole, never sliced or preempted, since its blocks may wait for each other (grid.sync())"
+        if client.priority != HIGH:
+            why += " (so a high-priority kernel arriving meanwhile cannot preempt it)"
+        if _within_share(client, op.sm_cap) is not None:
+            why += "; it may use every SM, beyond the job's SM share, as its grid was sized for the whole device"
+        log.info("client %s: cooperative kernel %s: %s", client.client_id, op.function.name, why)
 
     def _launch_ptb(self, task: KernelTask) -> None:
         stream, op, plan = task.stream, task.op, task.plan
@@ -643,7 +667,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap)
+                                             timed=task.plan.measuring, sm_cap=sm_cap, cooperative=op.cooperative)
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

@@ -28,6 +28,7 @@ class KernelPlan:
     ptb: PTBVariant | None = None
     slices: tuple[SliceLaunch, ...] = ()     # SLICE: all of the kernel's slices, in launch order
     untransformable: bool = False        # a transformation was asked for and no variant exists
+    cooperative: bool = False            # a cooperative launch: whole, whatever the profiler would say
     # what the profiler was asked, to ask again when a slicing has been measured
     can_slice: bool = False
     can_ptb: bool = False
@@ -37,6 +38,9 @@ class KernelPlan:
 WHOLE_PLAN = KernelPlan(RunMode.WHOLE)
 _UNTRANSFORMABLE = KernelPlan(RunMode.WHOLE, untransformable=True)
 _WHOLE_CHOSEN = KernelPlan(RunMode.WHOLE, WHOLE_KERNEL)   # the profiler's settled answer for many kernels
+# A cooperative grid's blocks may wait for each other (grid.sync()): a slice or a PTB
+# launch holds only some of them, so the kernel would wait forever.
+COOPERATIVE_PLAN = KernelPlan(RunMode.WHOLE, cooperative=True)
 
 
 class KernelPlanner:
@@ -50,6 +54,8 @@ class KernelPlanner:
     def plan(self, op: Launch, sm_cap: int | None) -> KernelPlan:
         """For a kernel started with transform=True. The SMs granted to the job's share
         (`sm_cap`, None: the whole device) cap its PTB workers: one worker per SM."""
+        if op.cooperative:
+            return COOPERATIVE_PLAN
         fn = op.function
         sliced = ptb = None
         if self.variants is not None and transformable_grid(op.grid):

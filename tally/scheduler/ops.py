@@ -26,6 +26,9 @@ class Launch:
     # At most this many SMs run it: its stream belongs to a green context of the job
     # (None: only the job's SM share, if it has one, limits it).
     sm_cap: int | None = None
+    # A cooperative launch: its blocks may wait for each other (grid.sync()), so they
+    # must all be resident at once; it always runs whole, never sliced or preempted.
+    cooperative: bool = False
 
 
 @dataclass(frozen=True, eq=False)

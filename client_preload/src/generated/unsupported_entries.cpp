@@ -345,10 +345,6 @@ CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned in
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz");
 }
-CUresult tally_entry_cuLaunchCooperativeKernel_v9000_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernel_ptsz");
-}
 CUresult tally_entry_cuLaunchCooperativeKernelMultiDevice_v9000(CUDA_LAUNCH_PARAMS_v1 *launchParamsList, unsigned int numDevices, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernelMultiDevice");
@@ -852,10 +848,6 @@ CUresult tally_entry_cuMemDiscardBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync");
-}
-CUresult tally_entry_cuLaunchCooperativeKernel_v9000(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernel");
 }
 CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;

@@ -102,19 +102,26 @@ CUresult submit(const LaunchRecord& r, CUfunction f) {
                                                 &r);
 }
 
-CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread) {
+}  // namespace
+
+CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread,
+                       uint32_t flags) {
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
   const FunctionObject* fn = as_function(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult rc = check_configuration(fn, gx, gy, gz, bx, by, bz, shared); rc != CUDA_SUCCESS) return rc;
+  if (flags & static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE)) {
+    if (CUresult rc = check_cooperative_grid(f, fn, gx, gy, gz, bx * by * bz, shared); rc != CUDA_SUCCESS) return rc;
+  }
   LaunchRecord r{};
   if (CUresult rc = stream_id(stream, per_thread, &r.msg.stream); rc != CUDA_SUCCESS) return rc;
   r.msg.function = fn->id;
   r.msg.grid[0] = gx, r.msg.grid[1] = gy, r.msg.grid[2] = gz;
   r.msg.block[0] = bx, r.msg.block[1] = by, r.msg.block[2] = bz;
   r.msg.shared_bytes = shared;
+  r.msg.flags = flags;
   r.fn = fn;
   if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (extra != nullptr) {
@@ -128,6 +135,8 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   r.param_bytes = fn->param_total;
   return submit(r, f);
 }
+
+namespace {
 
 // cuLaunchKernelEx's attributes: hints are accepted (the server's scheduler
 // decides priority and placement anyway); what tally cannot honour fails.
@@ -146,8 +155,8 @@ CUresult check_launch_attributes(const CUlaunchConfig* config) {
       // Full serialization behind the previous kernel is what tally does anyway.
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
         break;
+      // Read by launch_flags (cooperative.cpp).
       case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (a.value.cooperative != 0) return CUDA_ERROR_NOT_SUPPORTED;
         break;
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
         if (a.value.clusterDim.x > 1 || a.value.clusterDim.y > 1 || a.value.clusterDim.z > 1)
@@ -198,13 +207,13 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_par
   if (CUresult rc = check_launch_attributes(config); rc != CUDA_SUCCESS) {
     static OnceFlag logged;
     if (rc == CUDA_ERROR_NOT_SUPPORTED && logged.first())
-      log_error("cuLaunchKernelEx with cooperative, cluster or other launch attributes tally cannot honour "
+      log_error("cuLaunchKernelEx with cluster or other launch attributes tally cannot honour "
                 "returns CUDA_ERROR_NOT_SUPPORTED (reported once)");
     return rc;
   }
-  CUresult rc = launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                       config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernel_params,
-                       extra, per_thread);
+  CUresult rc = launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                              config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                              kernel_params, extra, per_thread, launch_flags(config));
   return rc == CUDA_SUCCESS ? completion_events(config, per_thread) : rc;
 }
 
@@ -232,21 +241,21 @@ CUresult read_launch_extra(void** extra, const void** buffer, size_t* size) {
 
 }  // namespace tally::client
 
-using tally::client::launch;
 using tally::client::launch_ex;
+using tally::client::launch_kernel;
 
 TALLY_ENTRY(cuLaunchKernel_v4000)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
-  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                kernelParams, extra, false);
+  return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                       kernelParams, extra, false, 0);
 }
 TALLY_ENTRY(cuLaunchKernel_v7000_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                        void** kernelParams, void** extra) {
-  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                kernelParams, extra, true);
+  return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                       kernelParams, extra, true, 0);
 }
 TALLY_ENTRY(cuLaunchKernelEx_v11060)(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
   return launch_ex(config, f, kernelParams, extra, false);

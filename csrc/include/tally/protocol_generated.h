@@ -44,6 +44,11 @@ enum class CopyDest : uint32_t {
   PINNED = 1,
 };
 
+// Bits of LaunchKernel.flags.
+enum class LaunchFlag : uint32_t {
+  COOPERATIVE = 1,
+};
+
 enum class MessageKind : uint32_t {
   Hello = 1,
   HelloReply = 2,
@@ -784,7 +789,7 @@ static_assert(offsetof(GlobalReplyMsg, dptr) == 0);
 static_assert(offsetof(GlobalReplyMsg, size) == 8);
 constexpr uint32_t kGlobalReplySize = 16;  // bytes on the wire (0: empty)
 
-// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; tail: parameter block
+// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; flags: LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted); tail: parameter block
 struct LaunchKernelMsg {
   static constexpr MessageKind kKind = MessageKind::LaunchKernel;
   static constexpr bool kHasTail = true;
@@ -793,7 +798,7 @@ struct LaunchKernelMsg {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_bytes;
-  uint32_t _pad0;
+  uint32_t flags;
 };
 static_assert(sizeof(LaunchKernelMsg) == 48, "LaunchKernelMsg layout differs from the Python codec");
 static_assert(offsetof(LaunchKernelMsg, function) == 0);
@@ -801,7 +806,7 @@ static_assert(offsetof(LaunchKernelMsg, stream) == 8);
 static_assert(offsetof(LaunchKernelMsg, grid) == 16);
 static_assert(offsetof(LaunchKernelMsg, block) == 28);
 static_assert(offsetof(LaunchKernelMsg, shared_bytes) == 40);
-static_assert(offsetof(LaunchKernelMsg, _pad0) == 44);
+static_assert(offsetof(LaunchKernelMsg, flags) == 44);
 constexpr uint32_t kLaunchKernelSize = 48;  // bytes on the wire (0: empty)
 
 // cuCtxSynchronize: waits for all the client's streams

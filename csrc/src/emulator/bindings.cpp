@@ -206,7 +206,8 @@ void bind_launch(py::module_& m) {
   m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
                          std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
                          uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,
-                         std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap, std::shared_ptr<DeviceHeap> heap) {
+                         std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap, std::shared_ptr<DeviceHeap> heap,
+                         bool cooperative) {
           std::string param_bytes = params;
           LaunchConfig c;
           c.grid[0] = std::get<0>(grid);
@@ -222,15 +223,17 @@ void bind_launch(py::module_& m) {
           c.timeout_seconds = timeout_seconds;
           c.cancel = cancel ? &cancel->value : nullptr;
           c.heap = heap.get();   // `heap` holds it until the launch returns
+          c.cooperative = cooperative;
           py::gil_scoped_release nogil;
           return run_launch(*program, *memory, param_bytes, c);
         }, py::arg("program"), py::arg("memory"), py::arg("params"), py::arg("grid"), py::arg("block"),
         py::arg("dynamic_shared") = 0, py::arg("sm_count") = 8, py::arg("max_warp_steps") = 0,
         py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr, py::arg("sm_cap") = 0,
-        py::arg("heap") = nullptr,
+        py::arg("heap") = nullptr, py::arg("cooperative") = false,
         "Runs a launch to completion (GIL released) on up to sm_count workers (SMs; at most sm_cap of "
         "them when sm_cap > 0); the result carries the CUresult and message of a fault and how many "
-        "workers ran blocks.");
+        "workers ran blocks. A cooperative launch keeps all its blocks resident at once and gets a "
+        "grid workspace (%envreg1:%envreg2) for cooperative groups' grid barrier.");
 }
 
 py::dict named(std::initializer_list<std::pair<const char*, uint32_t>> items) {
@@ -291,7 +294,8 @@ void bind_constants(py::module_& m) {
       "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge",
       "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
       "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
-      "%reserved_smem_offset_0", "%reserved_smem_offset_1"};
+      "%reserved_smem_offset_0", "%reserved_smem_offset_1",
+      "%envreg1", "%envreg2"};
   for (uint32_t i = 0; i < kSpecialCount; ++i) specials[names[i]] = i;
   m.attr("SPECIALS") = specials;
   m.attr("BANK_SHIFT") = kBankShift;

@@ -154,13 +154,16 @@ enum TypeCode : uint32_t {
 // The reserved shared-memory registers (cooperative groups keep their multi-warp
 // tile barriers there) describe a region after the kernel's own shared memory;
 // it exists only in launches of programs that read one of them
-// (Program::reserved_shared_bytes).
+// (Program::reserved_shared_bytes). %envreg1:%envreg2 are the address of a
+// cooperative launch's grid workspace (cooperative groups' grid barrier), 0 in
+// any other launch.
 enum Special : uint32_t {
   kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ,
   kNctaidX, kNctaidY, kNctaidZ, kLaneId, kWarpId, kNWarpId, kSmId, kNSmId, kGridId,
   kLanemaskEq, kLanemaskLt, kLanemaskLe, kLanemaskGt, kLanemaskGe,
   kDynamicSmemSize, kTotalSmemSize, kAggrSmemSize,
   kReservedSmemBegin, kReservedSmemEnd, kReservedSmemCap, kReservedSmemOffset0, kReservedSmemOffset1,
+  kEnvreg1, kEnvreg2,
   kSpecialCount
 };
 

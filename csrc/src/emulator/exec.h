@@ -28,6 +28,8 @@ struct LaunchConfig {
   double timeout_seconds = 0;          // 0: unlimited
   const std::atomic<bool>* cancel = nullptr;
   DeviceHeap* heap = nullptr;          // what malloc/free use (the job's); the caller keeps it alive
+  bool cooperative = false;            // all blocks resident at once (cooperative.cpp)
+  uint64_t grid_workspace = 0;         // a cooperative launch's, set by run_launch: what %envreg1:2 read
 };
 
 struct LaunchResult {

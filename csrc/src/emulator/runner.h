@@ -17,6 +17,9 @@ namespace tally::emu::detail {
 
 constexpr uint32_t kDepthKeyBase = 0xffff;
 constexpr uint64_t kWarpSlice = 1 << 14;  // steps a warp runs before the next warp's turn
+// In a cooperative launch a warp may spin at the grid barrier until blocks on the same
+// worker arrive: shorter turns let those blocks run sooner.
+constexpr uint64_t kCooperativeWarpSlice = 1 << 10;
 
 inline uint64_t key_of(uint32_t depth, int32_t pc) {
   return (static_cast<uint64_t>(kDepthKeyBase - depth) << 32) | static_cast<uint32_t>(pc);
@@ -58,6 +61,8 @@ struct LaunchShared {
 
   // Keeps the failure of the lowest block (the one a single worker would have met first).
   void fail(uint64_t block, int fault_code, std::string text);
+  // A block starts running: counts it in `running` and `max_running`.
+  void started_block();
 };
 
 // "0-31, 64, 96-127" (at most 8 ranges).
@@ -71,13 +76,25 @@ class Runner {
   // worker failed; records this worker's failure, output and counts in S_.
   void run();
 
+  // One block at a time, in turns (cooperative.cpp runs several blocks so):
+  // begin(b) sets block b up, each advance(slice) gives every live warp up to
+  // `slice` steps and says whether the block has finished; guarded(b, f) runs f,
+  // records a failure of block b in S_ and returns false if it failed or stopped.
+  void begin(uint64_t block);
+  bool advance(uint64_t slice);
+  template <class F>
+  bool guarded(uint64_t block, F&& f);
+  // The block's printf and assert output, by block, into S_.
+  void keep_output(uint64_t block);
+  // This runner's counts into S_; `counts_sm`: it is the worker's first.
+  void report(bool counts_sm);
+
  private:
   Launch& L_;
   LaunchShared& S_;
   const Program& prog_;
   uint64_t steps_reported_ = 0;             // of L_.warp_steps, added to S_.warp_steps
-
-  void keep_output(uint64_t block);
+  bool prepared_ = false;                   // warps allocated
 
   // ------------------------------------------------------------ setup
 
@@ -143,5 +160,26 @@ class Runner {
   // Waiters whose missing partners have exited may go on.
   bool wake_warpsync(Warp& w);
 };
+
+template <class F>
+bool Runner::guarded(uint64_t block, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (Stopped&) {
+  } catch (LaunchAbort& a) {
+    S_.fail(block, a.code, a.message);
+  } catch (Fault& e) {  // raised outside a warp (barrier release): message is complete
+    S_.fail(block, e.code, e.message);
+  } catch (std::exception& e) {
+    S_.fail(block, kLaunchFailed, std::string("the emulator failed running ") + block_name() + ": " + e.what());
+  }
+  return false;
+}
+
+// A cooperative launch's worker (cooperative.cpp): takes one more block of the
+// launch each turn and runs all it took in turns, so every block is resident.
+void run_cooperative_worker(const Program& program, DeviceMemory& memory, const std::string& params,
+                            const LaunchConfig& config, uint32_t smid, LaunchShared& shared);
 
 }  // namespace tally::emu::detail

@@ -24,6 +24,7 @@
 #include <exception>
 #include <map>
 
+#include "emulator/grid_workspace.h"
 #include "emulator/runner.h"
 #include "emulator/worker_pool.h"
 
@@ -61,42 +62,34 @@ void LaunchShared::fail(uint64_t block, int fault_code, std::string text) {
   }
 }
 
+void LaunchShared::started_block() {
+  uint32_t now = running.fetch_add(1) + 1;
+  uint32_t most = max_running.load();
+  while (now > most && !max_running.compare_exchange_weak(most, now)) {
+  }
+}
+
 void Runner::run() {
-  const LaunchConfig& c = L_.cfg;
-  L_.threads_per_block = c.block[0] * c.block[1] * c.block[2];
-  uint32_t nwarps = (L_.threads_per_block + kWarpSize - 1) / kWarpSize;
-  L_.warps.resize(nwarps);
-  for (uint32_t w = 0; w < nwarps; ++w) allocate_warp(L_.warps[w], w);
   bool ran = false;
   for (;;) {
     uint64_t b = S_.next.fetch_add(1);
     if (b >= S_.blocks || b > S_.stop_after.load(std::memory_order_relaxed)) break;
     ran = true;
-    uint32_t now = S_.running.fetch_add(1) + 1;
-    uint32_t most = S_.max_running.load();
-    while (now > most && !S_.max_running.compare_exchange_weak(most, now)) {
-    }
-    bool ok = false;
-    try {
-      run_block(b);
-      ok = true;
-    } catch (Stopped&) {
-    } catch (LaunchAbort& a) {
-      S_.fail(b, a.code, a.message);
-    } catch (Fault& f) {  // raised outside a warp (barrier release): message is complete
-      S_.fail(b, f.code, f.message);
-    } catch (std::exception& e) {
-      S_.fail(b, kLaunchFailed, std::string("the emulator failed running ") + block_name() + ": " + e.what());
-    }
+    S_.started_block();
+    bool ok = guarded(b, [&] { run_block(b); });
     S_.running.fetch_sub(1);
     keep_output(b);
     if (!ok) break;
   }
+  report(ran);
+}
+
+void Runner::report(bool counts_sm) {
   std::lock_guard<std::mutex> lock(S_.mutex);
   S_.thread_instructions += L_.thread_instructions;
   S_.warp_steps.fetch_add(L_.warp_steps - steps_reported_);
   steps_reported_ = L_.warp_steps;
-  if (ran) ++S_.sms_used;
+  if (counts_sm) ++S_.sms_used;
 }
 
 void Runner::keep_output(uint64_t block) {
@@ -116,6 +109,18 @@ void Runner::allocate_warp(Warp& w, uint32_t index) {
   w.local_stride = prog_.local_frame_bytes;
   w.local.assign(w.local_stride * kWarpSize, 0);
   w.return_pc.assign(kWarpSize, 0);
+}
+
+void Runner::begin(uint64_t linear) {
+  if (!prepared_) {
+    const LaunchConfig& c = L_.cfg;
+    L_.threads_per_block = c.block[0] * c.block[1] * c.block[2];
+    uint32_t nwarps = (L_.threads_per_block + kWarpSize - 1) / kWarpSize;
+    L_.warps.resize(nwarps);
+    for (uint32_t w = 0; w < nwarps; ++w) allocate_warp(L_.warps[w], w);
+    prepared_ = true;
+  }
+  start_block(linear);
 }
 
 void Runner::start_block(uint64_t linear) {
@@ -189,25 +194,30 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
     case kReservedSmemOffset1: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes / 2;
     case kReservedSmemEnd: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes;
     case kReservedSmemCap: return prog_.reserved_shared_bytes;
+    case kEnvreg1: return c.grid_workspace >> 32;
+    case kEnvreg2: return c.grid_workspace & 0xffffffffull;
     default: return 0;
   }
 }
 
 void Runner::run_block(uint64_t linear) {
-  start_block(linear);
-  Block& B = L_.block;
-  for (;;) {
-    bool progressed = false;
-    for (Warp& w : L_.warps) {
-      if (!w.live) continue;
-      uint64_t steps = run_warp(w, kWarpSlice);
-      if (steps) progressed = true;
-      L_.warp_steps += steps;
-    }
-    if (B.live_threads == 0) return;
-    check_limits();
-    if (!progressed && !unstick()) deadlock();
+  begin(linear);
+  while (!advance(kWarpSlice)) {
   }
+}
+
+bool Runner::advance(uint64_t slice) {
+  bool progressed = false;
+  for (Warp& w : L_.warps) {
+    if (!w.live) continue;
+    uint64_t steps = run_warp(w, slice);
+    if (steps) progressed = true;
+    L_.warp_steps += steps;
+  }
+  if (L_.block.live_threads == 0) return true;
+  check_limits();
+  if (!progressed && !unstick()) deadlock();
+  return false;
 }
 
 void Runner::check_limits() {
@@ -295,13 +305,25 @@ bool Runner::unstick() {
 }  // namespace detail
 
 LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std::string& params,
-                        const LaunchConfig& config) {
+                        const LaunchConfig& launch_config) {
   LaunchResult result;
   std::string problem = program.validate();
   if (!problem.empty()) {
     result.code = kLaunchFailed;
     result.message = "the lowered program of " + program.name + " is unsound (an emulator bug): " + problem;
     return result;
+  }
+  LaunchConfig config = launch_config;
+  GridWorkspace workspace(memory);
+  if (config.cooperative) {
+    try {
+      config.grid_workspace = workspace.create();
+    } catch (MemoryError& e) {
+      result.code = e.code;
+      result.message = "no device memory for the grid workspace of a cooperative launch of " + program.name +
+                       ": " + e.what();
+      return result;
+    }
   }
   DeviceMemory::Use use(memory);
   detail::LaunchShared shared;
@@ -313,6 +335,10 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
   if (config.sm_cap) sms = std::min<uint64_t>(sms, config.sm_cap);
   auto workers = static_cast<uint32_t>(std::min<uint64_t>(sms, shared.blocks));
   WorkerPool::instance().run(workers, [&](uint32_t smid) {
+    if (config.cooperative) {
+      detail::run_cooperative_worker(program, memory, params, config, smid, shared);
+      return;
+    }
     Launch launch(program, memory, params, config, smid);
     detail::Runner(launch, shared).run();
   });

@@ -287,7 +287,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         return clamp_sm_grant(requested_sms, self._sm_count)
 
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes, sm_cap: int | None = None) -> None:
+               params: bytes, sm_cap: int | None = None, cooperative: bool = False) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
@@ -319,7 +319,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel, sm_cap or 0, heap)
+                                     self._cancel, sm_cap or 0, heap, cooperative)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)
