@@ -5,6 +5,7 @@ the right result."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -103,6 +104,27 @@ def test_best_effort_kernels_preempted_many_times_compute_exact_results(be_trans
         assert c["kernels_ptb"] == 4 and c["preemptions"] > 5 and c["ptb_launches"] > 9
     else:
         assert c["kernels_sliced"] + c["kernels_ptb"] == 4
+
+
+@pytest.mark.parametrize("be_transform", ["auto", "slice", "ptb"])
+def test_cooperative_best_effort_kernels_run_whole_next_to_high_priority_work(be_transform):
+    # The same transformable kernels as above, launched cooperatively: their blocks may
+    # wait for each other, so none is sliced, run as PTB or preempted, whatever the
+    # transformation asked for.
+    rig = Rig(be_transform=be_transform)
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.05)
+    buf = rig.buffer(5000)
+    rig.ex.submit("be", 0, MemcpyHtoD(buf, np.arange(5000, dtype=np.uint32).tobytes()))
+    for name in ("add_one", "double", "add_one", "double"):
+        rig.ex.submit("be", 0, replace(rig.launch(name, 5000, buf), cooperative=True))
+    rig.ex.synchronize_stream("be", 0)
+    x = np.arange(5000, dtype=np.uint32)
+    assert u32(rig.sim, buf, 5000) == (((x + 1) * 2 + 1) * 2).tolist()
+    c = rig.ex.counters()
+    assert c["kernels_cooperative"] == 4
+    assert (c["kernels_sliced"], c["kernels_ptb"], c["preemptions"], c["untransformable"]) == (0, 0, 0, 0), c
 
 
 def test_fifo_sends_everything_at_once_and_keeps_order():
