@@ -67,6 +67,7 @@ from test_e2e_virtual_memory import (  # noqa: F401
     test_reserve_create_map_access_unmap,
 )
 
+from test_e2e_cooperative import SM90, check_cooperative_job
 from test_e2e_green_contexts import build_green_contexts, check_green_context_job
 
 from tally.bench.demo import compile_example
@@ -128,6 +129,20 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
     scheduler = cuda_server.status()["server"]["scheduler"]
     assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
     assert scheduler["untransformable"] == 0, scheduler
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_cooperative_and_dependent_launches(nvcc, cuda_server, priority):
+    # The cuda backend launches each cooperative kernel with cuLaunchKernelEx and the
+    # cooperative attribute: the driver underneath (tally's, on the emulator) counts
+    # three cooperative kernels, which it ran with every block resident.
+    under_before = cuda_server.under.status()["server"]["scheduler"]["kernels_cooperative"]
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "cooperative_launch.cu", flags=SM90), priority=priority)
+    check_cooperative_job(job)
+    assert cuda_server.under.status()["server"]["scheduler"]["kernels_cooperative"] - under_before == 3
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "dependent_launch.cu", flags=SM90), priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("serialized_wrong", "event_wrong") == [0, 0]
 
 
 def test_device_printf_goes_to_the_servers_stdout(nvcc, cuda_server):
