@@ -69,6 +69,7 @@ from test_e2e_virtual_memory import (  # noqa: F401
 
 from test_e2e_cooperative import SM90, check_cooperative_job
 from test_e2e_green_contexts import build_green_contexts, check_green_context_job
+from test_e2e_stream_attributes import check_stream_attributes_job
 
 from tally.bench.demo import compile_example
 
@@ -143,6 +144,18 @@ def test_cooperative_and_dependent_launches(nvcc, cuda_server, priority):
     job = run_job(cuda_server.socket, build_cuda(nvcc, "dependent_launch.cu", flags=SM90), priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("serialized_wrong", "event_wrong") == [0, 0]
+
+
+def test_stream_attributes(nvcc, cuda_server):
+    # The job's four access-policy windows (its stream's, the copy's, the default
+    # stream's set and cleared) reach the device: the cuda backend calls
+    # cuStreamSetAttribute for each, which the driver underneath counts.
+    def windows_applied() -> int:
+        return sum(c["requests_by_kind"].get("StreamAccessPolicy", 0) for c in cuda_server.under.status()["clients"])
+
+    before = windows_applied()
+    check_stream_attributes_job(run_job(cuda_server.socket, build_cuda(nvcc, "stream_attributes.cu")))
+    assert windows_applied() - before == 4
 
 
 def test_device_printf_goes_to_the_servers_stdout(nvcc, cuda_server):

@@ -173,6 +173,18 @@ Dim3 = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
+class AccessPolicyWindow:
+    """A stream's L2 access-policy window (CUaccessPolicyWindow): accesses to
+    [base, base + num_bytes) hit the cache with `hit_prop` for `hit_ratio` of the
+    window and `miss_prop` for the rest (CUaccessProperty values); num_bytes 0: none."""
+    base: int
+    num_bytes: int
+    hit_ratio: float
+    hit_prop: int
+    miss_prop: int
+
+
+@dataclass(frozen=True)
 class DataPlaneDevice:
     """How tally's C++ data plane (docs/data-plane.md) issues work on a backend's
     device without Python: the backend's issuer (a tally._core.data_plane.Issuer),
@@ -272,6 +284,9 @@ class DeviceBackend(Protocol):
     def host_callback(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run `fn` on a backend thread once the stream reaches this point;
         later work on the stream waits until `fn` returns."""
+    def stream_set_access_policy(self, stream: Stream, window: AccessPolicyWindow) -> None:
+        """The stream's later kernels use this L2 access-policy window (a device
+        without an L2 to steer accepts it and changes nothing)."""
 
     # synchronization (raise the stream's pending DeviceError, once)
     def stream_synchronize(self, stream: Stream) -> None: ...

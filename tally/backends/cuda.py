@@ -398,6 +398,14 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         self._current()
         _check(cu.cuStreamWaitEvent(stream, event, 0))
 
+    def stream_set_access_policy(self, stream, window) -> None:
+        self._current()
+        value = cu.CUstreamAttrValue()
+        w = value.accessPolicyWindow
+        w.base_ptr, w.num_bytes, w.hitRatio = window.base, window.num_bytes, window.hit_ratio
+        w.hitProp, w.missProp = cu.CUaccessProperty(window.hit_prop), cu.CUaccessProperty(window.miss_prop)
+        _check(cu.cuStreamSetAttribute(stream, cu.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, value))
+
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         self._current()
         with self._callbacks_lock:

@@ -283,6 +283,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cooperative=False) -> None:
         pass
 
+    def stream_set_access_policy(self, stream, window) -> None:
+        pass
+
     def memcpy_htod_async(self, dst, src, stream) -> None:
         pass
 

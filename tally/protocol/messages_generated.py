@@ -2260,6 +2260,38 @@ class CtxSetLimit:
         return _CtxSetLimit.pack(self.limit, 0, self.value)
 
 
+_StreamAccessPolicy = struct.Struct('<QQQdII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAccessPolicy:
+    """async: the stream's L2 access-policy window (CUaccessPolicyWindow) from its next operation on;
+    num_bytes 0 clears it
+    """
+
+    KIND: ClassVar[int] = 245
+    SIZE: ClassVar[int] = 40  # bytes before the tail
+    stream: int = 0
+    base: int = 0
+    num_bytes: int = 0
+    hit_ratio: float = 0.0
+    hit_prop: int = 0
+    miss_prop: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamAccessPolicy:
+        if len(payload) != 40:
+            if len(payload) < 40:
+                raise _short('StreamAccessPolicy', len(payload), 40)
+            raise _trailing('StreamAccessPolicy', len(payload) - 40)
+        v0, v1, v2, v3, v4, v5 = _StreamAccessPolicy.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4, v5)
+
+    def encode(self) -> bytes:
+        return _StreamAccessPolicy.pack(self.stream, self.base, self.num_bytes, self.hit_ratio, self.hit_prop,
+                                        self.miss_prop)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2349,5 +2381,6 @@ MESSAGES = (
     SmResourceReply,
     GreenStreamCreate,
     CtxSetLimit,
+    StreamAccessPolicy,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

@@ -256,6 +256,12 @@ DRIVER_MESSAGES = (
             "CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY "
             "when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit",
             (F("limit", "u32"), F("_pad0", "u32"), F("value", "u64"))),
+    # Stream attributes (cuStreamSetAttribute): the client keeps and answers them all; the
+    # access-policy window also steers the device's L2 for the stream's later kernels.
+    Message("StreamAccessPolicy", 245, "async: the stream's L2 access-policy window (CUaccessPolicyWindow) "
+            "from its next operation on; num_bytes 0 clears it",
+            (F("stream", "u64"), F("base", "u64"), F("num_bytes", "u64"), F("hit_ratio", "f64"),
+             F("hit_prop", "u32"), F("miss_prop", "u32"))),
 )
 
 

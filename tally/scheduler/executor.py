@@ -53,7 +53,7 @@ from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
-                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamAccessPolicy, StreamWaitEvent, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
@@ -487,6 +487,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 b.memset_async(op.dst, op.value, op.element_size, op.count, bs)
             elif isinstance(op, HostCallback):
                 b.host_callback(bs, op.fn)
+            elif isinstance(op, StreamAccessPolicy):
+                b.stream_set_access_policy(bs, op.window)
             elif isinstance(op, GatedCallback):
                 if not item.dispatched:
                     item.dispatched = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Union
 
-from tally.backends.base import Dim3, Function
+from tally.backends.base import AccessPolicyWindow, Dim3, Function
 
 if TYPE_CHECKING:
     from tally.scheduler.events import ExecutorEvent
@@ -95,10 +95,17 @@ class GatedCallback:
     gate: HostGate
 
 
+@dataclass(frozen=True, eq=False)
+class StreamAccessPolicy:
+    """cuStreamSetAttribute's access-policy window: the stream's operations after
+    this one run with it (in stream order, as CUDA applies it)."""
+    window: AccessPolicyWindow
+
+
 Op = Union[Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-           HostCallback, GatedCallback]
+           HostCallback, GatedCallback, StreamAccessPolicy]
 OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-            HostCallback, GatedCallback)
+            HostCallback, GatedCallback, StreamAccessPolicy)
 
 
 def _dim3(name: str, value) -> None:

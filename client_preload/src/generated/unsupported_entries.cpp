@@ -261,18 +261,6 @@ CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030_ptsz(CUstream hStr
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2_ptsz");
 }
-CUresult tally_entry_cuStreamCopyAttributes_v11000_ptsz(CUstream dst, CUstream src) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamCopyAttributes_ptsz");
-}
-CUresult tally_entry_cuStreamGetAttribute_v11000_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue_v1 *value_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetAttribute_ptsz");
-}
-CUresult tally_entry_cuStreamSetAttribute_v11000_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue_v1 *value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamSetAttribute_ptsz");
-}
 CUresult tally_entry_cuImportExternalMemory_v10000(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 *memHandleDesc) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuImportExternalMemory");
@@ -868,18 +856,6 @@ CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, 
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2");
-}
-CUresult tally_entry_cuStreamCopyAttributes_v11000(CUstream dstStream, CUstream srcStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamCopyAttributes");
-}
-CUresult tally_entry_cuStreamGetAttribute_v11000(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue_v1 *value) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamGetAttribute");
-}
-CUresult tally_entry_cuStreamSetAttribute_v11000(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue_v1 *param) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamSetAttribute");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;

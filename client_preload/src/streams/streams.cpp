@@ -13,6 +13,7 @@
 #include "contexts/green_contexts.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
+#include "streams/stream_attributes.h"
 #include "streams/stream_ids.h"
 #include "streams/streams.h"
 
@@ -214,6 +215,7 @@ TALLY_ENTRY(cuStreamDestroy_v4000)(CUstream hStream) {
   ObjectTag expected = ObjectTag::kStream;
   if (!s->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_HANDLE;
   forget_context_resource(ContextResource::kStream, reinterpret_cast<uint64_t>(s));
+  forget_stream_attributes(s->id);
   return Connection::instance().send(protocol::StreamDestroyMsg{s->id});
 }
 

@@ -138,6 +138,7 @@ enum class MessageKind : uint32_t {
   SmResourceReply = 201,
   GreenStreamCreate = 202,
   CtxSetLimit = 230,
+  StreamAccessPolicy = 245,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -231,6 +232,7 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::SmResourceReply: return "SmResourceReply";
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     case MessageKind::CtxSetLimit: return "CtxSetLimit";
+    case MessageKind::StreamAccessPolicy: return "StreamAccessPolicy";
     default: return nullptr;
   }
 }
@@ -1346,5 +1348,25 @@ static_assert(offsetof(CtxSetLimitMsg, limit) == 0);
 static_assert(offsetof(CtxSetLimitMsg, _pad0) == 4);
 static_assert(offsetof(CtxSetLimitMsg, value) == 8);
 constexpr uint32_t kCtxSetLimitSize = 16;  // bytes on the wire (0: empty)
+
+// async: the stream's L2 access-policy window (CUaccessPolicyWindow) from its next operation on; num_bytes 0 clears it
+struct StreamAccessPolicyMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamAccessPolicy;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t base;
+  uint64_t num_bytes;
+  double hit_ratio;
+  uint32_t hit_prop;
+  uint32_t miss_prop;
+};
+static_assert(sizeof(StreamAccessPolicyMsg) == 40, "StreamAccessPolicyMsg layout differs from the Python codec");
+static_assert(offsetof(StreamAccessPolicyMsg, stream) == 0);
+static_assert(offsetof(StreamAccessPolicyMsg, base) == 8);
+static_assert(offsetof(StreamAccessPolicyMsg, num_bytes) == 16);
+static_assert(offsetof(StreamAccessPolicyMsg, hit_ratio) == 24);
+static_assert(offsetof(StreamAccessPolicyMsg, hit_prop) == 32);
+static_assert(offsetof(StreamAccessPolicyMsg, miss_prop) == 36);
+constexpr uint32_t kStreamAccessPolicySize = 40;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -393,6 +393,9 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def host_callback(self, stream: EmulatorStream, fn: Callable[[], None]) -> None:
         stream.submit(fn)
 
+    def stream_set_access_policy(self, stream: EmulatorStream, window) -> None:
+        pass   # the emulator has no cache: every access costs the same
+
     # ------------------------------------------------------------------ synchronization
 
     def stream_synchronize(self, stream: EmulatorStream) -> None:

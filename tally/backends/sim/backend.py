@@ -270,6 +270,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
     def host_callback(self, stream: SimStream, fn: Callable[[], None]) -> None:
         self._enqueue(stream, CallbackOp(fn))
 
+    def stream_set_access_policy(self, stream: SimStream, window) -> None:
+        pass   # the cost model has no L2 residency to steer
+
     # synchronization ------------------------------------------------------------------------
     def stream_synchronize(self, stream: SimStream) -> None:
         self.loop.catch_up()

@@ -19,13 +19,14 @@ from tally.server.handlers import (
     managed_memory,
     memory,
     modules,
+    stream_attributes,
     streams,
     sync,
     virtual_memory,
 )
 
-MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, events,
-           host_functions, sync, modules, linker, launch, green_contexts, contexts)
+MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, stream_attributes,
+           events, host_functions, sync, modules, linker, launch, green_contexts, contexts)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:
