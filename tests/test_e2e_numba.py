@@ -2,7 +2,8 @@
 device functions, a shared-memory reduction with syncthreads, atomics) compiled by
 NVVM, linked through tally's cuLink* and checked against numpy
 (tests/cuda/programs/numba_kernels.py), and a kernel that allocates arrays through
-numba's runtime (NRT: device malloc/free, tests/cuda/programs/numba_nrt.py). numba-cuda, NVVM and NVRTC come from PyPI
+numba's runtime (NRT: device malloc/free, tests/cuda/programs/numba_nrt.py), and a cooperative
+kernel that synchronizes its grid (tests/cuda/programs/numba_grid_sync.py). numba-cuda, NVVM and NVRTC come from PyPI
 (the `test` extra); numba finds the driver as libcuda.so.1, which tally-run makes
 tally's."""
 from __future__ import annotations
@@ -30,3 +31,13 @@ def test_numba_runtime_allocates_from_the_device_heap(emulator_server):
     job = run_job(emulator_server.socket, sys.executable, PROGRAMS / "numba_nrt.py", timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("nrt_matches", "nrt_allocs", "nrt_frees") == [1, 256, 256]
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_numba_grid_sync(emulator_server, priority):
+    # cuda.cg.this_grid().sync(): libcudadevrt's cudaCGSynchronize, linked by tally's linker,
+    # ends in the driver's system calls, which the emulator provides for a cooperative launch
+    job = run_job(emulator_server.socket, sys.executable, PROGRAMS / "numba_grid_sync.py", timeout=300,
+                  priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("grid_sync_blocks", "grid_sync_matches", "largest_grid_positive") == [24, 1, 1]

@@ -26,6 +26,7 @@ from tally.backends.emulator.layout import (
     var_align,
     var_size,
 )
+from tally.backends.emulator.grid_syscalls import provide_grid_syscalls
 from tally.backends.emulator.lower_control import HEAP_FUNCTIONS
 from tally.backends.emulator.kernel_resources import KernelResources, kernel_resources
 from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
@@ -87,7 +88,7 @@ class EmulatorModule:
                                   "build the program with PTX (e.g. nvcc -gencode arch=compute_90,code=compute_90)")
             raise DeviceError(CUDA_ERROR_INVALID_IMAGE, "module image holds neither PTX nor a cubin")
         try:
-            self.ir = parse_module(source.ptx, "<module>")
+            self.ir = parse_module(provide_grid_syscalls(source.ptx), "<module>")
         except PtxParseError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX does not parse: {e}") from None
         self._memory = memory
