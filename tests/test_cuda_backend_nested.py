@@ -136,11 +136,11 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
 def test_cooperative_and_dependent_launches(nvcc, cuda_server, priority):
     # The cuda backend launches each cooperative kernel with cuLaunchKernelEx and the
     # cooperative attribute: the driver underneath (tally's, on the emulator) counts
-    # three cooperative kernels, which it ran with every block resident.
+    # five cooperative kernels, which it ran with every block resident.
     under_before = cuda_server.under.status()["server"]["scheduler"]["kernels_cooperative"]
     job = run_job(cuda_server.socket, build_cuda(nvcc, "cooperative_launch.cu", flags=SM90), priority=priority)
     check_cooperative_job(job)
-    assert cuda_server.under.status()["server"]["scheduler"]["kernels_cooperative"] - under_before == 3
+    assert cuda_server.under.status()["server"]["scheduler"]["kernels_cooperative"] - under_before == 5
     job = run_job(cuda_server.socket, build_cuda(nvcc, "dependent_launch.cu", flags=SM90), priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("serialized_wrong", "event_wrong") == [0, 0]

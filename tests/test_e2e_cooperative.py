@@ -8,7 +8,8 @@ priorities.
   (so every block was resident at once and the grid barrier worked); the server
   ran those kernels whole, never sliced or preempted, also at best effort; a grid
   one block larger than the occupancy calculator allows fails with
-  cudaErrorCooperativeLaunchTooLarge, says why, and the job goes on;
+  cudaErrorCooperativeLaunchTooLarge, says why, and the job goes on; captured into
+  a graph, the launch replays cooperatively, also after new node parameters;
 - dependent_launch.cu: a secondary kernel launched with programmatic stream
   serialization, and one behind a programmatic event, see all of their primary's
   writes (griddepcontrol.wait / launch_dependents in their PTX).
@@ -30,6 +31,7 @@ def check_cooperative_job(job) -> None:
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("cooperative_attribute") == [1]
     assert job.ints("launch_wrong", "launch_ex_wrong", "after_wrong") == [0, 0, 0], job.stdout
+    assert job.ints("graph_wrong", "updated_graph_wrong") == [0, 0], job.stdout
     assert job.ints("too_large", "last_error") == [CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE] * 2
     why = next((line for line in job.stderr.splitlines() if "COOPERATIVE_LAUNCH_TOO_LARGE" in line), "")
     assert "cannot all be resident at once" in why and "ring_rounds" in why, job.stderr
@@ -42,7 +44,7 @@ def test_grid_sync_in_a_cooperative_launch(nvcc, emulator_server, priority):
                   priority=priority)
     check_cooperative_job(job)
     after = scheduler_counters(emulator_server)
-    assert after["kernels_cooperative"] - before["kernels_cooperative"] == 3, after
+    assert after["kernels_cooperative"] - before["kernels_cooperative"] == 5, after
     # Whole, never transformed: no slice or PTB kernel started meanwhile (this job's
     # kernels are all cooperative).
     for counter in ("kernels_sliced", "kernels_ptb", "preemptions"):

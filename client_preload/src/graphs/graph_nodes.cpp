@@ -77,8 +77,9 @@ CUresult record_launch(const KernelNodeLaunch& k, ReplayList* ops) {
                          CU_LAUNCH_PARAM_BUFFER_SIZE, nullptr, CU_LAUNCH_PARAM_END};
         size_t size = k.params.size();
         extra[3] = &size;
-        return tally_entry_cuLaunchKernel_v4000(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
-                                                k.block[2], k.shared_bytes, s, nullptr, extra);
+        const uint32_t flags = k.cooperative ? static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE) : 0;
+        return launch_kernel(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+                             k.shared_bytes, s, nullptr, extra, false, flags);
       },
       &recorded);
   *ops = std::move(recorded.ops);
@@ -241,6 +242,10 @@ CUresult set_kernel_params(CUgraphNode n, const Params* p, CUfunction func) {
   if (node == nullptr || p == nullptr || node->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
   KernelNodeLaunch k;
   if (CUresult rc = copy_launch(kernel_fields(*p, func), &k); rc != CUDA_SUCCESS) return rc;
+  {
+    std::lock_guard<std::mutex> lock(node->graph->mutex);
+    k.cooperative = node->kernel.cooperative;
+  }
   ReplayList ops;
   if (CUresult rc = record_launch(k, &ops); rc != CUDA_SUCCESS) return rc;
   std::lock_guard<std::mutex> lock(node->graph->mutex);
@@ -259,6 +264,10 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
     return CUDA_ERROR_INVALID_VALUE;
   KernelNodeLaunch k;
   if (CUresult rc = copy_launch(kernel_fields(*p, func), &k); rc != CUDA_SUCCESS) return rc;
+  {
+    std::lock_guard<std::mutex> lock(node->graph->mutex);
+    k.cooperative = node->kernel.cooperative;
+  }
   ReplayList ops;
   if (CUresult rc = record_launch(k, &ops); rc != CUDA_SUCCESS) return rc;
   std::lock_guard<std::mutex> lock(e->mutex);
@@ -286,6 +295,7 @@ KernelNodeLaunch& KernelNodeLaunch::operator=(const KernelNodeLaunch& other) {
   std::copy(other.grid, other.grid + 3, grid);
   std::copy(other.block, other.block + 3, block);
   shared_bytes = other.shared_bytes;
+  cooperative = other.cooperative;
   params = other.params;
   pointers.clear();
   for (void* p : other.pointers)

@@ -35,6 +35,8 @@ struct KernelNodeLaunch {
   unsigned shared_bytes = 0;
   std::vector<uint8_t> params;  // the parameter block
   std::vector<void*> pointers;  // one per parameter, into `params` (what GetParams hands out)
+  // A captured cooperative launch: a node attribute, which new parameters keep.
+  bool cooperative = false;
 
   KernelNodeLaunch() = default;
   KernelNodeLaunch(const KernelNodeLaunch& other) { *this = other; }

@@ -4,7 +4,8 @@
 // launched by cudaLaunchCooperativeKernel and by cudaLaunchKernelEx with the
 // cooperative attribute, the grid sized by the occupancy calculator, and a grid
 // one block too large, which must fail with cudaErrorCooperativeLaunchTooLarge
-// and leave the job able to go on.
+// and leave the job able to go on; a cooperative launch captured into a graph
+// replays cooperatively, also with new node parameters.
 //   cooperative_launch [BLOCKS_PER_SM]   (default 2: blocks of each SM's share used)
 #include <cooperative_groups.h>
 #include <cstdio>
@@ -80,6 +81,36 @@ int main(int argc, char** argv) {
   CHECK(cudaLaunchKernelEx(&config, ring_rounds, d_values, d_scratch, rounds));
   CHECK(cudaDeviceSynchronize());
   printf("launch_ex_wrong=%d\n", wrong_blocks(d_values, blocks));
+
+  // Captured into a graph, the launch stays cooperative when replayed, and when the
+  // instantiated graph's node gets new parameters (a smaller grid).
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK(cudaMemset(d_values, 0, (largest + 1) * sizeof(int)));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CHECK(cudaLaunchCooperativeKernel((void*)ring_rounds, dim3(blocks), dim3(kThreads), args, 0, stream));
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  const int graph_wrong = wrong_blocks(d_values, blocks);
+  cudaGraphNode_t node;
+  size_t nodes = 1;
+  CHECK(cudaGraphGetNodes(graph, &node, &nodes));
+  cudaKernelNodeParams params = {};
+  params.func = (void*)ring_rounds;
+  params.gridDim = dim3(5);
+  params.blockDim = dim3(kThreads);
+  params.kernelParams = args;
+  CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &params));
+  CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  printf("graph_wrong=%d updated_graph_wrong=%d\n", graph_wrong, wrong_blocks(d_values, 5));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(stream));
 
   // One block more than the device holds at once.
   cudaError_t too_large =
