@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -42,6 +43,16 @@ extern "C" __global__ void ring_rounds(int* values, int* scratch, int rounds)
     }
 }
 
+// One block writes through a null pointer before the grid barrier, which the others
+// then wait at for a block that never comes.
+extern "C" __global__ void fault_before_sync(int* values, int bad_block)
+{
+    cg::grid_group grid = cg::this_grid();
+    if (blockIdx.x == bad_block && threadIdx.x == 0) *(volatile int*)nullptr = 1;
+    grid.sync();
+    values[blockIdx.x] = 1;
+}
+
 // Programmatic dependent launch: the primary lets its dependents start early, the
 // secondary waits for the primary's memory before reading it.
 extern "C" __global__ void pdl_primary(int* data)
@@ -59,6 +70,7 @@ extern "C" __global__ void pdl_secondary(const int* data, int* out)
 """
 
 CUDA_ERROR_LAUNCH_FAILED = 719     # what a GPU reports for `trap`
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +147,20 @@ def test_grid_sync_without_a_cooperative_launch_traps(device):
     values, _ = launch(device, "ring_rounds", (4, 1, 1), (32, 1, 1), [np.zeros(4, np.int32), np.zeros(4, np.int32)],
                        struct.pack("<i", 2), cooperative=True)
     np.testing.assert_array_equal(values, ring_expected(4, 2))
+
+
+def test_a_fault_stops_the_whole_cooperative_grid(device):
+    # The other 31 blocks would wait at the grid barrier until the launch's time limit
+    # (60 s here); the fault ends the launch at once instead, and the device goes on.
+    started = time.monotonic()
+    with pytest.raises(DeviceError) as e:
+        launch(device, "fault_before_sync", (32, 1, 1), (32, 1, 1), [np.zeros(32, np.int32)], struct.pack("<i", 17),
+               cooperative=True)
+    assert e.value.code == CUDA_ERROR_ILLEGAL_ADDRESS and "block (17,0,0)" in e.value.message, e.value
+    assert time.monotonic() - started < 30
+    values, _ = launch(device, "ring_rounds", (8, 1, 1), (32, 1, 1), [np.zeros(8, np.int32), np.zeros(8, np.int32)],
+                       struct.pack("<i", 3), cooperative=True)
+    np.testing.assert_array_equal(values, ring_expected(8, 3))
 
 
 def test_griddepcontrol_runs_serialized(device):
