@@ -10,6 +10,9 @@ priorities.
   one block larger than the occupancy calculator allows fails with
   cudaErrorCooperativeLaunchTooLarge, says why, and the job goes on; captured into
   a graph, the launch replays cooperatively, also after new node parameters;
+- cooperative_driver.c: the same through the driver API, also
+  cuLaunchCooperativeKernelMultiDevice on the one device a job has (two devices
+  and unknown flags refused);
 - dependent_launch.cu: a secondary kernel launched with programmatic stream
   serialization, and one behind a programmatic event, see all of their primary's
   writes (griddepcontrol.wait / launch_dependents in their PTX).
@@ -17,7 +20,8 @@ priorities.
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server, finish, run_job, start_job  # noqa: F401
+from e2e_helpers import (CUDA_ERROR_INVALID_VALUE, build_cuda, build_device_code, build_driver_c,  # noqa: F401
+                         emulator_server, finish, run_job, start_job)
 
 SM90 = ("-gencode", "arch=compute_90,code=compute_90")
 CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720      # cudaErrorCooperativeLaunchTooLarge has the same number
@@ -70,3 +74,16 @@ def test_programmatic_dependent_launch(nvcc, emulator_server, priority):
     job = run_job(emulator_server.socket, build_cuda(nvcc, "dependent_launch.cu", flags=SM90), priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("serialized_wrong", "event_wrong") == [0, 0]
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_cooperative_launches_through_the_driver_api(nvcc, emulator_server, priority):
+    ptx = build_device_code(nvcc, "cooperative_kernels.cu", "ptx", SM90)
+    job = run_job(emulator_server.socket, build_driver_c("cooperative_driver.c"), ptx, priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("cooperative_attribute", "multi_device_attribute") == [1, 1]
+    assert job.ints("launch_wrong", "multi_wrong", "multi_unsynchronized_wrong") == [0, 0, 0]
+    assert job.ints("two_devices", "unknown_flags", "too_large", "multi_too_large") == [
+        CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+        CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE]
+    assert "a job under tally has one device" in job.stderr, job.stderr

@@ -3,10 +3,10 @@
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
 emulated devices do not provide (clusters, legacy IPC attributes) read 0 so a
-job takes its fallback path instead of failing later, and so does the deprecated
-multi-device cooperative launch.
-Provided, and so 1: cooperative launches (the emulator keeps a cooperative grid's
-blocks resident together and gives it cooperative groups' grid barrier), stream-ordered allocation (tally's client implements the
+job takes its fallback path instead of failing later.
+Provided, and so 1: cooperative launches, also the multi-device form on the one
+device (the emulator keeps a cooperative grid's blocks resident together and gives
+it cooperative groups' grid barrier), stream-ordered allocation (tally's client implements the
 default memory pool), virtual memory management, managed memory, which is
 coherent at every moment (concurrent access from the CPU and kernels is safe), and
 kernels reading pinned host memory at its host address.
@@ -67,8 +67,7 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2, "PAGEABLE_MEMORY_ACCESS": 0,
         "CONCURRENT_MANAGED_ACCESS": 1, "COMPUTE_PREEMPTION_SUPPORTED": 1,
         "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 1, "COOPERATIVE_LAUNCH": 1,
-        # cuLaunchCooperativeKernelMultiDevice (deprecated, gone from CUDA 13's runtime) is not implemented
-        "COOPERATIVE_MULTI_DEVICE_LAUNCH": 0,
+        "COOPERATIVE_MULTI_DEVICE_LAUNCH": 1,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         # A stream's access-policy window may span what a GPU's may (A100 and H100 report

@@ -2182,7 +2182,7 @@ const EntryPoint kEntryPoints[] = {
     {"cuLaunch", 2000, false, false, "cuLaunch", reinterpret_cast<void*>(&tally_entry_cuLaunch_v2000), reinterpret_cast<void*>(&tally_traced_cuLaunch_v2000)},
     {"cuLaunchCooperativeKernel", 9000, false, true, "cuLaunchCooperativeKernel", reinterpret_cast<void*>(&tally_entry_cuLaunchCooperativeKernel_v9000), reinterpret_cast<void*>(&tally_traced_cuLaunchCooperativeKernel_v9000)},
     {"cuLaunchCooperativeKernel", 9000, true, true, "cuLaunchCooperativeKernel_ptsz", reinterpret_cast<void*>(&tally_entry_cuLaunchCooperativeKernel_v9000_ptsz), reinterpret_cast<void*>(&tally_traced_cuLaunchCooperativeKernel_v9000_ptsz)},
-    {"cuLaunchCooperativeKernelMultiDevice", 9000, false, false, "cuLaunchCooperativeKernelMultiDevice", reinterpret_cast<void*>(&tally_entry_cuLaunchCooperativeKernelMultiDevice_v9000), reinterpret_cast<void*>(&tally_traced_cuLaunchCooperativeKernelMultiDevice_v9000)},
+    {"cuLaunchCooperativeKernelMultiDevice", 9000, false, true, "cuLaunchCooperativeKernelMultiDevice", reinterpret_cast<void*>(&tally_entry_cuLaunchCooperativeKernelMultiDevice_v9000), reinterpret_cast<void*>(&tally_traced_cuLaunchCooperativeKernelMultiDevice_v9000)},
     {"cuLaunchGrid", 2000, false, false, "cuLaunchGrid", reinterpret_cast<void*>(&tally_entry_cuLaunchGrid_v2000), reinterpret_cast<void*>(&tally_traced_cuLaunchGrid_v2000)},
     {"cuLaunchGridAsync", 2000, false, false, "cuLaunchGridAsync", reinterpret_cast<void*>(&tally_entry_cuLaunchGridAsync_v2000), reinterpret_cast<void*>(&tally_traced_cuLaunchGridAsync_v2000)},
     {"cuLaunchHostFunc", 10000, false, true, "cuLaunchHostFunc", reinterpret_cast<void*>(&tally_entry_cuLaunchHostFunc_v10000), reinterpret_cast<void*>(&tally_traced_cuLaunchHostFunc_v10000)},

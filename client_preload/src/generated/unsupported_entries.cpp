@@ -333,10 +333,6 @@ CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned in
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz");
 }
-CUresult tally_entry_cuLaunchCooperativeKernelMultiDevice_v9000(CUDA_LAUNCH_PARAMS_v1 *launchParamsList, unsigned int numDevices, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernelMultiDevice");
-}
 CUresult tally_entry_cuFuncSetBlockShape_v2000(CUfunction hfunc, int x, int y, int z) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuFuncSetBlockShape");

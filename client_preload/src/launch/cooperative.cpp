@@ -6,6 +6,8 @@
 // the device can hold at once fails here, as the driver does, with
 // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: the occupancy calculator (the same
 // answer cuOccupancyMaxActiveBlocksPerMultiprocessor gives the job) times the SMs.
+// cuLaunchCooperativeKernelMultiDevice (deprecated) launches on the one device a
+// tally job has.
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
@@ -61,4 +63,29 @@ TALLY_ENTRY(cuLaunchCooperativeKernel_v9000_ptsz)(CUfunction f, unsigned int gri
                                                   void** kernelParams) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
                        kernelParams, nullptr, true, static_cast<uint32_t>(LaunchFlag::COOPERATIVE));
+}
+
+// A job under tally sees one device, so the list names one launch. Its default
+// synchronizations order the kernel after all earlier work of the device's streams
+// and all later work after the kernel; the host waits for each here (a context
+// synchronization before, a stream synchronization after), which gives that order.
+TALLY_ENTRY(cuLaunchCooperativeKernelMultiDevice_v9000)(CUDA_LAUNCH_PARAMS_v1* launchParamsList,
+                                                        unsigned int numDevices, unsigned int flags) {
+  constexpr unsigned kKnownFlags =
+      CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC | CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
+  if (launchParamsList == nullptr || numDevices == 0 || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (numDevices > 1) {
+    tally::client::log_error("cuLaunchCooperativeKernelMultiDevice for %u devices refused (CUDA_ERROR_INVALID_VALUE): "
+                             "a job under tally has one device", numDevices);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const CUDA_LAUNCH_PARAMS_v1& p = launchParamsList[0];
+  if ((flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC) == 0) {
+    if (CUresult rc = tally_entry_cuCtxSynchronize_v2000(); rc != CUDA_SUCCESS) return rc;
+  }
+  CUresult rc = launch_kernel(p.function, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+                              p.sharedMemBytes, p.hStream, p.kernelParams, nullptr, false,
+                              static_cast<uint32_t>(LaunchFlag::COOPERATIVE));
+  if (rc != CUDA_SUCCESS || (flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC) != 0) return rc;
+  return tally_entry_cuStreamSynchronize_v2000(p.hStream);
 }

@@ -70,7 +70,7 @@ _ATTR_MULTIPROCESSOR_COUNT = 16
 _ATTR_MAX_THREADS_PER_SM = 39
 _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
 _ATTR_MAX_BLOCKS_PER_SM = 106
-_ATTR_COOPERATIVE_LAUNCH = 95
+_ATTR_COOPERATIVE_LAUNCH, _ATTR_COOPERATIVE_MULTI_DEVICE_LAUNCH = 95, 96
 
 
 class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
@@ -125,7 +125,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
                  _ATTR_MAX_THREADS_PER_SM: g.max_threads_per_sm,
                  _ATTR_CC_MAJOR: g.compute_capability[0], _ATTR_CC_MINOR: g.compute_capability[1],
                  _ATTR_MAX_BLOCKS_PER_SM: g.max_blocks_per_sm,
-                 _ATTR_COOPERATIVE_LAUNCH: 1}
+                 _ATTR_COOPERATIVE_LAUNCH: 1, _ATTR_COOPERATIVE_MULTI_DEVICE_LAUNCH: 1}
         attrs.update(zip(_ATTR_MAX_BLOCK_DIM, (1024, 1024, 64), strict=True))
         attrs.update(zip(_ATTR_MAX_GRID_DIM, (2**31 - 1, 65535, 65535), strict=True))
         return DeviceDescription(name=g.name, uuid=uuid.uuid5(uuid.NAMESPACE_DNS, g.name).bytes,
