@@ -19,6 +19,7 @@ from tally.backends.device_attributes import ATTRIBUTE_IDS, LaunchLimits, launch
 from tally.backends.emulator import EmulatorBackend
 from tally.backends.emulator import backend as emulator_backend
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.server.client.modules import ModuleRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 _names = itertools.count()
@@ -52,8 +53,9 @@ def small_device(monkeypatch):
 
 
 def vector_add(backend):
-    module = backend.module_load(compile_ptx(CORPUS_DIR / "vector_add.cu", arch="sm_90").encode())
-    return backend.module_function(module, "vector_add")
+    registry = ModuleRegistry(backend)
+    module = registry.load(compile_ptx(CORPUS_DIR / "vector_add.cu", arch="sm_90").encode())
+    return registry.function(module.module_id, "vector_add").backend_function
 
 
 def test_the_python_launch_refuses_what_the_attributes_refuse(small_device):
