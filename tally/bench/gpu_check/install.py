@@ -34,6 +34,19 @@ def read_wheels(path: Path = WHEELS_FILE) -> dict[str, list[str]]:
     return sections
 
 
+def build_requirements(repo: Path) -> list[str]:
+    """pyproject's build requirements: --no-build-isolation builds with what is installed."""
+    try:
+        import tomllib
+    except ImportError:         # Python 3.10
+        import tomli as tomllib
+    return list(tomllib.loads((repo / "pyproject.toml").read_text())["build-system"]["requires"])
+
+
+def build_requirements_argv(python: str, wheels: Path, repo: Path) -> list[str]:
+    return [python, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), *build_requirements(repo)]
+
+
 def install_argv(python: str, wheels: Path, repo: Path) -> list[str]:
     return [python, "-m", "pip", "install", *INSTALL_FLAGS, str(wheels), str(repo)]
 
@@ -68,6 +81,7 @@ def rehearse_install(repo: Path, wheels: Path, image_wheels: Path, python: str, 
     steps = [[python, "-m", "venv", str(venv)],
              [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(image_wheels),
               *chosen["image"]],
+             build_requirements_argv(str(venv / "bin/python"), wheels, repo),
              install_argv(str(venv / "bin/python"), wheels, repo),
              # what the GPU run needs first: the C++ core loads and the kit starts
              [str(venv / "bin/python"), "-c", "import tally._core, tally.bench.gpu_check.cli"],
