@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import shlex
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -43,6 +45,9 @@ def add_parser(sub) -> None:
     r.add_argument("--image-wheels", type=Path,
                    help=f"the GPU image's packages as wheels (tools/gpu_wheels.sh --rehearsal: {install.IMAGE_WHEELS_DIR})")
     r.add_argument("--python", default="python3.12", help="the interpreter of the fresh venv (default: %(default)s)")
+    # After its install the full rehearsal runs the steps again from the fresh venv, as the
+    # GPU machine runs them from what it installed; this flag hands over the install's result.
+    r.add_argument("--after-install", type=Path, help=argparse.SUPPRESS)
 
 
 def find_repo(start: Path) -> Path | None:
@@ -61,9 +66,9 @@ def main(args: argparse.Namespace) -> int:
     repo = (args.repo or find_repo(Path.cwd()) or Path.cwd()).resolve()
     wheels = install.read_wheels()
     deadline = args.deadline_s if args.deadline_s is not None else plan.DEVICE_CALL_S - args.spent_s
-    rehearse_install = args.rehearse and not args.quick
+    rehearse_install = args.rehearse and not args.quick and args.after_install is None
     shown = plan.Mode(args.rehearse, args.quick, repo, args.out)
-    print(plan.format_plan(chosen, shown, wheels["carry"], install=not args.rehearse or rehearse_install), flush=True)
+    print(plan.format_plan(chosen, shown, wheels["carry"], install=not args.rehearse or rehearse_install or args.after_install is not None), flush=True)
     if args.dry_run:
         carried = repo / install.WHEELS_DIR
         if carried.is_dir():
@@ -95,9 +100,15 @@ def main(args: argparse.Namespace) -> int:
     name = f"gpu-{'rehearsal-' if args.rehearse else ''}{date}-{device.slug()}.md"
     results_dir = args.results_dir or (args.out if args.rehearse else repo / RESULTS_DIR)
     args.out.mkdir(parents=True, exist_ok=True)
-    install_result = _install(args, repo) if rehearse_install else _install_from_log(args.install_log, args.spent_s)
-    if install_result is not None:
+    if args.after_install:
+        install_result = json.loads(args.after_install.read_text())
+    elif rehearse_install:
+        install_result = _install(args, repo)
         print(f"== install: {install_result['status']} in {install_result['wall_s']:.0f} s", flush=True)
+        if install_result["status"] == "passed":
+            return _steps_from_the_new_venv(install_result, args.out)
+    else:
+        install_result = _install_from_log(args.install_log, args.spent_s)
 
     def publish(results) -> None:
         text = report.markdown(results, device, now.strftime("%Y-%m-%d %H:%M"), command, args.rehearse, args.quick,
@@ -126,6 +137,19 @@ def _install(args: argparse.Namespace, repo: Path) -> dict:
     print("== install (rehearsal): a fresh venv, the image's packages, then the carried install, offline", flush=True)
     return install.rehearse_install(repo, args.wheels.resolve(), args.image_wheels.resolve(), args.python,
                                     args.out / "00-install.log")
+
+
+def _steps_from_the_new_venv(install_result: dict, out: Path) -> int:
+    """Run this command again with the fresh venv's Python: its steps then use the
+    installed tally and only the packages the GPU machine's image has."""
+    from tally.cli import commands
+    handed = out / "00-install.json"
+    handed.write_text(json.dumps(install_result, indent=1) + "\n")
+    python = str(Path(install_result["venv"]) / "bin" / "python")
+    argv = [python, *commands.python_module("tally.cli.bench_main")[1:], *sys.argv[1:], "--after-install", str(handed)]
+    print(f"== the steps run from {install_result['venv']}", flush=True)
+    sys.stdout.flush()
+    return subprocess.run(argv, check=False).returncode
 
 
 def _install_from_log(log: Path | None, spent_s: float) -> dict | None:
