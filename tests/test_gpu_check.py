@@ -187,6 +187,21 @@ def test_the_gpt2_job_serves_on_the_cpu(tmp_path):
     assert json.loads(out.read_text())["ok"] is True
 
 
+# ---- what the full rehearsal found ---------------------------------------------------------
+
+def test_tally_bench_migrate_runs_from_a_folder_holding_a_tally_source_tree(tmp_path):
+    """The kit runs from the repository root; its servers must start from the installed
+    tally, not the source tree there (`python -m` would import the one in the folder)."""
+    shadow = tmp_path / "tally"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the source tree, without its built C++')\n")
+    from tally.cli import commands
+    done = subprocess.run([*commands.python_module("tally.cli.bench_main"), "migrate", "--backend", "emulator",
+                           "--footprints", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| 1 MiB |" in done.stdout
+
+
 # ---- the rehearsal, end to end -------------------------------------------------------------
 
 def _rehearse(tmp_path: Path, *extra: str, timeout: int) -> tuple[subprocess.CompletedProcess, Path]:

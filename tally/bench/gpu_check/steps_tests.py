@@ -25,7 +25,9 @@ def gpu_test_files(repo: Path) -> list[str]:
 def pytest_argv(mode: Mode, files: list[str], marker: str | None, per_test_s: int) -> list[str]:
     # pytest through commands.python_module: from the repository root, `python -m pytest`
     # would import the source tree's tally (without its built C++) instead of the installed one.
-    argv = [*commands.python_module("pytest"), "-p", "no:cacheprovider", "-rA", "-q",
+    # -o addopts=: the kit picks its markers itself, and pyproject's addopts name a plugin
+    # (pytest-benchmark's --benchmark-skip) a GPU machine need not have.
+    argv = [*commands.python_module("pytest"), "-o", "addopts=", "-p", "no:cacheprovider", "-rA", "-q",
             f"--timeout={per_test_s}", f"--junitxml={mode.out / 'junit.xml'}"]
     if marker:
         argv += ["-m", marker]
