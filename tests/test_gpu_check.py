@@ -24,7 +24,7 @@ import pytest
 from tally.backends.registry import real_driver_present
 from tally.bench.gpu_check import install, plan, report
 from tally.bench.gpu_check.device import Device
-from tally.bench.gpu_check.plan import Step
+from tally.bench.gpu_check.step import Step
 from tally.bench.gpu_check.runner import FAILED, NOT_STARTED, PASSED, TIMED_OUT, StepResult, run_steps
 from tally.bench.process_jobs import JOBS_DIR, PROGRAMS
 from tally.cli.bench_main import main as bench_main

@@ -8,41 +8,17 @@ failed. `--quick` budgets are for that rerun. A step that runs past its budget
 left of the deadline is not started: either way the results so far are kept."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
+from tally.bench.gpu_check import steps_bench, steps_metrics, steps_tests
+from tally.bench.gpu_check.step import Mode, Step, shown_argv
 
 DEVICE_CALL_S = 480          # one device call's wall-clock budget for the whole kit
 INSTALL_BUDGET_S = 75        # tools/gpu_check.sh's pip install, before the kit starts
 OVERRUN = 1.25               # a step is stopped at its budget times this
 
 
-@dataclass(frozen=True)
-class Mode:
-    """Where and how the steps run."""
-    rehearse: bool           # True: on the CPU emulator (no GPU), False: on the GPU
-    quick: bool              # the short variant of each step
-    repo: Path               # the repository root (tests/ are run from there)
-    out: Path                # this step's own folder for its files
-
-
-@dataclass(frozen=True)
-class Step:
-    key: str
-    title: str
-    what: str                                    # what it measures, one line for the plan and the report
-    budget_s: int                                # on the GPU, full
-    quick_budget_s: int                          # on the GPU, --quick
-    commands: Callable[[Mode], list[list[str]]]  # argv of each command, run one after the other
-    figures: Callable[[Mode, str], dict]         # its figures, from its files and its output
-    env: Callable[[Mode], dict] = field(default=lambda mode: {})   # extra environment of its commands
-
-    def budget(self, quick: bool) -> int:
-        return self.quick_budget_s if quick else self.budget_s
-
-
 def steps() -> tuple[Step, ...]:
-    from tally.bench.gpu_check import steps_bench, steps_metrics, steps_tests
     return (steps_tests.PYTEST_GPU, steps_bench.LAUNCH, steps_bench.COLOCATE_TORCH, steps_bench.PREEMPTION,
             steps_bench.SM_SHARE, steps_tests.DEVICE_FAULT, steps_metrics.NVML_METRICS, steps_bench.MIGRATION)
 
@@ -77,17 +53,8 @@ def format_plan(chosen: tuple[Step, ...], mode: Mode, wheels: list[str], install
         lines.append(f"  {i}. {step.key:<16} {budget:4d} s  {step.title}: {step.what}")
         sample = Mode(mode.rehearse, mode.quick, mode.repo, Path("<out>") / step.key)
         for argv in step.commands(sample):
-            lines.append("       $ " + " ".join(shlex.quote(a) for a in _shown(argv)))
+            lines.append("       $ " + " ".join(shlex.quote(a) for a in shown_argv(argv)))
     lines.append(f"  total budget {total} s of one {DEVICE_CALL_S} s device call"
                  + ("" if total <= DEVICE_CALL_S else "  (OVER: choose fewer --steps or --quick)"))
     lines.append(f"  wheels carried for the install ({len(wheels)}): {', '.join(wheels)}")
     return "\n".join(lines)
-
-
-def _shown(argv: list[str]) -> list[str]:
-    """argv as a person would type it: `python -c <runner> module` shown as `python -m module`."""
-    if len(argv) >= 4 and argv[1] == "-c" and "runpy" in argv[2]:
-        return ["python", "-m", *argv[3:]]
-    if len(argv) >= 5 and argv[2] == "-c" and "runpy" in argv[3]:
-        return ["python", argv[1], "-m", *argv[4:]]
-    return argv

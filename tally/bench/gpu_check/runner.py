@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tally.bench.gpu_check.plan import OVERRUN, Mode, Step, _shown
+from tally.bench.gpu_check.plan import OVERRUN
+from tally.bench.gpu_check.step import Mode, Step, shown_argv
 
 PASSED, FAILED, TIMED_OUT, NOT_STARTED = "passed", "failed", "timed out", "not started"
 INTERRUPT_GRACE_S = 15.0     # after SIGINT, what tally-bench gets to stop its servers and jobs
@@ -81,7 +82,7 @@ def run_step(index: int, step: Step, mode: Mode, left_s: float) -> StepResult:
     budget = step.budget(mode.quick)
     argvs = step.commands(mode)
     result = StepResult(index, step.key, step.title, PASSED, budget, folder=mode.out.name,
-                        commands=[" ".join(shlex.quote(a) for a in _shown(a)) for a in argvs])
+                        commands=[" ".join(shlex.quote(a) for a in shown_argv(a)) for a in argvs])
     if budget > left_s:
         result.status, result.note = NOT_STARTED, f"needs {budget} s and {left_s:.0f} s were left"
         return result

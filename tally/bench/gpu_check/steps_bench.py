@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tally.bench.gpu_check.plan import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step
 from tally.cli import commands
 
 # The best-effort CUDA job filling an H200 (132 SMs): the residual kernel has a thread
@@ -53,7 +53,7 @@ def _launch_figures(mode: Mode, output: str) -> dict:
 
 
 LAUNCH = Step(
-    key="launch", title="tally-bench launch --backend cuda",
+    key="launch", title="launch cost",
     what="launches/s and synchronization round trip through tally against the same program natively",
     budget_s=30, quick_budget_s=25, commands=_launch_commands, figures=_launch_figures)
 

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tally.bench.gpu_check.plan import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step
 from tally.cli import commands
 
 SCRAPES, GAP_S, START_TIMEOUT_S = 2, 3.0, 60.0

@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from tally.bench.gpu_check.plan import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step
 from tally.cli import commands
 
 FAULT_TEST_GPU = "tests/test_e2e_gpu_faults.py"
