@@ -1,7 +1,8 @@
 """numba-cuda under tally-run on the emulator: Python kernels (elementwise with
 device functions, a shared-memory reduction with syncthreads, atomics) compiled by
 NVVM, linked through tally's cuLink* and checked against numpy
-(tests/cuda/programs/numba_kernels.py). numba-cuda, NVVM and NVRTC come from PyPI
+(tests/cuda/programs/numba_kernels.py), and a kernel that allocates arrays through
+numba's runtime (NRT: device malloc/free, tests/cuda/programs/numba_nrt.py). numba-cuda, NVVM and NVRTC come from PyPI
 (the `test` extra); numba finds the driver as libcuda.so.1, which tally-run makes
 tally's."""
 from __future__ import annotations
@@ -22,3 +23,10 @@ def test_numba_kernels(emulator_server):
     assert float(job.value("elementwise_max_error")) < 1e-6
     assert float(job.value("sum_error")) < 1e-9
     assert job.ints("histogram_matches", "histogram_total") == [1, 1000]
+
+
+def test_numba_runtime_allocates_from_the_device_heap(emulator_server):
+    # numba's runtime (NRT): np.empty in a kernel is NRT_MemInfo_alloc -> malloc, its release free
+    job = run_job(emulator_server.socket, sys.executable, PROGRAMS / "numba_nrt.py", timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("nrt_matches", "nrt_allocs", "nrt_frees") == [1, 256, 256]

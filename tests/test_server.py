@@ -118,7 +118,10 @@ def test_status_record_reads_back_the_json_it_was_sent_as(server):
         "client_id", "pid", "program", "priority", "connected_s", "memory_used", "memory_peak", "memory_quota",
         "allocations", "requests", "sync_requests", "errors", "protocol_errors", "requests_by_kind",
         "sm_percent", "sm_granted", "memory_quota_bytes", "state", "suspended_bytes", "evicted", "requests_in_cpp",
-        "segment_owner"]
+        "segment_owner", "ptx_sources"]
+    assert status["clients"][0]["ptx_sources"] == {"modules": {"image": 0, "jit": 0, "none": 0},
+                                                   "kernels": {"image": 0, "jit": 0, "none": 0},
+                                                   "jit_records_refused": 0}
     record = ServerStatus.from_json(status)
     assert record.to_json() == status
     (client,) = record.clients

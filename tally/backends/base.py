@@ -80,6 +80,10 @@ class BackendTraits:
     # ... and moves a job's modules with their globals to another server's backend
     # (module_memory lists them all, module_load_at places them): what migration needs.
     migrates_jobs: bool = False
+    # Kernels' device-side malloc/free allocate from a heap per job that the server sizes
+    # (cudaLimitMallocHeapSize) and charges to the job (DeviceHeaps below). False: the
+    # device keeps its own heap (a GPU's driver), or kernels cannot call malloc at all.
+    device_heap_per_job: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,6 +327,22 @@ class AddressRestore(Protocol):
     def vmm_reserve_at(self, ptr: int, nbytes: int) -> None:
         """A reservation at exactly ptr (a migrated job's: its pointers name it); vmm_free frees it.
         CUDA_ERROR_ALREADY_MAPPED when the addresses are taken."""
+
+
+class DeviceHeaps(Protocol):
+    """What a backend with `traits.device_heap_per_job` also has: the heap that kernels'
+    malloc/free allocate from, one per job (tally/server/client/device_heap.py). The server
+    creates it (charged to the job) before the first launch of a kernel that needs it and
+    attaches it to each of the job's modules whose kernels call malloc or free; dropping the
+    last reference to it frees its memory."""
+
+    def heap_create(self, nbytes: int) -> object:
+        """A heap of `nbytes` (0: malloc always returns NULL); CUDA_ERROR_OUT_OF_MEMORY when the
+        device has no room."""
+    def heap_attach(self, module: Module, heap: object) -> None:
+        """The module's kernels allocate from `heap` from their next launch on."""
+    def function_uses_heap(self, fn: Function) -> bool:
+        """The kernel (or a function it calls) calls malloc or free."""
 
 
 # The allocation granularity of virtual memory management: what CUDA reports for

@@ -1,6 +1,7 @@
 """tally-run: start a job whose CUDA work goes through a tally-server.
 
-    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--sm-percent P] [--server PATH] -- cmd args...
+    tally-run [--priority high|best-effort] [--memory-quota SIZE|PCT%] [--sm-percent P] [--server PATH]
+              [--no-jit-capture] -- cmd args...
 
 It puts the directory holding tally's libcuda.so.1 first on LD_LIBRARY_PATH
 (cudart dlopens "libcuda.so.1" by name), LD_PRELOADs the same file (so an
@@ -15,6 +16,10 @@ the device or the server's --be-memory-quota cannot give, a high-priority job
 over --max-hp-jobs), and 75 (EX_TEMPFAIL: try again later) when the server is
 shutting down or SysProbe refuses best-effort jobs for now (the device is not
 healthy, or in its back-off).
+
+It also names tally's assembler wrapper where the job's JIT compilers look for
+ptxas, so the PTX behind the cubins they make reaches tally (tally/jit/);
+--no-jit-capture leaves the job's environment as it was for that.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from tally import paths
 from tally.cli import job_process
 from tally.cli.number_flags import number_flag
 from tally.cli.server_main import query_status
+from tally.jit.job_env import capture_environment
 from tally.cluster.high_priority_jobs import AttachedJob
 from tally.cluster.high_priority_jobs import refusal as high_priority_refusal
 from tally.cluster.memory_limits import quota_above_server, to_bytes
@@ -125,6 +131,9 @@ def parser() -> argparse.ArgumentParser:
                         f"SMs. Without it, the job's own ${MPS_SHARE_ENV} is its share (jobs set up for MPS "
                         "keep their setting); a best-effort job gets at most tally-server's --be-sm-percent")
     p.add_argument("--server", help="the tally-server socket (default $TALLY_SERVER or the default path)")
+    p.add_argument("--no-jit-capture", action="store_true",
+                   help="do not record the PTX behind cubins the job's JIT compilers (Triton, ptxas) make; "
+                        "their kernels then run whole, and nothing is written to the capture cache")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the job to run, after --")
     return p
 
@@ -186,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tally-run: {later}", file=sys.stderr)
         return job_process.EX_TEMPFAIL
     env = job_environment(os.environ, socket_path, args.priority, args.memory_quota, args.sm_percent)
+    env = capture_environment(env, enabled=not args.no_jit_capture)
     try:
         return job_process.run(command, env)
     except job_process.CannotRun as e:

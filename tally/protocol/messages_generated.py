@@ -942,13 +942,15 @@ _ModuleLoad = struct.Struct('<QII')
 @dataclass(frozen=True, slots=True)
 class ModuleLoad:
     """cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging
-    buffer when `staged`. Tail: image bytes unless staged.
+    buffer when `staged`; `size` bytes of image, then `record_size` bytes of the cubin's JIT-capture
+    record (tally/jit/records.py). Tail: image bytes (and the record) unless staged.
     """
 
     KIND: ClassVar[int] = 113
     SIZE: ClassVar[int] = 16  # bytes before the tail
     size: int = 0
     staged: int = 0
+    record_size: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
@@ -956,10 +958,10 @@ class ModuleLoad:
         if len(payload) < 16:
             raise _short('ModuleLoad', len(payload), 16)
         v0, v1, v2 = _ModuleLoad.unpack_from(payload)
-        return cls(v0, v1, memoryview(payload)[16:])
+        return cls(v0, v1, v2, memoryview(payload)[16:])
 
     def encode(self) -> bytes:
-        return _ModuleLoad.pack(self.size, self.staged, 0) + self.tail
+        return _ModuleLoad.pack(self.size, self.staged, self.record_size) + self.tail
 
 
 _ModuleLoadReply = struct.Struct('<Q')
@@ -2227,6 +2229,35 @@ class GreenStreamCreate:
         return _GreenStreamCreate.pack(self.stream, self.flags, self.priority, self.sm_count, 0)
 
 
+_CtxSetLimit = struct.Struct('<IIQ')
+
+
+@dataclass(frozen=True, slots=True)
+class CtxSetLimit:
+    """cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the size of the job's device heap (what kernels'
+    malloc/free allocate from, counted against its quota); Done, or Error CUDA_ERROR_INVALID_VALUE once
+    a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY when the job's limits or the
+    device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit
+    """
+
+    KIND: ClassVar[int] = 230
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    limit: int = 0
+    value: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> CtxSetLimit:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('CtxSetLimit', len(payload), 16)
+            raise _trailing('CtxSetLimit', len(payload) - 16)
+        v0, v1, v2 = _CtxSetLimit.unpack_from(payload)
+        return cls(v0, v2)
+
+    def encode(self) -> bytes:
+        return _CtxSetLimit.pack(self.limit, 0, self.value)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2315,5 +2346,6 @@ MESSAGES = (
     SmResourceQuery,
     SmResourceReply,
     GreenStreamCreate,
+    CtxSetLimit,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

@@ -135,8 +135,10 @@ DRIVER_MESSAGES = (
             "(module images too large for one record)",
             (F("arena_offset", "u64"), F("size", "u64"))),
     Message("ModuleLoad", 113, "cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) "
-            "from the tail, or the staging buffer when `staged`",
-            (F("size", "u64"), F("staged", "u32"), F("_pad0", "u32")), tail="image bytes unless staged"),
+            "from the tail, or the staging buffer when `staged`; `size` bytes of image, then "
+            "`record_size` bytes of the cubin's JIT-capture record (tally/jit/records.py)",
+            (F("size", "u64"), F("staged", "u32"), F("record_size", "u32")),
+            tail="image bytes (and the record) unless staged"),
     Message("ModuleLoadReply", 114, "answer to ModuleLoad", (F("module", "u64"),)),
     Message("ModuleUnload", 115, "cuModuleUnload/cuLibraryUnload", (F("module", "u64"),)),
     Message("GetFunction", 116, "cuModuleGetFunction/cuLibraryGetKernel", (F("module", "u64"),),
@@ -246,6 +248,12 @@ DRIVER_MESSAGES = (
     Message("GreenStreamCreate", 202, "async: a stream of a green context, as StreamCreate, whose kernels run "
             "on at most `sm_count` SMs (and never more than the job's share)",
             (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"), F("sm_count", "u32"), F("_pad0", "u32"))),
+    # The limits of cuCtxSetLimit that the server keeps (the others live in the client).
+    Message("CtxSetLimit", 230, "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the size of the job's device heap "
+            "(what kernels' malloc/free allocate from, counted against its quota); Done, or Error "
+            "CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY "
+            "when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit",
+            (F("limit", "u32"), F("_pad0", "u32"), F("value", "u64"))),
 )
 
 

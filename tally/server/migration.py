@@ -198,6 +198,8 @@ def _check_movable(server: MigrationHost, session: ServedJob) -> None:
     if client.links or client.staging:
         why.append("a link or a module upload is under way")
     why += _pinned_modules(backend, client)
+    if client.device_heap.in_use:
+        why.append("its kernels have used their device heap (malloc/free), which does not move")
     if why:
         raise MigrationRefused(f"{name(session)} cannot move: {'; '.join(why)}")
 
@@ -272,6 +274,7 @@ def _send_state(server: MigrationHost, session: ServedJob, sock) -> int:
         for module in client.modules.loaded():
             globals_ = backend.module_memory(module.backend_module)
             send_piece(sock, {"op": "module", "id": module.module_id, "image": module.source.original,
+                          "jit_record": module.jit_record,
                           "globals": {n: ptr for n, (ptr, _s) in globals_.items()},
                           "functions": {fn.name: fn.function_id for fn in module.functions.values()},
                           "resolved": {n: list(v) for n, v in module.globals.items()}})

@@ -210,7 +210,8 @@ class JobImport:
             backend.memcpy_htod_async(piece["ptr"], memoryview(data), self._stream)
         elif op == "module":
             self.modules.load_at(piece["id"], piece["image"], piece["globals"], piece["functions"],
-                                 {n: tuple(v) for n, v in piece["resolved"].items()})
+                                 {n: tuple(v) for n, v in piece["resolved"].items()},
+                                 piece.get("jit_record", b""))
         elif op == "streams":
             self.streams = piece["list"]
         elif op == "events":

@@ -53,6 +53,10 @@ class ClientStatus:
     # Who serves its segment (tally/server/handover.py): "serving"; "handing over" while a
     # migration out of this server is deciding; "claimed" once migrated here, until its next request.
     segment_owner: str = "serving"
+    # Where the PTX of its loaded modules came from, by module and by resolved kernel:
+    # {"modules": {"image": n, "jit": n, "none": n}, "kernels": {...}, "jit_records_refused": n}
+    # ("jit": a JIT compiler's, recorded by tally-run's capture; tally/jit/)
+    ptx_sources: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -172,6 +176,7 @@ def client_status(server: StatusHost, session: ServedJob) -> ClientStatus:
         evicted=life.evicted_reason,
         requests_in_cpp=session.data_plane.counts()[0],
         segment_owner=handover.describe(session.segment),
+        ptx_sources=session.client.modules.ptx_sources(),
     )
 
 

@@ -1,6 +1,7 @@
 // Context-wide calls: synchronization (forwarded) and each context's settings,
 // which the job's contexts keep in the client (the server runs every job in one
-// session and sizes stacks and heaps itself).
+// session and sizes stacks itself); the device heap's size also goes to the
+// server, which keeps one heap for the job (all its contexts share it).
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "entry_points/entry_point.h"
@@ -35,6 +36,14 @@ TALLY_ENTRY(cuCtxSetLimit_v3010)(CUlimit limit, size_t value) {
   if (CUresult rc = current(&c); rc != CUDA_SUCCESS) return rc;
   std::atomic<size_t>* slot = c->limits.slot(limit);
   if (slot == nullptr) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  // The device heap (kernels' malloc/free) is the server's: it allocates it, counts it
+  // against the job's quota, and refuses a new size once a kernel has used it.
+  if (limit == CU_LIMIT_MALLOC_HEAP_SIZE) {
+    protocol::CtxSetLimitMsg msg{};
+    msg.limit = static_cast<uint32_t>(limit);
+    msg.value = value;
+    if (CUresult rc = Connection::instance().request_done(msg); rc != CUDA_SUCCESS) return rc;
+  }
   slot->store(value, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }

@@ -15,6 +15,7 @@
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
 #include "logging/log.h"
+#include "modules/jit_records.h"
 #include "modules/linker.h"
 #include "modules/module_images.h"
 #include "connection/staged_bytes.h"
@@ -44,6 +45,15 @@ CUresult load_image(const uint8_t* data, size_t size, ModuleObject** out, std::s
   Connection& c = Connection::instance();
   protocol::ModuleLoadMsg m{};
   m.size = size;
+  // A bare cubin a JIT compiler of the job made may have its PTX recorded
+  // (tally/jit/): it travels after the image, and the server decides whether to use it.
+  std::vector<uint8_t> with_record = jit_record_for(data, size);
+  if (!with_record.empty()) {
+    m.record_size = static_cast<uint32_t>(with_record.size());
+    with_record.insert(with_record.begin(), data, data + size);
+    data = with_record.data();
+    size = with_record.size();
+  }
   Reply reply;
   if (size <= kInlineRequestBytes) {
     if (CUresult rc = c.request(m, &reply, data, static_cast<uint32_t>(size)); rc != CUDA_SUCCESS) {

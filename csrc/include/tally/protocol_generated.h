@@ -132,6 +132,7 @@ enum class MessageKind : uint32_t {
   SmResourceQuery = 200,
   SmResourceReply = 201,
   GreenStreamCreate = 202,
+  CtxSetLimit = 230,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -224,6 +225,7 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::SmResourceQuery: return "SmResourceQuery";
     case MessageKind::SmResourceReply: return "SmResourceReply";
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
+    case MessageKind::CtxSetLimit: return "CtxSetLimit";
     default: return nullptr;
   }
 }
@@ -700,18 +702,18 @@ static_assert(offsetof(StageBytesMsg, arena_offset) == 0);
 static_assert(offsetof(StageBytesMsg, size) == 8);
 constexpr uint32_t kStageBytesSize = 16;  // bytes on the wire (0: empty)
 
-// cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging buffer when `staged`; tail: image bytes unless staged
+// cuModuleLoadData*/cuLibraryLoadData: an image (fatbin, cubin or PTX) from the tail, or the staging buffer when `staged`; `size` bytes of image, then `record_size` bytes of the cubin's JIT-capture record (tally/jit/records.py); tail: image bytes (and the record) unless staged
 struct ModuleLoadMsg {
   static constexpr MessageKind kKind = MessageKind::ModuleLoad;
   static constexpr bool kHasTail = true;
   uint64_t size;
   uint32_t staged;
-  uint32_t _pad0;
+  uint32_t record_size;
 };
 static_assert(sizeof(ModuleLoadMsg) == 16, "ModuleLoadMsg layout differs from the Python codec");
 static_assert(offsetof(ModuleLoadMsg, size) == 0);
 static_assert(offsetof(ModuleLoadMsg, staged) == 8);
-static_assert(offsetof(ModuleLoadMsg, _pad0) == 12);
+static_assert(offsetof(ModuleLoadMsg, record_size) == 12);
 constexpr uint32_t kModuleLoadSize = 16;  // bytes on the wire (0: empty)
 
 // answer to ModuleLoad
@@ -1325,5 +1327,19 @@ static_assert(offsetof(GreenStreamCreateMsg, priority) == 12);
 static_assert(offsetof(GreenStreamCreateMsg, sm_count) == 16);
 static_assert(offsetof(GreenStreamCreateMsg, _pad0) == 20);
 constexpr uint32_t kGreenStreamCreateSize = 24;  // bytes on the wire (0: empty)
+
+// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the size of the job's device heap (what kernels' malloc/free allocate from, counted against its quota); Done, or Error CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit
+struct CtxSetLimitMsg {
+  static constexpr MessageKind kKind = MessageKind::CtxSetLimit;
+  static constexpr bool kHasTail = false;
+  uint32_t limit;
+  uint32_t _pad0;
+  uint64_t value;
+};
+static_assert(sizeof(CtxSetLimitMsg) == 16, "CtxSetLimitMsg layout differs from the Python codec");
+static_assert(offsetof(CtxSetLimitMsg, limit) == 0);
+static_assert(offsetof(CtxSetLimitMsg, _pad0) == 4);
+static_assert(offsetof(CtxSetLimitMsg, value) == 8);
+constexpr uint32_t kCtxSetLimitSize = 16;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

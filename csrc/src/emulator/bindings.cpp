@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 
+#include "emulator/device_heap.h"
 #include "emulator/exec.h"
 #include "emulator/memory.h"
 #include "emulator/program.h"
@@ -176,6 +177,18 @@ void bind_program(py::module_& m) {
   }, "Every instruction key the interpreter implements.");
 }
 
+void bind_heap(py::module_& m) {
+  py::class_<DeviceHeap, std::shared_ptr<DeviceHeap>>(m, "DeviceHeap",
+                                                      "What kernels' malloc/free allocate from (one per job).")
+      .def(py::init<std::shared_ptr<DeviceMemory>, uint64_t>(), py::arg("memory"), py::arg("nbytes"))
+      .def("malloc", &DeviceHeap::malloc, py::arg("nbytes"), "A block's device address, or 0 when none fits.")
+      .def("free", &DeviceHeap::free, py::arg("ptr"), "False when ptr is not a block malloc returned.")
+      .def_property_readonly("base", &DeviceHeap::base)
+      .def_property_readonly("size", &DeviceHeap::size)
+      .def_property_readonly("used", &DeviceHeap::used)
+      .def_property_readonly("live_blocks", &DeviceHeap::live_blocks);
+}
+
 void bind_launch(py::module_& m) {
   py::class_<CancelFlag, std::shared_ptr<CancelFlag>>(m, "CancelFlag", "Ends running launches when set.")
       .def(py::init<>())
@@ -193,7 +206,7 @@ void bind_launch(py::module_& m) {
   m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
                          std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
                          uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,
-                         std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap) {
+                         std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap, std::shared_ptr<DeviceHeap> heap) {
           std::string param_bytes = params;
           LaunchConfig c;
           c.grid[0] = std::get<0>(grid);
@@ -208,11 +221,13 @@ void bind_launch(py::module_& m) {
           c.max_warp_steps = max_warp_steps;
           c.timeout_seconds = timeout_seconds;
           c.cancel = cancel ? &cancel->value : nullptr;
+          c.heap = heap.get();   // `heap` holds it until the launch returns
           py::gil_scoped_release nogil;
           return run_launch(*program, *memory, param_bytes, c);
         }, py::arg("program"), py::arg("memory"), py::arg("params"), py::arg("grid"), py::arg("block"),
         py::arg("dynamic_shared") = 0, py::arg("sm_count") = 8, py::arg("max_warp_steps") = 0,
         py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr, py::arg("sm_cap") = 0,
+        py::arg("heap") = nullptr,
         "Runs a launch to completion (GIL released) on up to sm_count workers (SMs; at most sm_cap of "
         "them when sm_cap > 0); the result carries the CUresult and message of a fault and how many "
         "workers ran blocks.");
@@ -318,6 +333,7 @@ const ModuleRegistrar registrar("emulator", [](py::module_& parent) {
   });
   bind_memory(m);
   bind_program(m);
+  bind_heap(m);
   bind_launch(m);
   bind_constants(m);
 });

@@ -16,6 +16,8 @@
 
 namespace tally::emu {
 
+class DeviceHeap;
+
 struct LaunchConfig {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
@@ -25,6 +27,7 @@ struct LaunchConfig {
   uint64_t max_warp_steps = 0;         // 0: unlimited
   double timeout_seconds = 0;          // 0: unlimited
   const std::atomic<bool>* cancel = nullptr;
+  DeviceHeap* heap = nullptr;          // what malloc/free use (the job's); the caller keeps it alive
 };
 
 struct LaunchResult {

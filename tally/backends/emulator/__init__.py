@@ -58,10 +58,15 @@ that defines it; TMA copies are to read the same layout).
 
 Kernel attributes (cuFuncGetAttribute) are read from the PTX: kernel_resources.py.
 
+Device-side malloc/free (extern `malloc`/`free`, as nvcc and numba's NRT declare
+them) allocate from the module's heap (csrc/src/emulator/device_heap.h): the
+job's, which the server attaches (tally/server/client/device_heap.py), or the
+driver's default 8 MiB when the backend runs on its own.
+
 Not supported (each reported as above): textures and surfaces, tensor-core
 instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,
 vector registers, packed f16x2 atomics, video instructions, dynamic parallelism,
-device-side malloc/free, grid-wide synchronization.
+grid-wide synchronization.
 """
 from tally.backends.emulator.backend import EmulatorBackend
 

@@ -55,6 +55,7 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 227 * 1024
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
 DEFAULT_DRIVER_VERSION = 13000      # CUDA 13.0: loads PTX up to ISA 9.0
+DEFAULT_HEAP_BYTES = 8 << 20        # cudaLimitMallocHeapSize's default, as the driver's
 
 
 def _memory_call(fn, *args):
@@ -73,7 +74,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,
                            variants_from_ptx=True, confines_sms=True, restores_at_address=True,
-                           migrates_jobs=True)
+                           migrates_jobs=True, device_heap_per_job=True)
 
     def __init__(self, total_memory: int = 16 << 30, sm_count: int = 8, launch_timeout_s: float = 300.0,
                  max_warp_instructions: int = 0, printf_to_stdout: bool = True,
@@ -234,6 +235,27 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         except KeyError:
             raise DeviceError(CUDA_ERROR_NOT_FOUND, f"no .global/.const variable named {name!r} in the module") from None
 
+    # ------------------------------------------------------------------ device heaps (DeviceHeaps)
+
+    def heap_create(self, nbytes: int):
+        return _memory_call(core.DeviceHeap, self._memory, nbytes)
+
+    def heap_attach(self, module: EmulatorModule, heap) -> None:
+        module.heap = heap
+
+    def function_uses_heap(self, fn: EmulatorFunction) -> bool:
+        return fn.uses_device_heap
+
+    def _heap_of(self, fn: EmulatorFunction):
+        """The heap a launch of fn allocates from; a module nobody attached one to (the
+        backend used on its own, without a server) gets the driver's default size."""
+        module = fn.module
+        if module.heap is None:
+            with self._lock:
+                if module.heap is None:
+                    module.heap = self.heap_create(DEFAULT_HEAP_BYTES)
+        return module.heap
+
     # ------------------------------------------------------------------ streams and events
 
     def stream_create(self, priority: int = 0) -> EmulatorStream:
@@ -284,6 +306,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
         params = bytes(params)
+        heap = self._heap_of(fn) if fn.uses_device_heap else None
         if len(params) < fn.param_bytes:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} takes {fn.param_bytes} parameter bytes, "
                                                         f"the launch passed {len(params)}")
@@ -296,7 +319,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel, sm_cap or 0)
+                                     self._cancel, sm_cap or 0, heap)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)
@@ -418,6 +441,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                            self.launch_timeout_s, self._cancel)
 
         def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
+            if fn.uses_device_heap:
+                return False          # the job's heap goes with each launch, the Python way
             try:
                 kernel = fn.lowered()
             except DeviceError:

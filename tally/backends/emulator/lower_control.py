@@ -3,8 +3,9 @@ exit, trap, bar/barrier, shfl, vote, match, redux, elect, activemask.
 
 A call to a `.func` becomes `call` (copy the argument bytes into the callee's
 frame, push the return address) plus, when there are return values, a
-`retcopy` right after it, where the callee returns to. `vprintf` and
-`__assertfail` (a failed device assert) are built in.
+`retcopy` right after it, where the callee returns to. `vprintf`,
+`__assertfail` (a failed device assert) and `malloc`/`free` (the launch's device
+heap, csrc/src/emulator/device_malloc.cpp) are built in.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from tally.backends.emulator.layout import FrameLayout, var_size
 CONTROL = Lowerers()
 
 MASK = core.MEMBER_MASK_OPERAND
-BUILTINS = ("vprintf", "__assertfail")
+BUILTINS = ("vprintf", "__assertfail", "malloc", "free")
+# The built-ins that allocate from the job's device heap: a kernel that reaches one needs it.
+HEAP_FUNCTIONS = frozenset({"malloc", "free"})
 
 
 @CONTROL.lowers("bra")
@@ -149,6 +152,10 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
         # from the frame; their offsets go two to an immediate.
         (message, _), (file, _), (line, _), (function, _) = args[:4]
         cx.emit("assertfail", [], imm=message | file << 32, imm2=line | function << 32)
+        return
+    if callee.name in HEAP_FUNCTIONS and len(args) == 1 and args[0][1] == 8 and \
+            len(rets) == (1 if callee.name == "malloc" else 0) and all(size == 8 for _, size in rets):
+        cx.emit(callee.name, [], imm=args[0][0], target=rets[0][0] if rets else -1)
         return
     raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")
 

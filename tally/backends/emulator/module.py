@@ -22,9 +22,11 @@ from tally.backends.emulator.layout import (
     LayoutError,
     encode_initializer,
     function_indices,
+    reachable_functions,
     var_align,
     var_size,
 )
+from tally.backends.emulator.lower_control import HEAP_FUNCTIONS
 from tally.backends.emulator.kernel_resources import KernelResources, kernel_resources
 from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
@@ -43,7 +45,16 @@ class EmulatorFunction:
     _lowered: LoweredKernel | None = field(default=None, repr=False)
     _resources: KernelResources | None = field(default=None, repr=False)
     _error: DeviceError | None = field(default=None, repr=False)
+    _uses_heap: bool | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def uses_device_heap(self) -> bool:
+        """The kernel (or a function it reaches) calls device-side malloc or free."""
+        if self._uses_heap is None:
+            reached = reachable_functions(self.module.ir, self.module.ir.function(self.name))
+            self._uses_heap = any(f.body is None and f.name in HEAP_FUNCTIONS for f in reached)
+        return self._uses_heap
 
     def resources(self) -> KernelResources:
         """What the kernel needs (cuFuncGetAttribute), read from its PTX once; known
@@ -80,6 +91,9 @@ class EmulatorModule:
         except PtxParseError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX does not parse: {e}") from None
         self._memory = memory
+        # What its kernels' malloc/free allocate from (a core.DeviceHeap): the job's,
+        # attached by the server before the first launch that needs it.
+        self.heap = None
         self.evicted = False          # its globals' memory was given back (a suspended job's)
         self.globals: dict[str, tuple[int, int]] = {}
         self.functions: dict[str, EmulatorFunction] = {}
@@ -137,6 +151,7 @@ class EmulatorModule:
                 self._memory.write(self.globals[v.name][0], data)
 
     def unload(self) -> None:
+        self.heap = None
         if not self.evicted:
             for ptr, _size in self.globals.values():
                 self._memory.free(ptr)

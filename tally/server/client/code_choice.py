@@ -19,6 +19,7 @@ from cuda.bindings.utils import get_minimal_required_cuda_ver_from_ptx_ver
 
 from ptx_passes.fatbin import FatbinEntry, FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from tally.backends.base import DeviceDescription, ModuleSource
+from tally.jit.ptx_match import captured_ptx
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_NO_BINARY_FOR_GPU,
@@ -30,11 +31,32 @@ from tally.protocol.errors import (
 def module_source(image: bytes, device: DeviceDescription, runs_cubins: bool = True) -> ModuleSource:
     """The image's PTX and cubins the device can use (see the module docstring);
     `runs_cubins` False: a device that runs PTX only (the emulator)."""
+    return choose_code(_entries(image), device, image, runs_cubins)
+
+
+def module_source_with_record(image: bytes, record: bytes, device: DeviceDescription,
+                              runs_cubins: bool = True) -> tuple[ModuleSource, str]:
+    """As module_source, for a cubin sent with its JIT-capture record: the record's
+    PTX counts as the image's own when it matches the cubin (tally/jit/ptx_match.py);
+    (the source, "" or why the record was not used)."""
+    entries = _entries(image)
+    ptx, why = captured_ptx(record, entries)
+    if ptx is not None:
+        entries = [*entries, ptx]
     try:
-        entries = read_fatbin_entries(image)
+        return choose_code(entries, device, image, runs_cubins), why
+    except DeviceError as e:
+        if why:
+            raise DeviceError(e.code, f"{e.message}; a JIT-capture record came with the cubin but was not "
+                                      f"used: {why}") from None
+        raise
+
+
+def _entries(image: bytes) -> list[FatbinEntry]:
+    try:
+        return read_fatbin_entries(image)
     except FatbinError as e:
         raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
-    return choose_code(entries, device, image, runs_cubins)
 
 
 def choose_code(entries: list[FatbinEntry], device: DeviceDescription, image: bytes = b"",

@@ -5,6 +5,12 @@ unwrapped by the client); the registry takes them apart with ptx_passes, loads
 them on the backend and hands out ids for modules and functions. It also
 answers where a backend Function comes from (`origin`).
 
+A bare cubin may come with a JIT-capture record (tally/jit/): the PTX a JIT
+compiler of the job assembled it from. When it matches the cubin the module
+counts as one with PTX (`ptx_origin` "jit"): transformed for best-effort jobs,
+emulated on the emulator; a backend that runs cubins still loads the cubin when
+no transform is made. A record that does not match is dropped, with a warning.
+
 For a best-effort job (a registry made with a variant provider) a module with
 PTX is loaded as the provider's prepared text: the original kernels plus their
 sliced and PTB versions in one module (tally/backends/ptx_variants.py), and
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ptx_passes.variants import VariantsResult
 from tally.scheduler.variants import PTBVariant, SlicedVariant
-from tally.server.client.code_choice import module_source
+from tally.server.client.code_choice import module_source, module_source_with_record
 from tally.backends.base import KernelParam, ModuleSource
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
@@ -44,6 +50,8 @@ class LoadedModule:
     globals: dict[str, tuple[int, int]] = field(default_factory=dict)
     kernel_facts: dict | None = None     # name -> cubin KernelInfo, read once on demand
     variants: VariantsResult | None = None   # set when the module was loaded with its variants
+    ptx_origin: str = "none"         # where its PTX came from: "image", "jit" (a capture record), "none"
+    jit_record: bytes = b""          # the record it was loaded with, when used (a migration carries it)
 
 
 @dataclass(eq=False)
@@ -79,23 +87,27 @@ class ModuleRegistry:
         self._global_starts: list[int] = []               # sorted, for ownership checks
         self._global_sizes: dict[int, int] = {}
         self._detached: list[LoadedModule] = []           # unloaded by the client, awaiting release
+        self._refused_records = 0                         # JIT-capture records that did not match
 
-    def load(self, image: bytes) -> LoadedModule:
-        source = self._source(image)
-        backend_module, variants = self._load_backend(source)
+    def load(self, image: bytes, jit_record: bytes = b"") -> LoadedModule:
+        source, origin = self._source(image, jit_record)
+        backend_module, variants = self._load_backend(source, origin=origin)
         with self._lock:
-            module = LoadedModule(next(self._ids), backend_module, source, variants=variants)
+            module = LoadedModule(next(self._ids), backend_module, source, variants=variants, ptx_origin=origin,
+                                  jit_record=jit_record if origin == "jit" else b"")
+            self._refused_records += bool(jit_record) and origin != "jit"
             self._modules[module.module_id] = module
         return module
 
     def load_at(self, module_id: int, image: bytes, addresses: dict[str, int], functions: dict[str, int],
-                resolved: dict[str, tuple[int, int]]) -> LoadedModule:
+                resolved: dict[str, tuple[int, int]], jit_record: bytes = b"") -> LoadedModule:
         """A migrated job's module (tally/server/migration_import.py): loaded with its
         globals at `addresses`, under the ids it had, its kernels resolved under
         theirs and its globals as the job looked them up."""
-        source = self._source(image)
-        backend_module, variants = self._load_backend(source, addresses)
-        module = LoadedModule(module_id, backend_module, source, variants=variants)
+        source, origin = self._source(image, jit_record)
+        backend_module, variants = self._load_backend(source, addresses, origin)
+        module = LoadedModule(module_id, backend_module, source, variants=variants, ptx_origin=origin,
+                              jit_record=jit_record if origin == "jit" else b"")
         try:
             for fn_name, function_id in functions.items():
                 backend_fn = self.backend.module_function(backend_module, fn_name)
@@ -124,15 +136,28 @@ class ModuleRegistry:
         with self._lock:
             self._ids = itertools.count(next_id)
 
-    def _source(self, image: bytes) -> ModuleSource:
+    def _source(self, image: bytes, jit_record: bytes = b"") -> tuple[ModuleSource, str]:
+        """The module's source and where its PTX came from ("image", "jit", "none")."""
+        device, runs_cubins = self.backend.describe(), self.backend.traits.runs_cubins
         try:
-            return module_source(image, self.backend.describe(), self.backend.traits.runs_cubins)
+            if not jit_record:
+                source = module_source(image, device, runs_cubins)
+                return source, "none" if source.ptx is None else "image"
+            source, refused = module_source_with_record(image, jit_record, device, runs_cubins)
+            if refused:
+                log.warning("a JIT-capture record was not used; the module is its cubin alone: %s", refused)
+            elif source.ptx is None:
+                log.info("a JIT-capture record matched its cubin, but its PTX does not run on this device; "
+                         "the module is its cubin alone")
+            else:
+                log.info("a cubin's PTX came from JIT capture (%d bytes of PTX)", len(source.ptx))
+            return source, "jit" if source.ptx is not None and not refused else "none"
         except DeviceError as e:
             if e.code in (CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_UNSUPPORTED_PTX_VERSION):
                 log.warning("a module failed to load: %s", e.message)
             raise
 
-    def _load_backend(self, source: ModuleSource, addresses: dict[str, int] | None = None):
+    def _load_backend(self, source: ModuleSource, addresses: dict[str, int] | None = None, origin: str = ""):
         """(backend module, its variants or None); globals at `addresses` when given."""
         def load(src: ModuleSource):
             if addresses is None:
@@ -154,6 +179,9 @@ class ModuleRegistry:
                             "loading the job's own image", e)
                 variants = None
         if backend_module is None:
+            if origin == "jit" and self.backend.traits.runs_cubins and source.cubins:
+                # untransformed, a JIT-compiled kernel runs as its compiler built it
+                source = ModuleSource(original=source.original, cubins=source.cubins)
             backend_module = load(source)
         return backend_module, variants
 
@@ -253,6 +281,19 @@ class ModuleRegistry:
                 return False
             start = self._global_starts[i]
             return ptr + nbytes <= start + self._global_sizes[start]
+
+    def ptx_sources(self) -> dict:
+        """Where the PTX of the job's loaded modules came from, by module and by resolved
+        kernel ("image", "jit", "none"), and how many capture records were refused."""
+        with self._lock:
+            modules = list(self._modules.values())
+            refused = self._refused_records
+        by_module = {"image": 0, "jit": 0, "none": 0}
+        by_kernel = dict(by_module)
+        for module in modules:
+            by_module[module.ptx_origin] += 1
+            by_kernel[module.ptx_origin] += len(module.functions)
+        return {"modules": by_module, "kernels": by_kernel, "jit_records_refused": refused}
 
     def origin(self, backend_function) -> LoadedFunction | None:
         """Our record of a backend Function (its module's source, its name)."""

@@ -14,6 +14,7 @@ from tally.cluster.memory_limits import JobMemory
 from tally.protocol import Priority
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.blocking import BlockingCalls
+from tally.server.client.device_heap import JobDeviceHeap
 from tally.server.client.events import EventTable
 from tally.server.client.host_functions import HostFunctions
 from tally.server.client.host_memory import PinnedRegions
@@ -40,6 +41,9 @@ class ClientState:
         self.fast = fast = job.fast
         self.allocations = Allocations(memory, fast)
         self.managed = ManagedObjects()             # its managed allocations (cuMemAllocManaged) and their objects
+        # what its kernels' malloc/free allocate from
+        self.device_heap = JobDeviceHeap(services.backend, self.allocations,
+                                         services.backend.traits.device_heap_per_job)
         self.blocking = BlockingCalls(job)
         self.streams = StreamTable(self.executor, job.client_id, fast)
         # Only best-effort jobs' kernels are transformed: high-priority ones always run whole.
@@ -74,6 +78,7 @@ class ClientState:
         self.events.clear()
         self._ipc.forget_events_of(self.client_id)
         self.modules.clear()
+        self.device_heap.close()
         for ptr, _size in self.allocations.clear():
             try:
                 self.free_allocation(ptr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tally.server.dispatch import Handler
 from tally.server.handlers import (
     connection,
+    contexts,
     copies,
     events,
     green_contexts,
@@ -24,7 +25,7 @@ from tally.server.handlers import (
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, events,
-           host_functions, sync, modules, linker, launch, green_contexts)
+           host_functions, sync, modules, linker, launch, green_contexts, contexts)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:

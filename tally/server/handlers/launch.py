@@ -17,6 +17,7 @@ def launch_kernel(job: Job, msg: LaunchKernel, tag: int) -> None:
     if len(tail) != fn.param_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} carries {len(tail)} parameter bytes; "
                                                     f"its parameters take {fn.param_bytes}")
+    client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)   # malloc/free's heap
     launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail))
     client.streams.submit(msg.stream, launch)
     if client.fast is not None:

@@ -44,9 +44,11 @@ def module_load(job: Job, msg: ModuleLoad, tag: int) -> ModuleLoadReply:
         image, client.staging = bytes(client.staging), bytearray()
     else:
         image = bytes(msg.tail)
-    if len(image) != msg.size:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"module image of {msg.size} bytes arrived with {len(image)}")
-    return ModuleLoadReply(client.modules.load(image).module_id)
+    if len(image) != msg.size + msg.record_size:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"module image of {msg.size} bytes (and a JIT-capture record "
+                                                    f"of {msg.record_size}) arrived with {len(image)}")
+    image, record = image[:msg.size], image[msg.size:]
+    return ModuleLoadReply(client.modules.load(image, record).module_id)
 
 
 def module_unload(job: Job, msg: ModuleUnload, tag: int):

@@ -1,0 +1,20 @@
+// JIT-capture records (tally/jit/records.py): the PTX a JIT compiler of the job
+// assembled into a cubin, found by the cubin's bytes in the cache tally-run names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tally::client {
+
+// The record of a bare cubin image, or empty: capture is off (no
+// TALLY_JIT_CAPTURE_DIR), the image is not a cubin, or no record exists. A record
+// found is touched, so the cache's trimming keeps the records in use.
+std::vector<uint8_t> jit_record_for(const uint8_t* image, size_t size);
+
+// "<fnv1a64 16 hex>-<size hex>.rec", the record's file name (records.py: record_name).
+std::string jit_record_name(const uint8_t* image, size_t size);
+
+}  // namespace tally::client

@@ -1,0 +1,58 @@
+"""Triton, unmodified, under tally-run on the CPU emulator: its kernels reach tally as
+cubins, and run only because tally-run's JIT capture (tally/jit/) gives the server
+their PTX.
+
+Needs PyTorch (a CUDA build) and Triton, which CI does not install (several GB): run
+with `pytest -m triton`, naming the interpreter in TALLY_TRITON_PYTHON (or
+TALLY_TORCH_PYTHON) when it is not the current one, e.g. a venv made with
+`pip install torch==2.14.1` (which brings triton 3.8.0)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from e2e_helpers import PROGRAMS, Server, job_env
+
+pytestmark = pytest.mark.triton
+
+
+def triton_python() -> str:
+    python = os.environ.get("TALLY_TRITON_PYTHON") or os.environ.get("TALLY_TORCH_PYTHON") or sys.executable
+    probe = subprocess.run([python, "-c", "import torch, triton; print(torch.version.cuda or '')"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    if probe.returncode != 0 or not probe.stdout.strip():
+        pytest.skip(f"{python} has no CUDA build of PyTorch with Triton; set TALLY_TRITON_PYTHON")
+    return python
+
+
+def _run(server: Server, python: str, env: dict, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), *flags, "--",
+                           python, str(PROGRAMS / "triton_vector_add.py")], capture_output=True, text=True,
+                          timeout=900, env={**job_env(), **env}, check=False)
+
+
+def test_triton_vector_add_runs_on_the_emulator_with_captured_ptx(tmp_path):
+    python = triton_python()
+    server = Server("emulator", ("--be-transform", "ptb"))
+    records = tmp_path / "home" / "tally" / "jit-ptx"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    try:
+        job = _run(server, python, env)
+        assert job.returncode == 0, job.stdout + job.stderr
+        assert "max_error=0.0 n=3000" in job.stdout
+        assert len(list(records.glob("*.rec"))) == 1
+        assert "a cubin's PTX came from JIT capture" in server.process.log()
+        # Triton's cache now has the kernel: ptxas does not run again, the record serves
+        again = _run(server, python, env)
+        assert again.returncode == 0 and "max_error=0.0" in again.stdout, again.stdout + again.stderr
+        assert server.process.log().count("a cubin's PTX came from JIT capture") == 2
+        # without capture: a fresh compile leaves no record and the cubin cannot run here
+        off_env = {"XDG_CACHE_HOME": str(tmp_path / "home-off"), "TRITON_CACHE_DIR": str(tmp_path / "triton-off")}
+        off = _run(server, python, off_env, "--no-jit-capture")
+        assert off.returncode != 0 and "no kernel image available" in off.stderr, off.stdout + off.stderr
+        assert not (tmp_path / "home-off" / "tally").exists()
+        assert server.alive()
+    finally:
+        server.stop()
