@@ -48,7 +48,8 @@ def test_dry_run_prints_steps_budgets_commands_and_wheels(capsys):
     for step in plan.steps():
         assert f"{step.key:<16} {step.budget_s:4d} s" in out
     assert "launch --backend cuda" in out and "--workload torch --hp-job bert-base --be-job resnet50-train" in out
-    assert "--hp-job gpt2-graphs" in out and "-m gpu tests/" in out and " tests/test_e2e_gpu.py " in out
+    tests = ROOT / "tests"
+    assert "--hp-job gpt2-graphs" in out and f"-m gpu {tests}/" in out and f" {tests}/test_e2e_gpu.py " in out
     assert "install" in out and f"of one {plan.DEVICE_CALL_S} s device call" in out and "OVER" not in out
     for wheel in install.read_wheels()["carry"]:
         assert wheel in out

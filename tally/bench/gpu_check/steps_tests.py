@@ -17,9 +17,10 @@ SUMMARY = re.compile(r"^=+ (.*\b(passed|failed|skipped|error|errors|deselected|n
 
 
 def gpu_test_files(repo: Path) -> list[str]:
-    """Every test file that marks tests `gpu`, but the fault test (its own step)."""
+    """Every test file that marks tests `gpu`, but the fault test (its own step), by its
+    full path: the steps run outside the repository (see pytest_argv)."""
     found = [p for p in sorted((repo / "tests").glob("test_*.py")) if "mark.gpu" in p.read_text()]
-    return [str(p.relative_to(repo)) for p in found if str(p.relative_to(repo)) != FAULT_TEST_GPU]
+    return [str(p) for p in found if p != repo / FAULT_TEST_GPU]
 
 
 def pytest_argv(mode: Mode, files: list[str], marker: str | None, per_test_s: int) -> list[str]:
@@ -70,8 +71,8 @@ PYTEST_GPU = Step(
 
 def _fault_commands(mode: Mode) -> list[list[str]]:
     if mode.rehearse:
-        return [pytest_argv(mode, [FAULT_TEST_CPU], None, 120)]
-    return [pytest_argv(mode, [FAULT_TEST_GPU], "gpu", 120)]
+        return [pytest_argv(mode, [str(mode.repo / FAULT_TEST_CPU)], None, 120)]
+    return [pytest_argv(mode, [str(mode.repo / FAULT_TEST_GPU)], "gpu", 120)]
 
 
 def _fault_env(mode: Mode) -> dict:
