@@ -189,10 +189,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 self._fast_lane_roles(client)
 
     def _fast_lane_roles(self, client: ClientState) -> None:
-        # A high-priority job's kernels close the best-effort gate; a job whose kernels
-        # the policy holds back issues kernels from C++ only through it.
-        self.fast_lanes.set_roles(client.client_id, closes_gate=client.priority == HIGH,
-                                  needs_gate=not self.policy.starts_at_once(client.view))
+        # the policy declares what the C++ plane may do with the job's kernels
+        self.fast_lanes.set_rule(client.client_id, self.policy.lane_rule(client.view))
 
     def runs_whole(self, client_id: Hashable, op: Launch) -> bool:
         """Whether the planner settled on running this best-effort launch whole (so a

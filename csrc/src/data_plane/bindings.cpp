@@ -191,10 +191,11 @@ void bind_data_plane(py::module_& parent) {
            }, py::arg("function_id"), py::arg("param_bytes"), py::arg("program"), py::arg("max_threads"),
            py::arg("required_block"), py::arg("static_shared_bytes"),
            "A lowered emulator kernel and the launch limits the backend checks (0: none).")
-      .def("set_gate", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes, bool needs) {
-             p.plane->set_gate(std::move(gate), closes, needs);
-           }, py::arg("gate"), py::arg("closes"), py::arg("needs"),
-           "The job's kernels close the gate (high priority) / issue only through it (best effort).")
+      .def("set_lane_rule", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes,
+                               bool through_gate, bool one_at_a_time) {
+             p.plane->set_lane_rule(std::move(gate), closes, through_gate, one_at_a_time);
+           }, py::arg("gate"), py::arg("closes"), py::arg("through_gate"), py::arg("one_at_a_time"),
+           "The policy's LaneRule for the job's kernels (tally/scheduler/policy.py), as declared.")
       .def("add_whole_shape", [](PyClientPlane& p, uint64_t function_id, std::tuple<uint32_t, uint32_t, uint32_t> grid,
                                  std::tuple<uint32_t, uint32_t, uint32_t> block, uint32_t shared_bytes) {
              WholeShape s;
