@@ -43,6 +43,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
+from tally.backends.clusters import launch_cluster
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.emulator.layout import LayoutError
@@ -287,7 +288,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         return clamp_sm_grant(requested_sms, self._sm_count)
 
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes, sm_cap: int | None = None) -> None:
+               params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
@@ -305,6 +306,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                               f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")
         if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
+        shape = launch_cluster(fn.name, grid, cluster, fn.cluster, fn.non_portable_cluster)
+        cluster_dims, explicit = (shape.dims, True) if shape is not None else ((1, 1, 1), False)
         params = bytes(params)
         heap = self._heap_of(fn) if fn.uses_device_heap else None
         if len(params) < fn.param_bytes:
@@ -319,7 +322,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel, sm_cap or 0, heap)
+                                     self._cancel, sm_cap or 0, heap, cluster_dims, explicit)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)

@@ -1,0 +1,190 @@
+"""Thread-block clusters on the emulator: nvcc-compiled kernels with __cluster_dims__
+and cooperative_groups::this_cluster() (cluster special registers, barrier.cluster,
+mapa and distributed shared memory loads, stores and atomics), a runtime cluster
+shape, and the launches the driver refuses (with its codes)."""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+from ptx_corpus import cache_dir, compile_ptx
+
+from tally.backends.base import ModuleSource
+from tally.backends.emulator import EmulatorBackend
+from tally.protocol.errors import CUDA_ERROR_INVALID_CLUSTER_SIZE, DeviceError
+
+SOURCE = r"""#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// Every block writes 100 * rank + blockIdx.x into its shared memory; after
+// cluster.sync each reads its right neighbour's through distributed shared
+// memory, and all add 1 to rank 0's counter. Rank 0 writes the counter.
+extern "C" __global__ void __cluster_dims__(4, 1, 1) neighbour(int* out) {
+  __shared__ int mine[2];
+  cg::cluster_group cluster = cg::this_cluster();
+  unsigned rank = cluster.block_rank();
+  if (threadIdx.x == 0) { mine[0] = 100 * (int)rank + (int)blockIdx.x; mine[1] = 0; }
+  cluster.sync();
+  int* theirs = cluster.map_shared_rank(mine, (rank + 1) % cluster.num_blocks());
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = theirs[0];
+    atomicAdd(cluster.map_shared_rank(&mine[1], 0), 1);
+  }
+  cluster.sync();
+  if (threadIdx.x == 0 && rank == 0) out[gridDim.x + blockIdx.x / 4] = mine[1];
+}
+
+// Cluster special registers of a 2-D cluster shape given at launch; 8 ints per block.
+extern "C" __global__ void cluster_position(unsigned* out) {
+  cg::cluster_group cluster = cg::this_cluster();
+  unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+  if (threadIdx.x == 0) {
+    dim3 at = cluster.block_index(), shape = cluster.dim_blocks();
+    unsigned id_x, id_y, n_x, explicit_;
+    asm("mov.u32 %0, %%clusterid.x;" : "=r"(id_x));
+    asm("mov.u32 %0, %%clusterid.y;" : "=r"(id_y));
+    asm("mov.u32 %0, %%nclusterid.x;" : "=r"(n_x));
+    asm("{ .reg .pred p; mov.pred p, %%is_explicit_cluster; selp.u32 %0, 1, 0, p; }" : "=r"(explicit_));
+    unsigned* o = out + 8 * b;
+    o[0] = cluster.block_rank(); o[1] = cluster.num_blocks(); o[2] = at.x; o[3] = at.y;
+    o[4] = shape.x * 10 + shape.y; o[5] = id_x; o[6] = id_y * 100 + n_x; o[7] = explicit_;
+  }
+}
+
+// A block-wide sum through the cluster: each block adds its threads' values into
+// rank 0's shared accumulator with shared::cluster atomics, between cluster
+// barriers split into arrive and wait with work in between (relaxed arrive).
+extern "C" __global__ void __cluster_dims__(2, 2, 1) cluster_sum(const int* x, int* out) {
+  __shared__ int total;
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) total = 0;
+  cluster.sync();
+  int* root = cluster.map_shared_rank(&total, 0);
+  unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+  atomicAdd(root, x[b * blockDim.x + threadIdx.x]);
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  asm volatile("fence.acq_rel.cluster;" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  if (cluster.block_rank() == 0 && threadIdx.x == 0) {
+    out[blockIdx.x / 2 + (gridDim.x / 2) * (blockIdx.y / 2)] = total;
+  }
+  cluster.sync();   // rank 0's memory must outlive the others' atomics
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def device():
+    path = cache_dir() / "emulator_clusters.cu"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != SOURCE:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(SOURCE)
+        os.replace(tmp, path)
+    ptx = compile_ptx(path, arch="sm_90")
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
+    yield backend, module
+    backend.close()
+
+
+def run(device, kernel, grid, block, inputs, outputs, cluster=None):
+    backend, module = device
+    s = backend.stream_create()
+    arrays = list(inputs) + [o.copy() for o in outputs]
+    ptrs = [backend.mem_alloc(max(a.nbytes, 4)) for a in arrays]
+    try:
+        for p, a in zip(ptrs, arrays):
+            backend.memcpy_htod_async(p, memoryview(np.ascontiguousarray(a)).cast("B"), s)
+        backend.launch(backend.module_function(module, kernel), grid, block, 0, s,
+                       b"".join(struct.pack("<Q", p) for p in ptrs), cluster=cluster)
+        for p, a in zip(ptrs[len(inputs):], arrays[len(inputs):]):
+            backend.memcpy_dtoh_async(memoryview(a).cast("B"), p, s)
+        backend.stream_synchronize(s)
+    finally:
+        for p in ptrs:
+            backend.mem_free(p)
+        backend.stream_destroy(s)
+    return arrays[len(inputs):]
+
+
+def test_compile_time_cluster_reads_its_neighbours_shared_memory(device):
+    grid = 12
+    (out,) = run(device, "neighbour", (grid, 1, 1), (64, 1, 1), [], [np.zeros(grid + grid // 4, np.int32)])
+    expected = [100 * ((b % 4 + 1) % 4) + (b - b % 4 + (b % 4 + 1) % 4) for b in range(grid)]
+    assert out[:grid].tolist() == expected
+    assert out[grid:].tolist() == [4, 4, 4]      # every block of each cluster added 1 to rank 0's counter
+
+
+def test_runtime_cluster_shape_sets_the_cluster_registers(device):
+    grid = (4, 6, 1)
+    (out,) = run(device, "cluster_position", grid, (32, 1, 1), [], [np.zeros(8 * 24, np.uint32)],
+                 cluster=(2, 3, 1))
+    rows = out.reshape(24, 8)
+    for b, row in enumerate(rows):
+        x, y = b % 4, b // 4
+        at = (x % 2, y % 3)
+        assert row.tolist() == [at[0] + 2 * at[1], 6, at[0], at[1], 23, x // 2, (y // 3) * 100 + 2, 1], b
+
+
+def test_launch_without_cluster_is_one_block_clusters(device):
+    (out,) = run(device, "cluster_position", (2, 1, 1), (32, 1, 1), [], [np.zeros(16, np.uint32)])
+    assert out.reshape(2, 8).tolist() == [[0, 1, 0, 0, 11, 0, 2, 0], [0, 1, 0, 0, 11, 1, 2, 0]]
+
+
+def test_split_cluster_barrier_and_cluster_atomics(device):
+    rng = np.random.default_rng(7)
+    grid, block = (4, 4, 1), 96
+    x = rng.integers(-1000, 1000, size=16 * block).astype(np.int32)
+    (out,) = run(device, "cluster_sum", grid, (block, 1, 1), [x], [np.zeros(4, np.int32)])
+    per_block = x.reshape(16, block).sum(axis=1).reshape(4, 4)   # [y][x]
+    expected = [per_block[cy * 2:cy * 2 + 2, cx * 2:cx * 2 + 2].sum() for cy in range(2) for cx in range(2)]
+    assert out.tolist() == expected
+
+
+@pytest.mark.parametrize("kernel,grid,cluster,reason", [
+    ("neighbour", (6, 1, 1), None, "not a multiple of cluster 4x1x1"),
+    ("neighbour", (8, 1, 1), (2, 1, 1), "compiled for cluster 4x1x1"),
+    ("cluster_position", (16, 1, 1), (16, 1, 1), "has 16 blocks, the device allows 8"),
+    ("cluster_position", (9, 1, 1), (2, 1, 1), "grid 9x1x1 is not a multiple of cluster 2x1x1"),
+])
+def test_bad_cluster_launches_get_the_drivers_code(device, kernel, grid, cluster, reason):
+    with pytest.raises(DeviceError) as e:
+        run(device, kernel, grid, (32, 1, 1), [], [np.zeros(256, np.uint32)], cluster=cluster)
+    assert e.value.code == CUDA_ERROR_INVALID_CLUSTER_SIZE
+    assert reason in str(e.value)
+    # the device carries on
+    (out,) = run(device, "cluster_position", (2, 1, 1), (32, 1, 1), [], [np.zeros(16, np.uint32)], cluster=(2, 1, 1))
+    assert out.reshape(2, 8)[:, 0].tolist() == [0, 1]
+
+
+def test_non_portable_cluster_of_sixteen_blocks(device):
+    backend, module = device
+    backend.module_function(module, "cluster_position").non_portable_cluster = True
+    try:
+        (out,) = run(device, "cluster_position", (16, 1, 1), (32, 1, 1), [], [np.zeros(128, np.uint32)],
+                     cluster=(16, 1, 1))
+    finally:
+        backend.module_function(module, "cluster_position").non_portable_cluster = False
+    assert out.reshape(16, 8)[:, 0].tolist() == list(range(16))
+
+
+def test_handwritten_cluster_ptx_every_new_instruction():
+    # tests/data/ptx/clusters.ptx also round-trips through the parser and printer
+    # (tests/test_ptx_roundtrip.py assembles both with ptxas).
+    from ptx_corpus import HANDWRITTEN_PTX
+    ptx = next(p for p in HANDWRITTEN_PTX if p.name == "clusters.ptx").read_text()
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    try:
+        module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
+        (out,) = run((backend, module), "cluster_exchange", (6, 1, 1), (32, 1, 1), [],
+                     [np.zeros(4 * 6, np.uint32)], cluster=(3, 1, 1))
+        rows = out.reshape(6, 4).tolist()
+        assert rows == [[b % 3, ((b % 3 + 1) % 3) * 10 + 7, 32 * (1 + 2 + 3), (b % 3 + 1) % 3] for b in range(6)]
+        with pytest.raises(DeviceError) as e:   # .explicitcluster: a launch must give a shape
+            run((backend, module), "cluster_exchange", (6, 1, 1), (32, 1, 1), [], [np.zeros(24, np.uint32)])
+        assert e.value.code == CUDA_ERROR_INVALID_CLUSTER_SIZE and ".explicitcluster" in str(e.value)
+    finally:
+        backend.close()
