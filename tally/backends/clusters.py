@@ -48,9 +48,11 @@ class LaunchCluster:
 
 
 def launch_cluster(name: str, grid: Dim3, requested: Dim3 | None, kernel: KernelCluster,
-                   non_portable: bool = False) -> LaunchCluster | None:
+                   limit: int = NON_PORTABLE_CLUSTER_BLOCKS) -> LaunchCluster | None:
     """The cluster a launch of kernel `name` runs with (None: none), or DeviceError with
-    the driver's code and the reason."""
+    the driver's code and the reason. Backends check against the device's most
+    (`limit`); the portable most (8 unless the kernel allowed non-portable sizes) is
+    the client's check, where cuFuncSetAttribute's values are (client_preload/src/launch/)."""
     if requested is not None and kernel.dims is not None and tuple(requested) != kernel.dims:
         raise DeviceError(CUDA_ERROR_INVALID_CLUSTER_SIZE,
                           f"launch of {name} asks for cluster {_shape(requested)}, but the kernel was "
@@ -64,14 +66,10 @@ def launch_cluster(name: str, grid: Dim3, requested: Dim3 | None, kernel: Kernel
     if 0 in dims:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {name} with cluster {_shape(dims)}")
     cluster = LaunchCluster(dims)
-    limit = NON_PORTABLE_CLUSTER_BLOCKS if non_portable else PORTABLE_CLUSTER_BLOCKS
     if cluster.blocks > limit:
-        hint = ("" if non_portable else
-                f" (up to {NON_PORTABLE_CLUSTER_BLOCKS} after cuFuncSetAttribute "
-                "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
         raise DeviceError(CUDA_ERROR_INVALID_CLUSTER_SIZE,
                           f"launch of {name}: cluster {_shape(dims)} has {cluster.blocks} blocks, "
-                          f"the device allows {limit}{hint}")
+                          f"the device allows {limit}")
     if any(g % c for g, c in zip(grid, dims)):
         raise DeviceError(CUDA_ERROR_INVALID_CLUSTER_SIZE,
                           f"launch of {name}: grid {_shape(grid)} is not a multiple of cluster {_shape(dims)}")

@@ -643,7 +643,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap)
+                                             timed=task.plan.measuring, sm_cap=sm_cap,
+                                             cluster=op.cluster if mode is WHOLE else None)
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

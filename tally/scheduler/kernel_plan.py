@@ -8,6 +8,7 @@ queue entry; nothing here touches a queue, a stream or the device.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from ptx_passes.launch_plan import SliceLaunch, total_blocks, transformable_grid
@@ -17,6 +18,8 @@ from tally.scheduler.run_mode import RunMode
 from tally.scheduler.variants import PTBVariant, SlicedVariant, VariantProvider
 
 BE_TRANSFORMS = ("auto", "slice", "ptb", "none")
+
+log = logging.getLogger("tally.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +49,21 @@ class KernelPlanner:
         self.profiler = profiler
         self.variants = variants
         self.be_transform = be_transform
+        self._cluster_kernels_logged: set[str] = set()    # reasons are logged once per kernel
 
     def plan(self, op: Launch, sm_cap: int | None) -> KernelPlan:
         """For a kernel started with transform=True. The SMs granted to the job's share
         (`sm_cap`, None: the whole device) cap its PTB workers: one worker per SM."""
         fn = op.function
+        if op.cluster is not None:
+            # Sliced and PTB kernels run the grid as other, one-dimensional launches whose
+            # blocks are not the clusters the job asked for (their co-scheduling, their
+            # %cluster_* registers): the kernel runs whole, its clusters intact.
+            if fn.name not in self._cluster_kernels_logged:
+                self._cluster_kernels_logged.add(fn.name)
+                log.info("kernel %s is launched with a cluster dimension: it runs whole (slicing and "
+                         "PTB cannot keep its thread-block clusters)", fn.name)
+            return _UNTRANSFORMABLE
         sliced = ptb = None
         if self.variants is not None and transformable_grid(op.grid):
             if self.be_transform in ("auto", "slice"):

@@ -306,7 +306,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                               f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")
         if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
-        shape = launch_cluster(fn.name, grid, cluster, fn.cluster, fn.non_portable_cluster)
+        shape = launch_cluster(fn.name, grid, cluster, fn.cluster)
         cluster_dims, explicit = (shape.dims, True) if shape is not None else ((1, 1, 1), False)
         params = bytes(params)
         heap = self._heap_of(fn) if fn.uses_device_heap else None
@@ -446,6 +446,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
             if fn.uses_device_heap:
                 return False          # the job's heap goes with each launch, the Python way
+            if fn.cluster.explicit:
+                return False          # its compile-time cluster shape goes with each launch, the Python way
             try:
                 kernel = fn.lowered()
             except DeviceError:

@@ -44,7 +44,6 @@ class EmulatorFunction:
     max_threads: int | None = None                        # .maxntid (product)
     required_block: tuple[int, int, int] | None = None    # .reqntid
     cluster: KernelCluster = KernelCluster()              # .reqnctapercluster, .explicitcluster
-    non_portable_cluster: bool = False                    # cuFuncSetAttribute allowed 16-block clusters
     _lowered: LoweredKernel | None = field(default=None, repr=False)
     _resources: KernelResources | None = field(default=None, repr=False)
     _error: DeviceError | None = field(default=None, repr=False)

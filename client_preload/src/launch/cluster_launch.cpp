@@ -1,0 +1,75 @@
+// Thread-block clusters at launch: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+// and CLUSTER_SCHEDULING_POLICY_PREFERENCE, and the driver's checks of a cluster
+// launch. The shape travels in LaunchKernelMsg::cluster; the server's backend runs
+// the blocks of each cluster together (tally/backends/clusters.py checks it again).
+#include "launch/cluster_launch.h"
+
+#include "logging/log.h"
+
+namespace tally::client {
+
+bool is_cluster_attribute(CUlaunchAttributeID id) {
+  return id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION || id == CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+}
+
+CUresult read_cluster_attributes(const CUlaunchConfig* config, uint32_t cluster[3]) {
+  cluster[0] = cluster[1] = cluster[2] = 0;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& d = a.value.clusterDim;
+      if (d.x == 0 || d.y == 0 || d.z == 0) return CUDA_ERROR_INVALID_VALUE;
+      cluster[0] = d.x, cluster[1] = d.y, cluster[2] = d.z;
+    } else if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) {
+      // Where the device places a cluster's blocks: a hint, as scheduling is the server's.
+      if (a.value.clusterSchedulingPolicyPreference > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+int attribute(const FunctionObject* fn, CUfunction_attribute a) {
+  return fn->attributes[a].load(std::memory_order_relaxed);
+}
+
+CUresult refuse(const FunctionObject* fn, const uint32_t c[3], const char* reason) {
+  log_error("launch of %s with cluster %ux%ux%u refused (CUDA_ERROR_INVALID_CLUSTER_SIZE): %s", fn->name.c_str(),
+            c[0], c[1], c[2], reason);
+  return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+}
+
+}  // namespace
+
+CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const uint32_t cluster[3]) {
+  const uint32_t required[3] = {static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)),
+                                static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)),
+                                static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH))};
+  const bool compiled = required[0] != 0;
+  const bool asked = cluster[0] != 0;
+  if (!asked) {
+    if (compiled) return check_cluster(fn, grid, required);   // __cluster_dims__: its shape applies
+    if (attribute(fn, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET) != 0) {
+      const uint32_t none[3] = {0, 0, 0};
+      return refuse(fn, none, "the kernel must be launched with a cluster dimension (.explicitcluster)");
+    }
+    return CUDA_SUCCESS;
+  }
+  if (compiled && (cluster[0] != required[0] || cluster[1] != required[1] || cluster[2] != required[2]))
+    return refuse(fn, cluster, "the kernel was compiled for another cluster shape (__cluster_dims__)");
+  const uint64_t blocks = uint64_t{cluster[0]} * cluster[1] * cluster[2];
+  const bool non_portable = attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) != 0;
+  if (blocks > (non_portable ? kNonPortableClusterBlocks : kPortableClusterBlocks)) {
+    return refuse(fn, cluster,
+                  non_portable ? "more than 16 blocks, the device's most"
+                               : "more than 8 blocks, the portable most (16 after cuFuncSetAttribute "
+                                 "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED)");
+  }
+  if (grid[0] % cluster[0] != 0 || grid[1] % cluster[1] != 0 || grid[2] % cluster[2] != 0)
+    return refuse(fn, cluster, "the grid is not a multiple of the cluster");
+  return CUDA_SUCCESS;
+}
+
+}  // namespace tally::client

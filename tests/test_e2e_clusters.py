@@ -1,0 +1,31 @@
+"""Thread-block clusters end to end: tests/cuda/programs/clusters.cu (nvcc -arch=sm_90,
+__cluster_dims__, cooperative_groups::this_cluster(), map_shared_rank, cluster.sync(),
+cudaLaunchKernelEx with a cluster attribute) under tally-run on the emulator, as a
+high-priority and as a best-effort job: the results, CUDA's codes for the launches the
+driver refuses with the reasons in the job's log, and the job and the server carrying on."""
+from __future__ import annotations
+
+import pytest
+from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+
+CUDA_ERROR_INVALID_CLUSTER_SIZE = 912   # cudaErrorInvalidClusterSize has the same number
+SM90 = ("-arch=sm_90",)
+
+
+@pytest.fixture(scope="module")
+def clusters_program(nvcc):
+    return build_cuda(nvcc, "clusters.cu", flags=SM90)
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_cluster_program_under_tally(clusters_program, emulator_server, priority):
+    job = run_job(emulator_server.socket, clusters_program, priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("neighbour_wrong", "ex_wrong") == [0, 0], job.stdout
+    assert job.ints("too_big", "not_multiple", "wrong_shape") == [CUDA_ERROR_INVALID_CLUSTER_SIZE] * 3
+    assert job.ints("non_portable", "non_portable_wrong", "done") == [0, 0, 1]
+    refusals = [line for line in job.stderr.splitlines() if "CUDA_ERROR_INVALID_CLUSTER_SIZE" in line]
+    assert len(refusals) == 3, job.stderr
+    assert "more than 8 blocks" in refusals[0] and "NON_PORTABLE_CLUSTER_SIZE_ALLOWED" in refusals[0]
+    assert "not a multiple of the cluster" in refusals[1]
+    assert "compiled for another cluster shape" in refusals[2]
