@@ -9,6 +9,7 @@ import pytest
 from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
 
 CUDA_ERROR_INVALID_CLUSTER_SIZE = 912   # cudaErrorInvalidClusterSize has the same number
+CUDA_ERROR_NOT_PERMITTED = 800          # cudaErrorNotPermitted
 SM90 = ("-arch=sm_90",)
 
 
@@ -24,8 +25,13 @@ def test_cluster_program_under_tally(clusters_program, emulator_server, priority
     assert job.ints("neighbour_wrong", "ex_wrong") == [0, 0], job.stdout
     assert job.ints("too_big", "not_multiple", "wrong_shape") == [CUDA_ERROR_INVALID_CLUSTER_SIZE] * 3
     assert job.ints("non_portable", "non_portable_wrong", "done") == [0, 0, 1]
+    # The emulator's 8 SMs are one GPC; 64-thread blocks fit 32 to an SM (its block limit).
+    assert job.ints("active_clusters_of_4", "potential") == [64, 8]
+    assert job.ints("active_clusters_of_16") == [CUDA_ERROR_INVALID_CLUSTER_SIZE]
+    assert job.ints("non_portable_active", "non_portable_potential") == [16, 16]
     refusals = [line for line in job.stderr.splitlines() if "CUDA_ERROR_INVALID_CLUSTER_SIZE" in line]
     assert len(refusals) == 3, job.stderr
     assert "more than 8 blocks" in refusals[0] and "NON_PORTABLE_CLUSTER_SIZE_ALLOWED" in refusals[0]
     assert "not a multiple of the cluster" in refusals[1]
-    assert "compiled for another cluster shape" in refusals[2]
+    assert "requires another cluster shape" in refusals[2]
+    assert job.ints("set_compiled", "required_wrong") == [CUDA_ERROR_NOT_PERMITTED, 0]

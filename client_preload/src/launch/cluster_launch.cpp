@@ -43,22 +43,27 @@ CUresult refuse(const FunctionObject* fn, const uint32_t c[3], const char* reaso
 
 }  // namespace
 
-CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const uint32_t cluster[3]) {
+CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const uint32_t asked[3],
+                       uint32_t cluster[3]) {
+  // The kernel's own shape: __cluster_dims__, or cuFuncSetAttribute's REQUIRED_CLUSTER_*.
   const uint32_t required[3] = {static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)),
                                 static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)),
                                 static_cast<uint32_t>(attribute(fn, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH))};
-  const bool compiled = required[0] != 0;
-  const bool asked = cluster[0] != 0;
-  if (!asked) {
-    if (compiled) return check_cluster(fn, grid, required);   // __cluster_dims__: its shape applies
-    if (attribute(fn, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET) != 0) {
-      const uint32_t none[3] = {0, 0, 0};
-      return refuse(fn, none, "the kernel must be launched with a cluster dimension (.explicitcluster)");
-    }
+  const bool has_required = required[0] != 0 || required[1] != 0 || required[2] != 0;
+  if (has_required && (required[0] == 0 || required[1] == 0 || required[2] == 0)) {
+    log_error("launch of %s refused (CUDA_ERROR_INVALID_VALUE): its required cluster dimensions %ux%ux%u must be "
+              "all 0 or all positive", fn->name.c_str(), required[0], required[1], required[2]);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const bool has_asked = asked[0] != 0;
+  for (int i = 0; i < 3; ++i) cluster[i] = has_asked ? asked[i] : required[i];
+  if (!has_asked && !has_required) {
+    if (attribute(fn, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET) != 0)
+      return refuse(fn, cluster, "the kernel must be launched with a cluster dimension (.explicitcluster)");
     return CUDA_SUCCESS;
   }
-  if (compiled && (cluster[0] != required[0] || cluster[1] != required[1] || cluster[2] != required[2]))
-    return refuse(fn, cluster, "the kernel was compiled for another cluster shape (__cluster_dims__)");
+  if (has_asked && has_required && (asked[0] != required[0] || asked[1] != required[1] || asked[2] != required[2]))
+    return refuse(fn, cluster, "the kernel requires another cluster shape (__cluster_dims__ or REQUIRED_CLUSTER_*)");
   const uint64_t blocks = uint64_t{cluster[0]} * cluster[1] * cluster[2];
   const bool non_portable = attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) != 0;
   if (blocks > (non_portable ? kNonPortableClusterBlocks : kPortableClusterBlocks)) {

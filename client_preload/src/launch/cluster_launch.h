@@ -21,8 +21,11 @@ bool is_cluster_attribute(CUlaunchAttributeID id);
 // or CUDA_ERROR_INVALID_VALUE for a bad value (a zero dimension, an unknown policy).
 CUresult read_cluster_attributes(const CUlaunchConfig* config, uint32_t cluster[3]);
 
-// The launch's cluster against the kernel's compile-time cluster, the device's limits
-// and the grid; on refusal the reason goes to the job's stderr and driver error log.
-CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const uint32_t cluster[3]);
+// The cluster shape a launch runs with into `cluster` ({0, 0, 0}: none): the one it
+// `asked` for, else the kernel's required one (__cluster_dims__ or cuFuncSetAttribute),
+// checked against the device's limits and the grid. On refusal the reason goes to
+// the job's stderr and driver error log.
+CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const uint32_t asked[3],
+                       uint32_t cluster[3]);
 
 }  // namespace tally::client

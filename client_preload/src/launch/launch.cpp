@@ -114,9 +114,8 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult rc = check_configuration(fn, gx, gy, gz, bx, by, bz, shared); rc != CUDA_SUCCESS) return rc;
   const unsigned grid[3] = {gx, gy, gz};
-  if (CUresult rc = check_cluster(fn, grid, cluster); rc != CUDA_SUCCESS) return rc;
   LaunchRecord r{};
-  std::copy(cluster, cluster + 3, r.msg.cluster);
+  if (CUresult rc = check_cluster(fn, grid, cluster, r.msg.cluster); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = stream_id(stream, per_thread, &r.msg.stream); rc != CUDA_SUCCESS) return rc;
   r.msg.function = fn->id;
   r.msg.grid[0] = gx, r.msg.grid[1] = gy, r.msg.grid[2] = gz;

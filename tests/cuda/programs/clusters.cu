@@ -125,14 +125,48 @@ int main() {
   }());
   cudaGetLastError();
 
-  // 4. Sixteen blocks once the kernel allows non-portable sizes.
+  // 4. The occupancy calculator, then sixteen blocks once the kernel allows
+  // non-portable sizes.
+  cudaLaunchConfig_t occupancy = {};
+  occupancy.gridDim = dim3(16, 1, 1);
+  occupancy.blockDim = dim3(64, 1, 1);
+  cudaLaunchAttribute shape;
+  shape.id = cudaLaunchAttributeClusterDimension;
+  shape.val.clusterDim.x = 4, shape.val.clusterDim.y = 1, shape.val.clusterDim.z = 1;
+  occupancy.attrs = &shape;
+  occupancy.numAttrs = 1;
+  int active = -1, potential = -1;
+  CHECK(cudaOccupancyMaxActiveClusters(&active, cluster_sum, &occupancy));
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&potential, cluster_sum, &occupancy));
+  printf("active_clusters_of_4=%d potential=%d\n", active, potential);
+  shape.val.clusterDim.x = 16;
+  printf("active_clusters_of_16=%d\n", (int)cudaOccupancyMaxActiveClusters(&active, cluster_sum, &occupancy));
+  cudaGetLastError();
   CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CHECK(cudaOccupancyMaxActiveClusters(&active, cluster_sum, &occupancy));
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&potential, cluster_sum, &occupancy));
+  printf("non_portable_active=%d non_portable_potential=%d\n", active, potential);
   printf("non_portable=%d\n", (int)launch_sum(dim3(16, 1, 1), dim3(16, 1, 1), d_x, d_sums, d_ranks));
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(ranks.data(), d_ranks, blocks * sizeof(int), cudaMemcpyDeviceToHost));
   wrong = 0;
   for (int b = 0; b < blocks; ++b) wrong += ranks[b] != b * 100 + 16;
   printf("non_portable_wrong=%d\n", wrong);
+
+  // 5. A cluster shape required at run time applies to <<<>>> launches; a shape the
+  // kernel was compiled with cannot be changed.
+  printf("set_compiled=%d\n", (int)cudaFuncSetAttribute(neighbour, cudaFuncAttributeRequiredClusterWidth, 2));
+  cudaGetLastError();
+  CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+  CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeRequiredClusterWidth, 2));
+  CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeRequiredClusterHeight, 2));
+  CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeRequiredClusterDepth, 1));
+  CHECK(cudaMemset(d_sums, 0, 4 * sizeof(int)));
+  cluster_sum<<<dim3(4, 4, 1), 64>>>(d_x, d_sums, d_ranks);
+  CHECK(cudaGetLastError());
+  std::vector<int> again(4);
+  CHECK(cudaMemcpy(again.data(), d_sums, 4 * sizeof(int), cudaMemcpyDeviceToHost));
+  printf("required_wrong=%d\n", (int)(again != sums));
 
   CHECK(cudaFree(d_out));
   CHECK(cudaFree(d_x));
