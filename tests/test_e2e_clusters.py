@@ -21,6 +21,16 @@ def clusters_program(nvcc):
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
 def test_cluster_program_under_tally(clusters_program, emulator_server, priority):
     job = run_job(emulator_server.socket, clusters_program, priority=priority)
+    check_cluster_job(job)
+    # the server carries on: the next job runs as before
+    again = run_job(emulator_server.socket, clusters_program, priority=priority)
+    assert again.returncode == 0 and again.ints("neighbour_wrong", "ex_wrong") == [0, 0], again.stdout
+    if priority == "best-effort":
+        assert "is launched with a cluster dimension: it runs whole" in emulator_server.process.log()
+
+
+def check_cluster_job(job) -> None:
+    """What clusters.cu must print (also on the cuda backend, test_cuda_backend_nested_clusters.py)."""
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("neighbour_wrong", "ex_wrong") == [0, 0], job.stdout
     assert job.ints("too_big", "not_multiple", "wrong_shape") == [CUDA_ERROR_INVALID_CLUSTER_SIZE] * 3
