@@ -184,3 +184,69 @@ def test_handwritten_cluster_ptx_every_new_instruction():
         assert e.value.code == CUDA_ERROR_INVALID_CLUSTER_SIZE and ".explicitcluster" in str(e.value)
     finally:
         backend.close()
+
+
+# Rank 0's thread 0 waits at the cluster barrier while its other threads wait at bar.sync
+# for it: neither barrier can ever complete. Rank 1 exits: exited threads never hold a
+# cluster barrier back.
+DEADLOCK_PTX = r"""
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry stuck()
+.reqnctapercluster 2, 1, 1
+{
+	.reg .b32 %r<3>;
+	.reg .pred %p<3>;
+	mov.u32 %r1, %cluster_ctarank;
+	setp.ne.u32 %p1, %r1, 0;
+	@%p1 bra done;
+	mov.u32 %r2, %tid.x;
+	setp.eq.u32 %p2, %r2, 0;
+	@%p2 bra cluster_wait;
+	bar.sync 0;
+	bra done;
+cluster_wait:
+	barrier.cluster.arrive;
+	barrier.cluster.wait;
+done:
+	ret;
+}
+"""
+
+
+def test_a_cluster_that_can_never_continue_fails_with_the_waiting_threads_named():
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    try:
+        module = backend.module_load(ModuleSource(original=DEADLOCK_PTX.encode(), ptx=DEADLOCK_PTX))
+        s = backend.stream_create()
+        backend.launch(backend.module_function(module, "stuck"), (4, 1, 1), (64, 1, 1), 0, s, b"")
+        with pytest.raises(DeviceError) as e:
+            backend.stream_synchronize(s)
+        message = str(e.value)
+        assert "block (0,0,0) can never continue" in message, message
+        assert "threads 0 wait at line" in message and "barrier.cluster.wait" in message, message
+        assert "threads 1-63 wait at line" in message and "bar.sync 0" in message, message
+        assert "which waits with the other blocks of its cluster" in message, message
+    finally:
+        backend.close()
+
+
+def test_sim_checks_and_null_accepts_cluster_launches():
+    from tally.backends.null import NullBackend
+    from tally.backends.sim import SimBackend
+    sim = SimBackend()
+    module = sim.module_load(ModuleSource(original=DEADLOCK_PTX.encode(), ptx=DEADLOCK_PTX))
+    fn = sim.module_function(module, "stuck")
+    s = sim.stream_create()
+    sim.launch(fn, (8, 1, 1), (64, 1, 1), 0, s, b"", cluster=(8, 1, 1))
+    for grid, cluster in (((32, 1, 1), (32, 1, 1)), ((6, 1, 1), (4, 1, 1))):
+        with pytest.raises(DeviceError) as e:
+            sim.launch(fn, grid, (64, 1, 1), 0, s, b"", cluster=cluster)
+        assert e.value.code == CUDA_ERROR_INVALID_CLUSTER_SIZE
+    sim.stream_synchronize(s)
+    null = NullBackend()
+    null_module = null.module_load(ModuleSource(original=DEADLOCK_PTX.encode(), ptx=DEADLOCK_PTX))
+    null.launch(null.module_function(null_module, "stuck"), (8, 1, 1), (64, 1, 1), 0, null.stream_create(), b"",
+                cluster=(8, 1, 1))
