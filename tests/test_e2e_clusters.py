@@ -1,6 +1,7 @@
 """Thread-block clusters end to end: tests/cuda/programs/clusters.cu (nvcc -arch=sm_90,
 __cluster_dims__, cooperative_groups::this_cluster(), map_shared_rank, cluster.sync(),
-cudaLaunchKernelEx with a cluster attribute) under tally-run on the emulator, as a
+cudaLaunchKernelEx with a cluster attribute, also captured into a graph and replayed) under
+tally-run on the emulator, as a
 high-priority and as a best-effort job: the results, CUDA's codes for the launches the
 driver refuses with the reasons in the job's log, and the job and the server carrying on."""
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_cluster_program_under_tally(clusters_program, emulator_server, priority
 def check_cluster_job(job) -> None:
     """What clusters.cu must print (also on the cuda backend, test_cuda_backend_nested_clusters.py)."""
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("neighbour_wrong", "ex_wrong") == [0, 0], job.stdout
+    assert job.ints("neighbour_wrong", "ex_wrong", "graph_wrong") == [0, 0, 0], job.stdout
     assert job.ints("too_big", "not_multiple", "wrong_shape") == [CUDA_ERROR_INVALID_CLUSTER_SIZE] * 3
     assert job.ints("non_portable", "non_portable_wrong", "done") == [0, 0, 1]
     # The emulator's 8 SMs are one GPC; 64-thread blocks fit 32 to an SM (its block limit).

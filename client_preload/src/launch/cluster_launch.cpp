@@ -4,6 +4,7 @@
 // the blocks of each cluster together (tally/backends/clusters.py checks it again).
 #include "launch/cluster_launch.h"
 
+#include "connection/connection.h"
 #include "logging/log.h"
 
 namespace tally::client {
@@ -65,6 +66,8 @@ CUresult check_cluster(const FunctionObject* fn, const unsigned grid[3], const u
   if (has_asked && has_required && (asked[0] != required[0] || asked[1] != required[1] || asked[2] != required[2]))
     return refuse(fn, cluster, "the kernel requires another cluster shape (__cluster_dims__ or REQUIRED_CLUSTER_*)");
   const uint64_t blocks = uint64_t{cluster[0]} * cluster[1] * cluster[2];
+  if (blocks > 1 && Connection::instance().device().attributes[CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH] == 0)
+    return refuse(fn, cluster, "the device has no thread-block clusters (compute capability below 9.0)");
   const bool non_portable = attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) != 0;
   if (blocks > (non_portable ? kNonPortableClusterBlocks : kPortableClusterBlocks)) {
     return refuse(fn, cluster,

@@ -48,8 +48,9 @@ __global__ void cluster_sum(const int* x, int* sums, int* ranks) {
   }
 }
 
-cudaError_t launch_sum(dim3 grid, dim3 cluster, const int* x, int* sums, int* ranks) {
+cudaError_t launch_sum(dim3 grid, dim3 cluster, const int* x, int* sums, int* ranks, cudaStream_t stream = 0) {
   cudaLaunchConfig_t config = {};
+  config.stream = stream;
   config.gridDim = grid;
   config.blockDim = dim3(64, 1, 1);
   cudaLaunchAttribute attrs[2];
@@ -106,6 +107,29 @@ int main() {
   }
   for (int b = 0; b < blocks; ++b) wrong += ranks[b] != ((b % 4) % 2 + 2 * ((b / 4) % 2)) * 100 + 4;
   printf("ex_wrong=%d\n", wrong);
+
+  // 2b. The same launch captured into a graph and replayed twice.
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(d_sums, 0, 4 * sizeof(int), stream));
+  CHECK(launch_sum(dim3(4, 4, 1), dim3(2, 2, 1), d_x, d_sums, d_ranks, stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  int graph_wrong = 0;
+  for (int round = 0; round < 2; ++round) {
+    CHECK(cudaGraphLaunch(exec, stream));
+    std::vector<int> replayed(4);
+    CHECK(cudaMemcpyAsync(replayed.data(), d_sums, 4 * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    graph_wrong += replayed != sums;
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(stream));
+  printf("graph_wrong=%d\n", graph_wrong);
 
   // 3. What the driver refuses; the job carries on.
   printf("too_big=%d\n", (int)launch_sum(dim3(16, 1, 1), dim3(16, 1, 1), d_x, d_sums, d_ranks));
