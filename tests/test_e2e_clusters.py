@@ -1,9 +1,9 @@
 """Thread-block clusters end to end: tests/cuda/programs/clusters.cu (nvcc -arch=sm_90,
 __cluster_dims__, cooperative_groups::this_cluster(), map_shared_rank, cluster.sync(),
-cudaLaunchKernelEx with a cluster attribute, also captured into a graph and replayed) under
-tally-run on the emulator, as a
-high-priority and as a best-effort job: the results, CUDA's codes for the launches the
-driver refuses with the reasons in the job's log, and the job and the server carrying on."""
+cudaLaunchKernelEx with a cluster attribute, also captured into a graph and replayed)
+under tally-run on the emulator, as a high-priority and as a best-effort job: the
+results, the occupancy calculator's answers, CUDA's codes for the launches the driver
+refuses with the reasons in the job's log, and the job and the server carrying on."""
 from __future__ import annotations
 
 import pytest

@@ -250,3 +250,73 @@ def test_sim_checks_and_null_accepts_cluster_launches():
     null_module = null.module_load(ModuleSource(original=DEADLOCK_PTX.encode(), ptx=DEADLOCK_PTX))
     null.launch(null.module_function(null_module, "stuck"), (8, 1, 1), (64, 1, 1), 0, null.stream_create(), b"",
                 cluster=(8, 1, 1))
+
+
+# Each block: threads 0-31 arrive at the cluster barrier and exit; thread 32 arrives at
+# once (its code comes first, so it runs first), waits, and reads the other block's cell;
+# threads 33-63 arrive after a loop longer than a warp's turn, thread 33 having stored its
+# block's cell first. The phase must wait for the late threads (the
+# exited threads' arrivals no longer count), so thread 32 reads the stored value.
+EXITED_ARRIVALS_PTX = r"""
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry late_arrivals(.param .u64 out)
+.reqnctapercluster 2, 1, 1
+{
+	.reg .b32 %r<12>;
+	.reg .b64 %rd<4>;
+	.reg .pred %p<4>;
+	.shared .align 4 .b32 cell;
+	mov.u32 %r1, %cluster_ctarank;
+	mov.u32 %r2, %tid.x;
+	setp.lt.u32 %p1, %r2, 32;
+	@!%p1 bra stay;
+	barrier.cluster.arrive;
+	exit;
+stay:
+	setp.ne.u32 %p2, %r2, 32;
+	@%p2 bra writers;
+	barrier.cluster.arrive;
+	barrier.cluster.wait;
+	mov.u32 %r5, cell;
+	add.u32 %r6, %r1, 1;
+	rem.u32 %r6, %r6, 2;
+	mapa.shared::cluster.u32 %r7, %r5, %r6;
+	ld.shared::cluster.u32 %r8, [%r7];
+	ld.param.u64 %rd1, [out];
+	mov.u32 %r9, %ctaid.x;
+	mul.wide.u32 %rd2, %r9, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.u32 [%rd3], %r8;
+	bra done;
+writers:
+	mov.u32 %r3, 0;
+spin:
+	add.u32 %r3, %r3, 1;
+	setp.lt.u32 %p3, %r3, 20000;
+	@%p3 bra spin;
+	setp.ne.u32 %p3, %r2, 33;
+	@%p3 bra late;
+	add.u32 %r4, %r1, 40;
+	st.shared.u32 [cell], %r4;
+late:
+	barrier.cluster.arrive;
+	barrier.cluster.wait;
+done:
+	barrier.cluster.arrive;
+	barrier.cluster.wait;
+	ret;
+}
+"""
+
+
+def test_threads_that_arrive_and_exit_do_not_complete_the_phase_early():
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    try:
+        module = backend.module_load(ModuleSource(original=EXITED_ARRIVALS_PTX.encode(), ptx=EXITED_ARRIVALS_PTX))
+        (out,) = run((backend, module), "late_arrivals", (4, 1, 1), (64, 1, 1), [], [np.zeros(4, np.uint32)])
+        assert out.tolist() == [41, 40, 41, 40]
+    finally:
+        backend.close()

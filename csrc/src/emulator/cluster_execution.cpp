@@ -6,7 +6,7 @@
 // barrier.cluster is split: `arrive` counts the executing threads into the current
 // phase; `wait` holds a thread until the phase it arrived in completes, which is
 // when every live thread of the cluster arrived (exited threads do not count, as
-// for bar.sync). A launch without clusters is a grid of one-block clusters, where
+// for bar.sync, whether they arrived before exiting or not). A launch without clusters is a grid of one-block clusters, where
 // the same barrier spans the block.
 #include "emulator/runner.h"
 

@@ -240,6 +240,10 @@ bool Runner::exit_lanes(Warp& w, LaneMask exec) {
   w.runnable &= ~exec;
   L_.block.live_threads -= popcount(exec);
   w.group &= ~exec;
+  // The cluster barrier waits for every live thread; an exited one no longer counts,
+  // whether it arrived or not.
+  cluster_arrived_ -= popcount(exec & w.cluster_arrived);
+  w.cluster_arrived &= ~exec;
   ++w.gpc;
   // Fewer live threads: a count-less barrier may now be complete.
   flush_group(w);
