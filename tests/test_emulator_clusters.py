@@ -72,6 +72,15 @@ extern "C" __global__ void __cluster_dims__(2, 2, 1) cluster_sum(const int* x, i
   }
   cluster.sync();   // rank 0's memory must outlive the others' atomics
 }
+
+// Cluster code in a launch without clusters: every block is a cluster of one.
+extern "C" __global__ void block_as_cluster(int* out) {
+  __shared__ int v;
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) v = (int)blockIdx.x;
+  cluster.sync();
+  if (threadIdx.x == 1) out[blockIdx.x] = *cluster.map_shared_rank(&v, 0) + 1000 * (int)cluster.num_blocks();
+}
 """
 
 
@@ -132,6 +141,11 @@ def test_runtime_cluster_shape_sets_the_cluster_registers(device):
 def test_launch_without_cluster_is_one_block_clusters(device):
     (out,) = run(device, "cluster_position", (2, 1, 1), (32, 1, 1), [], [np.zeros(16, np.uint32)])
     assert out.reshape(2, 8).tolist() == [[0, 1, 0, 0, 11, 0, 2, 0], [0, 1, 0, 0, 11, 1, 2, 0]]
+
+
+def test_cluster_code_without_clusters_runs_as_one_block_clusters(device):
+    (out,) = run(device, "block_as_cluster", (3, 1, 1), (64, 1, 1), [], [np.zeros(3, np.int32)])
+    assert out.tolist() == [1000, 1001, 1002]
 
 
 def test_split_cluster_barrier_and_cluster_atomics(device):
