@@ -46,6 +46,7 @@ def check_cluster_job(job) -> None:
     assert "not a multiple of the cluster" in refusals[1]
     assert "requires another cluster shape" in refusals[2]
     assert job.ints("set_compiled", "required_wrong") == [CUDA_ERROR_NOT_PERMITTED, 0]
+    assert job.value("run_time_attrs") == "2,2,1,0,1" and job.value("compiled_attrs") == "4,1,1,1"
 
 
 def check_whole_runs_logged(log: str) -> None:

@@ -191,6 +191,17 @@ int main() {
   std::vector<int> again(4);
   CHECK(cudaMemcpy(again.data(), d_sums, 4 * sizeof(int), cudaMemcpyDeviceToHost));
   printf("required_wrong=%d\n", (int)(again != sums));
+  // What cudaFuncGetAttributes reads back: the shapes, the settings made above.
+  CHECK(cudaFuncSetAttribute(cluster_sum, cudaFuncAttributeClusterSchedulingPolicyPreference,
+                             cudaClusterSchedulingPolicySpread));
+  cudaFuncAttributes set_at_run_time, compiled;
+  CHECK(cudaFuncGetAttributes(&set_at_run_time, cluster_sum));
+  CHECK(cudaFuncGetAttributes(&compiled, neighbour));
+  printf("run_time_attrs=%d,%d,%d,%d,%d\n", set_at_run_time.requiredClusterWidth,
+         set_at_run_time.requiredClusterHeight, set_at_run_time.requiredClusterDepth,
+         set_at_run_time.nonPortableClusterSizeAllowed, set_at_run_time.clusterSchedulingPolicyPreference);
+  printf("compiled_attrs=%d,%d,%d,%d\n", compiled.requiredClusterWidth, compiled.requiredClusterHeight,
+         compiled.requiredClusterDepth, compiled.clusterDimMustBeSet);
 
   CHECK(cudaFree(d_out));
   CHECK(cudaFree(d_x));
