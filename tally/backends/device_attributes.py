@@ -13,6 +13,8 @@ Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Shared memory the device keeps per block for itself (cooperative groups' multi-warp
 # tile barriers live there; the emulator gives it to kernels that read its registers).
 RESERVED_SHARED_MEMORY_PER_BLOCK = 1024
@@ -73,3 +75,24 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "MPS_ENABLED": 0,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}
+
+
+@dataclass(frozen=True)
+class LaunchLimits:
+    """What a launch may ask of a device, read from its attributes: the one source
+    for the client's checks (its device snapshot holds the same attributes), the
+    emulator's Python launch and the C++ data plane's emulator issuer."""
+    max_grid: tuple[int, int, int]
+    max_block: tuple[int, int, int]
+    max_threads: int                 # per block
+    max_shared_bytes: int            # per block, static + dynamic, opted in
+
+
+def launch_limits(attributes: dict[int, int]) -> LaunchLimits:
+    def read(*names: str) -> tuple[int, ...]:
+        return tuple(attributes[ATTRIBUTE_IDS[n]] for n in names)
+
+    return LaunchLimits(max_grid=read("MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z"),
+                        max_block=read("MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z"),
+                        max_threads=read("MAX_THREADS_PER_BLOCK")[0],
+                        max_shared_bytes=read("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")[0])

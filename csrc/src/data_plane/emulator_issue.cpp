@@ -10,20 +10,14 @@ namespace tally::data_plane {
 
 namespace {
 
-// tally/backends/emulator/backend.py's limits
-constexpr uint32_t kMaxGrid[3] = {2147483647u, 65535u, 65535u};
-constexpr uint32_t kMaxBlock[3] = {1024u, 1024u, 64u};
-constexpr uint32_t kMaxThreads = 1024;
-constexpr uint32_t kMaxSharedBytes = 227 * 1024;
-
 emu::StreamQueue& queue_of(uint64_t stream) { return *reinterpret_cast<emu::StreamQueue*>(stream); }
 
 }  // namespace
 
 EmulatorIssuer::EmulatorIssuer(std::shared_ptr<emu::DeviceMemory> memory, uint32_t sm_count, uint64_t max_warp_steps,
-                               double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel)
+                               double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel, LaunchLimits limits)
     : memory_(std::move(memory)), sm_count_(sm_count), max_warp_steps_(max_warp_steps),
-      timeout_seconds_(timeout_seconds), cancel_(std::move(cancel)) {}
+      timeout_seconds_(timeout_seconds), cancel_(std::move(cancel)), limits_(limits) {}
 
 bool EmulatorIssuer::owned(uint64_t addr, uint64_t nbytes) {
   emu::DeviceMemory::Use use(*memory_);
@@ -41,12 +35,13 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
   if (!program || sm_cap > sm_count_) return false;
   uint64_t threads = 1;
   for (int i = 0; i < 3; ++i) {
-    if (s.grid[i] > kMaxGrid[i] || s.block[i] > kMaxBlock[i]) return false;
+    if (s.grid[i] > limits_.max_grid[i] || s.block[i] > limits_.max_block[i]) return false;
     threads *= s.block[i];
     if (fn.required_block[0] && s.block[i] != fn.required_block[i]) return false;
   }
-  if (threads > kMaxThreads || (fn.max_threads && threads > fn.max_threads)) return false;
-  if (s.shared_bytes > kMaxSharedBytes || uint64_t{fn.static_shared_bytes} + s.shared_bytes > kMaxSharedBytes)
+  if (threads > limits_.max_threads || (fn.max_threads && threads > fn.max_threads)) return false;
+  if (s.shared_bytes > limits_.max_shared_bytes ||
+      uint64_t{fn.static_shared_bytes} + s.shared_bytes > limits_.max_shared_bytes)
     return false;
   if (param_bytes < program->param_bytes) return false;
   auto op = std::make_shared<emu::NativeOp>();
