@@ -1,5 +1,6 @@
 // The hot loop: runs a launch block by block, each block's warps round-robin,
-// each warp as groups of lanes that share a pc.
+// each warp as groups of lanes that share a pc. (A launch with clusters of more
+// than one block runs cluster by cluster, its blocks together: cluster_execution.cpp.)
 //
 // Reconvergence rule: a warp always executes the runnable lanes with the
 // smallest key (deepest call frame first, then lowest pc); lanes with another
