@@ -5,7 +5,6 @@
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
-#include "launch/cluster_launch.h"
 
 namespace tally::client {
 namespace {
@@ -38,8 +37,8 @@ CUresult set_attribute(FunctionObject* fn, CUfunction_attribute attrib, int valu
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
       // A shape the kernel was compiled with (.reqnctapercluster) is not the job's to change.
       if (fn->compiled_cluster) return CUDA_ERROR_NOT_PERMITTED;
-      if (value < 0 || value > static_cast<int>(kNonPortableClusterBlocks)) return CUDA_ERROR_INVALID_VALUE;
-      break;
+      if (value < 0) return CUDA_ERROR_INVALID_VALUE;
+      break;   // the shape is checked at launch, as the driver documents (launch/cluster_launch.cpp)
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
       if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
       break;
