@@ -450,14 +450,13 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
             if fn.uses_device_heap:
                 return False          # the job's heap goes with each launch, the Python way
-            if fn.cluster.explicit:
-                return False          # its compile-time cluster shape goes with each launch, the Python way
             try:
                 kernel = fn.lowered()
             except DeviceError:
                 return False          # every launch fails, the Python way
             plane.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
-                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes)
+                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes,
+                                        fn.cluster.dims or (0, 0, 0), fn.cluster.explicit)
             return True
 
         return DataPlaneDevice(issuer, lambda stream: stream.queue_handle, register)
