@@ -560,3 +560,30 @@ def test_a_reservation_lands_on_its_address_hint_when_that_is_free(client):
     assert other["dptr"] not in (0, hint)
     for ptr in (hint, other["dptr"]):
         assert client.status_of("MemAddressFree", dptr=ptr, bytes=2 << 20) == 0
+
+
+def test_cluster_launches_the_client_did_not_check(server, client):
+    # A client that skipped the driver's launch-time checks: the server's backend refuses
+    # the shape with CUDA's code and the reason, and the job and the server go on.
+    ptx = (b".version 8.0\n.target sm_90\n.address_size 64\n"
+           b".visible .entry k(.param .u64 out)\n.reqnctapercluster 2, 1, 1\n{\n"
+           b"\t.reg .b32 %r<2>;\n\t.reg .b64 %rd<2>;\n\tld.param.u64 %rd1, [out];\n"
+           b"\tmov.u32 %r1, %cluster_nctarank;\n\tst.global.u32 [%rd1], %r1;\n\tret;\n}\n\0")
+    kind, values, _ = client.call("ModuleLoad", ptx, size=len(ptx))
+    kind, fn, _ = client.call("GetFunction", b"k", module=values["module"])
+    out = client.alloc(4)
+    params = struct.pack("<Q", out)
+    invalid_cluster_size = 912
+    for cluster, grid, code, why in (
+            ((3, 1, 1), (6, 1, 1), invalid_cluster_size, b"compiled for cluster 2x1x1"),
+            ((0, 0, 0), (3, 1, 1), invalid_cluster_size, b"grid 3x1x1 is not a multiple of cluster 2x1x1"),
+            ((0, 1, 1), (2, 1, 1), INVALID_VALUE, b"with cluster dimension (0, 1, 1)")):
+        client.send("LaunchKernel", params, function=fn["function"], stream=LEGACY, grid=grid, block=(32, 1, 1),
+                    cluster=cluster)
+        kind, err, text = client.call("CtxSynchronize")
+        assert (kind, err["status"], why in text) == ("Error", code, True), text
+    # The kernel's own shape applies to a launch that names none.
+    client.send("LaunchKernel", params, function=fn["function"], stream=LEGACY, grid=(4, 1, 1), block=(32, 1, 1))
+    assert client.status_of("CtxSynchronize") == 0
+    assert struct.unpack("<I", client.download(out, 4)) == (2,)
+    assert b"compiled for cluster 2x1x1" in server.process.log().encode()

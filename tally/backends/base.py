@@ -256,9 +256,12 @@ class DeviceBackend(Protocol):
 
     # asynchronous operations (stream order)
     def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: Stream, params: bytes, sm_cap: int | None = None) -> None:
+               stream: Stream, params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None) -> None:
         """At most `sm_cap` SMs run this kernel's blocks (None: the whole device);
-        backends whose traits do not say `confines_sms` accept and ignore it."""
+        backends whose traits do not say `confines_sms` accept and ignore it.
+        `cluster`: the thread-block cluster shape the launch asked for (None: none;
+        a kernel compiled with one runs with it anyway); tally/backends/clusters.py
+        says what is refused, with CUDA_ERROR_INVALID_CLUSTER_SIZE."""
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
         """`src` must stay valid until the copy ran (the caller owns it)."""
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...

@@ -30,6 +30,7 @@ from typing import Callable
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, FuncAttribute, KernelParam,
                                  ModuleSource, clamp_sm_grant)
+from tally.backends.cuda_clusters import allow_cluster, cluster_launch_config
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
@@ -329,7 +330,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
 
     # asynchronous operations
     def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
-               sm_cap: int | None = None) -> None:
+               sm_cap: int | None = None, cluster=None) -> None:
         self._current()
         buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         size = ctypes.c_size_t(len(params))
@@ -338,7 +339,12 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
 
         def launch_on(s) -> None:
             # The driver copies the parameter buffer before cuLaunchKernel returns.
-            _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+            if cluster is None:
+                _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+            else:   # the driver checks the shape against the kernel and the device itself
+                _check(allow_cluster(fn.handle, cluster))
+                _check(cu.cuLaunchKernelEx(cluster_launch_config(grid, block, shared_bytes, s, cluster),
+                                           fn.handle, 0, ctypes.addressof(extra)))
 
         if sm_cap is None or self._partitions is None:
             launch_on(stream)

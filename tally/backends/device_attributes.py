@@ -2,9 +2,10 @@
 
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
-emulated devices do not provide (clusters, cooperative launch, legacy IPC
-attributes) read 0 so a job takes its fallback path instead of failing later.
-Provided, and so 1: stream-ordered allocation (tally's client implements the
+emulated devices do not provide (cooperative launch, legacy IPC attributes)
+read 0 so a job takes its fallback path instead of failing later.
+Provided, and so 1: thread-block clusters from compute capability 9.0 on (the
+emulator runs them, null and sim accept them), stream-ordered allocation (tally's client implements the
 default memory pool), virtual memory management, managed memory, which is
 coherent at every moment (concurrent access from the CPU and kernels is safe), and
 kernels reading pinned host memory at its host address.
@@ -69,7 +70,8 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 0,
-        "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
+        "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1,
+        "CLUSTER_LAUNCH": int(compute_capability >= (9, 0)),
         "MPS_ENABLED": 0,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}

@@ -280,8 +280,8 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def sm_grant(self, requested_sms: int) -> int:
         return clamp_sm_grant(requested_sms, self._sm_count)
 
-    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None) -> None:
-        pass
+    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cluster=None) -> None:
+        pass   # a cluster shape too: nothing runs, so nothing is refused
 
     def memcpy_htod_async(self, dst, src, stream) -> None:
         pass

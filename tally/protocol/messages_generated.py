@@ -1114,38 +1114,42 @@ class GlobalReply:
         return _GlobalReply.pack(self.dptr, self.size)
 
 
-_LaunchKernel = struct.Struct('<QQ3I3III')
+_LaunchKernel = struct.Struct('<QQ3I3III3II')
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchKernel:
-    """cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said. Tail:
+    """cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said;
+    `cluster`: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (0, 0, 0: none asked). Tail:
     parameter block.
     """
 
     KIND: ClassVar[int] = 120
-    SIZE: ClassVar[int] = 48  # bytes before the tail
+    SIZE: ClassVar[int] = 64  # bytes before the tail
     function: int = 0
     stream: int = 0
     grid: tuple[int, int, int] = (0, 0, 0)
     block: tuple[int, int, int] = (0, 0, 0)
     shared_bytes: int = 0
+    cluster: tuple[int, int, int] = (0, 0, 0)
     tail: bytes | memoryview = b""
 
     @classmethod
     def decode(cls, payload) -> LaunchKernel:
-        if len(payload) < 48:
-            raise _short('LaunchKernel', len(payload), 48)
-        v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 = _LaunchKernel.unpack_from(payload)
-        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, memoryview(payload)[48:])
+        if len(payload) < 64:
+            raise _short('LaunchKernel', len(payload), 64)
+        v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13 = _LaunchKernel.unpack_from(payload)
+        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, (v10, v11, v12), memoryview(payload)[64:])
 
     def encode(self) -> bytes:
         if len(self.grid) != 3:
             raise _wrong_count('LaunchKernel', 'grid', len(self.grid), 3)
         if len(self.block) != 3:
             raise _wrong_count('LaunchKernel', 'block', len(self.block), 3)
-        return _LaunchKernel.pack(self.function, self.stream, *self.grid, *self.block, self.shared_bytes,
-                                  0) + self.tail
+        if len(self.cluster) != 3:
+            raise _wrong_count('LaunchKernel', 'cluster', len(self.cluster), 3)
+        return _LaunchKernel.pack(self.function, self.stream, *self.grid, *self.block, self.shared_bytes, 0,
+                                  *self.cluster, 0) + self.tail
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,9 +152,11 @@ DRIVER_MESSAGES = (
             tail="variable name (UTF-8, no NUL)"),
     Message("GlobalReply", 119, "answer to GetGlobal", (F("dptr", "u64"), F("size", "u64"))),
     Message("LaunchKernel", 120, "cuLaunchKernel[Ex]: async; the tail is the parameter block laid out "
-            "as FunctionReply said",
+            "as FunctionReply said; `cluster`: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION "
+            "(0, 0, 0: none asked)",
             (F("function", "u64"), F("stream", "u64"), F("grid", "u32", 3), F("block", "u32", 3),
-             F("shared_bytes", "u32"), F("_pad0", "u32")), tail="parameter block"),
+             F("shared_bytes", "u32"), F("_pad0", "u32"),
+             F("cluster", "u32", 3), F("_pad1", "u32")), tail="parameter block"),
     Message("CtxSynchronize", 121, "cuCtxSynchronize: waits for all the client's streams"),
     Message("StreamCreate", 122, "async: a stream with the client-chosen id",
             (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"))),

@@ -119,7 +119,8 @@ class DeviceUnits:
 
     # launches ------------------------------------------------------------------------
     def launch(self, lane: Lane, mode: RunMode, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               params: bytes, *, timed: bool, sm_cap: int | None = None) -> DeviceUnit:
+               params: bytes, *, timed: bool, sm_cap: int | None = None,
+               cluster: Dim3 | None = None) -> DeviceUnit:
         """Launch on the lane's work stream, on at most `sm_cap` SMs (None: all);
         raises the backend's DeviceError when the launch itself fails (nothing is
         then left on the device)."""
@@ -129,7 +130,10 @@ class DeviceUnits:
             unit.start_event = self._pooled_event(True)
             b.event_record(unit.start_event, work)
         try:
-            b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap)
+            if cluster is None:
+                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap)
+            else:   # only cluster launches need a backend that takes one
+                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap, cluster=cluster)
         except DeviceError:
             if unit.start_event is not None:
                 self._event_pool[True].append(unit.start_event)

@@ -608,7 +608,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 stream.queue.popleft()      # the rest of the stream may follow the last slice
             self._counters["slice_launches"] += 1
             params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
-            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
+            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count,
+                         cluster=plan.slice_cluster)
         else:
             # No lane may add high-priority work behind the scheduler's back while a
             # preemptible unit runs; if one did since the policy looked, it looks again.
@@ -635,13 +636,16 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         params = plan.ptb.plan.params(op.params, op.grid, state)
         self._launch(task, PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
 
-    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
+    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int,
+                cluster=None) -> None:
+        """`cluster`: of a slice (whole runs take the job's own, op.cluster)."""
         stream, op = task.stream, task.op
         started_at = self.clock.now()
         sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap)
+                                             timed=task.plan.measuring, sm_cap=sm_cap,
+                                             cluster=op.cluster if mode is WHOLE else cluster)
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

@@ -26,6 +26,9 @@ class Launch:
     # At most this many SMs run it: its stream belongs to a green context of the job
     # (None: only the job's SM share, if it has one, limits it).
     sm_cap: int | None = None
+    # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (None: none asked; a kernel compiled with a
+    # cluster shape has one anyway, which its backend applies).
+    cluster: Dim3 | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -784,7 +784,7 @@ static_assert(offsetof(GlobalReplyMsg, dptr) == 0);
 static_assert(offsetof(GlobalReplyMsg, size) == 8);
 constexpr uint32_t kGlobalReplySize = 16;  // bytes on the wire (0: empty)
 
-// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; tail: parameter block
+// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; `cluster`: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (0, 0, 0: none asked); tail: parameter block
 struct LaunchKernelMsg {
   static constexpr MessageKind kKind = MessageKind::LaunchKernel;
   static constexpr bool kHasTail = true;
@@ -794,15 +794,19 @@ struct LaunchKernelMsg {
   uint32_t block[3];
   uint32_t shared_bytes;
   uint32_t _pad0;
+  uint32_t cluster[3];
+  uint32_t _pad1;
 };
-static_assert(sizeof(LaunchKernelMsg) == 48, "LaunchKernelMsg layout differs from the Python codec");
+static_assert(sizeof(LaunchKernelMsg) == 64, "LaunchKernelMsg layout differs from the Python codec");
 static_assert(offsetof(LaunchKernelMsg, function) == 0);
 static_assert(offsetof(LaunchKernelMsg, stream) == 8);
 static_assert(offsetof(LaunchKernelMsg, grid) == 16);
 static_assert(offsetof(LaunchKernelMsg, block) == 28);
 static_assert(offsetof(LaunchKernelMsg, shared_bytes) == 40);
 static_assert(offsetof(LaunchKernelMsg, _pad0) == 44);
-constexpr uint32_t kLaunchKernelSize = 48;  // bytes on the wire (0: empty)
+static_assert(offsetof(LaunchKernelMsg, cluster) == 48);
+static_assert(offsetof(LaunchKernelMsg, _pad1) == 60);
+constexpr uint32_t kLaunchKernelSize = 64;  // bytes on the wire (0: empty)
 
 // cuCtxSynchronize: waits for all the client's streams
 struct CtxSynchronizeMsg {

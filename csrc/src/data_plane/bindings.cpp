@@ -178,7 +178,9 @@ void bind_data_plane(py::module_& parent) {
       .def("add_emulator_function", [](PyClientPlane& p, uint64_t id, uint32_t param_bytes,
                                        std::shared_ptr<emu::Program> program, uint32_t max_threads,
                                        std::tuple<uint32_t, uint32_t, uint32_t> required_block,
-                                       uint32_t static_shared_bytes) {
+                                       uint32_t static_shared_bytes,
+                                       std::tuple<uint32_t, uint32_t, uint32_t> required_cluster,
+                                       bool explicit_cluster) {
              FunctionEntry e;
              e.param_bytes = param_bytes;
              e.object = std::move(program);
@@ -187,10 +189,16 @@ void bind_data_plane(py::module_& parent) {
              e.required_block[1] = std::get<1>(required_block);
              e.required_block[2] = std::get<2>(required_block);
              e.static_shared_bytes = static_shared_bytes;
+             e.required_cluster[0] = std::get<0>(required_cluster);
+             e.required_cluster[1] = std::get<1>(required_cluster);
+             e.required_cluster[2] = std::get<2>(required_cluster);
+             e.explicit_cluster = explicit_cluster;
              p.plane->add_function(id, std::move(e));
            }, py::arg("function_id"), py::arg("param_bytes"), py::arg("program"), py::arg("max_threads"),
            py::arg("required_block"), py::arg("static_shared_bytes"),
-           "A lowered emulator kernel and the launch limits the backend checks (0: none).")
+           py::arg("required_cluster") = std::make_tuple(0u, 0u, 0u), py::arg("explicit_cluster") = false,
+           "A lowered emulator kernel and the launch limits the backend checks (0: none), its "
+           "compile-time cluster shape included.")
       .def("set_lane_rule", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes,
                                bool through_gate, bool one_at_a_time) {
              p.plane->set_lane_rule(std::move(gate), closes, through_gate, one_at_a_time);

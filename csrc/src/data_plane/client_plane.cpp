@@ -226,6 +226,7 @@ bool ClientPlane::fast_launch(const RecordView& v) {
     if (m.grid[i] == 0 || m.block[i] == 0) return false;
     shape.grid[i] = m.grid[i];
     shape.block[i] = m.block[i];
+    shape.cluster[i] = m.cluster[i];   // the issuer checks it as its backend does
   }
   shape.shared_bytes = m.shared_bytes;
   const uint8_t* params = v.payload + sizeof m;

@@ -12,6 +12,23 @@ namespace {
 
 emu::StreamQueue& queue_of(uint64_t stream) { return *reinterpret_cast<emu::StreamQueue*>(stream); }
 
+// The cluster shape the launch runs with, as tally/backends/clusters.py decides it
+// (false: a launch that backend refuses, which Python then refuses with its reason).
+bool cluster_of(const FunctionEntry& fn, const LaunchShape& s, uint32_t cluster[3], bool* explicit_cluster) {
+  const bool asked = s.cluster[0] != 0 || s.cluster[1] != 0 || s.cluster[2] != 0;
+  const bool required = fn.required_cluster[0] != 0;
+  uint64_t blocks = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (asked && required && s.cluster[i] != fn.required_cluster[i]) return false;
+    cluster[i] = asked ? s.cluster[i] : required ? fn.required_cluster[i] : 1;
+    if (cluster[i] == 0 || s.grid[i] % cluster[i] != 0) return false;
+    blocks *= cluster[i];
+  }
+  if (!asked && !required && fn.explicit_cluster) return false;
+  *explicit_cluster = asked || required;
+  return blocks <= emu::kMaxClusterBlocks;
+}
+
 }  // namespace
 
 EmulatorIssuer::EmulatorIssuer(std::shared_ptr<emu::DeviceMemory> memory, uint32_t sm_count, uint64_t max_warp_steps,
@@ -44,6 +61,9 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
       uint64_t{fn.static_shared_bytes} + s.shared_bytes > limits_.max_shared_bytes)
     return false;
   if (param_bytes < program->param_bytes) return false;
+  uint32_t cluster[3];
+  bool explicit_cluster;
+  if (!cluster_of(fn, s, cluster, &explicit_cluster)) return false;
   auto op = std::make_shared<emu::NativeOp>();
   op->kind = emu::NativeOp::Kind::kLaunch;
   op->memory = memory_;
@@ -53,6 +73,8 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
     op->config.grid[i] = s.grid[i];
     op->config.block[i] = s.block[i];
   }
+  for (int i = 0; i < 3; ++i) op->config.cluster[i] = cluster[i];
+  op->config.explicit_cluster = explicit_cluster;
   op->config.dynamic_shared = s.shared_bytes;
   op->config.sm_count = sm_count_;
   op->config.sm_cap = sm_cap;

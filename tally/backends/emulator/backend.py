@@ -43,6 +43,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
+from tally.backends.clusters import launch_cluster
 from tally.backends.device_attributes import launch_limits, synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.emulator.layout import LayoutError
@@ -287,7 +288,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         return clamp_sm_grant(requested_sms, self._sm_count)
 
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes, sm_cap: int | None = None) -> None:
+               params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         limits = self.limits
@@ -306,6 +307,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                               f"{shared_bytes} bytes of dynamic shared memory (at most {limits.max_shared_bytes})")
         if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
+        shape = launch_cluster(fn.name, grid, cluster, fn.cluster)
+        cluster_dims, explicit = (shape.dims, True) if shape is not None else ((1, 1, 1), False)
         params = bytes(params)
         heap = self._heap_of(fn) if fn.uses_device_heap else None
         if len(params) < fn.param_bytes:
@@ -320,7 +323,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
                                   f"{shared_bytes} of dynamic shared memory (at most {limits.max_shared_bytes})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel, sm_cap or 0, heap)
+                                     self._cancel, sm_cap or 0, heap, cluster_dims, explicit)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)
@@ -452,7 +455,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             except DeviceError:
                 return False          # every launch fails, the Python way
             plane.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
-                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes)
+                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes,
+                                        fn.cluster.dims or (0, 0, 0), fn.cluster.explicit)
             return True
 
         return DataPlaneDevice(issuer, lambda stream: stream.queue_handle, register)

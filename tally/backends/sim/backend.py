@@ -48,6 +48,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
+from tally.backends.clusters import KernelCluster, launch_cluster
 from tally.backends.sim.device import SimDevice
 from tally.backends.sim.loop import SimClock, SimLoop
 from tally.backends.sim.memory import SimMemory
@@ -210,7 +211,8 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
         return clamp_sm_grant(requested_sms, self.gpu.sm_count)
 
     def launch(self, fn: SimFunction, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: SimStream, params: bytes, sm_cap: int | None = None) -> None:
+               stream: SimStream, params: bytes, sm_cap: int | None = None,
+               cluster: Dim3 | None = None) -> None:
         if not isinstance(fn, SimFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a sim function")
         if min(grid) < 1 or min(block) < 1:
@@ -225,6 +227,10 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
                               f"{fn.name} takes {fn.launch_param_bytes} parameter bytes, got {len(params)}")
         if sm_cap is not None and not 1 <= sm_cap <= self.gpu.sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self.gpu.sm_count}")
+        if cluster is not None:
+            # The cost model has no clusters (a cluster's blocks cost what they cost
+            # apart); the device's limits on its shape are still the device's.
+            launch_cluster(fn.name, tuple(grid), tuple(cluster), KernelCluster())
         self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params), sm_cap))
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: SimStream) -> None:

@@ -17,8 +17,11 @@ def launch_kernel(job: Job, msg: LaunchKernel, tag: int) -> None:
     if len(tail) != fn.param_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} carries {len(tail)} parameter bytes; "
                                                     f"its parameters take {fn.param_bytes}")
+    cluster = msg.cluster if any(msg.cluster) else None
+    if cluster is not None and 0 in cluster:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} with cluster dimension {cluster}")
     client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)   # malloc/free's heap
-    launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail))
+    launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail), cluster=cluster)
     client.streams.submit(msg.stream, launch)
     if client.fast is not None:
         client.fast.learn_launch(fn, launch)   # its next launches may skip Python (tally/server/data_plane.py)
