@@ -107,5 +107,5 @@ def test_the_cpp_issuer_hands_python_what_the_attributes_refuse(small_device):
 def test_the_module_names_no_limit_of_its_own():
     # the numbers live in the attribute table only (no second copy to drift)
     assert not hasattr(emulator_backend, "MAX_BLOCK") and not hasattr(emulator_backend, "MAX_SHARED_BYTES")
-    source = (ROOT / "csrc" / "src" / "data_plane" / "emulator_issue.cpp").read_text()
+    source = (ROOT / "csrc" / "src" / "emulator" / "data_plane_issuer.cpp").read_text()
     assert "65535" not in source and "1024" not in source

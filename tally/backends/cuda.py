@@ -439,7 +439,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         _check(cu.cuCtxSynchronize())
 
     def data_plane(self) -> DataPlaneDevice:
-        # The same driver library and context as every call above (csrc/src/data_plane/cuda_issue.cpp).
+        # The same driver library and context as every call above (csrc/src/cuda/data_plane_issuer.cpp).
         from tally._core import data_plane
 
         def register(plane, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:

@@ -2,18 +2,12 @@
 // (tally/server/data_plane.py) makes a ClientPlane per job and runs its loop;
 // the executor's fast lanes (tally/scheduler/fast_lane.py) open and revoke its
 // lanes; the backends hand it their issuer.
-#include <algorithm>
-#include <array>
-
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "data_plane/client_plane.h"
-#include "data_plane/cuda_issue.h"
 #include "data_plane/device_issue.h"
-#include "data_plane/emulator_issue.h"
 #include "emulator/program.h"
-#include "emulator/stream_queue.h"
 #include "module_registry.h"
 #include "transport_python.h"
 
@@ -87,29 +81,6 @@ void bind_data_plane(py::module_& parent) {
            "Whether the backend stream (its native handle) finished everything issued to it.");
   py::class_<NullIssuer, DeviceIssuer, std::shared_ptr<NullIssuer>>(m, "NullIssuer", "The null device's.")
       .def(py::init<>());
-  py::class_<CudaIssuer, DeviceIssuer, std::shared_ptr<CudaIssuer>>(
-      m, "CudaIssuer", "The CUDA driver's, on the context whose handle (an integer) it is given.")
-      .def(py::init<uint64_t>(), py::arg("context"))
-      .def("set_context", &CudaIssuer::set_context, py::arg("context"),
-           "The context was made again (after a device fault): issue on this one.");
-  py::class_<LaunchLimits>(m, "LaunchLimits",
-                           "What a launch may ask of the emulated device (tally/backends/device_attributes.py).")
-      .def(py::init([](std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block, uint32_t threads,
-                       uint32_t shared_bytes) {
-             LaunchLimits l{};
-             std::copy(grid.begin(), grid.end(), l.max_grid);
-             std::copy(block.begin(), block.end(), l.max_block);
-             l.max_threads = threads;
-             l.max_shared_bytes = shared_bytes;
-             return l;
-           }),
-           py::arg("max_grid"), py::arg("max_block"), py::arg("max_threads"), py::arg("max_shared_bytes"));
-  py::class_<EmulatorIssuer, DeviceIssuer, std::shared_ptr<EmulatorIssuer>>(
-      m, "EmulatorIssuer", "The emulator's: work onto its streams' C++ queues (tally._core.emulator.StreamQueue).")
-      .def(py::init<std::shared_ptr<emu::DeviceMemory>, uint32_t, uint64_t, double, std::shared_ptr<emu::CancelFlag>,
-                    LaunchLimits>(),
-           py::arg("memory"), py::arg("sm_count"), py::arg("max_warp_steps"), py::arg("timeout_seconds"),
-           py::arg("cancel"), py::arg("limits"));
 
   py::class_<BestEffortGate, std::shared_ptr<BestEffortGate>>(
       m, "BestEffortGate", "The server's switch for best-effort lanes' kernels (best_effort_gate.h).")

@@ -439,7 +439,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     def data_plane(self) -> DataPlaneDevice:
         # Work goes onto the streams' C++ queues; their threads run it like any other
-        # (csrc/src/data_plane/emulator_issue.cpp).
+        # (csrc/src/emulator/data_plane_issuer.cpp).
         from tally._core import data_plane
         limits = self.limits
         issuer = data_plane.EmulatorIssuer(self._memory, self._sm_count, self.max_warp_instructions,

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "data_plane/cuda_issue.h"
+#include "cuda/data_plane_issuer.h"
 
 namespace tally::data_plane {
 

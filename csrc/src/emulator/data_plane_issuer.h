@@ -1,4 +1,4 @@
-// The emulator backend's DeviceIssuer (emulator_issue.cpp): work onto its
+// The emulator backend's DeviceIssuer (data_plane_issuer.cpp): work onto its
 // streams' C++ queues. A stream handle is the address of its StreamQueue.
 #pragma once
 #include <memory>

@@ -2,7 +2,7 @@
 // (csrc/src/emulator/stream_queue.h), after the checks the Python backend
 // makes before it queues the same work (tally/backends/emulator/backend.py);
 // whatever they would refuse goes to Python, which refuses it with its message.
-#include "data_plane/emulator_issue.h"
+#include "emulator/data_plane_issuer.h"
 
 #include "emulator/stream_queue.h"
 
