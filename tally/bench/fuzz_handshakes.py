@@ -41,7 +41,7 @@ def _hello(**changes) -> bytes:
 
 
 def _not_a_first_record(rng: random.Random) -> int:
-    operator = {*control.REQUESTS, *(protocol.codec(n).kind for n in ("StatusRequest", "MigrateOffer")
+    operator = {*control.REQUESTS, *(protocol.codec(n).kind for n in ("StatusRequest", "DriverVersionQuery", "MigrateOffer")
                                       if n in protocol.CODECS)}
     while True:
         kind = rng.randint(0, 300)
