@@ -27,8 +27,8 @@ from tally import protocol
 from tally.protocol.framing import recv_record, send_record
 from tally.cluster.high_priority_jobs import HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
-from tally.protocol.messages_generated import (ControlReply, DriverVersionQuery, DriverVersionReply, Hello, MigrateOffer,
-                                               StatusReply, StatusRequest)
+from tally.protocol.messages_generated import (ControlReply, DriverVersionQuery, DriverVersionReply, Hello,
+                                               MigrateOffer, StatusReply, StatusRequest)
 from tally.scheduler.hooks import Hooks
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server import control, migration_import
