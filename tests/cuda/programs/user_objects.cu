@@ -106,7 +106,34 @@ int main() {
   CHECK(cudaUserObjectRelease(obj_c, 1));
   printf("c_destroyed=%d\n", wait_destroyed(c, 1));
 
-  // 4. What the driver refuses: flags other than NoDestructorSync, a count of 0, no destructor.
+  // 4. A clone holds its own references, an instantiation of the clone too; updating
+  //    the instantiation with a graph without the object lets go of it.
+  Tracked u;  // not `e`: CHECK declares its own `e`
+  cudaUserObject_t obj_e;
+  CHECK(cudaUserObjectCreate(&obj_e, &u, destroy, 1, cudaUserObjectNoDestructorSync));
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  add_one<<<1, 1, 0, stream>>>(counter);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphRetainUserObject(graph, obj_e, 1, cudaGraphUserObjectMove));
+  cudaGraph_t clone;
+  CHECK(cudaGraphClone(&clone, graph));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaGraphInstantiate(&exec, clone, 0));
+  CHECK(cudaGraphDestroy(clone));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  printf("e_alive_in_exec_of_clone=%d\n", u.destroyed.load() == 0);
+  CHECK(cudaGraphLaunch(exec, stream));
+  cudaGraph_t without;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  add_one<<<1, 1, 0, stream>>>(counter);
+  CHECK(cudaStreamEndCapture(stream, &without));
+  cudaGraphExecUpdateResultInfo info;
+  CHECK(cudaGraphExecUpdate(exec, without, &info));
+  printf("e_destroyed_by_update=%d\n", wait_destroyed(u, 1));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(without));
+
+  // 5. What the driver refuses: flags other than NoDestructorSync, a count of 0, no destructor.
   Tracked d;
   cudaUserObject_t obj_d;
   printf("bad_flags=%d zero_count=%d no_destructor=%d\n",
