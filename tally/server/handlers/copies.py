@@ -57,11 +57,11 @@ def memcpy_htod(job: Job, msg: MemcpyHtoD, tag: int):
         data = client.regions.get(msg.region).span(msg.region_offset, nbytes, "copy source")
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy source kind {source}")
-    client.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
+    into_host = client.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
     for dev_off, host_off, n in _rows(width, height, pitch, width):   # host rows are packed
         if n:
             client.streams.submit(stream, ops.MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
-    if tag and (source == SOURCE_PINNED or _lands_in_host_memory(client, dst, width, height, pitch)):
+    if tag and (source == SOURCE_PINNED or into_host):
         _answer_when_reached(client, tag, stream)
         return ANSWERS_ITSELF
     return None
@@ -124,20 +124,16 @@ def memcpy_dtoh(job: Job, msg: MemcpyDtoH, tag: int):
 def memcpy_dtod(job: Job, msg: MemcpyDtoD, tag: int):
     client = job.client
     dst, src, width, height = msg.dst, msg.src, msg.width, msg.height
-    client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"), "copy destination")
+    into_host = client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"),
+                                          "copy destination")
     client.check_device_range(src, _device_span(width, height, msg.src_pitch, "source"), "copy source")
     for dst_off, src_off, n in _rows(width, height, msg.dst_pitch, msg.src_pitch):
         if n:
             client.streams.submit(msg.stream, ops.MemcpyDtoD(dst + dst_off, src + src_off, n))
-    if tag and _lands_in_host_memory(client, dst, width, height, msg.dst_pitch):
+    if tag and into_host:
         _answer_when_reached(client, tag, msg.stream)
         return ANSWERS_ITSELF
     return None
-
-
-def _lands_in_host_memory(client, dst: int, width: int, height: int, pitch: int) -> bool:
-    """The device destination is mapped pinned memory (named by its device pointer)."""
-    return client.regions.holding(dst, _device_span(width, height, pitch, "destination")) is not None
 
 
 def _answer_when_reached(client, tag: int, stream: int) -> None:

@@ -91,7 +91,7 @@ def memset(job: Job, msg: Memset, tag: int):
     if height > 1 and pitch < row_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"pitch {pitch} is smaller than a row ({row_bytes} bytes)")
     if width and height:
-        client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
+        into_host = client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
         if height == 1 or pitch == row_bytes:
             client.streams.submit(msg.stream, ops.Memset(dst, value, elem, width * height))
         else:
@@ -99,7 +99,7 @@ def memset(job: Job, msg: Memset, tag: int):
                 client.streams.submit(msg.stream, ops.Memset(dst + row * pitch, value, elem, width))
         # CUDA: a synchronous memset of pinned host memory (mapped pinned memory named
         # by its device pointer) is fully synchronous; of device memory it need not be.
-        if tag and client.regions.holding(dst, (height - 1) * pitch + row_bytes) is not None:
+        if tag and into_host:
             client.blocking.run(tag, lambda: wait_streams(client, [msg.stream]))
             return ANSWERS_ITSELF
     return None
