@@ -20,7 +20,9 @@ def program(nvcc):
     return build_cuda(nvcc, "driver_version.cu", flags=DRIVER_FLAGS)
 
 
-def test_emulated_driver_version_reaches_the_job(program):
+@pytest.mark.parametrize("shared", [False, True], ids=["static-cudart", "shared-cudart"])
+def test_emulated_driver_version_reaches_the_job(nvcc, shared):
+    program = build_cuda(nvcc, "driver_version.cu", shared_cudart=shared, flags=DRIVER_FLAGS)
     server = emulator_server_process("--emulate-driver", "13.2")
     try:
         assert server.status()["server"]["driver_version"] == 13020
