@@ -72,7 +72,6 @@ RULES = (
          "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)"),
     Rule(r"cuStream(Get|Set|Copy)Attribute\w*|cuGraphKernelNode(Get|Set|Copy)Attributes?",
          "not yet: stream and kernel-node attributes (planned with the Hopper driver surface)"),
-    Rule(r"cuUserObject\w*|cuGraph(Retain|Release)UserObject", "not yet: user objects (planned)"),
     Rule(r"cuGraph\w*|cuStreamBeginCaptureToGraph|cuStreamUpdateCaptureDependencies",
          "not yet: this graph node form or update (planned with CUDA graphs as units)"),
     Rule(r"cuMem(Prefetch|Discard|DiscardAndPrefetch)BatchAsync|cuMemcpy(Batch|3DBatch)Async",

@@ -176,6 +176,49 @@ class StatusReply:
         return bytes(self.tail)
 
 
+@dataclass(frozen=True, slots=True)
+class DriverVersionQuery:
+    """client -> server over the socket: the driver version the server reports to its jobs (the same as
+    DeviceInfo.driver_version); answered by DriverVersionReply
+    """
+
+    KIND: ClassVar[int] = 60
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> DriverVersionQuery:
+        if len(payload):
+            raise _trailing('DriverVersionQuery', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
+_DriverVersionReply = struct.Struct('<ii')
+
+
+@dataclass(frozen=True, slots=True)
+class DriverVersionReply:
+    """server -> client over the socket: e.g. 13020 for CUDA 13.2"""
+
+    KIND: ClassVar[int] = 61
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    driver_version: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> DriverVersionReply:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('DriverVersionReply', len(payload), 8)
+            raise _trailing('DriverVersionReply', len(payload) - 8)
+        v0, v1 = _DriverVersionReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _DriverVersionReply.pack(self.driver_version, 0)
+
+
 _ClientSet = struct.Struct('<QQdd')
 
 
@@ -2268,6 +2311,8 @@ MESSAGES = (
     DeviceInfo,
     StatusRequest,
     StatusReply,
+    DriverVersionQuery,
+    DriverVersionReply,
     ClientSet,
     ClientPause,
     ClientResume,

@@ -281,6 +281,12 @@ MESSAGES = (
              F("attributes", "i32", ATTRIBUTE_SLOTS))),  # indexed by CUdevice_attribute; 0 = unknown
     Message("StatusRequest", 3, "tool -> server over the socket: ask for a status report"),
     Message("StatusReply", 4, "server -> tool over the socket", tail="msgpack-encoded status dictionary"),
+    # cuDriverGetVersion may come before cuInit (cudart asks first): the client asks the
+    # server's driver version on a connection of its own, which registers no job.
+    Message("DriverVersionQuery", 60, "client -> server over the socket: the driver version the server "
+            "reports to its jobs (the same as DeviceInfo.driver_version); answered by DriverVersionReply"),
+    Message("DriverVersionReply", 61, "server -> client over the socket: e.g. 13020 for CUDA 13.2",
+            (F("driver_version", "i32"), F("_pad0", "i32"))),
     # Operator control of running jobs (tally-server set/pause/resume; tally/server/control.py):
     # one request per connection, answered by ControlReply.
     Message("ClientSet", 30, "tool -> server over the socket: change a running job's limits; a field of 0 "

@@ -897,26 +897,6 @@ CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWrite
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA: a NIC writing GPU memory directly bypasses tally's accounting");
 }
-CUresult tally_entry_cuUserObjectCreate_v11030(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectCreate", "not yet: user objects (planned)");
-}
-CUresult tally_entry_cuUserObjectRetain_v11030(CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectRetain", "not yet: user objects (planned)");
-}
-CUresult tally_entry_cuUserObjectRelease_v11030(CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectRelease", "not yet: user objects (planned)");
-}
-CUresult tally_entry_cuGraphRetainUserObject_v11030(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphRetainUserObject", "not yet: user objects (planned)");
-}
-CUresult tally_entry_cuGraphReleaseUserObject_v11030(CUgraph graph, CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphReleaseUserObject", "not yet: user objects (planned)");
-}
 CUresult tally_entry_cuMemGetHandleForAddressRange_v11070(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");

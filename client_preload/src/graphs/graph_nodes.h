@@ -25,6 +25,10 @@ CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<Exec
 // each copy remembers its original (cuGraphNodeFindInClone).
 GraphObject* clone_graph(GraphObject* original);
 
+// Adds to `into` a reference of its own to every user object `graph` and its child
+// graphs hold (what an instantiation of the graph keeps).
+void hold_user_objects(GraphObject* graph, UserObjectRefs* into);
+
 // Marks the graph and its nodes destroyed and lets go of what they hold.
 void destroy_graph(GraphObject* graph);
 

@@ -20,6 +20,7 @@
 
 #include "driver_headers.h"
 #include "driver_objects.h"
+#include "graphs/user_objects.h"
 
 namespace tally::client {
 
@@ -85,6 +86,8 @@ struct GraphObject {
   std::mutex mutex;
   std::vector<GraphNode*> nodes;       // in the order they were added
   const GraphObject* cloned_from = nullptr;
+  // cuGraphRetainUserObject's references (released when the graph is destroyed)
+  const std::shared_ptr<UserObjectRefs> user_objects = std::make_shared<UserObjectRefs>();
 
   static uint64_t next_id() {
     static std::atomic<uint64_t> ids{1};
@@ -113,6 +116,9 @@ struct GraphExecObject {
   std::vector<ExecNode> nodes;            // the graph's nodes in the order they were added
   std::unordered_map<const GraphNode*, size_t> index;  // source node -> its entry in `nodes`
   unsigned long long flags = 0;
+  // Its own references to the user objects of the graph it runs (and of that graph's
+  // child graphs), released once its launches are done after destroy or update.
+  std::shared_ptr<UserObjectRefs> user_objects;
 };
 
 inline GraphObject* as_graph(CUgraph g) { return live_object<GraphObject, ObjectTag::kGraph>(g); }

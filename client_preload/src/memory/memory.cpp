@@ -9,6 +9,7 @@
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "entry_points/entry_point.h"
+#include "memory/host_memory.h"
 #include "memory/managed_memory.h"
 #include "streams/stream_ids.h"
 
@@ -127,7 +128,7 @@ TALLY_ENTRY(cuMemGetInfo_v3020)(size_t* free, size_t* total) {
 TALLY_ENTRY(cuMemGetAddressRange_v3020)(CUdeviceptr_v2* pbase, size_t* psize, CUdeviceptr_v2 dptr) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   auto found = device_ranges().find(dptr);
-  if (!found) return CUDA_ERROR_NOT_FOUND;
+  if (!found) return pinned_address_range(dptr, pbase, psize);  // mapped pinned memory's device pointer
   if (pbase != nullptr) *pbase = found->start;
   if (psize != nullptr) *psize = found->size;
   return CUDA_SUCCESS;

@@ -50,6 +50,8 @@ enum class MessageKind : uint32_t {
   DeviceInfo = 5,
   StatusRequest = 3,
   StatusReply = 4,
+  DriverVersionQuery = 60,
+  DriverVersionReply = 61,
   ClientSet = 30,
   ClientPause = 31,
   ClientResume = 32,
@@ -143,6 +145,8 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::DeviceInfo: return "DeviceInfo";
     case MessageKind::StatusRequest: return "StatusRequest";
     case MessageKind::StatusReply: return "StatusReply";
+    case MessageKind::DriverVersionQuery: return "DriverVersionQuery";
+    case MessageKind::DriverVersionReply: return "DriverVersionReply";
     case MessageKind::ClientSet: return "ClientSet";
     case MessageKind::ClientPause: return "ClientPause";
     case MessageKind::ClientResume: return "ClientResume";
@@ -319,6 +323,26 @@ struct StatusReplyMsg {
 };
 static_assert(sizeof(StatusReplyMsg) == 1, "StatusReplyMsg layout differs from the Python codec");
 constexpr uint32_t kStatusReplySize = 0;  // bytes on the wire (0: empty)
+
+// client -> server over the socket: the driver version the server reports to its jobs (the same as DeviceInfo.driver_version); answered by DriverVersionReply
+struct DriverVersionQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::DriverVersionQuery;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(DriverVersionQueryMsg) == 1, "DriverVersionQueryMsg layout differs from the Python codec");
+constexpr uint32_t kDriverVersionQuerySize = 0;  // bytes on the wire (0: empty)
+
+// server -> client over the socket: e.g. 13020 for CUDA 13.2
+struct DriverVersionReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::DriverVersionReply;
+  static constexpr bool kHasTail = false;
+  int32_t driver_version;
+  int32_t _pad0;
+};
+static_assert(sizeof(DriverVersionReplyMsg) == 8, "DriverVersionReplyMsg layout differs from the Python codec");
+static_assert(offsetof(DriverVersionReplyMsg, driver_version) == 0);
+static_assert(offsetof(DriverVersionReplyMsg, _pad0) == 4);
+constexpr uint32_t kDriverVersionReplySize = 8;  // bytes on the wire (0: empty)
 
 // tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it is
 struct ClientSetMsg {

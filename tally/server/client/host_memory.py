@@ -154,5 +154,16 @@ class PinnedRegions:
                 os.close(region.fd)
                 region.fd = -1
 
+    def holding(self, ptr: int, nbytes: int) -> PinnedRegion | None:
+        """The region whose job address range holds [ptr, ptr+nbytes), if any: mapped
+        pinned memory named by its device pointer (cuMemHostGetDevicePointer gives the
+        host address, as unified addressing does)."""
+        with self._lock:
+            for region in self._regions.values():
+                start = region.job_address
+                if start and start <= ptr and ptr + nbytes <= start + region.size:
+                    return region
+        return None
+
     def __len__(self) -> int:
         return len(self._regions)
