@@ -270,6 +270,14 @@ class DeviceBackend(Protocol):
     def host_callback(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run `fn` on a backend thread once the stream reaches this point;
         later work on the stream waits until `fn` returns."""
+    # Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64):
+    # `width` is 4 or 8 bytes, `condition` one of stream_memory_ops.WAIT_CONDITIONS.
+    # A wait holds this stream only, until the value at `address` meets the
+    # condition or stream_release_waits is called (its job is leaving).
+    def stream_wait_value(self, stream: Stream, address: int, value: int, width: int,
+                          condition: int) -> None: ...
+    def stream_write_value(self, stream: Stream, address: int, value: int, width: int) -> None: ...
+    def stream_release_waits(self, stream: Stream) -> None: ...
 
     # synchronization (raise the stream's pending DeviceError, once)
     def stream_synchronize(self, stream: Stream) -> None: ...

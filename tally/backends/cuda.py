@@ -34,6 +34,7 @@ from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
+from tally.backends.cuda_value_waits import CudaValueWaits
 from tally.backends.cuda_vmm import CudaVirtualMemory
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
@@ -112,6 +113,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
+        self._value_waits = CudaValueWaits(cu, _check)   # stream memory operations, released when a job leaves
         self._description: DeviceDescription | None = None
         self._init_host_memory()
         self._current()
@@ -314,6 +316,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         self._current()
         if self._partitions is not None:
             self._partitions.forget_stream(stream)
+        self._value_waits.forget(stream)
         _check(cu.cuStreamDestroy(stream))
 
     def event_create(self, timing: bool = True):
@@ -376,6 +379,20 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
     def stream_wait_event(self, stream, event) -> None:
         self._current()
         _check(cu.cuStreamWaitEvent(stream, event, 0))
+
+    def stream_wait_value(self, stream, address: int, value: int, width: int, condition: int) -> None:
+        self._current()
+        self._value_waits.wait(stream, address, value, width, condition)
+
+    def stream_write_value(self, stream, address: int, value: int, width: int) -> None:
+        self._current()
+        self._value_waits.write(stream, address, value, width)
+
+    def stream_release_waits(self, stream) -> None:
+        if self._lost:
+            return
+        self._current()
+        self._value_waits.release(stream)
 
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         self._current()

@@ -2258,6 +2258,64 @@ class CtxSetLimit:
         return _CtxSetLimit.pack(self.limit, 0, self.value)
 
 
+_StreamWaitValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWaitValue:
+    """the stream waits until the `width`-byte value at `address` meets `condition`
+    (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+    """
+
+    KIND: ClassVar[int] = 240
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    condition: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWaitValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWaitValue', len(payload), 32)
+            raise _trailing('StreamWaitValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWaitValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWaitValue.pack(self.stream, self.address, self.value, self.width, self.condition)
+
+
+_StreamWriteValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWriteValue:
+    """the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)"""
+
+    KIND: ClassVar[int] = 241
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    flags: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWriteValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWriteValue', len(payload), 32)
+            raise _trailing('StreamWriteValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWriteValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWriteValue.pack(self.stream, self.address, self.value, self.width, self.flags)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2347,5 +2405,7 @@ MESSAGES = (
     SmResourceReply,
     GreenStreamCreate,
     CtxSetLimit,
+    StreamWaitValue,
+    StreamWriteValue,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

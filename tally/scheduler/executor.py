@@ -52,7 +52,8 @@ from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
-                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, StreamWaitValue,
+                                 StreamWriteValue, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
@@ -483,6 +484,15 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     item.dispatched = True
                     b.host_callback(bs, op.fn)
                 return op.gate.opened     # the rest of the stream waits at the gate
+            elif isinstance(op, StreamWaitValue):
+                if not item.dispatched:
+                    item.dispatched = True
+                    b.stream_wait_value(bs, op.address, op.value, op.width, op.condition)
+                    # The gate opens from the clock's thread: a backend callback may not call back in.
+                    b.host_callback(bs, lambda gate=op.gate: self.clock.call_soon(lambda: self.open_gate(gate)))
+                return op.gate.opened     # the rest of the stream waits in the executor
+            elif isinstance(op, StreamWriteValue):
+                b.stream_write_value(bs, op.address, op.value, op.width)
             elif isinstance(op, EventRecord):
                 event = op.event
                 if not event.destroyed:

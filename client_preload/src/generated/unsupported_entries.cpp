@@ -177,38 +177,6 @@ CUresult tally_entry_cuMemRetainAllocationHandle_v11000(CUmemGenericAllocationHa
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemRetainAllocationHandle");
 }
-CUresult tally_entry_cuMemPoolSetAccess_v11020(CUmemoryPool pool, const CUmemAccessDesc_v1 *map, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolSetAccess");
-}
-CUresult tally_entry_cuMemPoolGetAccess_v11020(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation_v1 *location) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolGetAccess");
-}
-CUresult tally_entry_cuMemPoolCreate_v11020(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolCreate");
-}
-CUresult tally_entry_cuMemPoolDestroy_v11020(CUmemoryPool pool) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolDestroy");
-}
-CUresult tally_entry_cuMemPoolExportToShareableHandle_v11020(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportToShareableHandle");
-}
-CUresult tally_entry_cuMemPoolImportFromShareableHandle_v11020(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportFromShareableHandle");
-}
-CUresult tally_entry_cuMemPoolExportPointer_v11020(CUmemPoolPtrExportData_v1 *shareData_out, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportPointer");
-}
-CUresult tally_entry_cuMemPoolImportPointer_v11020(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportPointer");
-}
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz");
@@ -304,46 +272,6 @@ CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000_ptsz(const CUexternalS
 CUresult tally_entry_cuDestroyExternalSemaphore_v10000(CUexternalSemaphore extSem) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDestroyExternalSemaphore");
-}
-CUresult tally_entry_cuStreamWaitValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_ptsz");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2_ptsz");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz");
 }
 CUresult tally_entry_cuLaunchCooperativeKernel_v9000_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
   static tally::client::OnceFlag logged;
@@ -800,46 +728,6 @@ CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphics
 CUresult tally_entry_cuGraphicsUnmapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32");
-}
-CUresult tally_entry_cuStreamWaitValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;

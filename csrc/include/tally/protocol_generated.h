@@ -133,6 +133,8 @@ enum class MessageKind : uint32_t {
   SmResourceReply = 201,
   GreenStreamCreate = 202,
   CtxSetLimit = 230,
+  StreamWaitValue = 240,
+  StreamWriteValue = 241,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -226,6 +228,8 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::SmResourceReply: return "SmResourceReply";
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     case MessageKind::CtxSetLimit: return "CtxSetLimit";
+    case MessageKind::StreamWaitValue: return "StreamWaitValue";
+    case MessageKind::StreamWriteValue: return "StreamWriteValue";
     default: return nullptr;
   }
 }
@@ -1341,5 +1345,41 @@ static_assert(offsetof(CtxSetLimitMsg, limit) == 0);
 static_assert(offsetof(CtxSetLimitMsg, _pad0) == 4);
 static_assert(offsetof(CtxSetLimitMsg, value) == 8);
 constexpr uint32_t kCtxSetLimitSize = 16;  // bytes on the wire (0: empty)
+
+// the stream waits until the `width`-byte value at `address` meets `condition` (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+struct StreamWaitValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWaitValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t condition;
+};
+static_assert(sizeof(StreamWaitValueMsg) == 32, "StreamWaitValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWaitValueMsg, stream) == 0);
+static_assert(offsetof(StreamWaitValueMsg, address) == 8);
+static_assert(offsetof(StreamWaitValueMsg, value) == 16);
+static_assert(offsetof(StreamWaitValueMsg, width) == 24);
+static_assert(offsetof(StreamWaitValueMsg, condition) == 28);
+constexpr uint32_t kStreamWaitValueSize = 32;  // bytes on the wire (0: empty)
+
+// the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)
+struct StreamWriteValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWriteValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t flags;
+};
+static_assert(sizeof(StreamWriteValueMsg) == 32, "StreamWriteValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWriteValueMsg, stream) == 0);
+static_assert(offsetof(StreamWriteValueMsg, address) == 8);
+static_assert(offsetof(StreamWriteValueMsg, value) == 16);
+static_assert(offsetof(StreamWriteValueMsg, width) == 24);
+static_assert(offsetof(StreamWriteValueMsg, flags) == 28);
+constexpr uint32_t kStreamWriteValueSize = 32;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -1,0 +1,58 @@
+"""Explicit memory pools (cudaMemPoolCreate, cudaMallocFromPoolAsync, pool
+attributes, the device's current pool) through tally-run on the emulator, at
+both priorities: the allocations are the job's device memory, charged to its
+quota (an allocation over it fails with the reason logged), and a suspension
+carries them like any other allocation."""
+from __future__ import annotations
+
+import pytest
+
+from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job, tally_server  # noqa: F401
+
+CUDA_ERROR_INVALID_VALUE = 1          # cudaErrorInvalidValue
+CUDA_ERROR_MEMORY_ALLOCATION = 2      # cudaErrorMemoryAllocation
+POOL_BYTES = (1 << 18) * 4
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_a_pool_allocates_counts_and_refuses_what_cuda_refuses(nvcc, server, priority):
+    job = run_job(server.socket, build_cuda(nvcc, "memory_pools.cu"), "basics", priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("pools_supported", "threshold_read_back", "charged", "pool_wrong") == [1, 1, 1, 0]
+    assert job.ints("used_current", "reserved_current", "used_high") == [POOL_BYTES] * 3
+    assert job.ints("used_after_free", "high_after_free", "high_after_reset") == [0, POOL_BYTES, 0]
+    for refused in ("set_high_nonzero", "set_current", "unknown_attribute", "destroy_default"):
+        assert job.value(refused) == str(CUDA_ERROR_INVALID_VALUE), refused
+    assert job.ints("current_is_pool", "current_used", "default_current_again") == [1, 4096, 1]
+    assert job.value("past_max_size") == str(CUDA_ERROR_MEMORY_ALLOCATION)
+    # each refusal says why on the job's stderr
+    assert "can only be reset with 0" in job.stderr
+    assert "is not a memory pool attribute" in job.stderr
+    assert "past its maxSize" in job.stderr
+    assert "not supported" not in job.stderr
+    server.wait_for(idle, what="the job's pool memory to be given back")
+
+
+def test_pool_memory_counts_against_the_quota(nvcc, server):
+    job = run_job(server.socket, build_cuda(nvcc, "memory_pools.cu"), "quota", quota="8M")
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("over_quota", "under_quota") == [CUDA_ERROR_MEMORY_ALLOCATION, 0]
+    assert "this job's memory quota is 8.00 MiB" in job.stderr + server.process.log()
+
+
+def test_a_suspension_carries_pool_memory(nvcc, server):
+    job = start_job(server.socket, build_cuda(nvcc, "memory_pools.cu"), "hold")
+    assert job.stdout.readline().strip() == "ready=1"
+    (client,) = server.status()["clients"]
+    r = tally_server(server, "suspend", "--client", str(client["client_id"]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (client,) = server.status()["clients"]
+    assert client["state"] == "suspended" and client["suspended_bytes"] >= 4 << 20
+    r = tally_server(server, "resume", "--client", str(client["client_id"]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    job.stdin.write("check\n")
+    job.stdin.flush()
+    result = finish(job)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.value("pool_intact") == "1"
+    server.wait_for(idle, what="the job's pool memory to be given back")
