@@ -1,10 +1,11 @@
 // Stream memory operations: cuStreamWaitValue32/64, cuStreamWriteValue32/64 (the
 // v1 and v2 ABI forms, and per-thread ones) and cuStreamBatchMemOp, which sends
-// one request per operation, in order, on its stream. Each is asynchronous: the
-// server checks the address (memory the job owns, or pinned host memory the
-// device reaches) and queues the operation (tally/server/handlers/
-// stream_memory_ops.py); a bad address fails at the next synchronizing call,
-// with the reason. On a capturing stream each becomes a batch-mem-op node.
+// one request per operation, in order, on its stream. Each is asynchronous with
+// respect to the device but answered once the server has checked the address
+// (memory the job owns, or pinned host memory the device reaches) and queued the
+// operation (tally/server/handlers/stream_memory_ops.py), so a bad address fails
+// at the call with CUDA_ERROR_INVALID_VALUE and the reason, as the driver's
+// check does. On a capturing stream each becomes a batch-mem-op node.
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
 #include "graphs/capture.h"
@@ -27,7 +28,7 @@ CUresult send_wait(uint64_t stream, CUdeviceptr address, uint64_t value, unsigne
     return rc;
   protocol::StreamWaitValueMsg m{};
   m.stream = stream, m.address = address, m.value = value, m.width = width, m.condition = flags;
-  return Connection::instance().send(m);
+  return Connection::instance().request_done(m);
 }
 
 CUresult send_write(uint64_t stream, CUdeviceptr address, uint64_t value, unsigned width, unsigned flags) {
@@ -38,7 +39,7 @@ CUresult send_write(uint64_t stream, CUdeviceptr address, uint64_t value, unsign
     return rc;
   protocol::StreamWriteValueMsg m{};
   m.stream = stream, m.address = address, m.value = value, m.width = width, m.flags = flags;
-  return Connection::instance().send(m);
+  return Connection::instance().request_done(m);
 }
 
 // What the client can refuse itself, with the reason on stderr and in the driver's
