@@ -6,6 +6,7 @@ condition means (wrapping GEQ, EQ, AND, NOR) and which value releases it."""
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from tally.backends.sim import SimBackend, sim_module_source
 from tally.backends.sim.model import KernelCost
 from tally.backends.stream_memory_ops import (WAIT_AND, WAIT_EQ, WAIT_GEQ, WAIT_NOR, satisfying_value,
                                               wait_satisfied)
-from tally.scheduler import Launch, StreamExecutor, make_policy
+from tally.scheduler import HostCallback, Launch, StreamExecutor, make_policy
 from tally.scheduler.ops import StreamWaitValue, StreamWriteValue
 
 
@@ -72,6 +73,40 @@ def test_the_null_backend_accepts_waits_and_writes():
     ex.submit("a", 0, StreamWaitValue(0x1000, 7, 8, WAIT_NOR))
     ex.submit("a", 0, StreamWriteValue(0x1000, 7, 8))
     ex.synchronize_stream("a", 0)
+    ex.close()
+
+
+class PolledNull(NullBackend):
+    """A backend whose waits the server polls (as the cuda backend's): the value is
+    `self.value`, read by the poll."""
+    value = 0
+    polls = 0
+
+    def stream_wait_value(self, stream, address, value, width, condition):
+        def met() -> bool:
+            self.polls += 1
+            return wait_satisfied(self.value, value, width, condition)
+        return met
+
+
+def test_a_polled_wait_holds_the_work_behind_it_until_the_value_is_met():
+    backend = PolledNull()
+    ex = StreamExecutor(backend, make_policy("priority"))
+    ex.add_client("a", "high")
+    ran = []
+    ex.submit("a", 0, StreamWaitValue(0x1000, 3, 4, WAIT_EQ))
+    ex.submit("a", 0, HostCallback(lambda: ran.append(1)))
+    time.sleep(0.05)
+    assert ran == [] and backend.polls > 1 and not ex.query_stream("a", 0)
+    backend.value = 3
+    ex.synchronize_stream("a", 0)
+    assert ran == [1]
+    ex.submit("a", 0, StreamWaitValue(0x1000, 4, 4, WAIT_EQ))     # never met: removal ends its poll
+    time.sleep(0.01)
+    ex.remove_client("a")
+    polls = backend.polls
+    time.sleep(0.05)
+    assert backend.polls <= polls + 1
     ex.close()
 
 

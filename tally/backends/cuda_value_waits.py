@@ -1,68 +1,51 @@
-"""Stream memory operations on a GPU: forwarded to the driver
-(cuStreamWaitValue32/64, cuStreamWriteValue32/64), and remembered per stream so a
-leaving job's waits can be released.
-
-A wait the job never satisfies holds its stream on the device forever, and the
-server must synchronize the job's streams before it frees the job's memory. A
-GPU cannot cancel a wait, so the release satisfies it: the server writes, on a
-stream of its own, a value that ends each wait the stream was given (for GEQ and
-EQ the value waited for, for AND the value, for NOR zero). A wait no value can
-end (AND with 0, NOR with all bits set) is logged: the driver would hold that
-stream forever, as it would without tally.
+"""Stream memory operations on a GPU. Writes go to the driver
+(cuStreamWriteValue32/64). Waits do not: a stream the device holds on a value
+holds every implicit synchronization of the one context all jobs share
+(cuMemFree, module unloads, the server's own synchronizations), so one job's
+wait that nobody satisfies would stall every job (the nested cuda-backend test
+found exactly that). Instead the executor keeps the work behind a wait and,
+once the stream reached it, polls the value (tally/scheduler/value_polls.py)
+with a small copy on a stream of the server's own.
 """
 from __future__ import annotations
 
-import collections
-import logging
+import ctypes
 import threading
 
-from tally.backends.stream_memory_ops import WAIT_CONDITIONS, satisfying_value
-
-log = logging.getLogger("tally.backends.cuda")
-
-# Waits remembered per stream. A stream stops at its first unmet wait, so only the
-# latest waits can still hold it; older ones were passed and rewriting them is harmless.
-_REMEMBERED_WAITS = 256
+from tally.backends.stream_memory_ops import wait_satisfied
 
 
 class CudaValueWaits:
-    def __init__(self, cu, check):
-        self._cu, self._check = cu, check
-        self._waits: dict[object, collections.deque] = {}
+    def __init__(self, cu, check, make_current):
+        self._cu, self._check, self._current = cu, check, make_current
+        self._reader = None     # the server's stream for reading waited-on values, made at first use
         self._lock = threading.Lock()
 
-    def wait(self, stream, address: int, value: int, width: int, condition: int) -> None:
-        fn = self._cu.cuStreamWaitValue32 if width == 4 else self._cu.cuStreamWaitValue64
-        self._check(fn(stream, address, value, condition))
+    def context_gone(self) -> None:
+        """The context was recreated after a fault: its stream went with it."""
         with self._lock:
-            key = int(stream)
-            self._waits.setdefault(key, collections.deque(maxlen=_REMEMBERED_WAITS)).append(
-                (address, value, width, condition))
+            self._reader = None
+
+    def _reading_stream(self):
+        with self._lock:
+            if self._reader is None:
+                cu = self._cu
+                self._reader = self._check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+            return self._reader
+
+    def poll(self, address: int, value: int, width: int, condition: int):
+        """What the executor calls to learn whether the wait is over."""
+        buf = (ctypes.c_ubyte * width)()
+
+        def met() -> bool:
+            cu = self._cu
+            self._current()
+            reader = self._reading_stream()
+            self._check(cu.cuMemcpyDtoHAsync(ctypes.addressof(buf), address, width, reader))
+            self._check(cu.cuStreamSynchronize(reader))
+            return wait_satisfied(int.from_bytes(bytes(buf), "little"), value, width, condition)
+        return met
 
     def write(self, stream, address: int, value: int, width: int) -> None:
         fn = self._cu.cuStreamWriteValue32 if width == 4 else self._cu.cuStreamWriteValue64
         self._check(fn(stream, address, value, 0))
-
-    def release(self, stream) -> None:
-        """Satisfy every remembered wait of `stream` from a stream of the server's."""
-        with self._lock:
-            waits = self._waits.pop(int(stream), ())
-        if not waits:
-            return
-        cu = self._cu
-        writer = self._check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
-        try:
-            for address, value, width, condition in waits:
-                end = satisfying_value(value, width, condition)
-                if end is None:
-                    log.warning("a wait (%s %#x at %#x) that no value can satisfy holds a leaving job's "
-                                "stream on the device", WAIT_CONDITIONS[condition], value, address)
-                    continue
-                self.write(writer, address, end, width)
-            self._check(cu.cuStreamSynchronize(writer))
-        finally:
-            cu.cuStreamDestroy(writer)
-
-    def forget(self, stream) -> None:
-        with self._lock:
-            self._waits.pop(int(stream), None)

@@ -124,7 +124,7 @@ static int basics() {
   *host_flag = 3;
   CHECK(cudaStreamSynchronize(waiting));
   CHECK(cudaMemcpy(&seen, out, sizeof seen, cudaMemcpyDeviceToHost));
-  printf("host_wait=%d\n", host_held && seen == 33);
+  printf("host_wait_held=%d host_wait_released=%d\n", host_held, seen == 33);
 
   // Writes read back; a batch writes both widths, then waits on what it wrote.
   CUstreamBatchMemOpParams batch[3];
