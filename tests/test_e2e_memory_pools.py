@@ -56,3 +56,26 @@ def test_a_suspension_carries_pool_memory(nvcc, server):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("pool_intact") == "1"
     server.wait_for(idle, what="the job's pool memory to be given back")
+
+
+def test_a_pool_allocation_shared_with_another_job(nvcc, server):
+    program = build_cuda(nvcc, "pool_sharing.cu")
+    owner = start_job(server.socket, program, "owner")
+    got = {}
+    while len(got) < 4:
+        line = owner.stdout.readline().strip()
+        assert line, "the owner stopped before exporting: " + owner.stderr.read()
+        key, _, value = line.partition("=")
+        got[key] = value
+    assert got["export_unshared"] == str(CUDA_ERROR_INVALID_VALUE)
+    importer = run_job(server.socket, program, "importer", got["pid"], got["fd"], got["data"])
+    assert importer.returncode == 0, importer.stdout + importer.stderr
+    assert importer.ints("read_owners", "imported_done") == [1, 1]
+    assert importer.ints("import_altered", "import_not_a_pool") == [CUDA_ERROR_INVALID_VALUE] * 2
+    assert "is not a memory pool exported by a job of tally-server" in importer.stderr
+    owner.stdin.write("check\n")
+    owner.stdin.flush()
+    result = finish(owner)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.value("written_by_importer") == "1"
+    server.wait_for(idle, what="the shared pool memory to be given back")

@@ -51,6 +51,13 @@ bool shares_by_fd(const MemoryPool& pool) {
   return (pool.props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
 }
 
+// The pool's identity across processes, made when it is first shared.
+uint64_t identity_of(MemoryPool* pool) {
+  if (pool->export_id == 0)
+    pool->export_id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) | g_next_pool_number.fetch_add(1);
+  return pool->export_id;
+}
+
 }  // namespace
 
 bool pool_handle_types_supported(CUmemAllocationHandleType types) {
@@ -85,10 +92,8 @@ TALLY_ENTRY(cuMemPoolExportToShareableHandle_v11020)(void* handle_out, CUmemoryP
                                  : "was not created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, the type asked for");
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (object->export_id == 0)
-      object->export_id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) | g_next_pool_number.fetch_add(1);
     std::memcpy(identity.magic, kPoolMagic, sizeof kPoolMagic);
-    identity.token = object->export_id;
+    identity.token = identity_of(object);
   }
   int fd = memfd_create("tally-mempool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -135,12 +140,13 @@ TALLY_ENTRY(cuMemPoolExportPointer_v11020)(CUmemPoolPtrExportData_v1* shareData_
   {
     std::unique_lock<std::mutex> lock;
     MemoryPool* object = pool == nullptr ? nullptr : lock_pool(pool, "cuMemPoolExportPointer", &lock);
-    if (object == nullptr || !shares_by_fd(*object) || object->imported || object->export_id == 0) {
-      log_error("cuMemPoolExportPointer: 0x%llx is not the start of an allocation from a pool this process "
-                "exported (CUDA_ERROR_INVALID_VALUE)", static_cast<unsigned long long>(ptr));
+    if (object == nullptr || !shares_by_fd(*object) || object->imported) {
+      log_error("cuMemPoolExportPointer: 0x%llx is not the start of an allocation from a pool of this process "
+                "made to be shared (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) (CUDA_ERROR_INVALID_VALUE)",
+                static_cast<unsigned long long>(ptr));
       return CUDA_ERROR_INVALID_VALUE;
     }
-    token = object->export_id;
+    token = identity_of(object);
   }
   CUipcMemHandle ipc{};
   if (CUresult rc = tally_entry_cuIpcGetMemHandle_v4010(&ipc, ptr); rc != CUDA_SUCCESS) return rc;
