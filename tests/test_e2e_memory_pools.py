@@ -1,13 +1,15 @@
 """Explicit memory pools (cudaMemPoolCreate, cudaMallocFromPoolAsync, pool
 attributes, the device's current pool) through tally-run on the emulator, at
 both priorities: the allocations are the job's device memory, charged to its
-quota (an allocation over it fails with the reason logged), and a suspension
-carries them like any other allocation."""
+quota (an allocation over it fails with the reason logged), a suspension and
+a migration carry them like any other allocation, and another job can import
+one through the pool's exported file descriptor."""
 from __future__ import annotations
 
 import pytest
 
-from e2e_helpers import build_cuda, finish, idle, run_job, server, start_job, tally_server  # noqa: F401
+from e2e_helpers import (build_cuda, finish, idle, migrate, run_job, server, start_job,  # noqa: F401
+                         tally_server, two_servers)
 
 CUDA_ERROR_INVALID_VALUE = 1          # cudaErrorInvalidValue
 CUDA_ERROR_MEMORY_ALLOCATION = 2      # cudaErrorMemoryAllocation
@@ -56,6 +58,24 @@ def test_a_suspension_carries_pool_memory(nvcc, server):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("pool_intact") == "1"
     server.wait_for(idle, what="the job's pool memory to be given back")
+
+
+def test_a_migration_carries_pool_memory(nvcc, two_servers):
+    a, b = two_servers
+    job = start_job(a.socket, build_cuda(nvcc, "memory_pools.cu"), "hold")
+    assert job.stdout.readline().strip() == "ready=1"
+    (on_a,) = a.status()["clients"]
+    r = migrate(a, on_a["client_id"], b.socket)
+    assert r.returncode == 0 and "migrated to" in r.stdout, r.stdout + r.stderr
+    a.wait_for(idle, what="the source to free the migrated job's pool memory")
+    (on_b,) = b.status()["clients"]
+    assert on_b["memory_used"] == on_a["memory_used"] >= 4 << 20
+    job.stdin.write("check\n")
+    job.stdin.flush()
+    result = finish(job)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.value("pool_intact") == "1"
+    b.wait_for(idle, what="the job's pool memory to be given back on the target")
 
 
 def test_a_pool_allocation_shared_with_another_job(nvcc, server):
