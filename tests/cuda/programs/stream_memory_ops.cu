@@ -145,6 +145,30 @@ static int basics() {
   CHECK(cudaMemcpy(words, flag, sizeof words, cudaMemcpyDeviceToHost));
   printf("batch_written=%d\n", (unsigned)words[0] == 0xabcdef01u && words[1] == 0x1122334455667788ull);
 
+  // Captured into a graph: a write, a wait on it and a kernel, replayed twice.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaMemset(out, 0, 64));
+  CHECK(cudaStreamBeginCapture(waiting, cudaStreamCaptureModeGlobal));
+  DRIVER(cuStreamWriteValue32(waiting, dptr(flag), 41, 0));
+  DRIVER(cuStreamWaitValue32(waiting, dptr(flag), 41, CU_STREAM_WAIT_VALUE_EQ));
+  mark<<<1, 1, 0, waiting>>>(out + 2, 44);
+  CHECK(cudaStreamEndCapture(waiting, &graph));
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  cudaGraphNode_t first[3];
+  CHECK(cudaGraphGetRootNodes(graph, first, &nodes));
+  CUgraphNodeType root_type;
+  DRIVER(cuGraphNodeGetType((CUgraphNode)first[0], &root_type));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, waiting));
+  CHECK(cudaGraphLaunch(exec, waiting));
+  CHECK(cudaStreamSynchronize(waiting));
+  CHECK(cudaMemcpy(&seen, out + 2, sizeof seen, cudaMemcpyDeviceToHost));
+  printf("captured_root_is_mem_op=%d captured_ran=%d\n", root_type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, seen == 44);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+
   // What the driver refuses.
   printf("foreign_address=%d\n", (int)cuStreamWaitValue32(waiting, 0x10, 1, CU_STREAM_WAIT_VALUE_EQ));
   printf("beyond_allocation=%d\n", (int)cuStreamWriteValue32(waiting, dptr(out) + 4096, 1, 0));
