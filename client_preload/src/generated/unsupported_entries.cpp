@@ -157,26 +157,6 @@ CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoLi
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz");
 }
-CUresult tally_entry_cuMemGetAccess_v10020(unsigned long long *flags, const CUmemLocation_v1 *location, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAccess");
-}
-CUresult tally_entry_cuMemExportToShareableHandle_v10020(void *shareableHandle, CUmemGenericAllocationHandle_v1 handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemExportToShareableHandle");
-}
-CUresult tally_entry_cuMemImportFromShareableHandle_v10020(CUmemGenericAllocationHandle_v1 *handle, void *osHandle, CUmemAllocationHandleType shHandleType) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemImportFromShareableHandle");
-}
-CUresult tally_entry_cuMemGetAllocationPropertiesFromHandle_v10020(CUmemAllocationProp_v1 *prop, CUmemGenericAllocationHandle_v1 handle) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAllocationPropertiesFromHandle");
-}
-CUresult tally_entry_cuMemRetainAllocationHandle_v11000(CUmemGenericAllocationHandle_v1 *handle, void *addr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRetainAllocationHandle");
-}
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz");

@@ -134,6 +134,11 @@ enum class MessageKind : uint32_t {
   GreenStreamCreate = 202,
   CtxSetLimit = 230,
   StreamWaitValue = 240,
+  MemExportHandle = 242,
+  MemImportHandle = 243,
+  MemRetainHandle = 244,
+  MemGetAccess = 245,
+  MemAccessReply = 246,
   StreamWriteValue = 241,
 };
 
@@ -229,6 +234,11 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     case MessageKind::CtxSetLimit: return "CtxSetLimit";
     case MessageKind::StreamWaitValue: return "StreamWaitValue";
+    case MessageKind::MemExportHandle: return "MemExportHandle";
+    case MessageKind::MemImportHandle: return "MemImportHandle";
+    case MessageKind::MemRetainHandle: return "MemRetainHandle";
+    case MessageKind::MemGetAccess: return "MemGetAccess";
+    case MessageKind::MemAccessReply: return "MemAccessReply";
     case MessageKind::StreamWriteValue: return "StreamWriteValue";
     default: return nullptr;
   }
@@ -1363,6 +1373,60 @@ static_assert(offsetof(StreamWaitValueMsg, value) == 16);
 static_assert(offsetof(StreamWaitValueMsg, width) == 24);
 static_assert(offsetof(StreamWaitValueMsg, condition) == 28);
 constexpr uint32_t kStreamWaitValueSize = 32;  // bytes on the wire (0: empty)
+
+// export the physical handle `handle`; answered by IpcHandleReply
+struct MemExportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemExportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(MemExportHandleMsg) == 8, "MemExportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemExportHandleMsg, handle) == 0);
+constexpr uint32_t kMemExportHandleSize = 8;  // bytes on the wire (0: empty)
+
+// another job's exported physical memory becomes a handle of this client; answered by MemCreateReply
+struct MemImportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemImportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(MemImportHandleMsg) == 16, "MemImportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemImportHandleMsg, export_id) == 0);
+static_assert(offsetof(MemImportHandleMsg, secret) == 8);
+constexpr uint32_t kMemImportHandleSize = 16;  // bytes on the wire (0: empty)
+
+// one more reference to the physical handle mapped at `dptr`; answered by MemCreateReply
+struct MemRetainHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemRetainHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemRetainHandleMsg) == 8, "MemRetainHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemRetainHandleMsg, dptr) == 0);
+constexpr uint32_t kMemRetainHandleSize = 8;  // bytes on the wire (0: empty)
+
+// whether the mapping at `dptr` is accessible; answered by MemAccessReply
+struct MemGetAccessMsg {
+  static constexpr MessageKind kKind = MessageKind::MemGetAccess;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemGetAccessMsg) == 8, "MemGetAccessMsg layout differs from the Python codec");
+static_assert(offsetof(MemGetAccessMsg, dptr) == 0);
+constexpr uint32_t kMemGetAccessSize = 8;  // bytes on the wire (0: empty)
+
+// answer to MemGetAccess: 1 read-write, 0 none
+struct MemAccessReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAccessReply;
+  static constexpr bool kHasTail = false;
+  uint32_t access;
+  uint32_t _pad0;
+};
+static_assert(sizeof(MemAccessReplyMsg) == 8, "MemAccessReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemAccessReplyMsg, access) == 0);
+static_assert(offsetof(MemAccessReplyMsg, _pad0) == 4);
+constexpr uint32_t kMemAccessReplySize = 8;  // bytes on the wire (0: empty)
 
 // the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)
 struct StreamWriteValueMsg {
