@@ -67,12 +67,15 @@ from test_e2e_virtual_memory import (  # noqa: F401
     test_reserve_create_map_access_unmap,
 )
 
-# Memory pools and a stream wait nobody satisfies, on the cuda backend: pool memory is
-# the backend's cuMemAlloc memory; an evicted job's wait is satisfied by the server.
+# Memory pools (shared with another job too), physical memory shared by file descriptor,
+# and a stream wait nobody satisfies, on the cuda backend: pool memory is the backend's
+# cuMemAlloc memory, shared physical memory the owner's cuMemCreate handle mapped again.
 from test_e2e_memory_pools import (  # noqa: F401
     test_a_pool_allocates_counts_and_refuses_what_cuda_refuses,
     test_pool_memory_counts_against_the_quota,
 )
+from test_e2e_memory_pools import test_a_pool_allocation_shared_with_another_job  # noqa: F401
+from test_e2e_vmm_sharing import test_physical_memory_shared_by_file_descriptor  # noqa: F401
 from test_e2e_stream_memory_ops import (  # noqa: F401
     program as stream_memory_ops_program,
     test_a_wait_nobody_satisfies_ends_at_eviction_and_others_carry_on,

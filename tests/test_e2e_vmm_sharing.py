@@ -22,7 +22,9 @@ def exported(owner) -> dict:
     return got
 
 
-def test_physical_memory_shared_by_file_descriptor(server):
+def share(server, while_shared=lambda owner: None):
+    """The owner exports, the importer imports, maps, reads and writes; then
+    `while_shared(owner)` runs before the owner checks the importer's bytes."""
     program = build_driver_c("vmm_sharing.c")
     owner = start_job(server.socket, program, "owner")
     got = exported(owner)
@@ -33,12 +35,22 @@ def test_physical_memory_shared_by_file_descriptor(server):
     assert importer.ints("read_owners", "imported_done") == [1, 1]
     assert importer.value("import_not_an_export") == str(CUDA_ERROR_INVALID_VALUE)
     assert "is not physical memory exported by a job of tally-server" in importer.stderr
-    (client,) = server.status()["clients"]
-    r = tally_server(server, "suspend", "--client", str(client["client_id"]))
-    assert r.returncode == 2 and "shares virtual-memory physical memory" in r.stderr, r.stdout + r.stderr
+    while_shared(owner)
     owner.stdin.write("check\n")
     owner.stdin.flush()
     result = finish(owner)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("written_by_importer") == "1"
     server.wait_for(idle, what="the shared physical memory to be given back")
+
+
+def test_physical_memory_shared_by_file_descriptor(server):
+    share(server)
+
+
+def test_a_job_that_shares_physical_memory_is_not_suspended(server):
+    def refused(owner):
+        (client,) = server.status()["clients"]
+        r = tally_server(server, "suspend", "--client", str(client["client_id"]))
+        assert r.returncode == 2 and "shares virtual-memory physical memory" in r.stderr, r.stdout + r.stderr
+    share(server, refused)
