@@ -349,18 +349,6 @@ CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNo
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams");
 }
-CUresult tally_entry_cuGraphAddBatchMemOpNode_v11070(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddBatchMemOpNode");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeGetParams_v11070(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeGetParams");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeSetParams_v11070(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeSetParams");
-}
 CUresult tally_entry_cuGraphExecBatchMemOpNodeSetParams_v11070(CUgraphExec graphExec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecBatchMemOpNodeSetParams");

@@ -20,9 +20,27 @@ constexpr unsigned kWaitConditionMask = 0x3;          // GEQ, EQ, AND, NOR
 constexpr unsigned kWaitFlush = 1u << 30;              // CU_STREAM_WAIT_VALUE_FLUSH
 constexpr unsigned kWriteNoMemoryBarrier = 0x1;        // CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
 
+// A captured operation is a batch-mem-op node holding it (graphs/batch_mem_op_nodes.cpp).
+CUstreamBatchMemOpParams as_mem_op(bool wait, CUdeviceptr address, uint64_t value, unsigned width, unsigned flags) {
+  CUstreamBatchMemOpParams op{};
+  if (wait) {
+    op.waitValue.operation = width == 4 ? CU_STREAM_MEM_OP_WAIT_VALUE_32 : CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op.waitValue.address = address;
+    op.waitValue.value64 = value;   // the union's 32-bit value is its low half
+    op.waitValue.flags = flags;
+  } else {
+    op.writeValue.operation = width == 4 ? CU_STREAM_MEM_OP_WRITE_VALUE_32 : CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op.writeValue.address = address;
+    op.writeValue.value64 = value;
+    op.writeValue.flags = flags;
+  }
+  return op;
+}
+
 CUresult send_wait(uint64_t stream, CUdeviceptr address, uint64_t value, unsigned width, unsigned flags) {
   if (CUresult rc; captured(stream, true, &rc, [=](GraphNode& node) {
         node.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+        node.mem_ops.push_back(as_mem_op(true, address, value, width, flags));
         node.ops.push_back([=](uint64_t s) { return send_wait(s, address, value, width, flags); });
       }))
     return rc;
@@ -34,6 +52,7 @@ CUresult send_wait(uint64_t stream, CUdeviceptr address, uint64_t value, unsigne
 CUresult send_write(uint64_t stream, CUdeviceptr address, uint64_t value, unsigned width, unsigned flags) {
   if (CUresult rc; captured(stream, true, &rc, [=](GraphNode& node) {
         node.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+        node.mem_ops.push_back(as_mem_op(false, address, value, width, flags));
         node.ops.push_back([=](uint64_t s) { return send_write(s, address, value, width, flags); });
       }))
     return rc;

@@ -166,8 +166,59 @@ static int basics() {
   CHECK(cudaStreamSynchronize(waiting));
   CHECK(cudaMemcpy(&seen, out + 2, sizeof seen, cudaMemcpyDeviceToHost));
   printf("captured_root_is_mem_op=%d captured_ran=%d\n", root_type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, seen == 44);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS captured_params;
+  DRIVER(cuGraphBatchMemOpNodeGetParams((CUgraphNode)first[0], &captured_params));
+  printf("captured_params=%d\n", captured_params.count == 1 &&
+         captured_params.paramArray[0].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 &&
+         captured_params.paramArray[0].writeValue.value == 41);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
+
+  // Built node by node: a batch-mem-op node (a write and a wait on it), then a memset after it;
+  // its operations read back, changed, and the graph run.
+  CUgraph built;
+  DRIVER(cuGraphCreate(&built, 0));
+  CUstreamBatchMemOpParams node_ops[2];
+  memset(node_ops, 0, sizeof node_ops);
+  node_ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  node_ops[0].writeValue.address = dptr(flag);
+  node_ops[0].writeValue.value = 51;
+  node_ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  node_ops[1].waitValue.address = dptr(flag);
+  node_ops[1].waitValue.value = 51;
+  node_ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  CUDA_BATCH_MEM_OP_NODE_PARAMS node_params;
+  memset(&node_params, 0, sizeof node_params);
+  node_params.count = 2;
+  node_params.paramArray = node_ops;
+  CUgraphNode mem_op_node, memset_node;
+  DRIVER(cuGraphAddBatchMemOpNode(&mem_op_node, built, nullptr, 0, &node_params));
+  CUDA_MEMSET_NODE_PARAMS fill;
+  memset(&fill, 0, sizeof fill);
+  fill.dst = dptr(out + 3);
+  fill.value = 77;
+  fill.elementSize = 4;
+  fill.width = 1;
+  fill.height = 1;
+  CUcontext ctx;
+  DRIVER(cuCtxGetCurrent(&ctx));
+  DRIVER(cuGraphAddMemsetNode(&memset_node, built, &mem_op_node, 1, &fill, ctx));
+  CUDA_BATCH_MEM_OP_NODE_PARAMS read_back;
+  DRIVER(cuGraphBatchMemOpNodeGetParams(mem_op_node, &read_back));
+  int params_ok = read_back.count == 2 && read_back.paramArray[1].waitValue.value == 51;
+  node_ops[0].writeValue.value = 52;
+  node_ops[1].waitValue.value = 52;
+  DRIVER(cuGraphBatchMemOpNodeSetParams(mem_op_node, &node_params));
+  CUgraphExec built_exec;
+  DRIVER(cuGraphInstantiate(&built_exec, built, 0));
+  DRIVER(cuGraphLaunch(built_exec, (CUstream)waiting));
+  CHECK(cudaStreamSynchronize(waiting));
+  unsigned flag_now = 0, filled = 0;
+  CHECK(cudaMemcpy(&flag_now, flag, sizeof flag_now, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&filled, out + 3, sizeof filled, cudaMemcpyDeviceToHost));
+  printf("node_params=%d node_ran=%d\n", params_ok, flag_now == 52 && filled == 77);
+  DRIVER(cuGraphExecDestroy(built_exec));
+  DRIVER(cuGraphDestroy(built));
 
   // What the driver refuses.
   printf("foreign_address=%d\n", (int)cuStreamWaitValue32(waiting, 0x10, 1, CU_STREAM_WAIT_VALUE_EQ));
