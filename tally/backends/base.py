@@ -273,6 +273,17 @@ class DeviceBackend(Protocol):
     def host_callback(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run `fn` on a backend thread once the stream reaches this point;
         later work on the stream waits until `fn` returns."""
+    # Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64):
+    # `width` is 4 or 8 bytes, `condition` one of stream_memory_ops.WAIT_CONDITIONS.
+    # A wait either holds this stream only, until the value at `address` meets the
+    # condition or stream_release_waits is called (its job is leaving), and returns
+    # None; or, where a held stream would hold others (the cuda backend), queues
+    # nothing and returns a poll, () -> bool (is the condition met now?), that the
+    # executor calls once the stream reached the wait (tally/scheduler/value_polls.py).
+    def stream_wait_value(self, stream: Stream, address: int, value: int, width: int,
+                          condition: int) -> Callable[[], bool] | None: ...
+    def stream_write_value(self, stream: Stream, address: int, value: int, width: int) -> None: ...
+    def stream_release_waits(self, stream: Stream) -> None: ...
 
     # synchronization (raise the stream's pending DeviceError, once)
     def stream_synchronize(self, stream: Stream) -> None: ...

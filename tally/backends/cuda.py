@@ -35,6 +35,7 @@ from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
+from tally.backends.cuda_value_waits import CudaValueWaits
 from tally.backends.cuda_vmm import CudaVirtualMemory
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
@@ -113,6 +114,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
+        self._value_waits = CudaValueWaits(cu, _check, self._current)   # stream writes; waits the server polls
         self._description: DeviceDescription | None = None
         self._init_host_memory()
         self._current()
@@ -167,6 +169,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         if self._partitions is not None:
             self._partitions.close()    # their green contexts and streams; fails quietly on a faulted device
         self._probe = None
+        self._value_waits.context_gone()   # its reading stream was the faulted context's
         self._backed.clear()            # reservations of the faulted context are gone with it
         self._context.recreate()
         if self._issuer is not None:    # the C++ data plane issues on the new context too
@@ -382,6 +385,16 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
     def stream_wait_event(self, stream, event) -> None:
         self._current()
         _check(cu.cuStreamWaitEvent(stream, event, 0))
+
+    def stream_wait_value(self, stream, address: int, value: int, width: int, condition: int):
+        return self._value_waits.poll(address, value, width, condition)   # the server polls (cuda_value_waits.py)
+
+    def stream_write_value(self, stream, address: int, value: int, width: int) -> None:
+        self._current()
+        self._value_waits.write(stream, address, value, width)
+
+    def stream_release_waits(self, stream) -> None:
+        pass    # no device stream ever holds on a value here
 
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         self._current()

@@ -5,8 +5,9 @@ checks before launching, warp size, unified addressing); features the
 emulated devices do not provide (cooperative launch, legacy IPC attributes)
 read 0 so a job takes its fallback path instead of failing later.
 Provided, and so 1: thread-block clusters from compute capability 9.0 on (the
-emulator runs them, null and sim accept them), stream-ordered allocation (tally's client implements the
-default memory pool), virtual memory management, managed memory, which is
+emulator runs them, null and sim accept them), stream-ordered allocation and
+memory pools (tally's client implements them over ordinary allocations), stream
+memory operations (wait and write value), virtual memory management, managed memory, which is
 coherent at every moment (concurrent access from the CPU and kernels is safe), and
 kernels reading pinned host memory at its host address.
 Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
@@ -36,11 +37,16 @@ ATTRIBUTE_IDS = {
     "MANAGED_MEMORY": 83, "MULTI_GPU_BOARD": 84, "HOST_NATIVE_ATOMIC_SUPPORTED": 86,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 87, "PAGEABLE_MEMORY_ACCESS": 88,
     "CONCURRENT_MANAGED_ACCESS": 89, "COMPUTE_PREEMPTION_SUPPORTED": 90,
-    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 91, "COOPERATIVE_LAUNCH": 95,
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 91, "CAN_USE_STREAM_MEM_OPS_V1": 92,
+    "CAN_USE_64_BIT_STREAM_MEM_OPS_V1": 93, "CAN_USE_STREAM_WAIT_VALUE_NOR_V1": 94, "COOPERATIVE_LAUNCH": 95,
+    "CAN_FLUSH_REMOTE_WRITES": 98,
     "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 97, "HOST_REGISTER_SUPPORTED": 99,
-    "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 102, "MAX_BLOCKS_PER_MULTIPROCESSOR": 106,
+    "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 102, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 103,
+    "MAX_BLOCKS_PER_MULTIPROCESSOR": 106,
     "MAX_PERSISTING_L2_CACHE_SIZE": 108, "MAX_ACCESS_POLICY_WINDOW_SIZE": 109,
-    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "MEMORY_POOLS_SUPPORTED": 115, "CLUSTER_LAUNCH": 120,
+    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "MEMORY_POOLS_SUPPORTED": 115,
+    "MEMPOOL_SUPPORTED_HANDLE_TYPES": 119, "CLUSTER_LAUNCH": 120,
+    "CAN_USE_64_BIT_STREAM_MEM_OPS": 122, "CAN_USE_STREAM_WAIT_VALUE_NOR": 123,
     "MPS_ENABLED": 133,
 }
 
@@ -73,6 +79,14 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1,
         "CLUSTER_LAUNCH": int(compute_capability >= (9, 0)),
         "MPS_ENABLED": 0,
+        # Stream memory operations (wait/write value, batches): every backend runs them;
+        # no remote-write flushing (that is GPUDirect RDMA's).
+        "CAN_USE_STREAM_MEM_OPS_V1": 1, "CAN_USE_64_BIT_STREAM_MEM_OPS_V1": 1,
+        "CAN_USE_STREAM_WAIT_VALUE_NOR_V1": 1, "CAN_USE_64_BIT_STREAM_MEM_OPS": 1,
+        "CAN_USE_STREAM_WAIT_VALUE_NOR": 1, "CAN_FLUSH_REMOTE_WRITES": 0,
+        # Pools and physical memory are shared between jobs by POSIX file descriptor
+        # (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
+        "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}
 

@@ -304,6 +304,16 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         fn()
 
+    # A wait on a value ends at once: nothing runs here that could write it.
+    def stream_wait_value(self, stream, address, value, width, condition) -> None:
+        pass
+
+    def stream_write_value(self, stream, address, value, width) -> None:
+        pass
+
+    def stream_release_waits(self, stream) -> None:
+        pass
+
     def stream_synchronize(self, stream) -> None:
         pass
 

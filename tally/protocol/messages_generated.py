@@ -2305,6 +2305,185 @@ class CtxSetLimit:
         return _CtxSetLimit.pack(self.limit, 0, self.value)
 
 
+_StreamWaitValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWaitValue:
+    """the stream waits until the `width`-byte value at `address` meets `condition`
+    (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+    """
+
+    KIND: ClassVar[int] = 240
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    condition: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWaitValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWaitValue', len(payload), 32)
+            raise _trailing('StreamWaitValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWaitValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWaitValue.pack(self.stream, self.address, self.value, self.width, self.condition)
+
+
+_MemExportHandle = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemExportHandle:
+    """export the physical handle `handle`; answered by IpcHandleReply"""
+
+    KIND: ClassVar[int] = 242
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    handle: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemExportHandle:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemExportHandle', len(payload), 8)
+            raise _trailing('MemExportHandle', len(payload) - 8)
+        (v0,) = _MemExportHandle.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemExportHandle.pack(self.handle)
+
+
+_MemImportHandle = struct.Struct('<QQ')
+
+
+@dataclass(frozen=True, slots=True)
+class MemImportHandle:
+    """another job's exported physical memory becomes a handle of this client; answered by MemCreateReply"""
+
+    KIND: ClassVar[int] = 243
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    export_id: int = 0
+    secret: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemImportHandle:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('MemImportHandle', len(payload), 16)
+            raise _trailing('MemImportHandle', len(payload) - 16)
+        v0, v1 = _MemImportHandle.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _MemImportHandle.pack(self.export_id, self.secret)
+
+
+_MemRetainHandle = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemRetainHandle:
+    """one more reference to the physical handle mapped at `dptr`; answered by MemCreateReply"""
+
+    KIND: ClassVar[int] = 244
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    dptr: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemRetainHandle:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemRetainHandle', len(payload), 8)
+            raise _trailing('MemRetainHandle', len(payload) - 8)
+        (v0,) = _MemRetainHandle.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemRetainHandle.pack(self.dptr)
+
+
+_MemGetAccess = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemGetAccess:
+    """whether the mapping at `dptr` is accessible; answered by MemAccessReply"""
+
+    KIND: ClassVar[int] = 245
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    dptr: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemGetAccess:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemGetAccess', len(payload), 8)
+            raise _trailing('MemGetAccess', len(payload) - 8)
+        (v0,) = _MemGetAccess.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemGetAccess.pack(self.dptr)
+
+
+_MemAccessReply = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class MemAccessReply:
+    """answer to MemGetAccess: 1 read-write, 0 none"""
+
+    KIND: ClassVar[int] = 246
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    access: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemAccessReply:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemAccessReply', len(payload), 8)
+            raise _trailing('MemAccessReply', len(payload) - 8)
+        v0, v1 = _MemAccessReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemAccessReply.pack(self.access, 0)
+
+
+_StreamWriteValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWriteValue:
+    """the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)"""
+
+    KIND: ClassVar[int] = 241
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    flags: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWriteValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWriteValue', len(payload), 32)
+            raise _trailing('StreamWriteValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWriteValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWriteValue.pack(self.stream, self.address, self.value, self.width, self.flags)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2396,5 +2575,12 @@ MESSAGES = (
     SmResourceReply,
     GreenStreamCreate,
     CtxSetLimit,
+    StreamWaitValue,
+    MemExportHandle,
+    MemImportHandle,
+    MemRetainHandle,
+    MemGetAccess,
+    MemAccessReply,
+    StreamWriteValue,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

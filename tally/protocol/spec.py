@@ -256,6 +256,29 @@ DRIVER_MESSAGES = (
             "CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY "
             "when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit",
             (F("limit", "u32"), F("_pad0", "u32"), F("value", "u64"))),
+    # Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64, each
+    # operation of cuStreamBatchMemOp): asynchronous, in `stream` order.
+    Message("StreamWaitValue", 240, "the stream waits until the `width`-byte value at `address` meets "
+            "`condition` (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`",
+            (F("stream", "u64"), F("address", "u64"), F("value", "u64"), F("width", "u32"),
+             F("condition", "u32"))),
+    # Shareable virtual-memory handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
+    # cuMemRetainAllocationHandle, cuMemGetAccess): physical memory one job made, mapped by another
+    # job of the same server; the owner's quota is charged.
+    Message("MemExportHandle", 242, "export the physical handle `handle`; answered by IpcHandleReply",
+            (F("handle", "u64"),)),
+    Message("MemImportHandle", 243, "another job's exported physical memory becomes a handle of this "
+            "client; answered by MemCreateReply", (F("export_id", "u64"), F("secret", "u64"))),
+    Message("MemRetainHandle", 244, "one more reference to the physical handle mapped at `dptr`; "
+            "answered by MemCreateReply", (F("dptr", "u64"),)),
+    Message("MemGetAccess", 245, "whether the mapping at `dptr` is accessible; answered by MemAccessReply",
+            (F("dptr", "u64"),)),
+    Message("MemAccessReply", 246, "answer to MemGetAccess: 1 read-write, 0 none",
+            (F("access", "u32"), F("_pad0", "u32"))),
+    Message("StreamWriteValue", 241, "the stream writes the `width`-byte `value` at `address` "
+            "(`flags`: CU_STREAM_WRITE_VALUE_*)",
+            (F("stream", "u64"), F("address", "u64"), F("value", "u64"), F("width", "u32"),
+             F("flags", "u32"))),
 )
 
 

@@ -52,12 +52,14 @@ from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
-                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, validate_op)
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamWaitEvent, StreamWaitValue,
+                                 StreamWriteValue, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.sm_activity import ActivityTotals, SmActivity, launch_sms
+from tally.scheduler.value_polls import start_polling
 from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
@@ -481,6 +483,18 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     item.dispatched = True
                     b.host_callback(bs, op.fn)
                 return op.gate.opened     # the rest of the stream waits at the gate
+            elif isinstance(op, StreamWaitValue):
+                if not item.dispatched:
+                    item.dispatched = True
+                    poll = b.stream_wait_value(bs, op.address, op.value, op.width, op.condition)
+                    # The gate opens from the clock's thread: a backend callback may not call back in.
+                    if poll is None:      # the backend's stream holds until the value is met
+                        b.host_callback(bs, lambda gate=op.gate: self.clock.call_soon(lambda: self.open_gate(gate)))
+                    else:                 # the server polls once the stream reaches the wait
+                        b.host_callback(bs, lambda: self.clock.call_soon(lambda: self._poll_value(stream, op, poll)))
+                return op.gate.opened     # the rest of the stream waits in the executor
+            elif isinstance(op, StreamWriteValue):
+                b.stream_write_value(bs, op.address, op.value, op.width)
             elif isinstance(op, EventRecord):
                 event = op.event
                 if not event.destroyed:
@@ -503,6 +517,13 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))   # asynchronous error: reported at the next sync
         return True
+
+    def _poll_value(self, stream: StreamState, op: StreamWaitValue, poll: Callable[[], bool]) -> None:
+        def failed(error: DeviceError) -> None:
+            with self._lock:
+                stream.errors.append(self._seen(stream, error))
+        start_polling(poll, lambda: stream.released or stream.client.removing,
+                      lambda: self.open_gate(op.gate), failed)
 
     def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:
         waiting: dict[int, KernelTask] = {}

@@ -84,6 +84,10 @@ class ClientControl:
                     if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
                         item.op.event.waiters[item.seq] -= 1
                 stream.queue.clear()
+                # A wait on a value the job never satisfies would hold its stream, and every
+                # synchronization of it below, forever: it ends here (its job is leaving).
+                if not stream.released:
+                    self.backend.stream_release_waits(stream.backend_stream)
             for unit in list(self._in_flight.units.values()):
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
                     self._preempt(unit)

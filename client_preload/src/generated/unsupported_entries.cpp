@@ -157,58 +157,6 @@ CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoLi
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
-CUresult tally_entry_cuMemGetAccess_v10020(unsigned long long *flags, const CUmemLocation_v1 *location, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAccess", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemExportToShareableHandle_v10020(void *shareableHandle, CUmemGenericAllocationHandle_v1 handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemExportToShareableHandle", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemImportFromShareableHandle_v10020(CUmemGenericAllocationHandle_v1 *handle, void *osHandle, CUmemAllocationHandleType shHandleType) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemImportFromShareableHandle", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemGetAllocationPropertiesFromHandle_v10020(CUmemAllocationProp_v1 *prop, CUmemGenericAllocationHandle_v1 handle) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAllocationPropertiesFromHandle", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemRetainAllocationHandle_v11000(CUmemGenericAllocationHandle_v1 *handle, void *addr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRetainAllocationHandle", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolSetAccess_v11020(CUmemoryPool pool, const CUmemAccessDesc_v1 *map, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolSetAccess", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolGetAccess_v11020(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation_v1 *location) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolGetAccess", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolCreate_v11020(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolCreate", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolDestroy_v11020(CUmemoryPool pool) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolDestroy", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolExportToShareableHandle_v11020(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportToShareableHandle", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolImportFromShareableHandle_v11020(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportFromShareableHandle", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolExportPointer_v11020(CUmemPoolPtrExportData_v1 *shareData_out, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportPointer", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuMemPoolImportPointer_v11020(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportPointer", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver surface)");
-}
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
@@ -305,46 +253,6 @@ CUresult tally_entry_cuDestroyExternalSemaphore_v10000(CUexternalSemaphore extSe
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDestroyExternalSemaphore", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
-CUresult tally_entry_cuStreamWaitValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
 CUresult tally_entry_cuLaunchCooperativeKernel_v9000_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLaunchCooperativeKernel_ptsz", "not yet: cooperative launches (planned with the Hopper driver surface)");
@@ -440,18 +348,6 @@ CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeGetParams_v11020(CUgraphNo
 CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
-}
-CUresult tally_entry_cuGraphAddBatchMemOpNode_v11070(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddBatchMemOpNode", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeGetParams_v11070(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeGetParams", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeSetParams_v11070(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeSetParams", "not yet: stream memory operations (planned with the Hopper driver surface)");
 }
 CUresult tally_entry_cuGraphExecBatchMemOpNodeSetParams_v11070(CUgraphExec graphExec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
   static tally::client::OnceFlag logged;
@@ -800,46 +696,6 @@ CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphics
 CUresult tally_entry_cuGraphicsUnmapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2", "not yet: stream memory operations (planned with the Hopper driver surface)");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;

@@ -28,6 +28,9 @@ GraphObject* clone_graph(GraphObject* original) {
     c->host_fn = node->host_fn;
     c->host_data = node->host_data;
     c->event = node->event;
+    c->mem_ops = node->mem_ops;
+    c->mem_op_flags = node->mem_op_flags;
+    c->mem_op_context = node->mem_op_context;
     c->original = node;
     if (node->child != nullptr) c->child = clone_graph(node->child);
     copy_of[node] = c;

@@ -32,6 +32,14 @@ void hold_user_objects(GraphObject* graph, UserObjectRefs* into);
 // Marks the graph and its nodes destroyed and lets go of what they hold.
 void destroy_graph(GraphObject* graph);
 
+// cuGraphAddBatchMemOpNode (batch_mem_op_nodes.cpp): a node whose operations are
+// `count` stream memory operations, checked as cuStreamBatchMemOp checks them.
+CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n,
+                               const CUDA_BATCH_MEM_OP_NODE_PARAMS* params);
+
+// Records a batch-mem-op node's operations again from its mem_ops (their replay).
+CUresult record_batch_mem_ops(GraphNode* node);
+
 // The name of a node type as the driver's DOT output and tally's messages write it.
 const char* node_type_name(CUgraphNodeType type);
 

@@ -74,6 +74,9 @@ struct GraphNode {
   void* host_data = nullptr;
   CUevent event = nullptr;             // event record and wait nodes
   GraphObject* child = nullptr;        // child-graph nodes: the node's own copy of the graph it runs
+  std::vector<CUstreamBatchMemOpParams> mem_ops;   // batch-mem-op nodes: their operations,
+  unsigned mem_op_flags = 0;                       // flags
+  CUcontext mem_op_context = nullptr;              // and context, as given
   const GraphNode* original = nullptr; // in a clone: the node it was copied from
 };
 

@@ -135,6 +135,13 @@ enum class MessageKind : uint32_t {
   SmResourceReply = 201,
   GreenStreamCreate = 202,
   CtxSetLimit = 230,
+  StreamWaitValue = 240,
+  MemExportHandle = 242,
+  MemImportHandle = 243,
+  MemRetainHandle = 244,
+  MemGetAccess = 245,
+  MemAccessReply = 246,
+  StreamWriteValue = 241,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -230,6 +237,13 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::SmResourceReply: return "SmResourceReply";
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     case MessageKind::CtxSetLimit: return "CtxSetLimit";
+    case MessageKind::StreamWaitValue: return "StreamWaitValue";
+    case MessageKind::MemExportHandle: return "MemExportHandle";
+    case MessageKind::MemImportHandle: return "MemImportHandle";
+    case MessageKind::MemRetainHandle: return "MemRetainHandle";
+    case MessageKind::MemGetAccess: return "MemGetAccess";
+    case MessageKind::MemAccessReply: return "MemAccessReply";
+    case MessageKind::StreamWriteValue: return "StreamWriteValue";
     default: return nullptr;
   }
 }
@@ -1369,5 +1383,95 @@ static_assert(offsetof(CtxSetLimitMsg, limit) == 0);
 static_assert(offsetof(CtxSetLimitMsg, _pad0) == 4);
 static_assert(offsetof(CtxSetLimitMsg, value) == 8);
 constexpr uint32_t kCtxSetLimitSize = 16;  // bytes on the wire (0: empty)
+
+// the stream waits until the `width`-byte value at `address` meets `condition` (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+struct StreamWaitValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWaitValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t condition;
+};
+static_assert(sizeof(StreamWaitValueMsg) == 32, "StreamWaitValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWaitValueMsg, stream) == 0);
+static_assert(offsetof(StreamWaitValueMsg, address) == 8);
+static_assert(offsetof(StreamWaitValueMsg, value) == 16);
+static_assert(offsetof(StreamWaitValueMsg, width) == 24);
+static_assert(offsetof(StreamWaitValueMsg, condition) == 28);
+constexpr uint32_t kStreamWaitValueSize = 32;  // bytes on the wire (0: empty)
+
+// export the physical handle `handle`; answered by IpcHandleReply
+struct MemExportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemExportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(MemExportHandleMsg) == 8, "MemExportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemExportHandleMsg, handle) == 0);
+constexpr uint32_t kMemExportHandleSize = 8;  // bytes on the wire (0: empty)
+
+// another job's exported physical memory becomes a handle of this client; answered by MemCreateReply
+struct MemImportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemImportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(MemImportHandleMsg) == 16, "MemImportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemImportHandleMsg, export_id) == 0);
+static_assert(offsetof(MemImportHandleMsg, secret) == 8);
+constexpr uint32_t kMemImportHandleSize = 16;  // bytes on the wire (0: empty)
+
+// one more reference to the physical handle mapped at `dptr`; answered by MemCreateReply
+struct MemRetainHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemRetainHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemRetainHandleMsg) == 8, "MemRetainHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemRetainHandleMsg, dptr) == 0);
+constexpr uint32_t kMemRetainHandleSize = 8;  // bytes on the wire (0: empty)
+
+// whether the mapping at `dptr` is accessible; answered by MemAccessReply
+struct MemGetAccessMsg {
+  static constexpr MessageKind kKind = MessageKind::MemGetAccess;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemGetAccessMsg) == 8, "MemGetAccessMsg layout differs from the Python codec");
+static_assert(offsetof(MemGetAccessMsg, dptr) == 0);
+constexpr uint32_t kMemGetAccessSize = 8;  // bytes on the wire (0: empty)
+
+// answer to MemGetAccess: 1 read-write, 0 none
+struct MemAccessReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAccessReply;
+  static constexpr bool kHasTail = false;
+  uint32_t access;
+  uint32_t _pad0;
+};
+static_assert(sizeof(MemAccessReplyMsg) == 8, "MemAccessReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemAccessReplyMsg, access) == 0);
+static_assert(offsetof(MemAccessReplyMsg, _pad0) == 4);
+constexpr uint32_t kMemAccessReplySize = 8;  // bytes on the wire (0: empty)
+
+// the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)
+struct StreamWriteValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWriteValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t flags;
+};
+static_assert(sizeof(StreamWriteValueMsg) == 32, "StreamWriteValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWriteValueMsg, stream) == 0);
+static_assert(offsetof(StreamWriteValueMsg, address) == 8);
+static_assert(offsetof(StreamWriteValueMsg, value) == 16);
+static_assert(offsetof(StreamWriteValueMsg, width) == 24);
+static_assert(offsetof(StreamWriteValueMsg, flags) == 28);
+constexpr uint32_t kStreamWriteValueSize = 32;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

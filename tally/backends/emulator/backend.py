@@ -48,6 +48,7 @@ from tally.backends.device_attributes import launch_limits, synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.emulator.layout import LayoutError
 from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
+from tally.backends.emulator import value_waits
 from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
@@ -396,6 +397,20 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     def host_callback(self, stream: EmulatorStream, fn: Callable[[], None]) -> None:
         stream.submit(fn)
+
+    def stream_wait_value(self, stream: EmulatorStream, address: int, value: int, width: int,
+                          condition: int) -> None:
+        _memory_call(self._memory.check, address, width, "stream wait value address")
+        read = value_waits.reader(_memory_call, self._memory, address, width)
+        stream.submit(value_waits.wait_op(read, value, width, condition, stream.waits_released))
+
+    def stream_write_value(self, stream: EmulatorStream, address: int, value: int, width: int) -> None:
+        _memory_call(self._memory.check, address, width, "stream write value address")
+        data = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        stream.submit(lambda: _memory_call(self._memory.write, address, data))
+
+    def stream_release_waits(self, stream: EmulatorStream) -> None:
+        stream.waits_released.set()
 
     # ------------------------------------------------------------------ synchronization
 

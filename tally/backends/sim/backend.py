@@ -56,7 +56,7 @@ from tally.backends.sim.model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, Ke
 from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
                                         SimKernelDef, SimModule, SimStream, packed_params,
                                         sim_module_source)
-from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
+from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, ValueWaitOp, WaitOp
 from tally.backends.sim.ptx import entry_params, global_sizes
 from tally.backends.sim.variants import SimVariantProvider
 
@@ -271,6 +271,20 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
 
     def host_callback(self, stream: SimStream, fn: Callable[[], None]) -> None:
         self._enqueue(stream, CallbackOp(fn))
+
+    def stream_wait_value(self, stream: SimStream, address: int, value: int, width: int,
+                          condition: int) -> None:
+        self._check(address, width)
+        self._enqueue(stream, ValueWaitOp(address, value, width, condition))
+
+    def stream_write_value(self, stream: SimStream, address: int, value: int, width: int) -> None:
+        self._check(address, width)
+        data = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        self._enqueue(stream, CopyOp("htod", address, data, width, self._copy_ns(width, self.gpu.dtod_gb_per_s)))
+
+    def stream_release_waits(self, stream: SimStream) -> None:
+        with self.loop.lock:
+            stream.waits_released = True
 
     # synchronization ------------------------------------------------------------------------
     def stream_synchronize(self, stream: SimStream) -> None:

@@ -121,6 +121,13 @@ class PinnedRegions:
         with self._lock:
             return list(self._regions.values())
 
+    def reachable(self, address: int, nbytes: int) -> bool:
+        """Whether [address, address+nbytes) lies in one region the device reaches at
+        that address (a stream wait or write on pinned host memory)."""
+        with self._lock:
+            return any(r.device_address is not None and r.device_address <= address
+                       and address + nbytes <= r.device_address + r.size for r in self._regions.values())
+
     def get(self, region_id: int) -> PinnedRegion:
         region = self._regions.get(region_id)
         if region is None:

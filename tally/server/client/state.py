@@ -58,7 +58,8 @@ class ClientState:
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
-        self.vmm = VirtualMemory(services.backend, self.allocations, services.description.total_memory)
+        self.vmm = VirtualMemory(services.backend, self.allocations, services.description.total_memory,
+                                 services.ipc.physical, job.client_id)
         self.opened = OpenedAllocations(services.ipc, job.client_id, services.backend)
         self._ipc = services.ipc
         self._retire = services.retire_client

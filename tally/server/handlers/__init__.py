@@ -19,13 +19,14 @@ from tally.server.handlers import (
     managed_memory,
     memory,
     modules,
+    stream_memory_ops,
     streams,
     sync,
     virtual_memory,
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, events,
-           host_functions, sync, modules, linker, launch, green_contexts, contexts)
+           host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:
