@@ -78,6 +78,7 @@ from test_e2e_memory_pools import test_a_pool_allocation_shared_with_another_job
 from test_e2e_vmm_sharing import test_physical_memory_shared_by_file_descriptor  # noqa: F401
 from test_e2e_stream_memory_ops import (  # noqa: F401
     program as stream_memory_ops_program,
+    test_a_job_that_exits_with_its_stream_waiting_leaves_nothing,
     test_a_wait_nobody_satisfies_ends_at_eviction_and_others_carry_on,
 )
 

@@ -68,3 +68,9 @@ def test_a_job_killed_while_its_stream_waits_leaves_nothing(nvcc, server):
     server.wait_for(idle, what="the killed job's memory and streams to be given back")
     after = run_job(server.socket, build_cuda(nvcc, "vector_add.cu"), priority="high")
     assert after.returncode == 0 and "wrong=0" in after.stdout, after.stdout + after.stderr
+
+
+def test_a_job_that_exits_with_its_stream_waiting_leaves_nothing(nvcc, server):
+    job = run_job(server.socket, program(nvcc), "exits", priority="high", timeout=60)
+    assert job.returncode == 0 and job.value("waiting") == "1", job.stdout + job.stderr
+    server.wait_for(idle, what="the exited job's memory and streams to be given back")

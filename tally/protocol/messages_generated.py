@@ -2456,6 +2456,26 @@ class MemAccessReply:
         return _MemAccessReply.pack(self.access, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseValueWaits:
+    """client -> server as the job's process exits (after main): its streams' waits on values end, so the
+    work the C runtime's exit handlers wait for (module unloads) finishes; a process that ends leaves no
+    stream waiting
+    """
+
+    KIND: ClassVar[int] = 247
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> ReleaseValueWaits:
+        if len(payload):
+            raise _trailing('ReleaseValueWaits', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
 _StreamWriteValue = struct.Struct('<QQQII')
 
 
@@ -2581,6 +2601,7 @@ MESSAGES = (
     MemRetainHandle,
     MemGetAccess,
     MemAccessReply,
+    ReleaseValueWaits,
     StreamWriteValue,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

@@ -275,6 +275,9 @@ DRIVER_MESSAGES = (
             (F("dptr", "u64"),)),
     Message("MemAccessReply", 246, "answer to MemGetAccess: 1 read-write, 0 none",
             (F("access", "u32"), F("_pad0", "u32"))),
+    Message("ReleaseValueWaits", 247, "client -> server as the job's process exits (after main): its "
+            "streams' waits on values end, so the work the C runtime's exit handlers wait for (module "
+            "unloads) finishes; a process that ends leaves no stream waiting"),
     Message("StreamWriteValue", 241, "the stream writes the `width`-byte `value` at `address` "
             "(`flags`: CU_STREAM_WRITE_VALUE_*)",
             (F("stream", "u64"), F("address", "u64"), F("value", "u64"), F("width", "u32"),

@@ -522,7 +522,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         def failed(error: DeviceError) -> None:
             with self._lock:
                 stream.errors.append(self._seen(stream, error))
-        start_polling(poll, lambda: stream.released or stream.client.removing,
+        start_polling(poll, lambda: stream.released or stream.client.removing or op.gate.opened,
                       lambda: self.open_gate(op.gate), failed)
 
     def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:

@@ -44,6 +44,7 @@ CUresult send_wait(uint64_t stream, CUdeviceptr address, uint64_t value, unsigne
         node.ops.push_back([=](uint64_t s) { return send_wait(s, address, value, width, flags); });
       }))
     return rc;
+  Connection::instance().note_value_waits();
   protocol::StreamWaitValueMsg m{};
   m.stream = stream, m.address = address, m.value = value, m.width = width, m.condition = flags;
   return Connection::instance().request_done(m);

@@ -141,6 +141,7 @@ enum class MessageKind : uint32_t {
   MemRetainHandle = 244,
   MemGetAccess = 245,
   MemAccessReply = 246,
+  ReleaseValueWaits = 247,
   StreamWriteValue = 241,
 };
 
@@ -243,6 +244,7 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::MemRetainHandle: return "MemRetainHandle";
     case MessageKind::MemGetAccess: return "MemGetAccess";
     case MessageKind::MemAccessReply: return "MemAccessReply";
+    case MessageKind::ReleaseValueWaits: return "ReleaseValueWaits";
     case MessageKind::StreamWriteValue: return "StreamWriteValue";
     default: return nullptr;
   }
@@ -1455,6 +1457,14 @@ static_assert(sizeof(MemAccessReplyMsg) == 8, "MemAccessReplyMsg layout differs 
 static_assert(offsetof(MemAccessReplyMsg, access) == 0);
 static_assert(offsetof(MemAccessReplyMsg, _pad0) == 4);
 constexpr uint32_t kMemAccessReplySize = 8;  // bytes on the wire (0: empty)
+
+// client -> server as the job's process exits (after main): its streams' waits on values end, so the work the C runtime's exit handlers wait for (module unloads) finishes; a process that ends leaves no stream waiting
+struct ReleaseValueWaitsMsg {
+  static constexpr MessageKind kKind = MessageKind::ReleaseValueWaits;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(ReleaseValueWaitsMsg) == 1, "ReleaseValueWaitsMsg layout differs from the Python codec");
+constexpr uint32_t kReleaseValueWaitsSize = 0;  // bytes on the wire (0: empty)
 
 // the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)
 struct StreamWriteValueMsg {

@@ -5,13 +5,13 @@ The address must be memory the job owns (device memory, a module variable,
 mapped virtual memory, an allocation it opened by IPC) or pinned host memory the
 device reaches at that address, aligned to the width. A wait holds its stream
 only (tally/scheduler/ops.py, StreamWaitValue); one that is never satisfied
-ends when the job leaves or is evicted.
+ends when the job is evicted, leaves, or its process exits (ReleaseValueWaits).
 """
 from __future__ import annotations
 
 from tally.backends.stream_memory_ops import WAIT_CONDITIONS, WAIT_FLUSH, WRITE_NO_MEMORY_BARRIER
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
-from tally.protocol.messages_generated import StreamWaitValue, StreamWriteValue
+from tally.protocol.messages_generated import ReleaseValueWaits, StreamWaitValue, StreamWriteValue
 from tally.scheduler import ops
 from tally.server.job import Job
 
@@ -51,7 +51,14 @@ def stream_write_value(job: Job, msg: StreamWriteValue, tag: int) -> None:
     job.client.streams.submit(msg.stream, ops.StreamWriteValue(msg.address, msg.value, width))
 
 
+def release_value_waits(job: Job, msg: ReleaseValueWaits, tag: int) -> None:
+    """The job's process is exiting (its exit handlers run): a wait nobody will satisfy
+    must not hold them (they unload modules, which waits for the job's work)."""
+    job.client.executor.release_value_waits(job.client_id)
+
+
 HANDLERS = {
     StreamWaitValue: stream_wait_value,
     StreamWriteValue: stream_write_value,
+    ReleaseValueWaits: release_value_waits,
 }

@@ -12,6 +12,7 @@
 //   stream_memory_ops forever  a stream waits on a value nobody writes, with a kernel
 //                              behind it; prints waiting=1, then synchronizes with it
 //                              (forever, unless the job is evicted or killed)
+//   stream_memory_ops exits    the same, then returns from main at once
 // Prints key=value lines; exits 0 unless the setup itself fails.
 #include <cstdint>
 #include <cstdio>
@@ -231,7 +232,7 @@ static int basics() {
   return 0;
 }
 
-static int forever() {
+static int forever(bool exit_at_once) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   unsigned* flag = nullptr;
@@ -242,6 +243,7 @@ static int forever() {
   mark<<<1, 1, 0, stream>>>(flag + 1, 1);
   printf("waiting=1\n");
   fflush(stdout);
+  if (exit_at_once) return 0;     // leaves the wait behind: exiting must not wait for it
   cudaError_t e = cudaStreamSynchronize(stream);
   printf("synchronize=%d\n", (int)e);
   return 0;
@@ -251,7 +253,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const char* mode = argc > 1 ? argv[1] : "basics";
   if (strcmp(mode, "basics") == 0) return basics();
-  if (strcmp(mode, "forever") == 0) return forever();
+  if (strcmp(mode, "forever") == 0) return forever(false);
+  if (strcmp(mode, "exits") == 0) return forever(true);
   fprintf(stderr, "unknown mode %s\n", mode);
   return 2;
 }
