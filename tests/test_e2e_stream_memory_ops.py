@@ -33,7 +33,7 @@ def test_waits_hold_their_stream_only_and_writes_release_them(nvcc, server, prio
     assert job.ints("geq64", "eq64", "and64", "nor64") == [1, 1, 1, 1]
     assert job.ints("host_wait_held", "host_wait_released", "batch_written", "still_usable") == [1, 1, 1, 1]
     assert job.ints("captured_root_is_mem_op", "captured_ran", "captured_params") == [1, 1, 1]
-    assert job.ints("node_params", "node_ran") == [1, 1]
+    assert job.ints("node_params", "node_ran", "exec_updated") == [1, 1, 1]
     for refused in ("foreign_address", "beyond_allocation", "misaligned", "bad_flags"):
         assert job.value(refused) == str(CUDA_ERROR_INVALID_VALUE), refused
     assert job.value("flush") == str(CUDA_ERROR_NOT_SUPPORTED)

@@ -349,10 +349,6 @@ CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNo
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
-CUresult tally_entry_cuGraphExecBatchMemOpNodeSetParams_v11070(CUgraphExec graphExec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecBatchMemOpNodeSetParams", "not yet: stream memory operations (planned with the Hopper driver surface)");
-}
 CUresult tally_entry_cuGraphExecMemcpyNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecMemcpyNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");

@@ -1,9 +1,11 @@
 // Batch-mem-op graph nodes (cuGraphAddBatchMemOpNode, cuGraphBatchMemOpNodeGetParams/
 // SetParams): a node holding stream memory operations (waits and writes of values,
 // streams/stream_memory_ops.cpp), replayed as cuStreamBatchMemOp on the launch
-// stream. Captured wait/write calls make the same nodes. Changing the operations
-// of an instantiated graph (cuGraphExecBatchMemOpNodeSetParams) is not supported:
-// instantiate the graph again.
+// stream. Captured wait/write calls make the same nodes. An instantiated graph's
+// node takes new operations (cuGraphExecBatchMemOpNodeSetParams) that replay as
+// many requests as the old ones (waits and writes; a barrier is none).
+#include <algorithm>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -54,4 +56,28 @@ TALLY_ENTRY(cuGraphBatchMemOpNodeSetParams_v11070)(CUgraphNode hNode, const CUDA
     record_batch_mem_ops(node);
   }
   return rc;
+}
+
+TALLY_ENTRY(cuGraphExecBatchMemOpNodeSetParams_v11070)(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* exec = as_graph_exec(hGraphExec);
+  GraphNode* node = as_graph_node(hNode);
+  if (exec == nullptr || node == nullptr || nodeParams == nullptr || node->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP ||
+      (nodeParams->count > 0 && nodeParams->paramArray == nullptr))
+    return CUDA_ERROR_INVALID_VALUE;
+  GraphNode scratch;      // the new operations' replay, recorded as a node's would be
+  scratch.mem_ops.assign(nodeParams->paramArray, nodeParams->paramArray + nodeParams->count);
+  scratch.mem_op_flags = nodeParams->flags;
+  if (CUresult rc = record_batch_mem_ops(&scratch); rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(exec->mutex);
+  auto at = exec->index.find(node);
+  if (at == exec->index.end()) return CUDA_ERROR_INVALID_VALUE;   // not a node of the instantiated graph
+  const ExecNode& entry = exec->nodes[at->second];
+  std::shared_ptr<const ReplayList> old = std::atomic_load(&exec->ops);
+  if (old == nullptr || scratch.ops.size() != entry.op_count) return CUDA_ERROR_INVALID_VALUE;
+  auto updated = std::make_shared<ReplayList>(*old);
+  std::copy(scratch.ops.begin(), scratch.ops.end(), updated->begin() + static_cast<std::ptrdiff_t>(entry.first_op));
+  std::atomic_store(&exec->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
+  return CUDA_SUCCESS;
 }

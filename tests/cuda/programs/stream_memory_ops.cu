@@ -218,6 +218,14 @@ static int basics() {
   CHECK(cudaMemcpy(&flag_now, flag, sizeof flag_now, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(&filled, out + 3, sizeof filled, cudaMemcpyDeviceToHost));
   printf("node_params=%d node_ran=%d\n", params_ok, flag_now == 52 && filled == 77);
+  // The instantiated graph takes new operations for the node.
+  node_ops[0].writeValue.value = 53;
+  node_ops[1].waitValue.value = 53;
+  DRIVER(cuGraphExecBatchMemOpNodeSetParams(built_exec, mem_op_node, &node_params));
+  DRIVER(cuGraphLaunch(built_exec, (CUstream)waiting));
+  CHECK(cudaStreamSynchronize(waiting));
+  CHECK(cudaMemcpy(&flag_now, flag, sizeof flag_now, cudaMemcpyDeviceToHost));
+  printf("exec_updated=%d\n", flag_now == 53);
   DRIVER(cuGraphExecDestroy(built_exec));
   DRIVER(cuGraphDestroy(built));
 
