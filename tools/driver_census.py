@@ -250,7 +250,8 @@ def load_table(spec: str | None) -> tuple[str, str]:
 
 def load_reasons(spec: str | None):
     """That revision's tools/unsupported_reasons.reason_for, where it has one (it is plain
-    Python, run in a namespace of its own), else None."""
+    Python, run in a module of its own), else None; for a table given as a file, this
+    checkout's."""
     text = (REPO / REASONS_PATH).read_text() if spec is None or Path(spec).is_file() else git_show(spec, REASONS_PATH)
     if not text:
         return None
