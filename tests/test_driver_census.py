@@ -89,3 +89,21 @@ def test_a_shared_object_in_a_wheel_against_a_table(tmp_path):
     assert (result["named"], result["implemented"], result["NOT_SUPPORTED"], result["unknown"]) == (4, 2, 1, 1)
     assert result["not_supported_names"] == ["cuStreamWaitValue32"]
     assert result["unknown_names"] == ["cuBrandNew"]
+    assert result["unknown_undeclared"] == []                # no headers given: nothing to split by
+
+
+def test_unknown_names_split_by_what_cudas_headers_declare(tmp_path):
+    wheel_path = tmp_path / "runtime-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel_path, "w") as wheel:
+        wheel.writestr("nvidia/cu13/include/cudaTypedefs.h",
+                       "#define PFN_cuMemAlloc PFN_cuMemAlloc_v3020\n"
+                       "typedef CUresult (CUDAAPI *PFN_cuMemAlloc_v3020)(CUdeviceptr *dptr, size_t bytesize);\n"
+                       "typedef CUresult (CUDAAPI *PFN_cuMemcpyAsync_v4000_ptsz)(void);\n"
+                       "typedef CUresult (CUDAAPI *PFN_cuStreamWaitValue32_v8000)(void);\n")
+        wheel.writestr("nvidia/cu13/include/cuda.h", "CUresult CUDAAPI cuBrandNew_v2(int x);\n")
+        wheel.writestr("nvidia/cu13/include/other.h", "typedef CUresult (CUDAAPI *PFN_cuNotRead_v1000)(void);\n")
+    declared = census.declared_names(wheel_path)
+    assert declared == {"cuMemAlloc", "cuMemcpyAsync", "cuStreamWaitValue32", "cuBrandNew"}
+    table = census.Table(census.parse_table('    {"cuInit", 2000, false, true, "cuInit", nullptr, nullptr},\n'))
+    result = census.compare({"cuInit", "cuBrandNew", "cuBLAS"}, table, declared)
+    assert result["unknown_names"] == ["cuBLAS", "cuBrandNew"] and result["unknown_undeclared"] == ["cuBLAS"]

@@ -292,15 +292,38 @@ class Table:
         return self.reason_for(name, row.version, max(implemented) if implemented else None)
 
 
-def compare(tokens: set[str], table: Table) -> dict:
-    """Counts and names of one library's driver names against one table."""
+def compare(tokens: set[str], table: Table, declared: set[str] | None = None) -> dict:
+    """Counts and names of one library's driver names against one table. With the names
+    CUDA's headers declare, the unknown ones are split: a public entry point tally's table
+    lacks, or a name in no header (a private entry point the runtime asks for, or a string
+    that only looks like one, such as "cuBLAS")."""
     named = driver_names(tokens)
     by_status: dict[str, list[str]] = {"implemented": [], "NOT_SUPPORTED": [], "unknown": []}
     for name in named:
         by_status[table.status(name)].append(name)
+    unknown = by_status["unknown"]
     return {"named": len(named), **{k: len(v) for k, v in by_status.items()},
-            "not_supported_names": by_status["NOT_SUPPORTED"], "unknown_names": by_status["unknown"],
+            "not_supported_names": by_status["NOT_SUPPORTED"], "unknown_names": unknown,
+            "unknown_undeclared": [] if declared is None else [n for n in unknown if n not in declared],
             "reasons": {n: table.reason(n) for n in by_status["NOT_SUPPORTED"] if table.reason(n)}}
+
+
+# The typedef headers name every public entry point (graphics interop included, which
+# tally's table leaves out) as PFN_<name>_v<version>; cuda.h declares the rest.
+PFN = re.compile(r"\bPFN_(cu\w+?)_v\d+(?:_pt(?:sz|ds))?\b")
+DECLARATION = re.compile(r"CUresult CUDAAPI (cu\w+)\s*\(")
+
+
+def declared_names(cudart_wheel: Path) -> set[str]:
+    """The driver entry points declared by the headers in the CUDA runtime's wheel."""
+    names: set[str] = set()
+    with zipfile.ZipFile(cudart_wheel) as wheel:
+        for member in wheel.namelist():
+            if re.fullmatch(r".*/include/(cuda\w*Typedefs|cuda)\.h", member):
+                text = wheel.read(member).decode("utf-8", "replace")
+                names.update(PFN.findall(text))
+                names.update(base_name(n) for n in DECLARATION.findall(text))
+    return names
 
 
 # --- report -----------------------------------------------------------------------------
@@ -348,8 +371,10 @@ def markdown(scans: list[Scan], results: list[dict[str, dict]], labels: list[str
             lines.append(f"- {name}" + (f": {why}" if why else ""))
         if not r["not_supported_names"]:
             lines.append("- none")
-        lines += ["", f"Unknown at `{last}` ({len(r['unknown_names'])}): "
-                  f"{', '.join(r['unknown_names']) or 'none'}."]
+        public = [n for n in r["unknown_names"] if n not in r["unknown_undeclared"]]
+        lines += ["", f"Unknown at `{last}` ({len(r['unknown_names'])}): declared in CUDA's headers "
+                  f"({len(public)}): {', '.join(public) or 'none'}; in no header ({len(r['unknown_undeclared'])}): "
+                  f"{', '.join(r['unknown_undeclared']) or 'none'}."]
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         label, text = load_table(spec)
         tables[label] = Table(parse_table(text), load_reasons(spec))
     scans = scan_libraries(versions, args.cache)
-    results = [{label: compare(scan.tokens, table) for label, table in tables.items()} for scan in scans]
+    declared = declared_names(wheel_for("nvidia-cuda-runtime", versions["nvidia-cuda-runtime"], args.cache))
+    results = [{label: compare(scan.tokens, table, declared) for label, table in tables.items()} for scan in scans]
     if args.json:
         print(json.dumps({"tables": list(tables), "versions": versions,
                           "libraries": [{"library": s.library.label, "package": s.library.package,
