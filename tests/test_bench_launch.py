@@ -24,9 +24,10 @@ def test_a_small_run_reports_both_planes(tmp_path, capsys):
     for key in REQUIRED:
         assert report[key] > 0, key
     assert set(report["planes"]) == {"cpp", "python"}
-    # Both planes really ran: the Python plane takes every launch through its handlers, which
-    # costs microseconds; the C++ plane is told apart by the ratio, whatever the machine's load.
-    assert report["python_hp_us_per_launch"] > report["hp_us_per_launch"]
+    # Both planes really ran, told apart by what each server's C++ plane took (the timings
+    # are the machine's: a loaded one can make the Python plane look as fast)
+    assert report["planes"]["cpp"]["requests_taken_by_cpp"] > 0
+    assert report["planes"]["python"]["requests_taken_by_cpp"] == 0
     assert report["hp_speedup_vs_python"] == pytest.approx(report["python_hp_us_per_launch"]
                                                            / report["hp_us_per_launch"])
     assert set(report["targets"]) == {"hp_us_per_launch", "hp_speedup_vs_python", "be_us_per_launch",

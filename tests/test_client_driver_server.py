@@ -5,6 +5,7 @@ the stream rules (host functions holding a stream, the legacy default stream
 waiting for blocking streams)."""
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
@@ -222,6 +223,46 @@ def test_pinned_regions(client):
                             dest=DEST_PINNED, region=region, region_offset=8192 - 32) == INVALID_VALUE
     assert client.status_of("HostUnregister", region=region) == 0
     assert client.status_of("HostUnregister", region=region) == INVALID_HANDLE
+
+
+def test_mapped_pinned_memory_takes_memsets_and_copies_at_its_device_pointer(client):
+    # cuMemHostGetDevicePointer gives the job's host address: the server takes ranges of
+    # a region the device reaches there as the job's memory, and finishes a synchronous
+    # memset or copy into it before answering (CUDA: host memory).
+    pid, page = os.getpid(), mmap.PAGESIZE
+    name = f"/tally-pin-{pid}-920"
+    pinned = _shared_object(name, 2 * page)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(pinned))
+    kind, values, _ = client.call("HostRegister", name.encode(), size=2 * page, address=address, flags=1)
+    assert kind == "HostRegisterReply"
+    region = values["region"]
+    assert client.status_of("Memset", dst=address + 10, value=0x5A, element_size=1, width=100, height=1,
+                            pitch=100, stream=LEGACY) == 0
+    assert pinned[10:110] == b"\x5a" * 100 and pinned[110] == 0
+    p = client.alloc(page)
+    client.upload(p, bytes(range(256)))
+    assert client.status_of("MemcpyDtoD", dst=address + page, src=p, width=256, height=1, dst_pitch=256,
+                            src_pitch=256, stream=LEGACY) == 0
+    assert pinned[page:page + 256] == bytes(range(256))
+    assert client.download(address + page + 1, 3) == bytes([1, 2, 3])
+    kind, values, text = client.call("Memset", dst=address + 2 * page - 8, value=0, element_size=1, width=16,
+                                     height=1, pitch=16, stream=LEGACY)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"not memory this client owns" in text
+    assert client.status_of("HostUnregister", region=region) == 0
+    kind, values, _ = client.call("Memset", dst=address, value=0, element_size=1, width=16, height=1, pitch=16,
+                                  stream=LEGACY)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE)        # gone with its region
+
+    # A region whose address the device uses for other memory is not reachable there: refused, saying why.
+    name = f"/tally-pin-{pid}-921"
+    _shared_object(name, 2 * page)
+    kind, values, _ = client.call("HostRegister", name.encode(), size=2 * page, address=p, flags=1)
+    assert kind == "HostRegisterReply"
+    kind, values_err, text = client.call("Memset", dst=p + page, value=0, element_size=1, width=16, height=1,
+                                         pitch=16, stream=LEGACY)
+    assert (kind, values_err["status"]) == ("Error", INVALID_VALUE) and b"cannot reach" in text
+    assert client.status_of("HostUnregister", region=values["region"]) == 0
+    assert client.status_of("MemFree", dptr=p) == 0
 
 
 def test_managed_memory_is_the_clients_object_at_the_clients_address(client):
@@ -560,3 +601,30 @@ def test_a_reservation_lands_on_its_address_hint_when_that_is_free(client):
     assert other["dptr"] not in (0, hint)
     for ptr in (hint, other["dptr"]):
         assert client.status_of("MemAddressFree", dptr=ptr, bytes=2 << 20) == 0
+
+
+def test_cluster_launches_the_client_did_not_check(server, client):
+    # A client that skipped the driver's launch-time checks: the server's backend refuses
+    # the shape with CUDA's code and the reason, and the job and the server go on.
+    ptx = (b".version 8.0\n.target sm_90\n.address_size 64\n"
+           b".visible .entry k(.param .u64 out)\n.reqnctapercluster 2, 1, 1\n{\n"
+           b"\t.reg .b32 %r<2>;\n\t.reg .b64 %rd<2>;\n\tld.param.u64 %rd1, [out];\n"
+           b"\tmov.u32 %r1, %cluster_nctarank;\n\tst.global.u32 [%rd1], %r1;\n\tret;\n}\n\0")
+    kind, values, _ = client.call("ModuleLoad", ptx, size=len(ptx))
+    kind, fn, _ = client.call("GetFunction", b"k", module=values["module"])
+    out = client.alloc(4)
+    params = struct.pack("<Q", out)
+    invalid_cluster_size = 912
+    for cluster, grid, code, why in (
+            ((3, 1, 1), (6, 1, 1), invalid_cluster_size, b"compiled for cluster 2x1x1"),
+            ((0, 0, 0), (3, 1, 1), invalid_cluster_size, b"grid 3x1x1 is not a multiple of cluster 2x1x1"),
+            ((0, 1, 1), (2, 1, 1), INVALID_VALUE, b"with cluster dimension (0, 1, 1)")):
+        client.send("LaunchKernel", params, function=fn["function"], stream=LEGACY, grid=grid, block=(32, 1, 1),
+                    cluster=cluster)
+        kind, err, text = client.call("CtxSynchronize")
+        assert (kind, err["status"], why in text) == ("Error", code, True), text
+    # The kernel's own shape applies to a launch that names none.
+    client.send("LaunchKernel", params, function=fn["function"], stream=LEGACY, grid=(4, 1, 1), block=(32, 1, 1))
+    assert client.status_of("CtxSynchronize") == 0
+    assert struct.unpack("<I", client.download(out, 4)) == (2,)
+    assert b"compiled for cluster 2x1x1" in server.process.log().encode()

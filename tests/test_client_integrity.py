@@ -88,6 +88,6 @@ def _hash_without_devices(run, version: int) -> tuple[int, int]:
 
 
 def test_table_starts_with_its_size():
-    # Padded to 32 slots like every private table (test_client_export_tables.py).
+    # Padded to 64 slots like every private table (test_client_export_tables.py).
     run, _ = run_checks("noinit", 13000)
-    assert run.value("table_size") == str(32 * 8)
+    assert run.value("table_size") == str(64 * 8)

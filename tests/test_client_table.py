@@ -124,3 +124,17 @@ def test_lookups_without_trace_return_untraced_functions():
     assert run.returncode == 0, run.stderr
     assert run.value("driver_version") == "13000 rc=0"
     assert run.trace == "" and "tally-trace" not in run.stderr
+
+
+def test_every_unsupported_entry_point_has_its_reason():
+    # tools/unsupported_reasons.py decides each one; the generator fails on one it does not
+    # (test_generated_files_are_current runs it), and the docs list them by reason
+    sys.path.insert(0, str(ROOT / "tools"))
+    from unsupported_reasons import RULES, reason_for
+    assert reason_for("cuNoSuchFunction", 12000, None) is None          # a new refusal needs a decision
+    assert "older ABI" in reason_for("cuMemAlloc", 2000, 3020) and "32-bit" in reason_for("cuMemAlloc", 2000, 3020)
+    assert all(rule.reason and not rule.reason.endswith(".") for rule in RULES)
+    doc = (ROOT / "docs" / "unsupported-entry-points.md").read_text()
+    generated = (ROOT / "client_preload" / "src" / "generated" / "unsupported_entries.cpp").read_text()
+    refused = generated.count("unsupported_entry(logged,")
+    assert f"{refused} of the" in doc and "| reason | entry points |" in doc

@@ -68,6 +68,21 @@ from test_e2e_virtual_memory import (  # noqa: F401
 )
 
 from test_e2e_cooperative import SM90, check_cooperative_job
+# Memory pools (shared with another job too), physical memory shared by file descriptor,
+# and a stream wait nobody satisfies, on the cuda backend: pool memory is the backend's
+# cuMemAlloc memory, shared physical memory the owner's cuMemCreate handle mapped again.
+from test_e2e_memory_pools import (  # noqa: F401
+    test_a_pool_allocates_counts_and_refuses_what_cuda_refuses,
+    test_pool_memory_counts_against_the_quota,
+)
+from test_e2e_memory_pools import test_a_pool_allocation_shared_with_another_job  # noqa: F401
+from test_e2e_vmm_sharing import test_physical_memory_shared_by_file_descriptor  # noqa: F401
+from test_e2e_stream_memory_ops import (  # noqa: F401
+    program as stream_memory_ops_program,
+    test_a_job_that_exits_with_its_stream_waiting_leaves_nothing,
+    test_a_wait_nobody_satisfies_ends_at_eviction_and_others_carry_on,
+)
+
 from test_e2e_green_contexts import build_green_contexts, check_green_context_job
 from test_e2e_stream_attributes import check_stream_attributes_job
 
@@ -208,3 +223,17 @@ def test_a_best_effort_job_with_an_sm_share(nvcc, sm32_cuda_server):
     assert device_sms == 32 and 1 <= distinct <= 8 and highest <= 7 and missed == 0
     distinct, highest, missed = run_census().ints("distinct_sms", "max_smid", "blocks_missed")
     assert 1 <= distinct <= 32 and highest <= 31 and missed == 0
+
+
+def test_stream_memory_operations_reach_the_driver(nvcc, cuda_server):
+    job = run_job(cuda_server.socket, stream_memory_ops_program(nvcc), "basics", priority="high")
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("held", "released", "batch_written", "still_usable") == [1, 1, 1, 1]
+    assert job.ints("geq32", "eq32", "and32", "nor32", "geq64", "eq64", "and64", "nor64") == [1] * 8
+    # (Not the wait on pinned host memory: here the cuda backend's driver is tally's client,
+    # whose server cannot reach the backend's own registration at that address.)
+    # Writes reach the driver; waits never hold a device stream (the server polls them,
+    # tally/backends/cuda_value_waits.py), so no driver call of this server waits on a value.
+    (backend,) = cuda_server.under.status()["clients"]
+    calls = backend["requests_by_kind"]
+    assert calls.get("StreamWriteValue", 0) >= 18 and "StreamWaitValue" not in calls, calls

@@ -1,5 +1,6 @@
-"""CuPy, unmodified, under tally-run against a tally-server on the CPU emulator,
-with CUPY_COMPILE_WITH_PTX=1 (NVRTC then emits PTX, which the emulator runs).
+"""CuPy, unmodified, under tally-run against a tally-server on the CPU emulator.
+tally-run sets CUPY_COMPILE_WITH_PTX=1 for the job (JIT capture, tally/jit/job_env.py):
+NVRTC then emits PTX, which the emulator runs; the job's environment does not.
 
 Opt-in (`pytest -m cupy`, CuPy's interpreter in TALLY_CUPY_PYTHON when it is not
 the current one, e.g. a venv with `pip install -e ".[cupy]"`): the install is about
@@ -53,7 +54,8 @@ def run_cupy(*server_args: str) -> tuple[dict, str, str]:
     workdir = Path(tempfile.mkdtemp(prefix="tally-cupy-"))
     server = ServerProcess(workdir / "server.sock", backend="emulator", extra_args=server_args)
     try:
-        env = {**job_env(), "CUPY_COMPILE_WITH_PTX": "1", "CUPY_CACHE_DIR": str(workdir / "cupy-cache")}
+        env = {**job_env(), "CUPY_CACHE_DIR": str(workdir / "cupy-cache")}
+        env.pop("CUPY_COMPILE_WITH_PTX", None)      # tally-run sets it
         job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
                               "--priority", "high", "--", python, str(PROGRAMS / "cupy_on_emulator.py")],
                              capture_output=True, text=True, timeout=900, env=env, check=False)

@@ -238,7 +238,7 @@ def test_replies_after_close_go_nowhere(loop):
 
 def test_a_best_effort_plane_launches_only_whole_shapes_through_an_open_gate(loop):
     gate = _core.data_plane.BestEffortGate()
-    loop.plane.set_gate(gate, False, True)          # a best-effort job's plane
+    loop.plane.set_lane_rule(gate, False, True, True)   # a best-effort job's plane
     loop.plane.add_whole_shape(FN, (1, 1, 1), (32, 1, 1), 0)
     launch(loop)                                    # the gate is closed
     loop.ping(6)
@@ -256,7 +256,7 @@ def test_a_best_effort_plane_launches_only_whole_shapes_through_an_open_gate(loo
 
 def test_a_high_priority_plane_closes_the_gate_with_its_first_kernel(loop):
     gate = _core.data_plane.BestEffortGate()
-    loop.plane.set_gate(gate, True, False)
+    loop.plane.set_lane_rule(gate, True, False, False)
     gate.open()
     loop.send("Memset", dst=BASE, value=0, element_size=4, width=0, height=1, pitch=0, stream=LEGACY)
     loop.ping(9)

@@ -397,3 +397,92 @@ def test_a_device_fault_of_a_launch_skipping_python_reaches_the_next_synchroniza
         assert job.first_ints(2) == [3, 4]                # the stream went on after the fault
     finally:
         job.close()
+
+
+# Each block writes 100 * its cluster rank + its cluster's block count + 1000 if the
+# launch named a cluster (%is_explicit_cluster).
+CLUSTER_RANKS_PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry ranks(.param .u64 out)
+{
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<4>;
+	.reg .pred %p1;
+	ld.param.u64 %rd1, [out];
+	mov.u32 %r1, %cluster_ctarank;
+	mov.u32 %r2, %cluster_nctarank;
+	mov.pred %p1, %is_explicit_cluster;
+	selp.u32 %r3, 1000, 0, %p1;
+	mad.lo.u32 %r4, %r1, 100, %r2;
+	add.u32 %r4, %r4, %r3;
+	mov.u32 %r5, %ctaid.x;
+	mul.wide.u32 %rd2, %r5, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.u32 [%rd3], %r4;
+	ret;
+}
+
+.visible .entry ranks_of_two(.param .u64 out)
+.reqnctapercluster 2, 1, 1
+{
+	.reg .b32 %r<6>;
+	.reg .b64 %rd<4>;
+	ld.param.u64 %rd1, [out];
+	mov.u32 %r1, %cluster_ctarank;
+	mov.u32 %r2, %cluster_nctarank;
+	mad.lo.u32 %r4, %r1, 100, %r2;
+	mov.u32 %r5, %ctaid.x;
+	mul.wide.u32 %rd2, %r5, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.u32 [%rd3], %r4;
+	ret;
+}
+\0"""
+
+
+def test_cluster_launches_with_either_plane(plane_server):
+    plane, server = plane_server
+    job = PyClient(server.socket, priority=protocol.Priority.HIGH)
+    try:
+        module = job.call("ModuleLoad", CLUSTER_RANKS_PTX, size=len(CLUSTER_RANKS_PTX))[1]["module"]
+        ranks = job.call("GetFunction", b"ranks", module=module)[1]["function"]
+        twos = job.call("GetFunction", b"ranks_of_two", module=module)[1]["function"]
+        out = job.call("MemAlloc", bytes=4096)[1]["dptr"]
+        params = struct.pack("<Q", out)
+
+        def launch(fn, blocks, cluster=(0, 0, 0)):
+            job.send("LaunchKernel", params, function=fn, stream=LEGACY, grid=(blocks, 1, 1), block=(32, 1, 1),
+                     cluster=cluster)
+
+        def written(count):
+            kind, values, _ = job.call("MemcpyDtoH", src=out, width=4 * count, height=1, src_pitch=4 * count,
+                                       stream=LEGACY, dest=DEST_ARENA)
+            data = job.segment.download.read(values["arena_offset"], values["size"])
+            job.segment.download.release(values["arena_offset"], values["size"])
+            return list(struct.unpack(f"<{count}i", data))
+
+        for fn in (ranks, twos):          # through Python: the kernels become known
+            launch(fn, 4)
+            assert job.call("CtxSynchronize")[0] == "Done"
+        for _ in range(10):               # then (cpp) straight to the device, clusters and all
+            launch(ranks, 8, (4, 1, 1))
+            launch(twos, 8)
+        launch(ranks, 8, (4, 1, 1))
+        assert written(8) == [1004, 1104, 1204, 1304] * 2
+        launch(twos, 6)
+        assert written(6) == [2, 102] * 3
+        launch(ranks, 3)
+        assert written(3) == [1, 1, 1]
+        launch(ranks, 6, (4, 1, 1))       # refused (whichever plane saw it first): grid not a multiple
+        kind, values, text = job.call("CtxSynchronize")
+        assert (kind, values["status"]) == ("Error", 912) and b"is not a multiple of cluster 4x1x1" in text, text
+        mine = [c for c in server.status()["clients"] if c["client_id"] == job.reply["client_id"]][0]
+        if plane == "cpp":
+            assert mine["requests_in_cpp"] >= 20, mine
+        else:
+            assert mine["requests_in_cpp"] == 0
+    finally:
+        job.close()

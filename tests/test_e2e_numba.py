@@ -33,6 +33,15 @@ def test_numba_runtime_allocates_from_the_device_heap(emulator_server):
     assert job.ints("nrt_matches", "nrt_allocs", "nrt_frees") == [1, 256, 256]
 
 
+def test_numba_mapped_host_memory(emulator_server):
+    # numba-cuda's test_host_alloc_driver and test_host_alloc_mapped, which failed before
+    # mapped pinned memory took memsets and copies through its device pointer
+    job = run_job(emulator_server.socket, sys.executable, PROGRAMS / "numba_mapped.py", timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("driver_memset_seen", "device_to_host_good") == [1, 1]
+    assert job.ints("mapped_size", "mapped_zeroed", "kernel_good") == [40, 1, 1]
+
+
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
 def test_numba_grid_sync(emulator_server, priority):
     # cuda.cg.this_grid().sync(): libcudadevrt's cudaCGSynchronize, linked by tally's linker,

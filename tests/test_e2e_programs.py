@@ -130,8 +130,9 @@ def test_driver_api(nvcc, emulator_server):
     # The emulator's limits: 2048 threads and 32 blocks per multiprocessor, 8 of them;
     # a PTX-only module reports no register count, so threads are the binding limit.
     assert job.ints("occupancy_128", "best_block", "min_grid") == [16, 1024, 16]
-    # 16 one-block clusters per multiprocessor, 8 multiprocessors; no larger cluster fits.
-    assert job.ints("clusters_of_1", "clusters_of_2", "cluster_size") == [128, 0, 1]
+    # 16 blocks per multiprocessor, 8 multiprocessors in one GPC: 128 one-block or 64
+    # two-block clusters at once; clusters up to the portable 8 blocks fit.
+    assert job.ints("clusters_of_1", "clusters_of_2", "cluster_size") == [128, 64, 8]
     assert job.value("profiler") == "0,0"         # no profiler attached: both accepted
     # Refused when made, as the driver does, not at the next synchronization.
     assert job.ints("launch_too_many_threads", "launch_too_much_shared", "launch_zero_grid") == \

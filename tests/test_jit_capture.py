@@ -185,11 +185,14 @@ def test_tally_run_environment(tmp_path, monkeypatch):
     assert env[records.DIR_ENV] == str(tmp_path)
     assert env["TRITON_PTXAS_PATH"] == env["TRITON_PTXAS_BLACKWELL_PATH"] == str(fake)
     assert env[REAL_ENV] == "/opt/my/ptxas"                 # the job's own assembler still runs
+    assert env[job_env.CUPY_PTX_VAR] == "1"                 # CuPy's NVRTC kernels come as PTX
+    own = job_env.capture_environment({job_env.CUPY_PTX_VAR: "0"}, enabled=True, directory=tmp_path)
+    assert own[job_env.CUPY_PTX_VAR] == "0"                  # a job's own choice stays
     off = job_env.capture_environment({**env, "TRITON_PTXAS_PATH": str(fake)}, enabled=False)
     assert records.DIR_ENV not in off
     assert "TRITON_PTXAS_PATH" not in off and "TRITON_PTXAS_BLACKWELL_PATH" not in off
     untouched = job_env.capture_environment({"TRITON_PTXAS_PATH": "/opt/my/ptxas"}, enabled=False)
-    assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}
+    assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}       # nothing set, CuPy's switch neither
 
 
 class SeesSources(NullBackend):

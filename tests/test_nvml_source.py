@@ -71,6 +71,7 @@ def test_an_unsupported_query_is_no_figure_and_a_lost_gpu_is_an_error():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not driver_present(), reason="no NVIDIA driver here (NVML cannot start)")
 def test_a_real_gpu_gives_a_sample():
     source = NvmlSource(0)
     try:

@@ -77,7 +77,7 @@ def test_typed_decode_refuses_short_and_overlong_payloads():
         Ping.decode(b"\0\0")
     with pytest.raises(protocol.ProtocolError, match="Ping: 8 unexpected trailing bytes"):
         Ping.decode(b"\0" * 16)
-    with pytest.raises(protocol.ProtocolError, match="LaunchKernel: payload of 40 bytes, need 48"):
+    with pytest.raises(protocol.ProtocolError, match="LaunchKernel: payload of 40 bytes, need 64"):
         messages_generated.LaunchKernel.decode(b"\0" * 40)
     with pytest.raises(protocol.ProtocolError, match="grid: 2 values, need 3"):
         messages_generated.LaunchKernel(grid=(1, 1)).encode()

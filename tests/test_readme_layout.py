@@ -23,6 +23,11 @@ def module_dirs() -> dict[str, set[str]]:
     for path in (ROOT / "tally").rglob("*.py"):
         if path.name != "__init__.py":
             dirs.setdefault(path.parent.relative_to(ROOT).as_posix() + "/", set()).add(path.name)
+    # the gRPC modules setup.py generates beside each .proto are modules too, also in
+    # a checkout that was never built
+    for proto in (ROOT / "tally").rglob("*.proto"):
+        folder = dirs.setdefault(proto.parent.relative_to(ROOT).as_posix() + "/", set())
+        folder |= {f"{proto.stem}_pb2.py", f"{proto.stem}_pb2_grpc.py"}
     return dirs
 
 

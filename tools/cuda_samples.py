@@ -49,6 +49,8 @@ LINK_FLAGS = {
     "OpenMP::OpenMP_CXX": ["-Xcompiler", "-fopenmp", "-lgomp"],
     "CUDA::cublas": ["-lcublas"], "CUDA::cufft": ["-lcufft"], "CUDA::curand": ["-lcurand"],
     "CUDA::cusparse": ["-lcusparse"], "CUDA::cusolver": ["-lcusolver"], "CUDA::nvrtc": ["-lnvrtc"],
+    # the IPC samples' shared memory; `socket` is QNX's (their CMakeLists add it only there)
+    "rt": ["-lrt"], "socket": [],
 }
 EXIT_WAIVED = 2          # what the samples return when they cannot run on this system
 ERROR_WORDS = re.compile(r"error|fail|assert|abort|illegal|not supported|waived|exception", re.I)

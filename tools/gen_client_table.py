@@ -16,6 +16,11 @@ Outputs (client_preload/src/generated/):
   unsupported_entries.cpp  one logging NOT_SUPPORTED function per unimplemented entry
   exported_symbols.cpp   the C symbols cuda.h exports, each forwarding to its entry
   result_codes.cpp       every CUresult with its name and cuda.h's description of it
+  ../../../docs/unsupported-entry-points.md  each NOT_SUPPORTED entry with its reason
+                         (tools/unsupported_reasons.py; an entry without one fails)
+  memset_entries.cpp     the 24 64-bit cuMemsetD* entries (8/16/32-bit, 1-D and 2-D, Async,
+                         per-thread), each one call to memset_entry (memory/memset_entry.h)
+                         with the arguments its typedef's position says
 
 Usage: python tools/gen_client_table.py [--check]
 --check exits 1 when the committed files differ from a fresh generation.
@@ -32,9 +37,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unsupported_reasons import FIRST_64_BIT_VERSION, reason_for  # noqa: E402  (a module beside this script)
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIR = ROOT / "client_preload" / "src"
 OUT_DIR = SOURCE_DIR / "generated"
+UNSUPPORTED_DOC = ROOT / "docs" / "unsupported-entry-points.md"
 CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 
 PFN_RE = re.compile(r"typedef\s+CUresult\s*\(\s*CUDAAPI\s*\*\s*PFN_(\w+)\s*\)\s*\(([^;]*)\)\s*;")
@@ -68,6 +77,7 @@ class Entry:
     params: tuple[Param, ...]
     symbol: str = ""         # exported C name, e.g. cuMemAlloc_v2
     implemented: bool = False
+    reason: str = ""         # why it answers NOT_SUPPORTED (tools/unsupported_reasons.py)
 
 
 def split_params(text: str) -> list[str]:
@@ -240,6 +250,104 @@ def gen_result_codes(codes: list[tuple[int, str, str]]) -> str:
     return "\n".join(lines)
 
 
+# The memset family is regular: 8/16/32-bit element sizes, 1-D (dst, value, N) and
+# 2-D (dst, pitch, value, width, height), each synchronous or Async (a trailing
+# stream), each legacy or per-thread. The entries are generated from their typedefs
+# so their signatures cannot drift from the driver's.
+MEMSET_RE = re.compile(r"cuMemsetD(?P<two_d>2D)?(?P<bits>8|16|32)(?P<async_>Async)?")
+
+
+# The _v2000 forms take 32-bit device pointers (CUdeviceptr_v1) and stay unsupported,
+# like every other entry of the 32-bit API (FIRST_64_BIT_VERSION).
+
+
+def memset_form(e: Entry) -> re.Match | None:
+    return MEMSET_RE.fullmatch(e.name) if e.version >= FIRST_64_BIT_VERSION else None
+
+
+def mark_generated(entries: dict[str, Entry]) -> None:
+    for e in entries.values():
+        if memset_form(e):
+            e.implemented = True
+
+
+def memset_call(e: Entry) -> str:
+    form = memset_form(e)
+    names = [p.name for p in e.params]
+    two_d = bool(form["two_d"])
+    async_ = bool(form["async_"])
+    want = 5 if two_d else 3
+    if len(names) != want + async_:
+        raise GenerationError(f"{e.pfn}: expected {want + async_} parameters for a memset entry, "
+                              f"cudaTypedefs.h has {len(names)}")
+    if two_d:
+        dst, pitch, value, width, height = names[:5]
+    else:
+        (dst, value, width), pitch, height = names[:3], "0", "1"
+    stream = names[-1] if async_ else "nullptr"
+    size = int(form["bits"]) // 8
+    return (f"tally::client::memset_entry({dst}, {pitch}, {value}, {size}, {width}, {height}, {stream}, "
+            f"{str(e.per_thread).lower()}, {str(async_).lower()})")
+
+
+def gen_memset_entries(entries: list[Entry]) -> str:
+    lines = [
+        HEADER_NOTE.format(src=SOURCES),
+        "// cuMemsetD8/D16/D32, their 2-D forms, and the Async and per-thread forms of each:",
+        "// each is one call to memset_entry, which sends one Memset request.",
+        '#include "entry_points/entry_point.h"',
+        '#include "memory/memset_entry.h"',
+        "",
+    ]
+    for e in entries:
+        if memset_form(e):
+            lines.append(f"TALLY_ENTRY({e.pfn})({params_decl(e)}) {{")
+            lines.append(f"  return {memset_call(e)};")
+            lines.append("}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def decide_reasons(entries: dict[str, Entry]) -> None:
+    """Every unimplemented entry gets its reason; one without fails the generation."""
+    newest: dict[str, int] = {}
+    for e in entries.values():
+        if e.implemented:
+            newest[e.name] = max(newest.get(e.name, 0), e.version)
+    undecided = []
+    for e in entries.values():
+        if not e.implemented:
+            e.reason = reason_for(e.name, e.version, newest.get(e.name)) or ""
+            if not e.reason:
+                undecided.append(e.pfn)
+    if undecided:
+        raise GenerationError(f"no reason why {', '.join(undecided)} answer NOT_SUPPORTED: implement them or add "
+                              f"a rule to tools/unsupported_reasons.py")
+
+
+def gen_unsupported_doc(entries: list[Entry]) -> str:
+    by_reason: dict[str, list[str]] = collections.defaultdict(list)
+    for e in entries:
+        if not e.implemented:
+            by_reason[e.reason].append(e.symbol)
+    lines = [
+        "<!-- GENERATED by tools/gen_client_table.py from tools/unsupported_reasons.py. Do not edit. -->",
+        "# Driver entry points tally answers with CUDA_ERROR_NOT_SUPPORTED, and why",
+        "",
+        f"{sum(len(v) for v in by_reason.values())} of the {len(entries)} entry points of the CUDA "
+        "headers tally was built with; a job calling one gets CUDA_ERROR_NOT_SUPPORTED and one log line "
+        "with the reason below. An entry point the headers do not name (newer than them) is "
+        "CUDA_ERROR_NOT_FOUND from cuGetProcAddress.",
+        "",
+        "| reason | entry points |",
+        "|---|---|",
+    ]
+    for reason, symbols in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"| {reason} | {', '.join(f'`{s}`' for s in sorted(symbols))} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def read_implemented(entries: dict[str, Entry]) -> None:
     seen: dict[str, Path] = {}
     for path in sorted(SOURCE_DIR.rglob("*.cpp")):
@@ -251,6 +359,9 @@ def read_implemented(entries: dict[str, Entry]) -> None:
             if pfn not in entries:
                 raise GenerationError(f"{rel}: TALLY_ENTRY({pfn}) names no entry of cudaTypedefs.h "
                                       f"(expected <name>_v<version>[_ptsz|_ptds], e.g. cuMemAlloc_v3020)")
+            if memset_form(entries[pfn]):
+                raise GenerationError(f"{rel}: TALLY_ENTRY({pfn}) is a memset entry, which this generator writes "
+                                      f"(generated/memset_entries.cpp); change memset_entry instead")
             if pfn in seen:
                 raise GenerationError(f"TALLY_ENTRY({pfn}) is defined twice: {seen[pfn]} and {rel}")
             seen[pfn] = rel
@@ -346,7 +457,7 @@ def gen_unsupported(entries: list[Entry]) -> str:
             continue
         lines.append(f"CUresult tally_entry_{e.pfn}({params_decl(e)}) {{")
         lines.append("  static tally::client::OnceFlag logged;")
-        lines.append(f"  return tally::client::unsupported_entry(logged, \"{e.symbol}\");")
+        lines.append(f"  return tally::client::unsupported_entry(logged, \"{e.symbol}\", {c_string(e.reason)});")
         lines.append("}")
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
@@ -378,6 +489,8 @@ def generate() -> dict[Path, str]:
     symbols, canon = read_exported_symbols()
     bind_symbols(entries, symbols, canon)
     read_implemented(entries)
+    mark_generated(entries)
+    decide_reasons(entries)
     ordered = list(entries.values())  # header order
     cuda_version = read_cuda_version()
     return {
@@ -386,6 +499,8 @@ def generate() -> dict[Path, str]:
         OUT_DIR / "unsupported_entries.cpp": gen_unsupported(ordered),
         OUT_DIR / "exported_symbols.cpp": gen_exports(ordered),
         OUT_DIR / "result_codes.cpp": gen_result_codes(read_result_codes()),
+        OUT_DIR / "memset_entries.cpp": gen_memset_entries(ordered),
+        UNSUPPORTED_DOC: gen_unsupported_doc(ordered),
     }
 
 

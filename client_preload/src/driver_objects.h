@@ -52,6 +52,7 @@ struct FunctionObject {
   uint32_t param_total = 0;  // bytes of the parameter block
   std::vector<ParamSlot> params;
   std::atomic<int32_t> attributes[kFuncAttributeSlots] = {};
+  bool compiled_cluster = false;  // its PTX fixes its cluster shape (.reqnctapercluster)
 };
 
 struct ModuleObject {

@@ -268,9 +268,13 @@ class DeviceBackend(Protocol):
 
     # asynchronous operations (stream order)
     def launch(self, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: Stream, params: bytes, sm_cap: int | None = None, cooperative: bool = False) -> None:
+               stream: Stream, params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None,
+               cooperative: bool = False) -> None:
         """At most `sm_cap` SMs run this kernel's blocks (None: the whole device);
         backends whose traits do not say `confines_sms` accept and ignore it.
+        `cluster`: the thread-block cluster shape the launch asked for (None: none;
+        a kernel compiled with one runs with it anyway); tally/backends/clusters.py
+        says what is refused, with CUDA_ERROR_INVALID_CLUSTER_SIZE.
         `cooperative`: every block is resident at once and the kernel's grid
         barrier (cooperative groups' grid.sync()) works, as with cuLaunchCooperativeKernel."""
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
@@ -287,6 +291,17 @@ class DeviceBackend(Protocol):
     def stream_set_access_policy(self, stream: Stream, window: AccessPolicyWindow) -> None:
         """The stream's later kernels use this L2 access-policy window (a device
         without an L2 to steer accepts it and changes nothing)."""
+    # Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64):
+    # `width` is 4 or 8 bytes, `condition` one of stream_memory_ops.WAIT_CONDITIONS.
+    # A wait either holds this stream only, until the value at `address` meets the
+    # condition or stream_release_waits is called (its job is leaving), and returns
+    # None; or, where a held stream would hold others (the cuda backend), queues
+    # nothing and returns a poll, () -> bool (is the condition met now?), that the
+    # executor calls once the stream reached the wait (tally/scheduler/value_polls.py).
+    def stream_wait_value(self, stream: Stream, address: int, value: int, width: int,
+                          condition: int) -> Callable[[], bool] | None: ...
+    def stream_write_value(self, stream: Stream, address: int, value: int, width: int) -> None: ...
+    def stream_release_waits(self, stream: Stream) -> None: ...
 
     # synchronization (raise the stream's pending DeviceError, once)
     def stream_synchronize(self, stream: Stream) -> None: ...

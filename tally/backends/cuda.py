@@ -30,10 +30,12 @@ from typing import Callable
 
 from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescription, FuncAttribute, KernelParam,
                                  ModuleSource, clamp_sm_grant)
+from tally.backends.cuda_clusters import allow_cluster, cluster_launch_config
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
+from tally.backends.cuda_value_waits import CudaValueWaits
 from tally.backends.cuda_vmm import CudaVirtualMemory
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
@@ -52,11 +54,16 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("the cuda backend needs cuda-bindings: pip install 'tally[cuda]'") from e
 
 
-def _cooperative_config(grid, block, shared_bytes: int, stream) -> "cu.CUlaunchConfig":
-    """cuLaunchKernelEx's configuration of a cooperative launch."""
+def _cooperative_config(grid, block, shared_bytes: int, stream, cluster) -> "cu.CUlaunchConfig":
+    """cuLaunchKernelEx's configuration of a cooperative launch (with its cluster, if any)."""
     attr = cu.CUlaunchAttribute()
     attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
     attr.value.cooperative = 1
+    if cluster is not None:
+        config = cluster_launch_config(grid, block, shared_bytes, stream, cluster)
+        config.attrs = [*config.attrs, attr]
+        config.numAttrs = len(config.attrs)
+        return config
     config = cu.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid
     config.blockDimX, config.blockDimY, config.blockDimZ = block
@@ -128,6 +135,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         self._callbacks: dict[int, tuple[object, Callable[[], None], int]] = {}
         self._callbacks_lock = threading.Lock()
         self._next_callback = 1
+        self._value_waits = CudaValueWaits(cu, _check, self._current)   # stream writes; waits the server polls
         self._description: DeviceDescription | None = None
         self._init_host_memory()
         self._current()
@@ -182,6 +190,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         if self._partitions is not None:
             self._partitions.close()    # their green contexts and streams; fails quietly on a faulted device
         self._probe = None
+        self._value_waits.context_gone()   # its reading stream was the faulted context's
         self._backed.clear()            # reservations of the faulted context are gone with it
         self._context.recreate()
         if self._issuer is not None:    # the C++ data plane issues on the new context too
@@ -345,7 +354,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
 
     # asynchronous operations
     def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
-               sm_cap: int | None = None, cooperative: bool = False) -> None:
+               sm_cap: int | None = None, cluster=None, cooperative: bool = False) -> None:
         self._current()
         buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
         size = ctypes.c_size_t(len(params))
@@ -356,10 +365,16 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
             # The driver copies the parameter buffer before cuLaunchKernel returns.
             if cooperative:
                 # cuLaunchCooperativeKernel takes no `extra`; cuLaunchKernelEx does.
-                _check(cu.cuLaunchKernelEx(_cooperative_config(grid, block, shared_bytes, s), fn.handle, 0,
+                if cluster is not None:
+                    _check(allow_cluster(fn.handle, cluster))
+                _check(cu.cuLaunchKernelEx(_cooperative_config(grid, block, shared_bytes, s, cluster), fn.handle, 0,
                                            ctypes.addressof(extra)))
-                return
-            _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+            elif cluster is None:
+                _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+            else:   # the driver checks the shape against the kernel and the device itself
+                _check(allow_cluster(fn.handle, cluster))
+                _check(cu.cuLaunchKernelEx(cluster_launch_config(grid, block, shared_bytes, s, cluster),
+                                           fn.handle, 0, ctypes.addressof(extra)))
 
         if sm_cap is None or self._partitions is None:
             launch_on(stream)
@@ -405,6 +420,16 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         w.base_ptr, w.num_bytes, w.hitRatio = window.base, window.num_bytes, window.hit_ratio
         w.hitProp, w.missProp = cu.CUaccessProperty(window.hit_prop), cu.CUaccessProperty(window.miss_prop)
         _check(cu.cuStreamSetAttribute(stream, cu.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, value))
+
+    def stream_wait_value(self, stream, address: int, value: int, width: int, condition: int):
+        return self._value_waits.poll(address, value, width, condition)   # the server polls (cuda_value_waits.py)
+
+    def stream_write_value(self, stream, address: int, value: int, width: int) -> None:
+        self._current()
+        self._value_waits.write(stream, address, value, width)
+
+    def stream_release_waits(self, stream) -> None:
+        pass    # no device stream ever holds on a value here
 
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         self._current()
@@ -462,7 +487,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, PtxVari
         _check(cu.cuCtxSynchronize())
 
     def data_plane(self) -> DataPlaneDevice:
-        # The same driver library and context as every call above (csrc/src/data_plane/cuda_issue.cpp).
+        # The same driver library and context as every call above (csrc/src/cuda/data_plane_issuer.cpp).
         from tally._core import data_plane
 
         def register(plane, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:

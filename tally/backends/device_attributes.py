@@ -2,17 +2,21 @@
 
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
-emulated devices do not provide (clusters, legacy IPC attributes) read 0 so a
-job takes its fallback path instead of failing later.
+emulated devices do not provide (legacy IPC attributes) read 0 so a job takes
+its fallback path instead of failing later.
 Provided, and so 1: cooperative launches, also the multi-device form on the one
 device (the emulator keeps a cooperative grid's blocks resident together and gives
-it cooperative groups' grid barrier), stream-ordered allocation (tally's client implements the
-default memory pool), virtual memory management, managed memory, which is
+it cooperative groups' grid barrier), thread-block clusters from compute capability
+9.0 on (the emulator runs them, null and sim accept them), stream-ordered allocation and
+memory pools (tally's client implements them over ordinary allocations), stream
+memory operations (wait and write value), virtual memory management, managed memory, which is
 coherent at every moment (concurrent access from the CPU and kernels is safe), and
 kernels reading pinned host memory at its host address.
 Ids are CUdevice_attribute values from cuda.h (CUDA 13.0).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # Shared memory the device keeps per block for itself (cooperative groups' multi-warp
 # tile barriers live there; the emulator gives it to kernels that read its registers).
@@ -35,12 +39,16 @@ ATTRIBUTE_IDS = {
     "MANAGED_MEMORY": 83, "MULTI_GPU_BOARD": 84, "HOST_NATIVE_ATOMIC_SUPPORTED": 86,
     "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 87, "PAGEABLE_MEMORY_ACCESS": 88,
     "CONCURRENT_MANAGED_ACCESS": 89, "COMPUTE_PREEMPTION_SUPPORTED": 90,
-    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 91, "COOPERATIVE_LAUNCH": 95,
-    "COOPERATIVE_MULTI_DEVICE_LAUNCH": 96,
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 91, "CAN_USE_STREAM_MEM_OPS_V1": 92,
+    "CAN_USE_64_BIT_STREAM_MEM_OPS_V1": 93, "CAN_USE_STREAM_WAIT_VALUE_NOR_V1": 94, "COOPERATIVE_LAUNCH": 95,
+    "COOPERATIVE_MULTI_DEVICE_LAUNCH": 96, "CAN_FLUSH_REMOTE_WRITES": 98,
     "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 97, "HOST_REGISTER_SUPPORTED": 99,
-    "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 102, "MAX_BLOCKS_PER_MULTIPROCESSOR": 106,
+    "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 102, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 103,
+    "MAX_BLOCKS_PER_MULTIPROCESSOR": 106,
     "MAX_PERSISTING_L2_CACHE_SIZE": 108, "MAX_ACCESS_POLICY_WINDOW_SIZE": 109,
-    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "MEMORY_POOLS_SUPPORTED": 115, "CLUSTER_LAUNCH": 120,
+    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "MEMORY_POOLS_SUPPORTED": 115,
+    "MEMPOOL_SUPPORTED_HANDLE_TYPES": 119, "CLUSTER_LAUNCH": 120,
+    "CAN_USE_64_BIT_STREAM_MEM_OPS": 122, "CAN_USE_STREAM_WAIT_VALUE_NOR": 123,
     "MPS_ENABLED": 133,
 }
 
@@ -73,7 +81,37 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         # A stream's access-policy window may span what a GPU's may (A100 and H100 report
         # 128 MiB - 4 KiB); no L2 is set aside for persisting accesses (there is no L2).
         "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 134_213_632,
-        "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1, "CLUSTER_LAUNCH": 0,
+        "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1,
+        "CLUSTER_LAUNCH": int(compute_capability >= (9, 0)),
         "MPS_ENABLED": 0,
+        # Stream memory operations (wait/write value, batches): every backend runs them;
+        # no remote-write flushing (that is GPUDirect RDMA's).
+        "CAN_USE_STREAM_MEM_OPS_V1": 1, "CAN_USE_64_BIT_STREAM_MEM_OPS_V1": 1,
+        "CAN_USE_STREAM_WAIT_VALUE_NOR_V1": 1, "CAN_USE_64_BIT_STREAM_MEM_OPS": 1,
+        "CAN_USE_STREAM_WAIT_VALUE_NOR": 1, "CAN_FLUSH_REMOTE_WRITES": 0,
+        # Pools and physical memory are shared between jobs by POSIX file descriptor
+        # (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
+        "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}
+
+
+@dataclass(frozen=True)
+class LaunchLimits:
+    """What a launch may ask of a device, read from its attributes: the one source
+    for the client's checks (its device snapshot holds the same attributes), the
+    emulator's Python launch and the C++ data plane's emulator issuer."""
+    max_grid: tuple[int, int, int]
+    max_block: tuple[int, int, int]
+    max_threads: int                 # per block
+    max_shared_bytes: int            # per block, static + dynamic, opted in
+
+
+def launch_limits(attributes: dict[int, int]) -> LaunchLimits:
+    def read(*names: str) -> tuple[int, ...]:
+        return tuple(attributes[ATTRIBUTE_IDS[n]] for n in names)
+
+    return LaunchLimits(max_grid=read("MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z"),
+                        max_block=read("MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z"),
+                        max_threads=read("MAX_THREADS_PER_BLOCK")[0],
+                        max_shared_bytes=read("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")[0])

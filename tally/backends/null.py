@@ -280,8 +280,9 @@ class NullBackend(NoHostRegistration, PtxVariants):
     def sm_grant(self, requested_sms: int) -> int:
         return clamp_sm_grant(requested_sms, self._sm_count)
 
-    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cooperative=False) -> None:
-        pass
+    def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cluster=None,
+               cooperative=False) -> None:
+        pass   # a cluster shape too: nothing runs, so nothing is refused
 
     def stream_set_access_policy(self, stream, window) -> None:
         pass
@@ -306,6 +307,16 @@ class NullBackend(NoHostRegistration, PtxVariants):
 
     def host_callback(self, stream, fn: Callable[[], None]) -> None:
         fn()
+
+    # A wait on a value ends at once: nothing runs here that could write it.
+    def stream_wait_value(self, stream, address, value, width, condition) -> None:
+        pass
+
+    def stream_write_value(self, stream, address, value, width) -> None:
+        pass
+
+    def stream_release_waits(self, stream) -> None:
+        pass
 
     def stream_synchronize(self, stream) -> None:
         pass

@@ -10,7 +10,6 @@ is what a GPU gets.
 """
 from __future__ import annotations
 
-import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from ptx_passes import parse_module, print_module
 from ptx_passes.passes import PassRefused
 from ptx_passes.passes.relocate_globals import Relocation, module_variables, relocate_globals
+from ptx_passes.text_memo import memo_by_ptx_bytes
 from tally.backends.emulator.layout import LayoutError, encode_initializer, var_align, var_size
 
 # Each variable starts on this boundary at least: a cache line, like the driver's own placement.
@@ -68,7 +68,11 @@ def has_variables(ptx: str) -> bool:
     return _DECLARATION.search(ptx) is not None
 
 
-@functools.lru_cache(maxsize=64)
+# About 100 MiB of parsed modules at most (ptx_passes/text_memo.py)
+RELOCATED_PTX_BYTES = 8 << 20
+
+
+@memo_by_ptx_bytes(RELOCATED_PTX_BYTES)
 def relocate(ptx: str) -> RelocatedModule | None:
     """The module relocated, or None when it has no variables; PassRefused (why) or
     LayoutError when its variables cannot be moved. Remembered: parsing costs about

@@ -41,8 +41,8 @@ def _hello(**changes) -> bytes:
 
 
 def _not_a_first_record(rng: random.Random) -> int:
-    operator = {*control.REQUESTS, *(protocol.codec(n).kind for n in ("StatusRequest", "MigrateOffer")
-                                      if n in protocol.CODECS)}
+    first_records = ("StatusRequest", "DriverVersionQuery", "MigrateOffer")
+    operator = {*control.REQUESTS, *(protocol.codec(n).kind for n in first_records if n in protocol.CODECS)}
     while True:
         kind = rng.randint(0, 300)
         if kind != HELLO.kind and kind not in operator:

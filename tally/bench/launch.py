@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -74,6 +75,16 @@ class LaunchBenchConfig:
                 raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
         if not self.gap_us > 0:
             raise ValueError(f"--gap-us must be > 0, got {self.gap_us}")
+
+
+# the server's line for each job that left (tally/server/session.py)
+TAKEN_BY_CPP = re.compile(r"\(\d+ requests, (\d+) of them taken by the C\+\+ data plane\)")
+
+
+def requests_taken_by_cpp(server_log: Path) -> int:
+    """How many of its jobs' requests a server's C++ data plane took: what tells the
+    planes apart in a report, whatever the machine's load did to the timings."""
+    return sum(int(n) for n in TAKEN_BY_CPP.findall(server_log.read_text(errors="replace")))
 
 
 class _Server:
@@ -148,6 +159,7 @@ class LaunchBench:
                 "be_us_per_launch": be["drain_ns"] / 1e3, "be_client_us_per_launch": be["client_ns"] / 1e3,
                 "sync_rtt_us": sync["sync_ns"] / 1e3, "sync_p99_us": sync["p99_ns"] / 1e3,
                 "wake_us": wake["wake_ns"] / 1e3,
+                "requests_taken_by_cpp": requests_taken_by_cpp(self.directory / plane / f"server-{plane}.log"),
                 **{f"{key}_us": wake[f"{key}_ns"] / 1e3 for key in FUTEX_FLOORS},
                 **{f"{key}_rtt_us": wake[f"{key}_rtt_ns"] / 1e3 for key in FUTEX_FLOORS},
                 **{f"{key}_same_cpu": wake[f"{key}_same_cpu"] for key in FUTEX_FLOORS}}

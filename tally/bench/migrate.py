@@ -20,13 +20,13 @@ import mmap
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tally.bench.process_jobs import build_cuda_job
+from tally.cli import commands
 from tally.cli.control_main import send
 from tally.cli.server_main import query_status
 from tally.protocol.messages_generated import ClientMigrate, ClientResume, ClientSuspend
@@ -63,7 +63,7 @@ class BenchServer:
     def __init__(self, directory: Path, name: str, backend: str):
         self.socket = directory / f"{name}.sock"
         self.log = open(directory / f"{name}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tally.cli.server_main", "--backend", backend,
+        self.proc = subprocess.Popen([*commands.python_module("tally.cli.server_main"), "--backend", backend,
                                       "--socket", str(self.socket)], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while not self.socket.exists():
@@ -146,7 +146,7 @@ def only_client(server: BenchServer) -> int:
 
 class Job:
     def __init__(self, server: BenchServer, program: Path, mib: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket),
+        self.proc = subprocess.Popen([*commands.python_module("tally.cli.run_main"), "--server", str(server.socket),
                                       "--", str(program), str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
         self.mib = mib

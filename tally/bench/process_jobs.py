@@ -5,7 +5,8 @@ Two families (`--workload`):
   on first use and cached by the hash of their sources. Small default sizes,
   so they run on the CPU emulator; --hp-args/--be-args make them GPU-sized.
 - `torch`: PyTorch scripts (tally/bench/jobs/torch_*.py) for a GPU machine:
-  BERT-base-shaped and ResNet-50-shaped models with random weights.
+  BERT-base-shaped, ResNet-50-shaped and GPT-2-sized (CUDA graph replay)
+  models with random weights.
 
 Every high-priority program takes `--arrivals FILE --duration S --drain S
 --out FILE`; every best-effort program takes `--out FILE --stop FILE --ready
@@ -55,10 +56,15 @@ _PROGRAMS = (
     JobProgram("long-kernel-training", BEST_EFFORT, "cuda",
                "least-squares gradient descent, kernels looping over whole rows/columns (--samples, --features)",
                source="long_kernel_training.cu"),
+    JobProgram("preempt-probe", HIGH, "cuda",
+               "one 1-block kernel and a synchronization per request (preemption delay: shared minus alone)",
+               source="preempt_probe.cu"),
     JobProgram("bert-base", HIGH, "torch", "BERT-base encoder inference (12 x 768, 12 heads, seq 128)",
                module="tally.bench.jobs.torch_serve", model="bert-base"),
     JobProgram("resnet50", HIGH, "torch", "ResNet-50 inference (bottleneck blocks, 224 x 224)",
                module="tally.bench.jobs.torch_serve", model="resnet50"),
+    JobProgram("gpt2-graphs", HIGH, "torch", "GPT-2-sized decoder (12 x 768) by CUDA graph replay, next-token logits",
+               module="tally.bench.jobs.torch_decode", model="gpt2"),
     JobProgram("bert-train", BEST_EFFORT, "torch", "BERT-base encoder training, AdamW, random data",
                module="tally.bench.jobs.torch_train", model="bert-base"),
     JobProgram("resnet50-train", BEST_EFFORT, "torch", "ResNet-50 training, SGD with momentum, random data",

@@ -13,6 +13,7 @@
     tally-bench chaos --rounds 100 --json out.json   # best-effort jobs killed/evicted around a checked HP job
     tally-bench fuzz --messages 1000000 --json out.json   # mutated requests and handshakes at a real server
     tally-bench migrate --json out.json --png out.png   # suspend/resume/migrate time vs a job's footprint
+    tally-bench gpu-check --dry-run | --rehearse --quick   # the GPU kit: its plan; its steps on the CPU emulator
 """
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="measure each footprint N times and report the medians (default 1)")
     m.add_argument("--json", type=Path, help="write the rows here")
     m.add_argument("--png", type=Path, help="write the figure here")
+    from tally.bench.gpu_check.cli import add_parser as add_gpu_check_parser
+    add_gpu_check_parser(sub)
     if not extras.missing("cluster"):
         from tally.bench import plan_compare, profile
         from tally.bench.cluster_args import add_cluster_parser
@@ -284,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows))
         write(rows, args.json, args.png)
         return 0 if all(r.exact for r in rows) else 1
+    if args.command == "gpu-check":
+        from tally.bench.gpu_check.cli import main as gpu_check_main
+        return gpu_check_main(args)
     if args.command == "demo":
         from tally.bench.demo import run_demo
         return run_demo(args.backend, args.requests, args.steps)

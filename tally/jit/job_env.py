@@ -5,6 +5,11 @@ the job's client library reads at cubin loads, and Triton's assembler variables
 (`TRITON_PTXAS_PATH`, and `TRITON_PTXAS_BLACKWELL_PATH`, which Triton reads instead
 for compute capability 9.0 and newer) name tally-ptxas. An assembler the job named
 itself stays the one that runs: tally-ptxas runs it (TALLY_REAL_PTXAS).
+CuPy compiles its kernels with NVRTC to cubins unless CUPY_COMPILE_WITH_PTX is set,
+its documented switch to PTX: tally-run sets it to 1 (a job that set it keeps its
+own value), so CuPy's kernels reach tally as PTX (the driver, or tally's
+emulator, compiles them at load; CuPy's cache keys on the target, so cubins it
+cached before are not reused for them).
 With --no-jit-capture none of this is set, so nothing is written and no record is read.
 """
 from __future__ import annotations
@@ -17,6 +22,7 @@ from tally.jit import records
 from tally.jit.ptxas_wrapper import REAL_ENV
 
 TRITON_ASSEMBLER_VARS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")
+CUPY_PTX_VAR = "CUPY_COMPILE_WITH_PTX"
 WRAPPER = "tally-ptxas"
 
 
@@ -45,4 +51,5 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
         out[REAL_ENV] = own[0]
     for var in TRITON_ASSEMBLER_VARS:
         out[var] = str(wrapper)
+    out.setdefault(CUPY_PTX_VAR, "1")
     return out

@@ -61,7 +61,7 @@ class Codec:
     def pack(self, tail: bytes = b"", **values) -> bytes:
         args = []
         for f in self.message.fields:
-            v = values.get(f.name, b"" if _is_bytes(f) else 0)
+            v = values.get(f.name, b"" if _is_bytes(f) else 0 if f.count == 1 else (0,) * f.count)
             if _is_bytes(f):
                 if isinstance(v, str):
                     v = v.encode()

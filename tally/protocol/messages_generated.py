@@ -176,6 +176,49 @@ class StatusReply:
         return bytes(self.tail)
 
 
+@dataclass(frozen=True, slots=True)
+class DriverVersionQuery:
+    """client -> server over the socket: the driver version the server reports to its jobs (the same as
+    DeviceInfo.driver_version); answered by DriverVersionReply
+    """
+
+    KIND: ClassVar[int] = 60
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> DriverVersionQuery:
+        if len(payload):
+            raise _trailing('DriverVersionQuery', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
+_DriverVersionReply = struct.Struct('<ii')
+
+
+@dataclass(frozen=True, slots=True)
+class DriverVersionReply:
+    """server -> client over the socket: e.g. 13020 for CUDA 13.2"""
+
+    KIND: ClassVar[int] = 61
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    driver_version: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> DriverVersionReply:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('DriverVersionReply', len(payload), 8)
+            raise _trailing('DriverVersionReply', len(payload) - 8)
+        v0, v1 = _DriverVersionReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _DriverVersionReply.pack(self.driver_version, 0)
+
+
 _ClientSet = struct.Struct('<QQdd')
 
 
@@ -1114,40 +1157,44 @@ class GlobalReply:
         return _GlobalReply.pack(self.dptr, self.size)
 
 
-_LaunchKernel = struct.Struct('<QQ3I3III')
+_LaunchKernel = struct.Struct('<QQ3I3III3II')
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchKernel:
     """cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; flags:
-    LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted). Tail: parameter
+    LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted); `cluster`:
+    cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (0, 0, 0: none asked). Tail: parameter
     block.
     """
 
     KIND: ClassVar[int] = 120
-    SIZE: ClassVar[int] = 48  # bytes before the tail
+    SIZE: ClassVar[int] = 64  # bytes before the tail
     function: int = 0
     stream: int = 0
     grid: tuple[int, int, int] = (0, 0, 0)
     block: tuple[int, int, int] = (0, 0, 0)
     shared_bytes: int = 0
     flags: int = 0
+    cluster: tuple[int, int, int] = (0, 0, 0)
     tail: bytes | memoryview = b""
 
     @classmethod
     def decode(cls, payload) -> LaunchKernel:
-        if len(payload) < 48:
-            raise _short('LaunchKernel', len(payload), 48)
-        v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 = _LaunchKernel.unpack_from(payload)
-        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, v9, memoryview(payload)[48:])
+        if len(payload) < 64:
+            raise _short('LaunchKernel', len(payload), 64)
+        v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13 = _LaunchKernel.unpack_from(payload)
+        return cls(v0, v1, (v2, v3, v4), (v5, v6, v7), v8, v9, (v10, v11, v12), memoryview(payload)[64:])
 
     def encode(self) -> bytes:
         if len(self.grid) != 3:
             raise _wrong_count('LaunchKernel', 'grid', len(self.grid), 3)
         if len(self.block) != 3:
             raise _wrong_count('LaunchKernel', 'block', len(self.block), 3)
+        if len(self.cluster) != 3:
+            raise _wrong_count('LaunchKernel', 'cluster', len(self.cluster), 3)
         return _LaunchKernel.pack(self.function, self.stream, *self.grid, *self.block, self.shared_bytes,
-                                  self.flags) + self.tail
+                                  self.flags, *self.cluster, 0) + self.tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -2260,6 +2307,205 @@ class CtxSetLimit:
         return _CtxSetLimit.pack(self.limit, 0, self.value)
 
 
+_StreamWaitValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWaitValue:
+    """the stream waits until the `width`-byte value at `address` meets `condition`
+    (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+    """
+
+    KIND: ClassVar[int] = 240
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    condition: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWaitValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWaitValue', len(payload), 32)
+            raise _trailing('StreamWaitValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWaitValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWaitValue.pack(self.stream, self.address, self.value, self.width, self.condition)
+
+
+_MemExportHandle = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemExportHandle:
+    """export the physical handle `handle`; answered by IpcHandleReply"""
+
+    KIND: ClassVar[int] = 242
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    handle: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemExportHandle:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemExportHandle', len(payload), 8)
+            raise _trailing('MemExportHandle', len(payload) - 8)
+        (v0,) = _MemExportHandle.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemExportHandle.pack(self.handle)
+
+
+_MemImportHandle = struct.Struct('<QQ')
+
+
+@dataclass(frozen=True, slots=True)
+class MemImportHandle:
+    """another job's exported physical memory becomes a handle of this client; answered by MemCreateReply"""
+
+    KIND: ClassVar[int] = 243
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    export_id: int = 0
+    secret: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemImportHandle:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('MemImportHandle', len(payload), 16)
+            raise _trailing('MemImportHandle', len(payload) - 16)
+        v0, v1 = _MemImportHandle.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _MemImportHandle.pack(self.export_id, self.secret)
+
+
+_MemRetainHandle = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemRetainHandle:
+    """one more reference to the physical handle mapped at `dptr`; answered by MemCreateReply"""
+
+    KIND: ClassVar[int] = 244
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    dptr: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemRetainHandle:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemRetainHandle', len(payload), 8)
+            raise _trailing('MemRetainHandle', len(payload) - 8)
+        (v0,) = _MemRetainHandle.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemRetainHandle.pack(self.dptr)
+
+
+_MemGetAccess = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class MemGetAccess:
+    """whether the mapping at `dptr` is accessible; answered by MemAccessReply"""
+
+    KIND: ClassVar[int] = 245
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    dptr: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemGetAccess:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemGetAccess', len(payload), 8)
+            raise _trailing('MemGetAccess', len(payload) - 8)
+        (v0,) = _MemGetAccess.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemGetAccess.pack(self.dptr)
+
+
+_MemAccessReply = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class MemAccessReply:
+    """answer to MemGetAccess: 1 read-write, 0 none"""
+
+    KIND: ClassVar[int] = 246
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    access: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> MemAccessReply:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('MemAccessReply', len(payload), 8)
+            raise _trailing('MemAccessReply', len(payload) - 8)
+        v0, v1 = _MemAccessReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _MemAccessReply.pack(self.access, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseValueWaits:
+    """client -> server as the job's process exits (after main): its streams' waits on values end, so the
+    work the C runtime's exit handlers wait for (module unloads) finishes; a process that ends leaves no
+    stream waiting
+    """
+
+    KIND: ClassVar[int] = 247
+    SIZE: ClassVar[int] = 0  # bytes before the tail
+
+    @classmethod
+    def decode(cls, payload) -> ReleaseValueWaits:
+        if len(payload):
+            raise _trailing('ReleaseValueWaits', len(payload))
+        return cls()
+
+    def encode(self) -> bytes:
+        return b""
+
+
+_StreamWriteValue = struct.Struct('<QQQII')
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWriteValue:
+    """the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)"""
+
+    KIND: ClassVar[int] = 241
+    SIZE: ClassVar[int] = 32  # bytes before the tail
+    stream: int = 0
+    address: int = 0
+    value: int = 0
+    width: int = 0
+    flags: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> StreamWriteValue:
+        if len(payload) != 32:
+            if len(payload) < 32:
+                raise _short('StreamWriteValue', len(payload), 32)
+            raise _trailing('StreamWriteValue', len(payload) - 32)
+        v0, v1, v2, v3, v4 = _StreamWriteValue.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4)
+
+    def encode(self) -> bytes:
+        return _StreamWriteValue.pack(self.stream, self.address, self.value, self.width, self.flags)
+
+
 _StreamAccessPolicy = struct.Struct('<QQQdII')
 
 
@@ -2269,7 +2515,7 @@ class StreamAccessPolicy:
     num_bytes 0 clears it
     """
 
-    KIND: ClassVar[int] = 245
+    KIND: ClassVar[int] = 260
     SIZE: ClassVar[int] = 40  # bytes before the tail
     stream: int = 0
     base: int = 0
@@ -2298,6 +2544,8 @@ MESSAGES = (
     DeviceInfo,
     StatusRequest,
     StatusReply,
+    DriverVersionQuery,
+    DriverVersionReply,
     ClientSet,
     ClientPause,
     ClientResume,
@@ -2381,6 +2629,14 @@ MESSAGES = (
     SmResourceReply,
     GreenStreamCreate,
     CtxSetLimit,
+    StreamWaitValue,
+    MemExportHandle,
+    MemImportHandle,
+    MemRetainHandle,
+    MemGetAccess,
+    MemAccessReply,
+    ReleaseValueWaits,
+    StreamWriteValue,
     StreamAccessPolicy,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

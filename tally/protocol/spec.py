@@ -154,9 +154,11 @@ DRIVER_MESSAGES = (
     Message("GlobalReply", 119, "answer to GetGlobal", (F("dptr", "u64"), F("size", "u64"))),
     Message("LaunchKernel", 120, "cuLaunchKernel[Ex]: async; the tail is the parameter block laid out "
             "as FunctionReply said; flags: LaunchFlag bits (cooperative: all blocks co-resident, never "
-            "sliced or preempted)",
+            "sliced or preempted); `cluster`: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION "
+            "(0, 0, 0: none asked)",
             (F("function", "u64"), F("stream", "u64"), F("grid", "u32", 3), F("block", "u32", 3),
-             F("shared_bytes", "u32"), F("flags", "u32")), tail="parameter block"),
+             F("shared_bytes", "u32"), F("flags", "u32"),
+             F("cluster", "u32", 3), F("_pad1", "u32")), tail="parameter block"),
     Message("CtxSynchronize", 121, "cuCtxSynchronize: waits for all the client's streams"),
     Message("StreamCreate", 122, "async: a stream with the client-chosen id",
             (F("stream", "u64"), F("flags", "u32"), F("priority", "i32"))),
@@ -256,9 +258,35 @@ DRIVER_MESSAGES = (
             "CUDA_ERROR_INVALID_VALUE once a kernel that calls malloc/free has run, CUDA_ERROR_OUT_OF_MEMORY "
             "when the job's limits or the device cannot hold it, CUDA_ERROR_UNSUPPORTED_LIMIT for another limit",
             (F("limit", "u32"), F("_pad0", "u32"), F("value", "u64"))),
+    # Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64, each
+    # operation of cuStreamBatchMemOp): asynchronous, in `stream` order.
+    Message("StreamWaitValue", 240, "the stream waits until the `width`-byte value at `address` meets "
+            "`condition` (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`",
+            (F("stream", "u64"), F("address", "u64"), F("value", "u64"), F("width", "u32"),
+             F("condition", "u32"))),
+    # Shareable virtual-memory handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
+    # cuMemRetainAllocationHandle, cuMemGetAccess): physical memory one job made, mapped by another
+    # job of the same server; the owner's quota is charged.
+    Message("MemExportHandle", 242, "export the physical handle `handle`; answered by IpcHandleReply",
+            (F("handle", "u64"),)),
+    Message("MemImportHandle", 243, "another job's exported physical memory becomes a handle of this "
+            "client; answered by MemCreateReply", (F("export_id", "u64"), F("secret", "u64"))),
+    Message("MemRetainHandle", 244, "one more reference to the physical handle mapped at `dptr`; "
+            "answered by MemCreateReply", (F("dptr", "u64"),)),
+    Message("MemGetAccess", 245, "whether the mapping at `dptr` is accessible; answered by MemAccessReply",
+            (F("dptr", "u64"),)),
+    Message("MemAccessReply", 246, "answer to MemGetAccess: 1 read-write, 0 none",
+            (F("access", "u32"), F("_pad0", "u32"))),
+    Message("ReleaseValueWaits", 247, "client -> server as the job's process exits (after main): its "
+            "streams' waits on values end, so the work the C runtime's exit handlers wait for (module "
+            "unloads) finishes; a process that ends leaves no stream waiting"),
+    Message("StreamWriteValue", 241, "the stream writes the `width`-byte `value` at `address` "
+            "(`flags`: CU_STREAM_WRITE_VALUE_*)",
+            (F("stream", "u64"), F("address", "u64"), F("value", "u64"), F("width", "u32"),
+             F("flags", "u32"))),
     # Stream attributes (cuStreamSetAttribute): the client keeps and answers them all; the
     # access-policy window also steers the device's L2 for the stream's later kernels.
-    Message("StreamAccessPolicy", 245, "async: the stream's L2 access-policy window (CUaccessPolicyWindow) "
+    Message("StreamAccessPolicy", 260, "async: the stream's L2 access-policy window (CUaccessPolicyWindow) "
             "from its next operation on; num_bytes 0 clears it",
             (F("stream", "u64"), F("base", "u64"), F("num_bytes", "u64"), F("hit_ratio", "f64"),
              F("hit_prop", "u32"), F("miss_prop", "u32"))),
@@ -287,6 +315,12 @@ MESSAGES = (
              F("attributes", "i32", ATTRIBUTE_SLOTS))),  # indexed by CUdevice_attribute; 0 = unknown
     Message("StatusRequest", 3, "tool -> server over the socket: ask for a status report"),
     Message("StatusReply", 4, "server -> tool over the socket", tail="msgpack-encoded status dictionary"),
+    # cuDriverGetVersion may come before cuInit (cudart asks first): the client asks the
+    # server's driver version on a connection of its own, which registers no job.
+    Message("DriverVersionQuery", 60, "client -> server over the socket: the driver version the server "
+            "reports to its jobs (the same as DeviceInfo.driver_version); answered by DriverVersionReply"),
+    Message("DriverVersionReply", 61, "server -> client over the socket: e.g. 13020 for CUDA 13.2",
+            (F("driver_version", "i32"), F("_pad0", "i32"))),
     # Operator control of running jobs (tally-server set/pause/resume; tally/server/control.py):
     # one request per connection, answered by ControlReply.
     Message("ClientSet", 30, "tool -> server over the socket: change a running job's limits; a field of 0 "

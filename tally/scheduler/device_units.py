@@ -119,7 +119,8 @@ class DeviceUnits:
 
     # launches ------------------------------------------------------------------------
     def launch(self, lane: Lane, mode: RunMode, fn: Function, grid: Dim3, block: Dim3, shared_bytes: int,
-               params: bytes, *, timed: bool, sm_cap: int | None = None, cooperative: bool = False) -> DeviceUnit:
+               params: bytes, *, timed: bool, sm_cap: int | None = None,
+               cluster: Dim3 | None = None, cooperative: bool = False) -> DeviceUnit:
         """Launch on the lane's work stream, on at most `sm_cap` SMs (None: all),
         cooperatively (every block resident at once) when asked; raises the
         backend's DeviceError when the launch itself fails (nothing is then left on
@@ -130,10 +131,14 @@ class DeviceUnits:
             unit.start_event = self._pooled_event(True)
             b.event_record(unit.start_event, work)
         try:
-            if cooperative:     # only asked when set: a backend without cooperative launches is never asked
-                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap, cooperative=True)
-            else:
-                b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap)
+            # Only what the launch asks is passed: a backend is asked for clusters or a
+            # cooperative launch only when a launch needs one.
+            asked = {}
+            if cluster is not None:
+                asked["cluster"] = cluster
+            if cooperative:
+                asked["cooperative"] = True
+            b.launch(fn, grid, block, shared_bytes, work, params, sm_cap=sm_cap, **asked)
         except DeviceError:
             if unit.start_event is not None:
                 self._event_pool[True].append(unit.start_event)

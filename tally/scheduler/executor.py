@@ -53,12 +53,14 @@ from tally.scheduler.fast_lane import FastLanes, LaneChange
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
-                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamAccessPolicy, StreamWaitEvent, validate_op)
+                                 MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamAccessPolicy, StreamWaitEvent,
+                                 StreamWaitValue, StreamWriteValue, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.sm_activity import ActivityTotals, SmActivity, launch_sms
+from tally.scheduler.value_polls import start_polling
 from tally.scheduler.variants import VariantProvider
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
@@ -198,10 +200,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 self._fast_lane_roles(client)
 
     def _fast_lane_roles(self, client: ClientState) -> None:
-        # A high-priority job's kernels close the best-effort gate; a job whose kernels
-        # the policy holds back issues kernels from C++ only through it.
-        self.fast_lanes.set_roles(client.client_id, closes_gate=client.priority == HIGH,
-                                  needs_gate=not self.policy.starts_at_once(client.view))
+        # the policy declares what the C++ plane may do with the job's kernels
+        self.fast_lanes.set_rule(client.client_id, self.policy.lane_rule(client.view))
 
     def runs_whole(self, client_id: Hashable, op: Launch) -> bool:
         """Whether the planner settled on running this best-effort launch whole (so a
@@ -494,6 +494,18 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     item.dispatched = True
                     b.host_callback(bs, op.fn)
                 return op.gate.opened     # the rest of the stream waits at the gate
+            elif isinstance(op, StreamWaitValue):
+                if not item.dispatched:
+                    item.dispatched = True
+                    poll = b.stream_wait_value(bs, op.address, op.value, op.width, op.condition)
+                    # The gate opens from the clock's thread: a backend callback may not call back in.
+                    if poll is None:      # the backend's stream holds until the value is met
+                        b.host_callback(bs, lambda gate=op.gate: self.clock.call_soon(lambda: self.open_gate(gate)))
+                    else:                 # the server polls once the stream reaches the wait
+                        b.host_callback(bs, lambda: self.clock.call_soon(lambda: self._poll_value(stream, op, poll)))
+                return op.gate.opened     # the rest of the stream waits in the executor
+            elif isinstance(op, StreamWriteValue):
+                b.stream_write_value(bs, op.address, op.value, op.width)
             elif isinstance(op, EventRecord):
                 event = op.event
                 if not event.destroyed:
@@ -516,6 +528,13 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))   # asynchronous error: reported at the next sync
         return True
+
+    def _poll_value(self, stream: StreamState, op: StreamWaitValue, poll: Callable[[], bool]) -> None:
+        def failed(error: DeviceError) -> None:
+            with self._lock:
+                stream.errors.append(self._seen(stream, error))
+        start_polling(poll, lambda: stream.released or stream.client.removing or op.gate.opened,
+                      lambda: self.open_gate(op.gate), failed)
 
     def _view(self, lanes_always: bool = False) -> tuple[SchedulerView, dict[int, KernelTask]]:
         waiting: dict[int, KernelTask] = {}
@@ -624,7 +643,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 stream.queue.popleft()      # the rest of the stream may follow the last slice
             self._counters["slice_launches"] += 1
             params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
-            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count)
+            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count,
+                         cluster=plan.slice_cluster)
         else:
             # No lane may add high-priority work behind the scheduler's back while a
             # preemptible unit runs; if one did since the policy looked, it looks again.
@@ -663,13 +683,17 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         params = plan.ptb.plan.params(op.params, op.grid, state)
         self._launch(task, PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
 
-    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int) -> None:
+    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int,
+                cluster=None) -> None:
+        """`cluster`: of a slice (whole runs take the job's own, op.cluster)."""
         stream, op = task.stream, task.op
         started_at = self.clock.now()
         sm_cap = _sm_cap(stream.client, op)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap, cooperative=op.cooperative)
+                                             timed=task.plan.measuring, sm_cap=sm_cap,
+                                             cluster=op.cluster if mode is WHOLE else cluster,
+                                             cooperative=op.cooperative)
         except DeviceError as e:
             stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
             if stream.queue and stream.queue[0] is task:

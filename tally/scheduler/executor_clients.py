@@ -14,7 +14,7 @@ from typing import Hashable
 
 from tally.protocol.errors import DeviceError
 from tally.scheduler.executor_state import ClientState, OpItem
-from tally.scheduler.ops import StreamWaitEvent
+from tally.scheduler.ops import StreamWaitEvent, StreamWaitValue
 from tally.scheduler.policy import PRIORITIES
 from tally.scheduler.run_mode import PTB
 
@@ -84,6 +84,10 @@ class ClientControl:
                     if isinstance(item, OpItem) and isinstance(item.op, StreamWaitEvent):
                         item.op.event.waiters[item.seq] -= 1
                 stream.queue.clear()
+                # A wait on a value the job never satisfies would hold its stream, and every
+                # synchronization of it below, forever: it ends here (its job is leaving).
+                if not stream.released:
+                    self.backend.stream_release_waits(stream.backend_stream)
             for unit in list(self._in_flight.units.values()):
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
                     self._preempt(unit)
@@ -104,6 +108,23 @@ class ClientControl:
         with self._lock:
             for event in events:
                 self._destroy_event(event)
+            self._pump()
+
+    def release_value_waits(self, client_id: Hashable) -> None:
+        """The job's process is exiting: every wait on a value of its streams ends,
+        queued or on the device, and the work behind it goes on (ops.StreamWaitValue),
+        so what its exit waits for (module unloads) finishes. Later waits of the
+        backend's streams end at once too."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            if client is None:
+                return
+            for stream in client.streams.values():
+                if not stream.released:
+                    self.backend.stream_release_waits(stream.backend_stream)
+                for item in stream.queue:
+                    if isinstance(item, OpItem) and isinstance(item.op, StreamWaitValue):
+                        item.op.gate.opened = True
             self._pump()
 
     def pause_client(self, client_id: Hashable) -> None:

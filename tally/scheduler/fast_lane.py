@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from tally import _core
-from tally.scheduler.policy import RunningUnit, SchedulingPolicy
+from tally.scheduler.policy import LaneRule, RunningUnit, SchedulingPolicy
 from tally.scheduler.run_mode import WHOLE
 from tally.scheduler.sm_activity import SmActivity
 
@@ -106,12 +106,14 @@ class FastLanes:
         attached = self._attached.get(client_id)
         return attached is not None and attached.carries_sm_cap
 
-    def set_roles(self, client_id: Hashable, closes_gate: bool, needs_gate: bool) -> None:
-        """Whether the client's kernels close the best-effort gate (high priority)
-        and whether its lanes issue kernels only through it (best effort)."""
+    def set_rule(self, client_id: Hashable, rule: LaneRule) -> None:
+        """The policy's rule for the client's kernels (policy.LaneRule), handed to its
+        plane as it is: whether they close the best-effort gate, go only through it,
+        one at a time."""
         attached = self._attached[client_id]
-        attached.needs_gate = needs_gate
-        attached.plane.set_gate(self.gate, closes_gate, needs_gate)
+        attached.needs_gate = rule.through_gate
+        attached.plane.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
+                                     rule.one_unit_at_a_time)
 
     def detach(self, client_id: Hashable) -> None:
         """The client is going: no lane of it issues anything from now on."""

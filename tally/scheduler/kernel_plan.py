@@ -8,15 +8,19 @@ queue entry; nothing here touches a queue, a stream or the device.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from ptx_passes.launch_plan import SliceLaunch, total_blocks, transformable_grid
+from tally.scheduler.cluster_slices import cluster_slices, rest_of, sliceable_cluster_width
 from tally.scheduler.ops import Launch
 from tally.scheduler.profiler import WHOLE_KERNEL, RunConfig, TransparentProfiler, kernel_key
 from tally.scheduler.run_mode import RunMode
 from tally.scheduler.variants import PTBVariant, SlicedVariant, VariantProvider
 
 BE_TRANSFORMS = ("auto", "slice", "ptb", "none")
+
+log = logging.getLogger("tally.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,13 @@ class KernelPlan:
     can_slice: bool = False
     can_ptb: bool = False
     max_workers: int | None = None
+    # SLICE of a launch with (w, 1, 1) clusters: every slice is whole clusters, launched
+    # with cluster (w, 1, 1) (cluster_slices.py); 1: no clusters to keep
+    cluster_width: int = 1
+
+    @property
+    def slice_cluster(self) -> tuple[int, int, int] | None:
+        return (self.cluster_width, 1, 1) if self.cluster_width > 1 else None
 
 
 WHOLE_PLAN = KernelPlan(RunMode.WHOLE)
@@ -50,6 +61,7 @@ class KernelPlanner:
         self.profiler = profiler
         self.variants = variants
         self.be_transform = be_transform
+        self._cluster_kernels_logged: set[str] = set()    # reasons are logged once per kernel
 
     def plan(self, op: Launch, sm_cap: int | None) -> KernelPlan:
         """For a kernel started with transform=True. The SMs granted to the job's share
@@ -57,12 +69,21 @@ class KernelPlanner:
         if op.cooperative:
             return COOPERATIVE_PLAN
         fn = op.function
+        width = sliceable_cluster_width(op.cluster)
+        if width is None:
+            self._log_cluster(fn.name, f"its cluster {op.cluster} spans more than x, so slices cannot keep "
+                                       "its clusters whole and PTB cannot either: it runs whole")
+            return _UNTRANSFORMABLE
         sliced = ptb = None
         if self.variants is not None and transformable_grid(op.grid):
             if self.be_transform in ("auto", "slice"):
                 sliced = self.variants.sliced(fn)
             if self.be_transform in ("auto", "ptb"):
                 ptb = self.variants.ptb(fn)
+        if width > 1 and ptb is not None:
+            self._log_cluster(fn.name, "PTB cannot keep its thread-block clusters; it is only sliced, "
+                                       "on cluster boundaries")
+            ptb = None
         if sliced is None and ptb is None:
             return WHOLE_PLAN if self.be_transform == "none" else _UNTRANSFORMABLE
         max_workers = None
@@ -72,9 +93,10 @@ class KernelPlanner:
         config, measuring = self.profiler.plan(_key(op), blocks, can_slice=can_slice, can_ptb=can_ptb,
                                                max_workers=max_workers)
         if config.kind is RunMode.SLICE:
-            slices = tuple(sliced.plan.slices(op.grid, -(-blocks // config.size)))
+            slices = cluster_slices(blocks, -(-blocks // config.size), width)
             return KernelPlan(RunMode.SLICE, config, measuring, sliced=sliced, slices=slices,
-                              can_slice=can_slice, can_ptb=can_ptb, max_workers=max_workers)
+                              can_slice=can_slice, can_ptb=can_ptb, max_workers=max_workers,
+                              cluster_width=width)
         if config.kind is RunMode.PTB:
             return KernelPlan(RunMode.PTB, config, measuring, ptb=ptb,
                               can_slice=can_slice, can_ptb=can_ptb, max_workers=max_workers)
@@ -95,9 +117,15 @@ class KernelPlanner:
             # finish this kernel as it is; the next one runs the answer
             return dataclasses.replace(plan, measuring=False)
         start = plan.slices[next_slice].block_offset
-        rest = tuple(SliceLaunch(b, min(config.size, blocks - b)) for b in range(start, blocks, config.size))
+        rest = rest_of(start, blocks, config.size, plan.cluster_width)
         return dataclasses.replace(plan, config=config, measuring=measuring,
                                    slices=plan.slices[:next_slice] + rest)
+
+
+    def _log_cluster(self, name: str, why: str) -> None:
+        if name not in self._cluster_kernels_logged:     # once per kernel
+            self._cluster_kernels_logged.add(name)
+            log.info("kernel %s is launched with thread-block clusters: %s", name, why)
 
 
 def _key(op: Launch) -> str:

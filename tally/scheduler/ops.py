@@ -7,7 +7,7 @@ device; ownership of pointers is the server's check, not this module's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Union
 
 from tally.backends.base import AccessPolicyWindow, Dim3, Function
@@ -26,6 +26,9 @@ class Launch:
     # At most this many SMs run it: its stream belongs to a green context of the job
     # (None: only the job's SM share, if it has one, limits it).
     sm_cap: int | None = None
+    # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (None: none asked; a kernel compiled with a
+    # cluster shape has one anyway, which its backend applies).
+    cluster: Dim3 | None = None
     # A cooperative launch: its blocks may wait for each other (grid.sync()), so they
     # must all be resident at once; it always runs whole, never sliced or preempted.
     cooperative: bool = False
@@ -96,6 +99,27 @@ class GatedCallback:
 
 
 @dataclass(frozen=True, eq=False)
+class StreamWaitValue:
+    """cuStreamWaitValue32/64: the stream goes on once the `width`-byte value at
+    `address` meets `condition` (backends/stream_memory_ops.py). The work behind
+    it stays in the executor until then (as behind a GatedCallback): a stream held
+    by a wait holds no device unit, so no other job's work waits for it."""
+    address: int
+    value: int
+    width: int                    # 4 or 8 bytes
+    condition: int                # GEQ, EQ, AND or NOR
+    gate: HostGate = field(default_factory=HostGate)
+
+
+@dataclass(frozen=True, eq=False)
+class StreamWriteValue:
+    """cuStreamWriteValue32/64: stores `value` at `address` in stream order."""
+    address: int
+    value: int
+    width: int
+
+
+@dataclass(frozen=True, eq=False)
 class StreamAccessPolicy:
     """cuStreamSetAttribute's access-policy window: the stream's operations after
     this one run with it (in stream order, as CUDA applies it)."""
@@ -103,9 +127,9 @@ class StreamAccessPolicy:
 
 
 Op = Union[Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-           HostCallback, GatedCallback, StreamAccessPolicy]
+           HostCallback, GatedCallback, StreamWaitValue, StreamWriteValue, StreamAccessPolicy]
 OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
-            HostCallback, GatedCallback, StreamAccessPolicy)
+            HostCallback, GatedCallback, StreamWaitValue, StreamWriteValue, StreamAccessPolicy)
 
 
 def _dim3(name: str, value) -> None:
@@ -145,6 +169,15 @@ def validate_op(op: object) -> None:
             raise ValueError(f"memset element size must be 1, 2 or 4, got {op.element_size}")
         if op.count < 0 or not 0 <= op.value < 1 << (8 * op.element_size):
             raise ValueError(f"memset of {op.count} x {op.element_size}-byte value {op.value} is out of range")
+    elif isinstance(op, (StreamWaitValue, StreamWriteValue)):
+        if op.width not in (4, 8) or op.address % op.width:
+            raise ValueError(f"a {8 * op.width}-bit stream memory operation needs an address aligned to "
+                             f"{op.width} bytes, got 0x{op.address:x}" if op.width in (4, 8)
+                             else f"stream memory operations are 4 or 8 bytes wide, got {op.width}")
+        if not 0 <= op.value < 1 << (8 * op.width):
+            raise ValueError(f"value {op.value:#x} does not fit {op.width} bytes")
+        if isinstance(op, StreamWaitValue) and op.condition not in (0, 1, 2, 3):
+            raise ValueError(f"wait condition {op.condition} is none of GEQ (0), EQ (1), AND (2), NOR (3)")
     elif isinstance(op, HostCallback):
         if not callable(op.fn):
             raise ValueError("HostCallback.fn must be callable")

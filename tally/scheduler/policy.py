@@ -97,6 +97,31 @@ class SchedulerView:
 
 
 @dataclass(frozen=True)
+class LaneRule:
+    """What the C++ data plane may do with one job's kernels on a lane the executor
+    granted, as the policy declares it (the plane applies it; it derives nothing).
+
+    closes_best_effort_gate: each of the job's kernels closes the server's
+        best-effort gate before it is issued (work that must not wait behind
+        best-effort kernels); the executor opens it again.
+    through_gate: the job's kernels go only while that gate is open, and only
+        shapes the planner runs whole (a transformed kernel needs Python).
+    one_unit_at_a_time: a kernel through the gate goes only when none of the job's
+        earlier ones still runs (the policy's one best-effort unit at a time)."""
+    closes_best_effort_gate: bool
+    through_gate: bool
+    one_unit_at_a_time: bool
+
+
+def gated_lane_rule(client: ClientView, starts_at_once: bool) -> LaneRule:
+    """The rule of the policies in policies/: a high-priority job closes the gate; a
+    job whose kernels the policy does not start at once goes through it, one
+    kernel at a time."""
+    return LaneRule(closes_best_effort_gate=client.priority == HIGH, through_gate=not starts_at_once,
+                    one_unit_at_a_time=not starts_at_once)
+
+
+@dataclass(frozen=True)
 class Start:
     kernel_id: int
     transform: bool = False
@@ -117,6 +142,8 @@ class SchedulingPolicy(Protocol):
     def starts_at_once(self, client: ClientView) -> bool: ...
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool: ...
+
+    def lane_rule(self, client: ClientView) -> LaneRule: ...
 
     def schedule(self, view: SchedulerView) -> Schedule: ...
 

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.server.physical_shares import PhysicalShares
 
 
 @dataclass
@@ -45,6 +46,7 @@ class IpcRegistry:
         self._memory: dict[int, MemoryExport] = {}
         self._memory_by_owner: dict[tuple[int, int], int] = {}     # (owner, base) -> export id
         self._events: dict[int, EventExport] = {}
+        self.physical = PhysicalShares()     # virtual memory's physical handles shared between jobs
 
     # ---- memory ------------------------------------------------------------------------
     def export_memory(self, owner: int, base: int, size: int) -> tuple[int, int]:

@@ -195,6 +195,8 @@ def _check_movable(server: MigrationHost, session: ServedJob) -> None:
     if server.ipc.opened_by(session.client_id) or server.ipc.opened_exports_of(session.client_id) or \
             client.events.has_opened():
         why.append("it shares memory or events with another job (IPC)")
+    if server.ipc.physical.involves(session.client_id):
+        why.append("it shares virtual-memory physical memory with another job (a shareable handle)")
     if client.links or client.staging:
         why.append("a link or a module upload is under way")
     why += _pinned_modules(backend, client)

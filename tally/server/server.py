@@ -27,7 +27,8 @@ from tally import protocol
 from tally.protocol.framing import recv_record, send_record
 from tally.cluster.high_priority_jobs import HighPriorityJobs
 from tally.cluster.memory_limits import MemoryLimits, MemoryPolicy
-from tally.protocol.messages_generated import ControlReply, Hello, MigrateOffer, StatusReply, StatusRequest
+from tally.protocol.messages_generated import (ControlReply, DriverVersionQuery, DriverVersionReply, Hello,
+                                               MigrateOffer, StatusReply, StatusRequest)
 from tally.scheduler.hooks import Hooks
 from tally.scheduler.pinned_pool import PinnedPool
 from tally.server import control, migration_import
@@ -254,14 +255,18 @@ class TallyServer(JobAttachment):
             elif kind == StatusRequest.KIND:
                 send_record(conn, StatusReply.KIND, StatusReply(msgpack.packb(self.status().to_json())).encode(), tag)
                 conn.close()
+            elif kind == DriverVersionQuery.KIND:
+                reply = DriverVersionReply(driver_version=self.description.driver_version)
+                send_record(conn, DriverVersionReply.KIND, reply.encode(), tag)
+                conn.close()
             elif kind in control.REQUESTS:
                 send_record(conn, ControlReply.KIND, control.answer(self, kind, payload).encode(), tag)
                 conn.close()
             elif kind == MigrateOffer.KIND:
                 migration_import.receive(self, conn, payload)
             else:
-                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest or a "
-                                             f"control request")
+                raise protocol.ProtocolError(f"first record has kind {kind}; expected Hello, StatusRequest, "
+                                             f"DriverVersionQuery or a control request")
         except (OSError, ConnectionError, protocol.ProtocolError) as e:
             # Idle probes and dropped connections come in crowds (a port scan, a
             # crash loop): the first of each cause is a warning, the rest are counted.

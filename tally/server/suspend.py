@@ -144,6 +144,10 @@ def suspend(server: SuspendHost, session: ServedJob, force: bool = False) -> str
         if opened:
             raise SuspendRefused(f"{name(session)} exported memory that another job has open (IPC: "
                                  f"{', '.join(hex(p) for p in opened)}); it cannot leave the device while used")
+        if server.ipc.physical.involves(session.client_id):
+            raise SuspendRefused(f"{name(session)} shares virtual-memory physical memory with other jobs "
+                                 f"(a shareable handle it exported or imported); it cannot leave the device "
+                                 f"while that memory lives")
         if not session.hold.hold(HOLD_TIMEOUT_S):
             raise SuspendRefused(f"{name(session)} is still handling a request after {HOLD_TIMEOUT_S:g} s; "
                                  f"nothing changed, try again")

@@ -176,6 +176,13 @@ class Connection {
   // done, which the eviction notice says once (eviction.cpp).
   void refused_after_eviction(uint32_t kind);
   static void at_exit();
+ public:
+  // A stream of this job was told to wait on a value (streams/stream_memory_ops.cpp):
+  // at exit the server is asked to end such waits (at_exit, eviction.cpp).
+  void note_value_waits() { value_waits_.store(true, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> value_waits_{false};
   // post() without the sticky-error check
   CUresult post_record(uint32_t kind, const void* msg, uint32_t msg_size, const void* tail, uint32_t tail_size,
                        uint64_t* tag_out);

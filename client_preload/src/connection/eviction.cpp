@@ -51,7 +51,7 @@ bool lets_go(uint32_t kind) {
     case K::MemFree: case K::MemFreeAsync: case K::ModuleUnload: case K::StreamDestroy: case K::EventDestroy:
     case K::HostUnregister: case K::MemAddressFree: case K::MemRelease: case K::MemUnmap:
     case K::IpcCloseMemHandle: case K::LinkDestroy: case K::Goodbye: case K::Ping: case K::Notify:
-    case K::HostFuncDone:
+    case K::HostFuncDone: case K::ReleaseValueWaits:
       return true;
     default:
       return false;
@@ -118,6 +118,13 @@ CUresult Connection::learn_eviction(int64_t wait_for_reader_ms) {
 void Connection::at_exit() {
   Connection& c = instance();
   if (c.connected() && c.segment_ && c.segment_->evicted()) c.learn_eviction(1000);
+  // A stream waiting on a value nobody will write would hold the C runtime's exit
+  // handlers (they unload modules, which waits for the job's work) forever: this
+  // handler runs before them (registered after cudart's), and the server ends the waits.
+  if (c.connected() && c.value_waits_.load(std::memory_order_relaxed) && c.usable() == CUDA_SUCCESS) {
+    protocol::ReleaseValueWaitsMsg m{};
+    c.send(m);
+  }
 }
 
 }  // namespace tally::client

@@ -82,14 +82,12 @@ std::string fixed_string(const uint8_t* bytes, size_t n) {
   return std::string(reinterpret_cast<const char*>(bytes), strnlen(reinterpret_cast<const char*>(bytes), n));
 }
 
-}  // namespace
-
-HandshakeResult handshake(const ClientConfig& config, int timeout_ms) {
-  HandshakeResult result;
+// A socket connected to the server, or -1 and why not.
+int connect_to_server(const ClientConfig& config, std::string* error) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    result.error = std::string("cannot create a unix socket: ") + std::strerror(errno);
-    return result;
+    *error = std::string("cannot create a unix socket: ") + std::strerror(errno);
+    return -1;
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -99,11 +97,20 @@ HandshakeResult handshake(const ClientConfig& config, int timeout_ms) {
     rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
-    result.error = "no tally-server answers at " + config.socket_path + " (" + std::strerror(errno) + "); " +
-                   how_to_start(config.socket_path);
+    *error = "no tally-server answers at " + config.socket_path + " (" + std::strerror(errno) + "); " +
+             how_to_start(config.socket_path);
     ::close(fd);
-    return result;
+    return -1;
   }
+  return fd;
+}
+
+}  // namespace
+
+HandshakeResult handshake(const ClientConfig& config, int timeout_ms) {
+  HandshakeResult result;
+  int fd = connect_to_server(config, &result.error);
+  if (fd < 0) return result;
   protocol::HelloMsg hello{};
   hello.protocol_version = protocol::kProtocolVersion;
   hello.pid = static_cast<uint32_t>(getpid());
@@ -134,6 +141,22 @@ HandshakeResult handshake(const ClientConfig& config, int timeout_ms) {
   }
   result.socket_fd = fd;
   return result;
+}
+
+bool query_driver_version(const ClientConfig& config, int timeout_ms, int* version, std::string* error) {
+  int fd = connect_to_server(config, error);
+  if (fd < 0) return false;
+  RecordHeader header{static_cast<uint32_t>(protocol::MessageKind::DriverVersionQuery), 0, 0};
+  protocol::DriverVersionReplyMsg reply{};
+  bool answered = send_all(fd, &header, sizeof header, error) && recv_message(fd, &reply, timeout_ms, error);
+  ::close(fd);
+  if (!answered) return false;
+  if (reply.driver_version <= 0) {
+    *error = "tally-server answered driver version " + std::to_string(reply.driver_version);
+    return false;
+  }
+  *version = reply.driver_version;
+  return true;
 }
 
 }  // namespace tally::client

@@ -21,4 +21,9 @@ struct HandshakeResult {
 // timeout_ms for each answer. Never throws.
 HandshakeResult handshake(const ClientConfig& config, int timeout_ms);
 
+// Asks the server's driver version on a connection of its own (DriverVersionQuery):
+// cuDriverGetVersion before cuInit, which must not register this process as a job
+// (it may never use the GPU, or fork first). False and why when no server answers.
+bool query_driver_version(const ClientConfig& config, int timeout_ms, int* version, std::string* error);
+
 }  // namespace tally::client

@@ -4,10 +4,10 @@
 
 namespace tally::client {
 
-// The CUDA version of the headers the entry table was generated from: the newest
-// ABI we can hand out. (Once the server reports its driver's version at handshake,
-// this becomes the smaller of the two; it must not change after the first call,
-// because cudart hashes it into the integrity check.)
+// The server's driver version (tally-server --emulate-driver, or its real
+// driver's), asked once, before or after cuInit; the version of the headers the
+// entry table was generated from when no server answers. It never changes after
+// the first call, because cudart hashes it into the integrity check.
 int reported_driver_version();
 
 }  // namespace tally::client

@@ -18,7 +18,8 @@ class OnceFlag {
   std::atomic<bool> done_{false};
 };
 
-// Logs "tally: <symbol> is not supported ..." the first time, returns CUDA_ERROR_NOT_SUPPORTED.
-CUresult unsupported_entry(OnceFlag& logged, const char* symbol);
+// Logs "tally: <symbol> is not supported: <reason> ..." the first time, returns
+// CUDA_ERROR_NOT_SUPPORTED. The reasons are tools/unsupported_reasons.py's.
+CUresult unsupported_entry(OnceFlag& logged, const char* symbol, const char* reason);
 
 }  // namespace tally::client

@@ -16,5 +16,6 @@ Table tools_tls();               // 42d85a81-23f6-cb47-8298-f6e78a3aecdc
 Table context_local_storage();   // c693336e-1121-df11-a8c3-68f355d89593
 Table context_checks();          // 263e8860-7cd2-6143-92f6-bbd5006dfa7e
 Table integrity_check();         // d4082055-bde6-704b-8d34-ba123c66e1f2
+Table tools_context();           // 21318c60-9714-3248-8ca6-41ff7324c8f2 (cudart 13.5 on)
 
 }  // namespace tally::client::export_tables

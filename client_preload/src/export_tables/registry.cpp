@@ -1,5 +1,6 @@
-// cuGetExportTable: hands out the private tables by UUID. Unknown UUIDs (cudart 13
-// also asks for f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 and copes without it) get
+// cuGetExportTable: hands out the private tables by UUID (docs/export-tables.md says
+// which runtime asks for which). Unknown UUIDs (cudart 13 also asks for
+// f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 and copes without it) get
 // CUDA_ERROR_NOT_FOUND, which is what cudart was measured to accept.
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,8 @@ const Known kKnown[] = {
      "context checks", &context_checks},
     {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
      "integrity check", &integrity_check},
+    {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
+     "tools context", &tools_context},
 };
 
 void format_uuid(const unsigned char* b, char (&out)[37]) {

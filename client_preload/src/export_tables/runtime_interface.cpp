@@ -21,19 +21,23 @@ CUresult get_primary_context(CUcontext* pctx, CUdevice dev) {
   return rc;
 }
 
+// cudart loads its fatbins through the public module API under tally (it falls back
+// to it when these answer NOT_SUPPORTED), where the server sees every module.
+constexpr char kLoaderReason[] = "cudart then loads the module through cuModuleLoadData, which tally serves";
+
 CUresult module_from_fatbin(CUmodule*, const void*) {
   static OnceFlag logged;
-  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 1)");
+  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 1)", kLoaderReason);
 }
 
 CUresult module_from_fatbin_ext(CUmodule*, const void*, void*, void*, unsigned) {
   static OnceFlag logged;
-  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 6)");
+  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 6)", kLoaderReason);
 }
 
 CUresult module_from_fatbin_header(const void*, CUmodule*, void*, void*, unsigned) {
   static OnceFlag logged;
-  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 8)");
+  return unsupported_entry(logged, "cudart's module loader (runtime interface slot 8)", kLoaderReason);
 }
 
 // Called with one integer; no observable effect is known.

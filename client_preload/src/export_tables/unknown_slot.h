@@ -18,7 +18,8 @@
 
 namespace tally::client::export_tables {
 
-constexpr int kPaddedSlots = 32;
+// 64: the deepest slot any cudart we read calls is 51 (the tools context table).
+constexpr int kPaddedSlots = 64;
 
 template <const char* kTableName, int kSlot>
 CUresult unknown_slot(uintptr_t a, uintptr_t b, uintptr_t c) {

@@ -7,1162 +7,994 @@
 extern "C" {
 CUresult tally_entry_cuDeviceGetLuid_v10000(char *luid, unsigned int *deviceNodeMask, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetLuid");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetLuid", "Windows (WDDM) only");
 }
 CUresult tally_entry_cuDeviceGetTexture1DLinearMaxWidth_v11010(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuDeviceGetHostAtomicCapabilities_v13000(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count, CUdevice dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetHostAtomicCapabilities");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetHostAtomicCapabilities", "not yet: host atomic capabilities (CUDA 13)");
 }
 CUresult tally_entry_cuDeviceGetNvSciSyncAttributes_v10020(void *nvSciSyncAttrList, CUdevice_v1 dev, int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetNvSciSyncAttributes");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetNvSciSyncAttributes", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuDeviceGetProperties_v2000(CUdevprop_v1 *prop, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetProperties");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetProperties", "deprecated since CUDA 4/5; cuDevicePrimaryCtxRetain and cuDeviceGetAttribute replace it");
 }
 CUresult tally_entry_cuCtxAttach_v2000(CUcontext *pctx, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxAttach");
+  return tally::client::unsupported_entry(logged, "cuCtxAttach", "deprecated since CUDA 4/5; cuDevicePrimaryCtxRetain and cuDeviceGetAttribute replace it");
 }
 CUresult tally_entry_cuCtxDetach_v2000(CUcontext ctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxDetach");
+  return tally::client::unsupported_entry(logged, "cuCtxDetach", "deprecated since CUDA 4/5; cuDevicePrimaryCtxRetain and cuDeviceGetAttribute replace it");
 }
 CUresult tally_entry_cuModuleGetTexRef_v2000(CUtexref *pTexRef, CUmodule hmod, const char *name) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetTexRef");
+  return tally::client::unsupported_entry(logged, "cuModuleGetTexRef", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuModuleGetSurfRef_v3000(CUsurfref *pSurfRef, CUmodule hmod, const char *name) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetSurfRef");
+  return tally::client::unsupported_entry(logged, "cuModuleGetSurfRef", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuModuleGetFunctionCount_v12040(unsigned int *count, CUmodule hmod) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetFunctionCount");
+  return tally::client::unsupported_entry(logged, "cuModuleGetFunctionCount", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuModuleEnumerateFunctions_v12040(CUfunction *functions, unsigned int numFunctions, CUmodule mod) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleEnumerateFunctions");
+  return tally::client::unsupported_entry(logged, "cuModuleEnumerateFunctions", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoD_v7000_ptds(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyHtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoH_v7000_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy3DPeer_v7000_ptds(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer_ptds");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer_ptds", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMemcpyHtoAAsync_v7000_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoHAsync_v7000_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy3DPeerAsync_v7000_ptsz(const CUDA_MEMCPY3D_PEER_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync_ptsz", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMemcpyBatchAsync_v12080_ptsz(CUdeviceptr_v2 *dsts, CUdeviceptr_v2 *srcs, size_t *sizes, size_t count, CUmemcpyAttributes_v1 *attrs, size_t *attrIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpy3DBatchAsync_v12080_ptsz(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, size_t *failIdx, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpyBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dsts, CUdeviceptr_v2 *srcs, size_t *sizes, size_t count, CUmemcpyAttributes_v1 *attrs, size_t *attrIdxs, size_t numAttrs, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_v2_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpy3DBatchAsync_v13000_ptsz(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuArrayCreate_v3020(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayCreate_v2");
+  return tally::client::unsupported_entry(logged, "cuArrayCreate_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetDescriptor_v3020(CUDA_ARRAY_DESCRIPTOR_v2 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor_v2");
+  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUarray array) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties");
+  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUmipmappedArray mipmap) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUarray array, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements");
+  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUmipmappedArray mipmap, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetPlane_v11020(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetPlane");
+  return tally::client::unsupported_entry(logged, "cuArrayGetPlane", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayDestroy_v2000(CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayDestroy");
+  return tally::client::unsupported_entry(logged, "cuArrayDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArray3DCreate_v3020(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DCreate_v2");
+  return tally::client::unsupported_entry(logged, "cuArray3DCreate_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArray3DGetDescriptor_v3020(CUDA_ARRAY3D_DESCRIPTOR_v2 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor_v2");
+  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayCreate_v5000(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc, unsigned int numMipmapLevels) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetLevel_v5000(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayDestroy_v5000(CUmipmappedArray hMipmappedArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz");
-}
-CUresult tally_entry_cuMemGetAccess_v10020(unsigned long long *flags, const CUmemLocation_v1 *location, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAccess");
-}
-CUresult tally_entry_cuMemExportToShareableHandle_v10020(void *shareableHandle, CUmemGenericAllocationHandle_v1 handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemExportToShareableHandle");
-}
-CUresult tally_entry_cuMemImportFromShareableHandle_v10020(CUmemGenericAllocationHandle_v1 *handle, void *osHandle, CUmemAllocationHandleType shHandleType) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemImportFromShareableHandle");
-}
-CUresult tally_entry_cuMemGetAllocationPropertiesFromHandle_v10020(CUmemAllocationProp_v1 *prop, CUmemGenericAllocationHandle_v1 handle) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAllocationPropertiesFromHandle");
-}
-CUresult tally_entry_cuMemRetainAllocationHandle_v11000(CUmemGenericAllocationHandle_v1 *handle, void *addr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemRetainAllocationHandle");
-}
-CUresult tally_entry_cuMemPoolSetAccess_v11020(CUmemoryPool pool, const CUmemAccessDesc_v1 *map, size_t count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolSetAccess");
-}
-CUresult tally_entry_cuMemPoolGetAccess_v11020(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation_v1 *location) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolGetAccess");
-}
-CUresult tally_entry_cuMemPoolCreate_v11020(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolCreate");
-}
-CUresult tally_entry_cuMemPoolDestroy_v11020(CUmemoryPool pool) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolDestroy");
-}
-CUresult tally_entry_cuMemPoolExportToShareableHandle_v11020(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportToShareableHandle");
-}
-CUresult tally_entry_cuMemPoolImportFromShareableHandle_v11020(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportFromShareableHandle");
-}
-CUresult tally_entry_cuMemPoolExportPointer_v11020(CUmemPoolPtrExportData_v1 *shareData_out, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolExportPointer");
-}
-CUresult tally_entry_cuMemPoolImportPointer_v11020(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPoolImportPointer");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemDiscardBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMulticastCreate_v12010(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastCreate");
+  return tally::client::unsupported_entry(logged, "cuMulticastCreate", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMulticastAddDevice_v12010(CUmemGenericAllocationHandle mcHandle, CUdevice dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastAddDevice");
+  return tally::client::unsupported_entry(logged, "cuMulticastAddDevice", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMulticastBindMem_v12010(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastBindMem");
+  return tally::client::unsupported_entry(logged, "cuMulticastBindMem", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMulticastBindAddr_v12010(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastBindAddr");
+  return tally::client::unsupported_entry(logged, "cuMulticastBindAddr", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMulticastUnbind_v12010(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastUnbind");
+  return tally::client::unsupported_entry(logged, "cuMulticastUnbind", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMulticastGetGranularity_v12010(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMulticastGetGranularity");
+  return tally::client::unsupported_entry(logged, "cuMulticastGetGranularity", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_attribute attribute, CUdeviceptr_v2 ptr) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuPointerSetAttribute");
+  return tally::client::unsupported_entry(logged, "cuPointerSetAttribute", "not yet: setting pointer attributes (SYNC_MEMOPS)");
 }
 CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph_ptsz");
+  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_ptsz");
+  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuImportExternalMemory_v10000(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 *memHandleDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuImportExternalMemory");
+  return tally::client::unsupported_entry(logged, "cuImportExternalMemory", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuExternalMemoryGetMappedBuffer_v10000(CUdeviceptr_v2 *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1 *bufferDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuExternalMemoryGetMappedBuffer");
+  return tally::client::unsupported_entry(logged, "cuExternalMemoryGetMappedBuffer", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuExternalMemoryGetMappedMipmappedArray_v10000(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_v1 *mipmapDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuExternalMemoryGetMappedMipmappedArray");
+  return tally::client::unsupported_entry(logged, "cuExternalMemoryGetMappedMipmappedArray", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuDestroyExternalMemory_v10000(CUexternalMemory extMem) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDestroyExternalMemory");
+  return tally::client::unsupported_entry(logged, "cuDestroyExternalMemory", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuImportExternalSemaphore_v10000(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_v1 *semHandleDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuImportExternalSemaphore");
+  return tally::client::unsupported_entry(logged, "cuImportExternalSemaphore", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSignalExternalSemaphoresAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuSignalExternalSemaphoresAsync_ptsz", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync_ptsz", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuDestroyExternalSemaphore_v10000(CUexternalSemaphore extSem) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDestroyExternalSemaphore");
-}
-CUresult tally_entry_cuStreamWaitValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_ptsz");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2_ptsz");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070_ptsz(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2_ptsz");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2_ptsz");
+  return tally::client::unsupported_entry(logged, "cuDestroyExternalSemaphore", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuFuncSetBlockShape_v2000(CUfunction hfunc, int x, int y, int z) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncSetBlockShape");
+  return tally::client::unsupported_entry(logged, "cuFuncSetBlockShape", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuFuncSetSharedSize_v2000(CUfunction hfunc, unsigned int bytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFuncSetSharedSize");
+  return tally::client::unsupported_entry(logged, "cuFuncSetSharedSize", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuParamSetSize_v2000(CUfunction hfunc, unsigned int numbytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuParamSetSize");
+  return tally::client::unsupported_entry(logged, "cuParamSetSize", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuParamSeti_v2000(CUfunction hfunc, int offset, unsigned int value) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuParamSeti");
+  return tally::client::unsupported_entry(logged, "cuParamSeti", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuParamSetf_v2000(CUfunction hfunc, int offset, float value) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuParamSetf");
+  return tally::client::unsupported_entry(logged, "cuParamSetf", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuParamSetv_v2000(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuParamSetv");
+  return tally::client::unsupported_entry(logged, "cuParamSetv", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuLaunch_v2000(CUfunction f) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunch");
+  return tally::client::unsupported_entry(logged, "cuLaunch", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuLaunchGrid_v2000(CUfunction f, int grid_width, int grid_height) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchGrid");
+  return tally::client::unsupported_entry(logged, "cuLaunchGrid", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuLaunchGridAsync_v2000(CUfunction f, int grid_width, int grid_height, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLaunchGridAsync");
+  return tally::client::unsupported_entry(logged, "cuLaunchGridAsync", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuParamSetTexRef_v2000(CUfunction hfunc, int texunit, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuParamSetTexRef");
+  return tally::client::unsupported_entry(logged, "cuParamSetTexRef", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuGraphMemcpyNodeGetParams_v10000(CUgraphNode hNode, CUDA_MEMCPY3D_v2 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeGetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphMemcpyNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphMemsetNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphHostNodeSetParams_v10000(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphHostNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphHostNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphEventRecordNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeSetEvent");
+  return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphEventWaitNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventWaitNodeSetEvent");
+  return tally::client::unsupported_entry(logged, "cuGraphEventWaitNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphAddExternalSemaphoresSignalNode_v11020(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddExternalSemaphoresSignalNode");
+  return tally::client::unsupported_entry(logged, "cuGraphAddExternalSemaphoresSignalNode", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExternalSemaphoresSignalNodeGetParams_v11020(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *params_out) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresSignalNodeGetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresSignalNodeGetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExternalSemaphoresSignalNodeSetParams_v11020(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresSignalNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresSignalNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphAddExternalSemaphoresWaitNode_v11020(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddExternalSemaphoresWaitNode");
+  return tally::client::unsupported_entry(logged, "cuGraphAddExternalSemaphoresWaitNode", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeGetParams_v11020(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *params_out) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeGetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeGetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams");
-}
-CUresult tally_entry_cuGraphAddBatchMemOpNode_v11070(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddBatchMemOpNode");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeGetParams_v11070(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeGetParams");
-}
-CUresult tally_entry_cuGraphBatchMemOpNodeSetParams_v11070(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphBatchMemOpNodeSetParams");
-}
-CUresult tally_entry_cuGraphExecBatchMemOpNodeSetParams_v11070(CUgraphExec graphExec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecBatchMemOpNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExecMemcpyNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecMemcpyNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecMemcpyNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecMemsetNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS_v1 *memsetParams, CUcontext ctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecMemsetNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecMemsetNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecHostNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecHostNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecHostNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecChildGraphNodeSetParams_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecChildGraphNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecChildGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecEventRecordNodeSetEvent_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecEventRecordNodeSetEvent");
+  return tally::client::unsupported_entry(logged, "cuGraphExecEventRecordNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecEventWaitNodeSetEvent_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecEventWaitNodeSetEvent");
+  return tally::client::unsupported_entry(logged, "cuGraphExecEventWaitNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecExternalSemaphoresSignalNodeSetParams_v11020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresSignalNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphExecExternalSemaphoresWaitNodeSetParams_v11020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresWaitNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuGraphKernelNodeCopyAttributes_v11000(CUgraphNode dst, CUgraphNode src) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeCopyAttributes");
+  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeCopyAttributes", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphKernelNodeGetAttribute_v11000(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue_v1 *value_out) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeGetAttribute");
+  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeGetAttribute", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphKernelNodeSetAttribute_v11000(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue_v1 *value) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute");
+  return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphAddMemAllocNode_v11040(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemAllocNode");
+  return tally::client::unsupported_entry(logged, "cuGraphAddMemAllocNode", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphMemAllocNodeGetParams_v11040(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemAllocNodeGetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphMemAllocNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphAddMemFreeNode_v11040(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemFreeNode");
+  return tally::client::unsupported_entry(logged, "cuGraphAddMemFreeNode", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphMemFreeNodeGetParams_v11040(CUgraphNode hNode, CUdeviceptr *dptr_out) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemFreeNodeGetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphMemFreeNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphNodeSetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeSetEnabled");
+  return tally::client::unsupported_entry(logged, "cuGraphNodeSetEnabled", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphNodeGetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetEnabled");
+  return tally::client::unsupported_entry(logged, "cuGraphNodeGetEnabled", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphNodeSetParams_v12020(CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecNodeSetParams_v12020(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecNodeSetParams");
+  return tally::client::unsupported_entry(logged, "cuGraphExecNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphConditionalHandleCreate_v12030(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphConditionalHandleCreate");
+  return tally::client::unsupported_entry(logged, "cuGraphConditionalHandleCreate", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuTexRefSetArray_v2000(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetArray");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetMipmappedArray_v5000(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmappedArray");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmappedArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetAddress_v3020(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr_v2 dptr, size_t bytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress_v2");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress_v2", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetAddress2D_v4010(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v2 *desc, CUdeviceptr_v2 dptr, size_t Pitch) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D_v3");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D_v3", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetFormat_v2000(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetFormat");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetFormat", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetAddressMode_v2000(CUtexref hTexRef, int dim, CUaddress_mode am) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddressMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddressMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetFilterMode_v2000(CUtexref hTexRef, CUfilter_mode fm) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetFilterMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetFilterMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetMipmapFilterMode_v5000(CUtexref hTexRef, CUfilter_mode fm) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapFilterMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapFilterMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetMipmapLevelBias_v5000(CUtexref hTexRef, float bias) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapLevelBias");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapLevelBias", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetMipmapLevelClamp_v5000(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapLevelClamp");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetMipmapLevelClamp", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetMaxAnisotropy_v5000(CUtexref hTexRef, unsigned int maxAniso) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetMaxAnisotropy");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetMaxAnisotropy", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetBorderColor_v8000(CUtexref hTexRef, float *pBorderColor) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetBorderColor");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetBorderColor", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetFlags_v2000(CUtexref hTexRef, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetFlags");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetFlags", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetAddress_v3020(CUdeviceptr_v2 *pdptr, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetAddress_v2");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetAddress_v2", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetArray_v2000(CUarray *phArray, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetArray");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetMipmappedArray_v5000(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmappedArray");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmappedArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetAddressMode_v2000(CUaddress_mode *pam, CUtexref hTexRef, int dim) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetAddressMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetAddressMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetFilterMode_v2000(CUfilter_mode *pfm, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetFilterMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetFilterMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetFormat_v2000(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetFormat");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetFormat", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetMipmapFilterMode_v5000(CUfilter_mode *pfm, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapFilterMode");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapFilterMode", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetMipmapLevelBias_v5000(float *pbias, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapLevelBias");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapLevelBias", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetMipmapLevelClamp_v5000(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapLevelClamp");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetMipmapLevelClamp", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetMaxAnisotropy_v5000(int *pmaxAniso, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetMaxAnisotropy");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetMaxAnisotropy", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetBorderColor_v8000(float *pBorderColor, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetBorderColor");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetBorderColor", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetFlags_v2000(unsigned int *pFlags, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetFlags");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetFlags", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefCreate_v2000(CUtexref *pTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefCreate");
+  return tally::client::unsupported_entry(logged, "cuTexRefCreate", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefDestroy_v2000(CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefDestroy");
+  return tally::client::unsupported_entry(logged, "cuTexRefDestroy", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuSurfRefSetArray_v3000(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfRefSetArray");
+  return tally::client::unsupported_entry(logged, "cuSurfRefSetArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuSurfRefGetArray_v3000(CUarray *phArray, CUsurfref hSurfRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfRefGetArray");
+  return tally::client::unsupported_entry(logged, "cuSurfRefGetArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexObjectCreate_v5000(CUtexObject_v1 *pTexObject, const CUDA_RESOURCE_DESC_v1 *pResDesc, const CUDA_TEXTURE_DESC_v1 *pTexDesc, const CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectCreate");
+  return tally::client::unsupported_entry(logged, "cuTexObjectCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectDestroy_v5000(CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectDestroy");
+  return tally::client::unsupported_entry(logged, "cuTexObjectDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceDesc");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetTextureDesc_v5000(CUDA_TEXTURE_DESC_v1 *pTexDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetTextureDesc");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetTextureDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetResourceViewDesc_v5000(CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceViewDesc");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceViewDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectCreate_v5000(CUsurfObject_v1 *pSurfObject, const CUDA_RESOURCE_DESC_v1 *pResDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectCreate");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectDestroy_v5000(CUsurfObject_v1 surfObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectDestroy");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUsurfObject_v1 surfObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTensorMapEncodeTiled_v12000(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeTiled");
+  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeTiled", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
 }
 CUresult tally_entry_cuTensorMapEncodeIm2col_v12000(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2col");
+  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2col", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
 }
 CUresult tally_entry_cuTensorMapReplaceAddress_v12000(CUtensorMap *tensorMap, void *globalAddress) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapReplaceAddress");
+  return tally::client::unsupported_entry(logged, "cuTensorMapReplaceAddress", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
 }
 CUresult tally_entry_cuTensorMapEncodeIm2colWide_v12080(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2colWide");
+  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2colWide", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
 }
 CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxEnablePeerAccess");
+  return tally::client::unsupported_entry(logged, "cuCtxEnablePeerAccess", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuCtxDisablePeerAccess_v4000(CUcontext peerContext) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxDisablePeerAccess");
+  return tally::client::unsupported_entry(logged, "cuCtxDisablePeerAccess", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuDeviceGetP2PAtomicCapabilities_v13000(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetP2PAtomicCapabilities");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetP2PAtomicCapabilities", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuGraphicsUnregisterResource_v3000(CUgraphicsResource resource) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsUnregisterResource");
+  return tally::client::unsupported_entry(logged, "cuGraphicsUnregisterResource", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsSubResourceGetMappedArray_v3000(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsSubResourceGetMappedArray");
+  return tally::client::unsupported_entry(logged, "cuGraphicsSubResourceGetMappedArray", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsResourceGetMappedMipmappedArray_v5000(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedMipmappedArray");
+  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedMipmappedArray", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsResourceGetMappedPointer_v3020(CUdeviceptr_v2 *pDevPtr, size_t *pSize, CUgraphicsResource resource) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedPointer_v2");
+  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedPointer_v2", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsResourceSetMapFlags_v6050(CUgraphicsResource resource, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsResourceSetMapFlags_v2");
+  return tally::client::unsupported_entry(logged, "cuGraphicsResourceSetMapFlags_v2", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsMapResources_v7000_ptsz(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsMapResources_ptsz");
+  return tally::client::unsupported_entry(logged, "cuGraphicsMapResources_ptsz", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsUnmapResources_v7000_ptsz(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources_ptsz");
+  return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources_ptsz", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuMemcpyDtoA_v3020(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoD_v3020(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyHtoA_v3020(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoH_v3020(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoA_v3020(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyHtoAAsync_v3020(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoHAsync_v3020(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy3DPeer_v4000(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMemcpy3DPeerAsync_v4000(const CUDA_MEMCPY3D_PEER_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
 CUresult tally_entry_cuMemcpyBatchAsync_v12080(CUdeviceptr_v2 *dsts, CUdeviceptr_v2 *srcs, size_t *sizes, size_t count, CUmemcpyAttributes_v1 *attrs, size_t *attrIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpy3DBatchAsync_v12080(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, size_t *failIdx, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpyBatchAsync_v13000(CUdeviceptr_v2 *dsts, CUdeviceptr_v2 *srcs, size_t *sizes, size_t count, CUmemcpyAttributes_v1 *attrs, size_t *attrIdxs, size_t numAttrs, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpyBatchAsync_v2", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemcpy3DBatchAsync_v13000(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsMapResources");
+  return tally::client::unsupported_entry(logged, "cuGraphicsMapResources", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuGraphicsUnmapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources");
-}
-CUresult tally_entry_cuStreamWriteValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32");
-}
-CUresult tally_entry_cuStreamWaitValue32_v8000(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32");
-}
-CUresult tally_entry_cuStreamWriteValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64");
-}
-CUresult tally_entry_cuStreamWaitValue64_v9000(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v8000(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp");
-}
-CUresult tally_entry_cuStreamWriteValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue32_v2");
-}
-CUresult tally_entry_cuStreamWaitValue32_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint32_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue32_v2");
-}
-CUresult tally_entry_cuStreamWriteValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWriteValue64_v2");
-}
-CUresult tally_entry_cuStreamWaitValue64_v11070(CUstream stream, CUdeviceptr_v2 addr, cuuint64_t value, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamWaitValue64_v2");
-}
-CUresult tally_entry_cuStreamBatchMemOp_v11070(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBatchMemOp_v2");
+  return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync");
+  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemDiscardBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
 CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSignalExternalSemaphoresAsync");
+  return tally::client::unsupported_entry(logged, "cuSignalExternalSemaphoresAsync", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync");
+  return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
 CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph");
+  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies");
+  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2");
+  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites");
-}
-CUresult tally_entry_cuUserObjectCreate_v11030(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectCreate");
-}
-CUresult tally_entry_cuUserObjectRetain_v11030(CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectRetain");
-}
-CUresult tally_entry_cuUserObjectRelease_v11030(CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuUserObjectRelease");
-}
-CUresult tally_entry_cuGraphRetainUserObject_v11030(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphRetainUserObject");
-}
-CUresult tally_entry_cuGraphReleaseUserObject_v11030(CUgraph graph, CUuserObject object, unsigned int count) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphReleaseUserObject");
+  return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA: a NIC writing GPU memory directly bypasses tally's accounting");
 }
 CUresult tally_entry_cuMemGetHandleForAddressRange_v11070(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange");
+  return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
 }
 CUresult tally_entry_cuLibraryGetKernelCount_v12040(unsigned int *count, CUlibrary lib) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetKernelCount");
+  return tally::client::unsupported_entry(logged, "cuLibraryGetKernelCount", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuLibraryEnumerateKernels_v12040(CUkernel *kernels, unsigned int numKernels, CUlibrary lib) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryEnumerateKernels");
+  return tally::client::unsupported_entry(logged, "cuLibraryEnumerateKernels", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuLibraryGetManaged_v12000(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetManaged");
+  return tally::client::unsupported_entry(logged, "cuLibraryGetManaged", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuLibraryGetUnifiedFunction_v12000(void **fptr, CUlibrary library, const char *symbol) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuLibraryGetUnifiedFunction");
+  return tally::client::unsupported_entry(logged, "cuLibraryGetUnifiedFunction", "not yet: enumerating a module's or library's contents");
 }
 CUresult tally_entry_cuCoredumpGetAttribute_v12010(CUcoredumpSettings get, void *value, size_t *size) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttribute");
+  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttribute", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
 }
 CUresult tally_entry_cuCoredumpGetAttributeGlobal_v12010(CUcoredumpSettings get, void *value, size_t *size) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttributeGlobal");
+  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttributeGlobal", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
 }
 CUresult tally_entry_cuCoredumpSetAttribute_v12010(CUcoredumpSettings set, void *value, size_t *size) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttribute");
+  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttribute", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
 }
 CUresult tally_entry_cuCoredumpSetAttributeGlobal_v12010(CUcoredumpSettings set, void *value, size_t *size) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttributeGlobal");
+  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttributeGlobal", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
 }
 CUresult tally_entry_cuDeviceRegisterAsyncNotification_v12040(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceRegisterAsyncNotification");
+  return tally::client::unsupported_entry(logged, "cuDeviceRegisterAsyncNotification", "driver-initiated notifications (budget changes): tally's own eviction and quota messages stand in");
 }
 CUresult tally_entry_cuDeviceUnregisterAsyncNotification_v12040(CUdevice device, CUasyncCallbackHandle callback) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceUnregisterAsyncNotification");
+  return tally::client::unsupported_entry(logged, "cuDeviceUnregisterAsyncNotification", "driver-initiated notifications (budget changes): tally's own eviction and quota messages stand in");
 }
 CUresult tally_entry_cuCtxRecordEvent_v12050(CUcontext hCtx, CUevent hEvent) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxRecordEvent");
+  return tally::client::unsupported_entry(logged, "cuCtxRecordEvent", "not yet: context-wide events (CUDA 12.5+)");
 }
 CUresult tally_entry_cuCtxWaitEvent_v12050(CUcontext hCtx, CUevent hEvent) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxWaitEvent");
+  return tally::client::unsupported_entry(logged, "cuCtxWaitEvent", "not yet: context-wide events (CUDA 12.5+)");
 }
 CUresult tally_entry_cuMemBatchDecompressAsync_v12060(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemBatchDecompressAsync");
+  return tally::client::unsupported_entry(logged, "cuMemBatchDecompressAsync", "not yet: the decompression engine (Blackwell), no emulation");
 }
 CUresult tally_entry_cuMemBatchDecompressAsync_v12060_ptsz(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemBatchDecompressAsync_ptsz");
+  return tally::client::unsupported_entry(logged, "cuMemBatchDecompressAsync_ptsz", "not yet: the decompression engine (Blackwell), no emulation");
 }
 CUresult tally_entry_cuMemHostRegister_v4000(void *p, size_t bytesize, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostRegister");
+  return tally::client::unsupported_entry(logged, "cuMemHostRegister", "an older ABI of this function: version 6050, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuGraphicsResourceSetMapFlags_v3000(CUgraphicsResource resource, unsigned int flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsResourceSetMapFlags");
+  return tally::client::unsupported_entry(logged, "cuGraphicsResourceSetMapFlags", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuTexRefSetAddress2D_v3020(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v2 *desc, CUdeviceptr_v2 dptr, size_t Pitch) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D_v2");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D_v2", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuCtxCreate_v2000(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxCreate");
+  return tally::client::unsupported_entry(logged, "cuCtxCreate", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 12050, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuModuleGetGlobal_v2000(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod, const char *name) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuModuleGetGlobal");
+  return tally::client::unsupported_entry(logged, "cuModuleGetGlobal", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemGetInfo_v2000(unsigned int *free, unsigned int *total) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetInfo");
+  return tally::client::unsupported_entry(logged, "cuMemGetInfo", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemAlloc_v2000(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAlloc");
+  return tally::client::unsupported_entry(logged, "cuMemAlloc", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemAllocPitch_v2000(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height, unsigned int ElementSizeBytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocPitch");
+  return tally::client::unsupported_entry(logged, "cuMemAllocPitch", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemFree_v2000(CUdeviceptr_v1 dptr) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemFree");
+  return tally::client::unsupported_entry(logged, "cuMemFree", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemGetAddressRange_v2000(CUdeviceptr_v1 *pbase, unsigned int *psize, CUdeviceptr_v1 dptr) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetAddressRange");
+  return tally::client::unsupported_entry(logged, "cuMemGetAddressRange", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemAllocHost_v2000(void **pp, unsigned int bytesize) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemAllocHost");
+  return tally::client::unsupported_entry(logged, "cuMemAllocHost", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemHostGetDevicePointer_v2020(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemHostGetDevicePointer");
+  return tally::client::unsupported_entry(logged, "cuMemHostGetDevicePointer", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyHtoD_v2000(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoD");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoD", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyDtoH_v2000(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoH");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoH", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyDtoD_v2000(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoD");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoD", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyDtoA_v2000(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoD_v2000(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyHtoA_v2000(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoH_v2000(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoA_v2000(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyHtoAAsync_v2000(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpyAtoHAsync_v2000(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy2D_v2000(const CUDA_MEMCPY2D_v1 *pCopy) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2D");
+  return tally::client::unsupported_entry(logged, "cuMemcpy2D", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpy2DUnaligned_v2000(const CUDA_MEMCPY2D_v1 *pCopy) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DUnaligned");
+  return tally::client::unsupported_entry(logged, "cuMemcpy2DUnaligned", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpy3D_v2000(const CUDA_MEMCPY3D_v1 *pCopy) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3D");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3D", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyHtoDAsync_v2000(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoDAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoDAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyDtoHAsync_v2000(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoHAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoHAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyDtoDAsync_v3000(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoDAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoDAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpy2DAsync_v2000(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy2DAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpy2DAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpy3DAsync_v2000(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DAsync");
+  return tally::client::unsupported_entry(logged, "cuMemcpy3DAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD8_v2000(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD8");
+  return tally::client::unsupported_entry(logged, "cuMemsetD8", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD16_v2000(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD16");
+  return tally::client::unsupported_entry(logged, "cuMemsetD16", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD32_v2000(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD32");
+  return tally::client::unsupported_entry(logged, "cuMemsetD32", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD2D8_v2000(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D8");
+  return tally::client::unsupported_entry(logged, "cuMemsetD2D8", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD2D16_v2000(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D16");
+  return tally::client::unsupported_entry(logged, "cuMemsetD2D16", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemsetD2D32_v2000(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemsetD2D32");
+  return tally::client::unsupported_entry(logged, "cuMemsetD2D32", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuArrayCreate_v2000(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayCreate");
+  return tally::client::unsupported_entry(logged, "cuArrayCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetDescriptor_v2000(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor");
+  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArray3DCreate_v2000(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DCreate");
+  return tally::client::unsupported_entry(logged, "cuArray3DCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArray3DGetDescriptor_v2000(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor");
+  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexRefSetAddress_v2000(unsigned int *ByteOffset, CUtexref hTexRef, CUdeviceptr_v1 dptr, unsigned int bytes) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefSetAddress2D_v2020(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *desc, CUdeviceptr_v1 dptr, unsigned int Pitch) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D");
+  return tally::client::unsupported_entry(logged, "cuTexRefSetAddress2D", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuTexRefGetAddress_v2000(CUdeviceptr_v1 *pdptr, CUtexref hTexRef) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexRefGetAddress");
+  return tally::client::unsupported_entry(logged, "cuTexRefGetAddress", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
 CUresult tally_entry_cuGraphicsResourceGetMappedPointer_v3000(CUdeviceptr_v1 *pDevPtr, unsigned int *pSize, CUgraphicsResource resource) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedPointer");
+  return tally::client::unsupported_entry(logged, "cuGraphicsResourceGetMappedPointer", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
 }
 CUresult tally_entry_cuCtxDestroy_v2000(CUcontext ctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxDestroy");
+  return tally::client::unsupported_entry(logged, "cuCtxDestroy", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 4000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuCtxPopCurrent_v2000(CUcontext *pctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxPopCurrent");
+  return tally::client::unsupported_entry(logged, "cuCtxPopCurrent", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 4000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuCtxPushCurrent_v2000(CUcontext ctx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCtxPushCurrent");
+  return tally::client::unsupported_entry(logged, "cuCtxPushCurrent", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 4000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuStreamDestroy_v2000(CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamDestroy");
+  return tally::client::unsupported_entry(logged, "cuStreamDestroy", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 4000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuEventDestroy_v2000(CUevent hEvent) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuEventDestroy");
+  return tally::client::unsupported_entry(logged, "cuEventDestroy", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 4000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuCheckpointProcessGetRestoreThreadId_v12080(int pid, int *tid) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessGetRestoreThreadId");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessGetRestoreThreadId", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuCheckpointProcessGetState_v12080(int pid, CUprocessState *state) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessGetState");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessGetState", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuCheckpointProcessLock_v12080(int pid, CUcheckpointLockArgs *args) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessLock");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessLock", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuCheckpointProcessCheckpoint_v12080(int pid, CUcheckpointCheckpointArgs *args) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessCheckpoint");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessCheckpoint", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuCheckpointProcessRestore_v12080(int pid, CUcheckpointRestoreArgs *args) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessRestore");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessRestore", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuCheckpointProcessUnlock_v12080(int pid, CUcheckpointUnlockArgs *args) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCheckpointProcessUnlock");
+  return tally::client::unsupported_entry(logged, "cuCheckpointProcessUnlock", "CUDA's whole-process checkpoint: on a shared GPU tally suspends and migrates each job itself (tally-server suspend / migrate)");
 }
 CUresult tally_entry_cuProfilerInitialize_v4000(const char *configFile, const char *outputFile, CUoutput_mode outputMode) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuProfilerInitialize");
+  return tally::client::unsupported_entry(logged, "cuProfilerInitialize", "removed from CUDA's profiler API (CUDA 12); cuProfilerStart/Stop are implemented");
 }
 }  // extern "C"

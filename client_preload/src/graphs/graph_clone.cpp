@@ -14,6 +14,7 @@ namespace tally::client {
 GraphObject* clone_graph(GraphObject* original) {
   auto* copy = new GraphObject();
   copy->cloned_from = original;
+  copy->user_objects->retain_copy_of(*original->user_objects);  // CUDA clones the references too
   std::lock_guard<std::mutex> lock(original->mutex);
   std::unordered_map<const GraphNode*, GraphNode*> copy_of;
   for (const GraphNode* node : original->nodes) {
@@ -27,6 +28,9 @@ GraphObject* clone_graph(GraphObject* original) {
     c->host_fn = node->host_fn;
     c->host_data = node->host_data;
     c->event = node->event;
+    c->mem_ops = node->mem_ops;
+    c->mem_op_flags = node->mem_op_flags;
+    c->mem_op_context = node->mem_op_context;
     c->original = node;
     if (node->child != nullptr) c->child = clone_graph(node->child);
     copy_of[node] = c;
@@ -38,15 +42,27 @@ GraphObject* clone_graph(GraphObject* original) {
   return copy;
 }
 
-void destroy_graph(GraphObject* graph) {
-  graph->tag.store(ObjectTag::kDead, std::memory_order_release);
+void hold_user_objects(GraphObject* graph, UserObjectRefs* into) {
+  into->retain_copy_of(*graph->user_objects);
   std::lock_guard<std::mutex> lock(graph->mutex);
   for (GraphNode* node : graph->nodes) {
-    node->tag.store(ObjectTag::kDead, std::memory_order_release);
-    node->ops.clear();
-    node->kernel = KernelNodeLaunch();
-    if (node->child != nullptr) destroy_graph(node->child);
+    if (node->child != nullptr) hold_user_objects(node->child, into);
   }
+}
+
+void destroy_graph(GraphObject* graph) {
+  graph->tag.store(ObjectTag::kDead, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    for (GraphNode* node : graph->nodes) {
+      node->tag.store(ObjectTag::kDead, std::memory_order_release);
+      node->ops.clear();
+      node->kernel = KernelNodeLaunch();
+      if (node->child != nullptr) destroy_graph(node->child);
+    }
+  }
+  // The graph itself runs nothing (its instantiations hold their own references).
+  graph->user_objects->release_all();
 }
 
 }  // namespace tally::client

@@ -6,8 +6,8 @@
 // A node holds the replays its stream operation would have recorded in a capture
 // (capture.h: record_on_private_stream issues the operation on a stream only the
 // client knows, so every check of the direct call applies and nothing is sent).
-// Memory-allocation, conditional, batch-memop and external-semaphore nodes stay
-// unsupported.
+// Memory-allocation, conditional and external-semaphore nodes stay unsupported;
+// batch-memop nodes' own entry points are batch_mem_op_nodes.cpp.
 #include "graphs/graph_nodes.h"
 
 #include <algorithm>
@@ -212,10 +212,38 @@ CUresult add_generic(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
       return add_event(out, graph, deps, n, p->eventRecord.event, true);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return add_event(out, graph, deps, n, p->eventWait.event, false);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      static_assert(sizeof(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2) == sizeof(CUDA_BATCH_MEM_OP_NODE_PARAMS));
+      return add_batch_mem_op_node(out, graph, deps, n, reinterpret_cast<const CUDA_BATCH_MEM_OP_NODE_PARAMS*>(&p->memOp));
     default:
-      return CUDA_ERROR_NOT_SUPPORTED;  // memory allocation, conditional, batch memops, semaphores
+      return CUDA_ERROR_NOT_SUPPORTED;  // memory allocation, conditional, semaphores
   }
 }
+
+}  // namespace
+
+CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n,
+                               const CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
+  if (p == nullptr || (p->count > 0 && p->paramArray == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, [&](GraphNode* node) {
+    node->mem_ops.assign(p->paramArray, p->paramArray + p->count);
+    node->mem_op_flags = p->flags;
+    node->mem_op_context = p->ctx;
+    return record_batch_mem_ops(node);
+  });
+}
+
+CUresult record_batch_mem_ops(GraphNode* node) {
+  node->ops.clear();
+  return record_on_private_stream(
+      [node](CUstream s) {
+        return tally_entry_cuStreamBatchMemOp_v11070(s, static_cast<unsigned>(node->mem_ops.size()),
+                                                     node->mem_ops.data(), node->mem_op_flags);
+      },
+      node);
+}
+
+namespace {
 
 // Edges: `to` depends on `from`, for each pair.
 CUresult change_dependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t n, bool add) {

@@ -25,8 +25,20 @@ CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<Exec
 // each copy remembers its original (cuGraphNodeFindInClone).
 GraphObject* clone_graph(GraphObject* original);
 
+// Adds to `into` a reference of its own to every user object `graph` and its child
+// graphs hold (what an instantiation of the graph keeps).
+void hold_user_objects(GraphObject* graph, UserObjectRefs* into);
+
 // Marks the graph and its nodes destroyed and lets go of what they hold.
 void destroy_graph(GraphObject* graph);
+
+// cuGraphAddBatchMemOpNode (batch_mem_op_nodes.cpp): a node whose operations are
+// `count` stream memory operations, checked as cuStreamBatchMemOp checks them.
+CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n,
+                               const CUDA_BATCH_MEM_OP_NODE_PARAMS* params);
+
+// Records a batch-mem-op node's operations again from its mem_ops (their replay).
+CUresult record_batch_mem_ops(GraphNode* node);
 
 // The name of a node type as the driver's DOT output and tally's messages write it.
 const char* node_type_name(CUgraphNodeType type);

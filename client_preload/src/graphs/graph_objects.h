@@ -20,6 +20,7 @@
 
 #include "driver_headers.h"
 #include "driver_objects.h"
+#include "graphs/user_objects.h"
 
 namespace tally::client {
 
@@ -75,6 +76,9 @@ struct GraphNode {
   void* host_data = nullptr;
   CUevent event = nullptr;             // event record and wait nodes
   GraphObject* child = nullptr;        // child-graph nodes: the node's own copy of the graph it runs
+  std::vector<CUstreamBatchMemOpParams> mem_ops;   // batch-mem-op nodes: their operations,
+  unsigned mem_op_flags = 0;                       // flags
+  CUcontext mem_op_context = nullptr;              // and context, as given
   const GraphNode* original = nullptr; // in a clone: the node it was copied from
 };
 
@@ -87,6 +91,8 @@ struct GraphObject {
   std::mutex mutex;
   std::vector<GraphNode*> nodes;       // in the order they were added
   const GraphObject* cloned_from = nullptr;
+  // cuGraphRetainUserObject's references (released when the graph is destroyed)
+  const std::shared_ptr<UserObjectRefs> user_objects = std::make_shared<UserObjectRefs>();
 
   static uint64_t next_id() {
     static std::atomic<uint64_t> ids{1};
@@ -115,6 +121,9 @@ struct GraphExecObject {
   std::vector<ExecNode> nodes;            // the graph's nodes in the order they were added
   std::unordered_map<const GraphNode*, size_t> index;  // source node -> its entry in `nodes`
   unsigned long long flags = 0;
+  // Its own references to the user objects of the graph it runs (and of that graph's
+  // child graphs), released once its launches are done after destroy or update.
+  std::shared_ptr<UserObjectRefs> user_objects;
 };
 
 inline GraphObject* as_graph(CUgraph g) { return live_object<GraphObject, ObjectTag::kGraph>(g); }

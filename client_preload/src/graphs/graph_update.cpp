@@ -91,6 +91,12 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
+  // The exec now holds the new graph's user objects, and lets go of the old
+  // graph's once the launches that ran it are done.
+  auto held = std::make_shared<UserObjectRefs>();
+  hold_user_objects(g, held.get());
+  std::swap(held, e->user_objects);
+  release_after_queued_work(std::move(held));
   return CUDA_SUCCESS;
 }
 

@@ -49,6 +49,8 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   made->nodes = std::move(nodes);
   for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
   made->flags = flags;
+  made->user_objects = std::make_shared<UserObjectRefs>();
+  hold_user_objects(g, made->user_objects.get());
   *exec = reinterpret_cast<CUgraphExec>(made);
   return CUDA_SUCCESS;
 }
@@ -138,6 +140,8 @@ TALLY_ENTRY(cuGraphExecDestroy_v10000)(CUgraphExec hGraphExec) {
   ObjectTag expected = ObjectTag::kGraphExec;
   if (!e->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>());
+  std::lock_guard<std::mutex> lock(e->mutex);
+  release_after_queued_work(std::move(e->user_objects));
   return CUDA_SUCCESS;
 }
 TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {

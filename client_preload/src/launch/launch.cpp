@@ -13,6 +13,7 @@
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
+#include "launch/cluster_launch.h"
 #include "launch/launch.h"
 #include "logging/log.h"
 #include "streams/stream_ids.h"
@@ -107,7 +108,7 @@ CUresult submit(const LaunchRecord& r, CUfunction f) {
 
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread,
-                       uint32_t flags) {
+                       uint32_t flags, const uint32_t cluster[3]) {
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
   const FunctionObject* fn = as_function(f);
@@ -116,7 +117,9 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   if (flags & static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE)) {
     if (CUresult rc = check_cooperative_grid(f, fn, gx, gy, gz, bx * by * bz, shared); rc != CUDA_SUCCESS) return rc;
   }
+  const unsigned grid[3] = {gx, gy, gz};
   LaunchRecord r{};
+  if (CUresult rc = check_cluster(fn, grid, cluster, r.msg.cluster); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = stream_id(stream, per_thread, &r.msg.stream); rc != CUDA_SUCCESS) return rc;
   r.msg.function = fn->id;
   r.msg.grid[0] = gx, r.msg.grid[1] = gy, r.msg.grid[2] = gz;
@@ -144,6 +147,7 @@ namespace {
 CUresult check_launch_attributes(const CUlaunchConfig* config) {
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
+    if (is_cluster_attribute(a.id)) continue;   // cluster_launch.cpp
     switch (a.id) {
       case CU_LAUNCH_ATTRIBUTE_IGNORE:
       case CU_LAUNCH_ATTRIBUTE_PRIORITY:
@@ -151,7 +155,6 @@ CUresult check_launch_attributes(const CUlaunchConfig* config) {
       case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
       case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
       case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
       case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       // Full serialization behind the previous kernel is what tally does anyway.
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
@@ -159,12 +162,8 @@ CUresult check_launch_attributes(const CUlaunchConfig* config) {
       // Read by launch_flags (cooperative.cpp).
       case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
         break;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-        if (a.value.clusterDim.x > 1 || a.value.clusterDim.y > 1 || a.value.clusterDim.z > 1)
-          return CUDA_ERROR_NOT_SUPPORTED;
-        break;
       // A substitute for the regular cluster, which the device may always fall back
-      // to; with one-block clusters (the only kind tally launches) that is what runs.
+      // to; that is what tally runs.
       case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
       case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
         break;
@@ -208,13 +207,15 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_par
   if (CUresult rc = check_launch_attributes(config); rc != CUDA_SUCCESS) {
     static OnceFlag logged;
     if (rc == CUDA_ERROR_NOT_SUPPORTED && logged.first())
-      log_error("cuLaunchKernelEx with cluster or other launch attributes tally cannot honour "
+      log_error("cuLaunchKernelEx with launch attributes tally cannot honour "
                 "returns CUDA_ERROR_NOT_SUPPORTED (reported once)");
     return rc;
   }
+  uint32_t cluster[3];
+  if (CUresult rc = read_cluster_attributes(config, cluster); rc != CUDA_SUCCESS) return rc;
   CUresult rc = launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                               config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
-                              kernel_params, extra, per_thread, launch_flags(config));
+                              kernel_params, extra, per_thread, launch_flags(config), cluster);
   return rc == CUDA_SUCCESS ? completion_events(config, per_thread) : rc;
 }
 

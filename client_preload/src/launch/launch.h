@@ -15,11 +15,14 @@ CUresult read_launch_extra(void** extra, const void** buffer, size_t* size);
 
 struct FunctionObject;
 
+// No cluster dimension asked (the kernel's compile-time one, if any, applies).
+inline constexpr uint32_t kNoCluster[3] = {0, 0, 0};
+
 // Checks a launch and sends it (or records it on a capturing stream); flags are
-// protocol::LaunchFlag bits.
+// protocol::LaunchFlag bits, `cluster` cuLaunchKernelEx's cluster dimension.
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread,
-                       uint32_t flags);
+                       uint32_t flags, const uint32_t cluster[3] = kNoCluster);
 
 // cooperative.cpp: the LaunchFlag bits cuLaunchKernelEx's attributes ask for, and
 // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE (with the reason logged) for a

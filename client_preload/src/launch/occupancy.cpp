@@ -11,12 +11,14 @@
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
+#include "launch/occupancy.h"
 
 namespace tally::client {
-namespace {
 
+namespace {
 constexpr int kWarp = 32;
 constexpr int kRegisterUnit = 256;
+}  // namespace
 
 int device_attribute(CUdevice_attribute a, int fallback) {
   const int v = Connection::instance().device().attributes[a];
@@ -44,6 +46,8 @@ int blocks_per_sm(const FunctionObject* fn, int block_size, size_t dynamic_share
   }
   return std::max(limit, 0);
 }
+
+namespace {
 
 CUresult max_active_blocks(int* num_blocks, CUfunction func, int block_size, size_t dynamic_shared) {
   if (num_blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -73,26 +77,6 @@ CUresult max_potential_block_size(int* min_grid, int* block_size, CUfunction fun
   *block_size = best_size;
   *min_grid = best_blocks * device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
   return CUDA_SUCCESS;
-}
-
-// The cluster size a launch configuration asks for (1 when it names none).
-int cluster_size(const CUlaunchConfig* config) {
-  for (unsigned i = 0; i < config->numAttrs; ++i) {
-    const CUlaunchAttribute& a = config->attrs[i];
-    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-      return static_cast<int>(std::max(a.value.clusterDim.x, 1u) * std::max(a.value.clusterDim.y, 1u) *
-                              std::max(a.value.clusterDim.z, 1u));
-  }
-  return 1;
-}
-
-const FunctionObject* cluster_query(const CUlaunchConfig* config, CUfunction func, CUresult* rc) {
-  *rc = CUDA_ERROR_INVALID_VALUE;
-  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return nullptr;
-  if ((*rc = Connection::instance().usable()) != CUDA_SUCCESS) return nullptr;
-  const FunctionObject* fn = as_function(func);
-  *rc = fn == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
-  return fn;
 }
 
 }  // namespace
@@ -141,35 +125,5 @@ TALLY_ENTRY(cuOccupancyAvailableDynamicSMemPerBlock_v10020)(size_t* dynamicSmemS
   size_t available = share > reserved + static_bytes ? share - reserved - static_bytes : 0;
   available = std::min<size_t>(available, std::max(fn->attributes[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES].load(), 0));
   *dynamicSmemSize = available;
-  return CUDA_SUCCESS;
-}
-
-// Thread-block clusters: tally launches no kernel with a cluster larger than one
-// block (cuLaunchKernelEx refuses them, as the PTB and slicing transformations
-// cannot keep a cluster's blocks co-scheduled). So the answer for a larger cluster
-// is "none fit", which libraries such as cuBLAS read as "use a kernel without
-// clusters"; a one-block cluster fits as often as the block does.
-TALLY_ENTRY(cuOccupancyMaxActiveClusters_v11070)(int* numClusters, CUfunction func, const CUlaunchConfig* config) {
-  if (numClusters == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUresult rc;
-  const FunctionObject* fn = cluster_query(config, func, &rc);
-  if (fn == nullptr) return rc;
-  if (cluster_size(config) > 1) {
-    *numClusters = 0;
-    return CUDA_SUCCESS;
-  }
-  const int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
-  *numClusters = blocks_per_sm(fn, block, config->sharedMemBytes) *
-                 device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
-  return CUDA_SUCCESS;
-}
-TALLY_ENTRY(cuOccupancyMaxPotentialClusterSize_v11070)(int* clusterSize, CUfunction func,
-                                                       const CUlaunchConfig* config) {
-  if (clusterSize == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUresult rc;
-  const FunctionObject* fn = cluster_query(config, func, &rc);
-  if (fn == nullptr) return rc;
-  const int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
-  *clusterSize = blocks_per_sm(fn, block, config->sharedMemBytes) > 0 ? 1 : 0;
   return CUDA_SUCCESS;
 }

@@ -67,6 +67,8 @@ struct PinnedRegion {
   uint64_t region;     // the server's id
   unsigned flags;      // CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_*
   bool allocated;      // cuMemHostAlloc (we own the mapping) vs cuMemHostRegister
+  uint64_t asked_address = 0;  // the range the job allocated or registered (the range
+  uint64_t asked_bytes = 0;    // is whole pages around it): what cuMemGetAddressRange reports
 };
 
 // Host memory shared with the server (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister).

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "memory/address_map.h"
+#include "memory/host_memory.h"
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "entry_points/entry_point.h"
@@ -65,7 +66,8 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
     munmap(p, mapped);
     return rc;
   }
-  pinned_ranges().add(reinterpret_cast<uint64_t>(p), mapped, PinnedRegion{region, flags, true});
+  pinned_ranges().add(reinterpret_cast<uint64_t>(p), mapped,
+                      PinnedRegion{region, flags, true, reinterpret_cast<uint64_t>(p), bytes});
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -105,7 +107,7 @@ CUresult host_register(void* p, size_t bytes, unsigned flags) {
   const size_t length = end - start;
   if (!private_anonymous(start, end)) {
     trace_line("cuMemHostRegister of %p: not private anonymous memory, copied through the arenas", p);
-    pinned_ranges().add(start, length, PinnedRegion{0, flags, false});
+    pinned_ranges().add(start, length, PinnedRegion{0, flags, false, address, bytes});
     return CUDA_SUCCESS;
   }
   std::string name;
@@ -130,7 +132,7 @@ CUresult host_register(void* p, size_t bytes, unsigned flags) {
   madvise(placed, length, MADV_DONTFORK);
   uint64_t region = 0;
   if (CUresult rc = register_object(name, placed, length, flags, &region); rc != CUDA_SUCCESS) return rc;
-  pinned_ranges().add(start, length, PinnedRegion{region, flags, false});
+  pinned_ranges().add(start, length, PinnedRegion{region, flags, false, address, bytes});
   return CUDA_SUCCESS;
 }
 
@@ -192,6 +194,21 @@ TALLY_ENTRY(cuMemHostGetDevicePointer_v3020)(CUdeviceptr_v2* pdptr, void* p, uns
   *pdptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
+
+namespace tally::client {
+
+CUresult pinned_address_range(uint64_t ptr, CUdeviceptr_v2* base, size_t* size) {
+  auto found = pinned_ranges().find(ptr);
+  // Registered memory the server does not share cannot be reached from the device.
+  if (!found || found->value.region == 0) return CUDA_ERROR_NOT_FOUND;
+  const PinnedRegion& r = found->value;
+  if (ptr < r.asked_address || ptr - r.asked_address >= r.asked_bytes) return CUDA_ERROR_NOT_FOUND;
+  if (base != nullptr) *base = r.asked_address;
+  if (size != nullptr) *size = r.asked_bytes;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace tally::client
 
 TALLY_ENTRY(cuMemHostGetFlags_v2030)(unsigned int* pFlags, void* p) {
   if (pFlags == nullptr) return CUDA_ERROR_INVALID_VALUE;

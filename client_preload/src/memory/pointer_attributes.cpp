@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "memory/address_map.h"
+#include "memory/memory_pools.h"
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "entry_points/entry_point.h"
@@ -87,7 +88,7 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
                                               : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      put(data, static_cast<CUmemoryPool>(nullptr));
+      put(data, f.device ? pool_of(f.start) : static_cast<CUmemoryPool>(nullptr));   // the pool it came from
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;  // P2P tokens and anything newer

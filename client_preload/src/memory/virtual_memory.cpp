@@ -3,13 +3,15 @@
 // server owns address ranges and physical memory (counted against the job's
 // quota) and checks every mapping. Reserved ranges join the client's device
 // ranges, so unified-addressing copies and pointer attributes see device memory.
-// Physical memory is device memory on device 0 only; it cannot be exported to
-// other processes (cuMemExportToShareableHandle stays unsupported).
+// Physical memory is device memory on device 0 only; sharing it with other jobs
+// (POSIX file descriptors) is shareable_handles.cpp.
 #include <cstring>
 
 #include "memory/address_map.h"
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
+#include "logging/log.h"
+#include "memory/vmm_handles.h"
 
 namespace tally::client {
 namespace {
@@ -69,17 +71,25 @@ TALLY_ENTRY(cuMemCreate_v10020)(CUmemGenericAllocationHandle* handle, size_t siz
                                 unsigned long long flags) {
   if (handle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = check_prop(prop); rc != CUDA_SUCCESS) return rc;
+  if ((prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
+    log_error("cuMemCreate: requested handle types 0x%x: tally shares physical memory by POSIX file descriptor "
+              "only (CUDA_ERROR_NOT_SUPPORTED)", static_cast<unsigned>(prop->requestedHandleTypes));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   protocol::MemCreateReplyMsg out{};
   if (CUresult rc = request_reply(protocol::MemCreateMsg{size}, protocol::MessageKind::MemCreateReply, &out); rc != CUDA_SUCCESS)
     return rc;
+  remember_handle(out.handle, *prop);
   *handle = out.handle;
   return CUDA_SUCCESS;
 }
 
 TALLY_ENTRY(cuMemRelease_v10020)(CUmemGenericAllocationHandle handle) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  return Connection::instance().request_done(protocol::MemReleaseMsg{handle});
+  CUresult rc = Connection::instance().request_done(protocol::MemReleaseMsg{handle});
+  if (rc == CUDA_SUCCESS) forget_handle(handle);
+  return rc;
 }
 
 TALLY_ENTRY(cuMemMap_v10020)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,

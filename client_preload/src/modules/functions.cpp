@@ -35,9 +35,16 @@ CUresult set_attribute(FunctionObject* fn, CUfunction_attribute attrib, int valu
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      // A shape the kernel was compiled with (.reqnctapercluster) is not the job's to change.
+      if (fn->compiled_cluster) return CUDA_ERROR_NOT_PERMITTED;
       if (value < 0) return CUDA_ERROR_INVALID_VALUE;
+      break;   // the shape is checked at launch, as the driver documents (launch/cluster_launch.cpp)
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:   // a placement hint
+      if (value < CU_CLUSTER_SCHEDULING_POLICY_DEFAULT || value > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+        return CUDA_ERROR_INVALID_VALUE;
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;  // read-only attributes

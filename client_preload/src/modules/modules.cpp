@@ -159,6 +159,7 @@ CUresult resolve(ModuleObject* module, const char* name, FunctionObject** out) {
   fn->params.resize(got.param_count);
   std::memcpy(fn->params.data(), reply.payload.data() + sizeof got, got.param_count * sizeof(ParamSlot));
   for (int i = 0; i < kFuncAttributeSlots; ++i) fn->attributes[i].store(got.attributes[i]);
+  fn->compiled_cluster = got.attributes[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] != 0;
   module->functions.emplace(name, fn);
   *out = fn;
   return CUDA_SUCCESS;

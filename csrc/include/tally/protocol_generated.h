@@ -55,6 +55,8 @@ enum class MessageKind : uint32_t {
   DeviceInfo = 5,
   StatusRequest = 3,
   StatusReply = 4,
+  DriverVersionQuery = 60,
+  DriverVersionReply = 61,
   ClientSet = 30,
   ClientPause = 31,
   ClientResume = 32,
@@ -138,7 +140,15 @@ enum class MessageKind : uint32_t {
   SmResourceReply = 201,
   GreenStreamCreate = 202,
   CtxSetLimit = 230,
-  StreamAccessPolicy = 245,
+  StreamWaitValue = 240,
+  MemExportHandle = 242,
+  MemImportHandle = 243,
+  MemRetainHandle = 244,
+  MemGetAccess = 245,
+  MemAccessReply = 246,
+  ReleaseValueWaits = 247,
+  StreamWriteValue = 241,
+  StreamAccessPolicy = 260,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -149,6 +159,8 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::DeviceInfo: return "DeviceInfo";
     case MessageKind::StatusRequest: return "StatusRequest";
     case MessageKind::StatusReply: return "StatusReply";
+    case MessageKind::DriverVersionQuery: return "DriverVersionQuery";
+    case MessageKind::DriverVersionReply: return "DriverVersionReply";
     case MessageKind::ClientSet: return "ClientSet";
     case MessageKind::ClientPause: return "ClientPause";
     case MessageKind::ClientResume: return "ClientResume";
@@ -232,6 +244,14 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::SmResourceReply: return "SmResourceReply";
     case MessageKind::GreenStreamCreate: return "GreenStreamCreate";
     case MessageKind::CtxSetLimit: return "CtxSetLimit";
+    case MessageKind::StreamWaitValue: return "StreamWaitValue";
+    case MessageKind::MemExportHandle: return "MemExportHandle";
+    case MessageKind::MemImportHandle: return "MemImportHandle";
+    case MessageKind::MemRetainHandle: return "MemRetainHandle";
+    case MessageKind::MemGetAccess: return "MemGetAccess";
+    case MessageKind::MemAccessReply: return "MemAccessReply";
+    case MessageKind::ReleaseValueWaits: return "ReleaseValueWaits";
+    case MessageKind::StreamWriteValue: return "StreamWriteValue";
     case MessageKind::StreamAccessPolicy: return "StreamAccessPolicy";
     default: return nullptr;
   }
@@ -326,6 +346,26 @@ struct StatusReplyMsg {
 };
 static_assert(sizeof(StatusReplyMsg) == 1, "StatusReplyMsg layout differs from the Python codec");
 constexpr uint32_t kStatusReplySize = 0;  // bytes on the wire (0: empty)
+
+// client -> server over the socket: the driver version the server reports to its jobs (the same as DeviceInfo.driver_version); answered by DriverVersionReply
+struct DriverVersionQueryMsg {
+  static constexpr MessageKind kKind = MessageKind::DriverVersionQuery;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(DriverVersionQueryMsg) == 1, "DriverVersionQueryMsg layout differs from the Python codec");
+constexpr uint32_t kDriverVersionQuerySize = 0;  // bytes on the wire (0: empty)
+
+// server -> client over the socket: e.g. 13020 for CUDA 13.2
+struct DriverVersionReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::DriverVersionReply;
+  static constexpr bool kHasTail = false;
+  int32_t driver_version;
+  int32_t _pad0;
+};
+static_assert(sizeof(DriverVersionReplyMsg) == 8, "DriverVersionReplyMsg layout differs from the Python codec");
+static_assert(offsetof(DriverVersionReplyMsg, driver_version) == 0);
+static_assert(offsetof(DriverVersionReplyMsg, _pad0) == 4);
+constexpr uint32_t kDriverVersionReplySize = 8;  // bytes on the wire (0: empty)
 
 // tool -> server over the socket: change a running job's limits; a field of 0 leaves that limit as it is
 struct ClientSetMsg {
@@ -791,7 +831,7 @@ static_assert(offsetof(GlobalReplyMsg, dptr) == 0);
 static_assert(offsetof(GlobalReplyMsg, size) == 8);
 constexpr uint32_t kGlobalReplySize = 16;  // bytes on the wire (0: empty)
 
-// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; flags: LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted); tail: parameter block
+// cuLaunchKernel[Ex]: async; the tail is the parameter block laid out as FunctionReply said; flags: LaunchFlag bits (cooperative: all blocks co-resident, never sliced or preempted); `cluster`: cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (0, 0, 0: none asked); tail: parameter block
 struct LaunchKernelMsg {
   static constexpr MessageKind kKind = MessageKind::LaunchKernel;
   static constexpr bool kHasTail = true;
@@ -801,15 +841,19 @@ struct LaunchKernelMsg {
   uint32_t block[3];
   uint32_t shared_bytes;
   uint32_t flags;
+  uint32_t cluster[3];
+  uint32_t _pad1;
 };
-static_assert(sizeof(LaunchKernelMsg) == 48, "LaunchKernelMsg layout differs from the Python codec");
+static_assert(sizeof(LaunchKernelMsg) == 64, "LaunchKernelMsg layout differs from the Python codec");
 static_assert(offsetof(LaunchKernelMsg, function) == 0);
 static_assert(offsetof(LaunchKernelMsg, stream) == 8);
 static_assert(offsetof(LaunchKernelMsg, grid) == 16);
 static_assert(offsetof(LaunchKernelMsg, block) == 28);
 static_assert(offsetof(LaunchKernelMsg, shared_bytes) == 40);
 static_assert(offsetof(LaunchKernelMsg, flags) == 44);
-constexpr uint32_t kLaunchKernelSize = 48;  // bytes on the wire (0: empty)
+static_assert(offsetof(LaunchKernelMsg, cluster) == 48);
+static_assert(offsetof(LaunchKernelMsg, _pad1) == 60);
+constexpr uint32_t kLaunchKernelSize = 64;  // bytes on the wire (0: empty)
 
 // cuCtxSynchronize: waits for all the client's streams
 struct CtxSynchronizeMsg {
@@ -1348,6 +1392,104 @@ static_assert(offsetof(CtxSetLimitMsg, limit) == 0);
 static_assert(offsetof(CtxSetLimitMsg, _pad0) == 4);
 static_assert(offsetof(CtxSetLimitMsg, value) == 8);
 constexpr uint32_t kCtxSetLimitSize = 16;  // bytes on the wire (0: empty)
+
+// the stream waits until the `width`-byte value at `address` meets `condition` (CU_STREAM_WAIT_VALUE_GEQ/EQ/AND/NOR, flag bits included) against `value`
+struct StreamWaitValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWaitValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t condition;
+};
+static_assert(sizeof(StreamWaitValueMsg) == 32, "StreamWaitValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWaitValueMsg, stream) == 0);
+static_assert(offsetof(StreamWaitValueMsg, address) == 8);
+static_assert(offsetof(StreamWaitValueMsg, value) == 16);
+static_assert(offsetof(StreamWaitValueMsg, width) == 24);
+static_assert(offsetof(StreamWaitValueMsg, condition) == 28);
+constexpr uint32_t kStreamWaitValueSize = 32;  // bytes on the wire (0: empty)
+
+// export the physical handle `handle`; answered by IpcHandleReply
+struct MemExportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemExportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(MemExportHandleMsg) == 8, "MemExportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemExportHandleMsg, handle) == 0);
+constexpr uint32_t kMemExportHandleSize = 8;  // bytes on the wire (0: empty)
+
+// another job's exported physical memory becomes a handle of this client; answered by MemCreateReply
+struct MemImportHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemImportHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t export_id;
+  uint64_t secret;
+};
+static_assert(sizeof(MemImportHandleMsg) == 16, "MemImportHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemImportHandleMsg, export_id) == 0);
+static_assert(offsetof(MemImportHandleMsg, secret) == 8);
+constexpr uint32_t kMemImportHandleSize = 16;  // bytes on the wire (0: empty)
+
+// one more reference to the physical handle mapped at `dptr`; answered by MemCreateReply
+struct MemRetainHandleMsg {
+  static constexpr MessageKind kKind = MessageKind::MemRetainHandle;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemRetainHandleMsg) == 8, "MemRetainHandleMsg layout differs from the Python codec");
+static_assert(offsetof(MemRetainHandleMsg, dptr) == 0);
+constexpr uint32_t kMemRetainHandleSize = 8;  // bytes on the wire (0: empty)
+
+// whether the mapping at `dptr` is accessible; answered by MemAccessReply
+struct MemGetAccessMsg {
+  static constexpr MessageKind kKind = MessageKind::MemGetAccess;
+  static constexpr bool kHasTail = false;
+  uint64_t dptr;
+};
+static_assert(sizeof(MemGetAccessMsg) == 8, "MemGetAccessMsg layout differs from the Python codec");
+static_assert(offsetof(MemGetAccessMsg, dptr) == 0);
+constexpr uint32_t kMemGetAccessSize = 8;  // bytes on the wire (0: empty)
+
+// answer to MemGetAccess: 1 read-write, 0 none
+struct MemAccessReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::MemAccessReply;
+  static constexpr bool kHasTail = false;
+  uint32_t access;
+  uint32_t _pad0;
+};
+static_assert(sizeof(MemAccessReplyMsg) == 8, "MemAccessReplyMsg layout differs from the Python codec");
+static_assert(offsetof(MemAccessReplyMsg, access) == 0);
+static_assert(offsetof(MemAccessReplyMsg, _pad0) == 4);
+constexpr uint32_t kMemAccessReplySize = 8;  // bytes on the wire (0: empty)
+
+// client -> server as the job's process exits (after main): its streams' waits on values end, so the work the C runtime's exit handlers wait for (module unloads) finishes; a process that ends leaves no stream waiting
+struct ReleaseValueWaitsMsg {
+  static constexpr MessageKind kKind = MessageKind::ReleaseValueWaits;
+  static constexpr bool kHasTail = false;
+};
+static_assert(sizeof(ReleaseValueWaitsMsg) == 1, "ReleaseValueWaitsMsg layout differs from the Python codec");
+constexpr uint32_t kReleaseValueWaitsSize = 0;  // bytes on the wire (0: empty)
+
+// the stream writes the `width`-byte `value` at `address` (`flags`: CU_STREAM_WRITE_VALUE_*)
+struct StreamWriteValueMsg {
+  static constexpr MessageKind kKind = MessageKind::StreamWriteValue;
+  static constexpr bool kHasTail = false;
+  uint64_t stream;
+  uint64_t address;
+  uint64_t value;
+  uint32_t width;
+  uint32_t flags;
+};
+static_assert(sizeof(StreamWriteValueMsg) == 32, "StreamWriteValueMsg layout differs from the Python codec");
+static_assert(offsetof(StreamWriteValueMsg, stream) == 0);
+static_assert(offsetof(StreamWriteValueMsg, address) == 8);
+static_assert(offsetof(StreamWriteValueMsg, value) == 16);
+static_assert(offsetof(StreamWriteValueMsg, width) == 24);
+static_assert(offsetof(StreamWriteValueMsg, flags) == 28);
+constexpr uint32_t kStreamWriteValueSize = 32;  // bytes on the wire (0: empty)
 
 // async: the stream's L2 access-policy window (CUaccessPolicyWindow) from its next operation on; num_bytes 0 clears it
 struct StreamAccessPolicyMsg {

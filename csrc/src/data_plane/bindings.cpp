@@ -6,11 +6,8 @@
 #include <pybind11/stl.h>
 
 #include "data_plane/client_plane.h"
-#include "data_plane/cuda_issue.h"
 #include "data_plane/device_issue.h"
-#include "data_plane/emulator_issue.h"
 #include "emulator/program.h"
-#include "emulator/stream_queue.h"
 #include "module_registry.h"
 #include "transport_python.h"
 
@@ -84,16 +81,6 @@ void bind_data_plane(py::module_& parent) {
            "Whether the backend stream (its native handle) finished everything issued to it.");
   py::class_<NullIssuer, DeviceIssuer, std::shared_ptr<NullIssuer>>(m, "NullIssuer", "The null device's.")
       .def(py::init<>());
-  py::class_<CudaIssuer, DeviceIssuer, std::shared_ptr<CudaIssuer>>(
-      m, "CudaIssuer", "The CUDA driver's, on the context whose handle (an integer) it is given.")
-      .def(py::init<uint64_t>(), py::arg("context"))
-      .def("set_context", &CudaIssuer::set_context, py::arg("context"),
-           "The context was made again (after a device fault): issue on this one.");
-  py::class_<EmulatorIssuer, DeviceIssuer, std::shared_ptr<EmulatorIssuer>>(
-      m, "EmulatorIssuer", "The emulator's: work onto its streams' C++ queues (tally._core.emulator.StreamQueue).")
-      .def(py::init<std::shared_ptr<emu::DeviceMemory>, uint32_t, uint64_t, double, std::shared_ptr<emu::CancelFlag>>(),
-           py::arg("memory"), py::arg("sm_count"), py::arg("max_warp_steps"), py::arg("timeout_seconds"),
-           py::arg("cancel"));
 
   py::class_<BestEffortGate, std::shared_ptr<BestEffortGate>>(
       m, "BestEffortGate", "The server's switch for best-effort lanes' kernels (best_effort_gate.h).")
@@ -162,7 +149,9 @@ void bind_data_plane(py::module_& parent) {
       .def("add_emulator_function", [](PyClientPlane& p, uint64_t id, uint32_t param_bytes,
                                        std::shared_ptr<emu::Program> program, uint32_t max_threads,
                                        std::tuple<uint32_t, uint32_t, uint32_t> required_block,
-                                       uint32_t static_shared_bytes) {
+                                       uint32_t static_shared_bytes,
+                                       std::tuple<uint32_t, uint32_t, uint32_t> required_cluster,
+                                       bool explicit_cluster) {
              FunctionEntry e;
              e.param_bytes = param_bytes;
              e.object = std::move(program);
@@ -171,14 +160,21 @@ void bind_data_plane(py::module_& parent) {
              e.required_block[1] = std::get<1>(required_block);
              e.required_block[2] = std::get<2>(required_block);
              e.static_shared_bytes = static_shared_bytes;
+             e.required_cluster[0] = std::get<0>(required_cluster);
+             e.required_cluster[1] = std::get<1>(required_cluster);
+             e.required_cluster[2] = std::get<2>(required_cluster);
+             e.explicit_cluster = explicit_cluster;
              p.plane->add_function(id, std::move(e));
            }, py::arg("function_id"), py::arg("param_bytes"), py::arg("program"), py::arg("max_threads"),
            py::arg("required_block"), py::arg("static_shared_bytes"),
-           "A lowered emulator kernel and the launch limits the backend checks (0: none).")
-      .def("set_gate", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes, bool needs) {
-             p.plane->set_gate(std::move(gate), closes, needs);
-           }, py::arg("gate"), py::arg("closes"), py::arg("needs"),
-           "The job's kernels close the gate (high priority) / issue only through it (best effort).")
+           py::arg("required_cluster") = std::make_tuple(0u, 0u, 0u), py::arg("explicit_cluster") = false,
+           "A lowered emulator kernel and the launch limits the backend checks (0: none), its "
+           "compile-time cluster shape included.")
+      .def("set_lane_rule", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes,
+                               bool through_gate, bool one_at_a_time) {
+             p.plane->set_lane_rule(std::move(gate), closes, through_gate, one_at_a_time);
+           }, py::arg("gate"), py::arg("closes"), py::arg("through_gate"), py::arg("one_at_a_time"),
+           "The policy's LaneRule for the job's kernels (tally/scheduler/policy.py), as declared.")
       .def("add_whole_shape", [](PyClientPlane& p, uint64_t function_id, std::tuple<uint32_t, uint32_t, uint32_t> grid,
                                  std::tuple<uint32_t, uint32_t, uint32_t> block, uint32_t shared_bytes) {
              WholeShape s;

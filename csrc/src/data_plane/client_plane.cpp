@@ -186,11 +186,12 @@ Lane* ClientPlane::usable_lane(uint64_t key) {
   return lane.exists && lane.allowed && lane.granted && lane.has_native ? &lane : nullptr;
 }
 
-// The priority policy's rule for a best-effort kernel the planner runs whole
-// (tally/scheduler/policies/priority.py): no high-priority work (the gate is
-// open), and no other unit of the job's still running (one at a time).
+// A kernel through the gate (set_lane_rule): the gate open, a shape the planner
+// runs whole, and, when the policy's rule says so, none of the job's earlier
+// kernels still running.
 bool ClientPlane::best_effort_may_launch(const WholeShape& shape) {
   if (!gate_ || !gate_->is_open() || whole_shapes_.count(shape) == 0) return false;
+  if (!one_at_a_time_) return true;
   for (auto& [key, lane] : lanes_) {
     if (!lane->has_native || lane->launches.load(std::memory_order_relaxed) == 0) continue;
     if (!issuer_->stream_quiet(lane->native)) return false;
@@ -227,6 +228,7 @@ bool ClientPlane::fast_launch(const RecordView& v) {
     if (m.grid[i] == 0 || m.block[i] == 0) return false;
     shape.grid[i] = m.grid[i];
     shape.block[i] = m.block[i];
+    shape.cluster[i] = m.cluster[i];   // the issuer checks it as its backend does
   }
   shape.shared_bytes = m.shared_bytes;
   const uint8_t* params = v.payload + sizeof m;
@@ -421,11 +423,13 @@ bool ClientPlane::lane_quiet(uint64_t key) {
   return issuer_->stream_quiet(it->second->native);
 }
 
-void ClientPlane::set_gate(std::shared_ptr<BestEffortGate> gate, bool closes, bool needs) {
+void ClientPlane::set_lane_rule(std::shared_ptr<BestEffortGate> gate, bool closes, bool through_gate,
+                                bool one_at_a_time) {
   std::lock_guard<std::mutex> lock(mu_);
   gate_ = std::move(gate);
   closes_gate_ = gate_ && closes;
-  needs_gate_ = needs;     // without a gate a best-effort job's lanes issue no kernel
+  needs_gate_ = through_gate;     // without a gate such a job's lanes issue no kernel
+  one_at_a_time_ = one_at_a_time;
 }
 
 void ClientPlane::add_whole_shape(const WholeShape& shape) {

@@ -121,10 +121,12 @@ class ClientPlane {
   // legacy work to order blocking streams after it).
   bool take_legacy_touched() { return legacy_touched_.exchange(false, std::memory_order_acq_rel); }
 
-  // The server's best-effort gate (best_effort_gate.h): a high-priority job's
-  // kernels close it (`closes`); a best-effort job's lanes issue kernels only while
-  // it is open, only shapes the planner runs whole, one at a time (`needs`).
-  void set_gate(std::shared_ptr<BestEffortGate> gate, bool closes, bool needs);
+  // The policy's rule for this job's kernels (tally/scheduler/policy.py, LaneRule),
+  // applied as declared: they close the server's best-effort gate
+  // (best_effort_gate.h) before they go (`closes`); they go only while it is open,
+  // only shapes the planner runs whole (`through_gate`); and, through the gate, only
+  // when none of the job's earlier kernels still runs (`one_at_a_time`).
+  void set_lane_rule(std::shared_ptr<BestEffortGate> gate, bool closes, bool through_gate, bool one_at_a_time);
   void add_whole_shape(const WholeShape& shape);
 
   void add_function(uint64_t id, FunctionEntry entry);
@@ -171,6 +173,7 @@ class ClientPlane {
   std::shared_ptr<BestEffortGate> gate_;
   bool closes_gate_ = false;
   bool needs_gate_ = false;
+  bool one_at_a_time_ = true;
   std::unordered_set<WholeShape, WholeShapeHash> whole_shapes_;
   OwnedRanges owned_;
   std::atomic<bool> enabled_{true};

@@ -22,12 +22,15 @@ struct FunctionEntry {
   uint32_t max_threads = 0;          // .maxntid
   uint32_t required_block[3] = {0, 0, 0};   // .reqntid
   uint32_t static_shared_bytes = 0;
+  uint32_t required_cluster[3] = {0, 0, 0};   // .reqnctapercluster (0: none)
+  bool explicit_cluster = false;              // .explicitcluster: a launch must name a cluster
 };
 
 struct LaunchShape {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_bytes;
+  uint32_t cluster[3];   // the thread-block cluster the launch asked for ({0, 0, 0}: none)
 };
 
 class DeviceIssuer {

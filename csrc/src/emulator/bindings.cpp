@@ -207,7 +207,7 @@ void bind_launch(py::module_& m) {
                          std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
                          uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,
                          std::shared_ptr<CancelFlag> cancel, uint32_t sm_cap, std::shared_ptr<DeviceHeap> heap,
-                         bool cooperative) {
+                         std::tuple<uint32_t, uint32_t, uint32_t> cluster, bool explicit_cluster, bool cooperative) {
           std::string param_bytes = params;
           LaunchConfig c;
           c.grid[0] = std::get<0>(grid);
@@ -216,6 +216,10 @@ void bind_launch(py::module_& m) {
           c.block[0] = std::get<0>(block);
           c.block[1] = std::get<1>(block);
           c.block[2] = std::get<2>(block);
+          c.cluster[0] = std::get<0>(cluster);
+          c.cluster[1] = std::get<1>(cluster);
+          c.cluster[2] = std::get<2>(cluster);
+          c.explicit_cluster = explicit_cluster;
           c.dynamic_shared = dynamic_shared;
           c.sm_count = sm_count;
           c.sm_cap = sm_cap;
@@ -229,11 +233,13 @@ void bind_launch(py::module_& m) {
         }, py::arg("program"), py::arg("memory"), py::arg("params"), py::arg("grid"), py::arg("block"),
         py::arg("dynamic_shared") = 0, py::arg("sm_count") = 8, py::arg("max_warp_steps") = 0,
         py::arg("timeout_seconds") = 0.0, py::arg("cancel") = nullptr, py::arg("sm_cap") = 0,
-        py::arg("heap") = nullptr, py::arg("cooperative") = false,
+        py::arg("heap") = nullptr, py::arg("cluster") = std::make_tuple(1u, 1u, 1u),
+        py::arg("explicit_cluster") = false, py::arg("cooperative") = false,
         "Runs a launch to completion (GIL released) on up to sm_count workers (SMs; at most sm_cap of "
-        "them when sm_cap > 0); the result carries the CUresult and message of a fault and how many "
-        "workers ran blocks. A cooperative launch keeps all its blocks resident at once and gets a "
-        "grid workspace (%envreg1:%envreg2) for cooperative groups' grid barrier.");
+        "them when sm_cap > 0); the blocks of each cluster run together on one worker. A cooperative "
+        "launch keeps all its blocks resident at once and gets a grid workspace (%envreg1:%envreg2) "
+        "for cooperative groups' grid barrier. The result carries the CUresult and message of a fault "
+        "and how many workers ran blocks.");
 }
 
 py::dict named(std::initializer_list<std::pair<const char*, uint32_t>> items) {
@@ -281,6 +287,7 @@ void bind_constants(py::module_& m) {
   flags["REDUX_SIGNED"] = flag::kReduxSigned;
   flags["BAR_SHIFT"] = flag::kBarShift;
   flags["BAR"] = named({{"sync", flag::kBarSync}, {"arrive", flag::kBarArrive}, {"popc", flag::kBarRedPopc}, {"and", flag::kBarRedAnd}, {"or", flag::kBarRedOr}});
+  flags["CLUSTER_WAIT"] = flag::kClusterWait;
   flags["TEST_SHIFT"] = flag::kTestShift;
   flags["TEST"] = named({{"finite", flag::kTestFinite}, {"infinite", flag::kTestInfinite}, {"number", flag::kTestNumber}, {"notanumber", flag::kTestNotANumber}, {"normal", flag::kTestNormal}, {"subnormal", flag::kTestSubnormal}});
   flags["CLOCK_SHIFT"] = flag::kClockShift;
@@ -295,6 +302,10 @@ void bind_constants(py::module_& m) {
       "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
       "%reserved_smem_offset_begin", "%reserved_smem_offset_end", "%reserved_smem_offset_cap",
       "%reserved_smem_offset_0", "%reserved_smem_offset_1",
+      "%clusterid.x", "%clusterid.y", "%clusterid.z", "%nclusterid.x", "%nclusterid.y", "%nclusterid.z",
+      "%cluster_ctaid.x", "%cluster_ctaid.y", "%cluster_ctaid.z",
+      "%cluster_nctaid.x", "%cluster_nctaid.y", "%cluster_nctaid.z",
+      "%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster",
       "%envreg1", "%envreg2"};
   for (uint32_t i = 0; i < kSpecialCount; ++i) specials[names[i]] = i;
   m.attr("SPECIALS") = specials;

@@ -50,7 +50,7 @@ void run_cooperative_worker(const Program& program, DeviceMemory& memory, const 
       } else {
         ResidentBlock block{b, std::make_unique<Launch>(program, memory, params, config, smid), nullptr};
         block.runner = std::make_unique<Runner>(*block.launch, shared);
-        shared.started_block();
+        shared.started_blocks(1);
         if (block.runner->guarded(b, [&] { block.runner->begin(b); })) {
           resident.push_back(std::move(block));
         } else {

@@ -44,6 +44,14 @@ constexpr uint64_t kWindowSize = 1ull << 32;
 // Function pointers (`mov.u64 %fn, func`) are kCodeWindow + the function's index in
 // its module, the same in every kernel of the module (Program::function_table).
 constexpr uint64_t kCodeWindow = 0x7e0300000000ull;
+// Distributed shared memory (thread-block clusters): a .shared::cluster address is
+// ((rank + 1) << kClusterRankShift) | offset in that block's shared memory, so a plain
+// .shared::cta address (below 1 << kClusterRankShift, as .shared is at most 228 KiB)
+// is also the .shared::cluster address of the block's own memory, as PTX requires.
+// Generic addresses of other blocks' shared memory are kSharedWindow + that address.
+constexpr uint32_t kClusterRankShift = 24;
+constexpr uint64_t kClusterOffsetMask = (1ull << kClusterRankShift) - 1;
+constexpr uint32_t kMaxClusterBlocks = 16;   // the non-portable maximum on Hopper
 
 // ---------------------------------------------------------------- CUresult codes
 enum ErrorCode : int {
@@ -57,6 +65,7 @@ enum ErrorCode : int {
   kIllegalInstruction = 715,
   kMisalignedAddress = 716,
   kLaunchFailed = 719,
+  kNotSupported = 801,   // CUDA_ERROR_NOT_SUPPORTED
 };
 
 // Thrown by a handler when one lane faults; the scheduler adds which thread,
@@ -79,6 +88,7 @@ enum class Control : uint8_t {
   kReturn,
   kExit,
   kBarrier,
+  kClusterBarrier,  // barrier.cluster.arrive / .wait (flag::kClusterWait)
   kWarpSync,
   kTrap,
 };
@@ -135,6 +145,8 @@ constexpr uint32_t kReduxSigned = 1u << 19;
 // barrier kind (bits 16-18), negated predicate of bar.red (kNegateC)
 constexpr uint32_t kBarShift = 16;
 enum BarKind : uint32_t { kBarSync, kBarArrive, kBarRedPopc, kBarRedAnd, kBarRedOr };
+// barrier.cluster: wait (else arrive)
+constexpr uint32_t kClusterWait = 1u << 16;
 // testp class (bits 16-18)
 constexpr uint32_t kTestShift = 16;
 enum TestClass : uint32_t { kTestFinite, kTestInfinite, kTestNumber, kTestNotANumber, kTestNormal, kTestSubnormal };
@@ -163,6 +175,10 @@ enum Special : uint32_t {
   kLanemaskEq, kLanemaskLt, kLanemaskLe, kLanemaskGt, kLanemaskGe,
   kDynamicSmemSize, kTotalSmemSize, kAggrSmemSize,
   kReservedSmemBegin, kReservedSmemEnd, kReservedSmemCap, kReservedSmemOffset0, kReservedSmemOffset1,
+  // Thread-block clusters; a launch without a cluster is a grid of one-block clusters.
+  kClusterIdX, kClusterIdY, kClusterIdZ, kNclusterIdX, kNclusterIdY, kNclusterIdZ,
+  kClusterCtaidX, kClusterCtaidY, kClusterCtaidZ, kClusterNctaidX, kClusterNctaidY, kClusterNctaidZ,
+  kClusterCtaRank, kClusterNctaRank, kIsExplicitCluster,
   kEnvreg1, kEnvreg2,
   kSpecialCount
 };

@@ -21,6 +21,8 @@ class DeviceHeap;
 struct LaunchConfig {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
+  uint32_t cluster[3] = {1, 1, 1};     // blocks per cluster; the grid is a multiple of it
+  bool explicit_cluster = false;       // launched with cluster dimensions (what %is_explicit_cluster reads)
   uint32_t dynamic_shared = 0;
   uint32_t sm_count = 8;               // the device's SMs: at most this many workers run a launch
   uint32_t sm_cap = 0;                 // at most this many (0: sm_count), e.g. a job's SM share
@@ -53,6 +55,11 @@ struct Warp {
   LaneMask runnable = 0;     // live and not waiting
   LaneMask at_barrier = 0;   // waiting at a block barrier
   LaneMask at_warpsync = 0;  // waiting for other lanes at a warp-synchronous instruction
+  // barrier.cluster: lanes that arrived in the cluster's current phase, lanes whose
+  // arrival's phase completed (their next wait goes on), lanes waiting for it.
+  LaneMask cluster_arrived = 0;
+  LaneMask cluster_done = 0;
+  LaneMask at_cluster_wait = 0;
   int32_t pc[kWarpSize] = {};
   uint16_t depth[kWarpSize] = {};
   uint8_t barrier_id[kWarpSize] = {};
@@ -79,6 +86,9 @@ struct Barrier {
 
 struct Block {
   uint32_t ctaid[3] = {0, 0, 0};
+  uint32_t cluster_id[3] = {0, 0, 0};     // the block's cluster in the grid
+  uint32_t cluster_ctaid[3] = {0, 0, 0};  // the block in its cluster
+  uint32_t cluster_rank = 0;
   uint64_t linear = 0;
   std::vector<uint8_t> shared;
   uint32_t live_threads = 0;
@@ -98,6 +108,13 @@ struct Launch {
   std::vector<Warp> warps;
   Block block;
   uint32_t threads_per_block = 0;
+  // Shared memory of each block of the running cluster, by rank (distributed
+  // shared memory); empty outside cluster launches.
+  struct RankShared {
+    uint8_t* data;
+    size_t size;
+  };
+  std::vector<RankShared> cluster_shared;
   // Last allocation a global access hit: most accesses of a kernel go to few buffers.
   uint64_t cache_base = 1;
   uint64_t cache_end = 0;
@@ -136,6 +153,7 @@ struct Exec {
   }
   uint8_t* shared(uint64_t addr, uint32_t n, int lane) {
     check_alignment(addr, n, lane);
+    if (addr >> kClusterRankShift) return cluster_shared(addr, n, lane);
     auto& s = launch->block.shared;
     if (addr + n > s.size() || addr + n < addr) space_fault("shared", addr, n, s.size(), lane);
     return s.data() + addr;
@@ -161,6 +179,8 @@ struct Exec {
   uint64_t frame_local_base() const { return static_cast<uint64_t>(depth) * launch->prog.local_frame_bytes; }
 
   uint8_t* global_slow(uint64_t addr, uint32_t n, int lane);
+  // A .shared::cluster address of some block of the cluster (emu_types.h, kClusterRankShift).
+  uint8_t* cluster_shared(uint64_t addr, uint32_t n, int lane);
   [[noreturn]] void space_fault(const char* space, uint64_t addr, uint32_t n, uint64_t size, int lane);
   void check_alignment(uint64_t addr, uint32_t n, int lane) {
     if ((n & (n - 1)) == 0 && (addr & (n - 1)) != 0) misaligned(addr, n, lane);

@@ -166,6 +166,7 @@ const HandlerRegistrar registrar{
     EMU_ENTRY("retcopy", h_retcopy),
     CONTROL("bra", nullptr, kBranch), CONTROL("brx.idx", nullptr, kBranchIndexed), CONTROL("call", nullptr, kCall), CONTROL("ret", nullptr, kReturn),
     CONTROL("exit", nullptr, kExit), CONTROL("bar", nullptr, kBarrier), CONTROL("trap", nullptr, kTrap),
+    CONTROL("bar.cluster", nullptr, kClusterBarrier),
 };
 
 }  // namespace

@@ -42,6 +42,7 @@ struct Stopped {};
 // as when one worker ran them all).
 struct LaunchShared {
   uint64_t blocks = 0;
+  uint64_t clusters = 0;                     // of a launch with clusters of more than one block, else 0
   std::chrono::steady_clock::time_point start;
   std::atomic<uint64_t> next{0};
   // The lowest block that failed so far: blocks after it stop (a single worker
@@ -61,8 +62,8 @@ struct LaunchShared {
 
   // Keeps the failure of the lowest block (the one a single worker would have met first).
   void fail(uint64_t block, int fault_code, std::string text);
-  // A block starts running: counts it in `running` and `max_running`.
-  void started_block();
+  // `count` blocks start running: counts them in `running` and `max_running`.
+  void started_blocks(uint32_t count);
 };
 
 // "0-31, 64, 96-127" (at most 8 ranges).
@@ -94,12 +95,27 @@ class Runner {
   LaunchShared& S_;
   const Program& prog_;
   uint64_t steps_reported_ = 0;             // of L_.warp_steps, added to S_.warp_steps
-  bool prepared_ = false;                   // warps allocated
+  bool prepared_ = false;                   // warps allocated (prepare)
+
+  // The blocks of the cluster being run (cluster_execution.cpp): each rank's warps
+  // and block state; the running rank's are swapped into L_ (so everything else
+  // sees one block, as in a launch without clusters).
+  struct RankState {
+    std::vector<Warp> warps;
+    Block block;
+  };
+  std::vector<RankState> ranks_;
+  int32_t swapped_in_ = -1;                 // the rank whose state is in L_ (-1: none)
+  uint32_t cluster_arrived_ = 0;            // threads arrived at the cluster barrier's current phase
+  uint64_t cluster_first_block_ = 0;        // linear index of the running cluster's rank-0 block
+
 
   // ------------------------------------------------------------ setup
 
   void allocate_warp(Warp& w, uint32_t index);
+  void prepare();   // the warps of one block, once
   void start_block(uint64_t linear);
+  void set_cluster_position(Block& B) const;
   uint64_t special_value(Special s, const Warp& w, int lane) const;
 
   // ------------------------------------------------------------ blocks
@@ -151,6 +167,18 @@ class Runner {
   void check_same_instruction(uint32_t id);
   void write_register(Warp& w, int lane, uint32_t slot, uint64_t value);
   uint64_t read_register(const Warp& w, int lane, uint32_t slot) const;
+
+  // ------------------------------------------------------------ clusters (cluster_execution.cpp)
+
+  // Runs the blocks of cluster `index` together, round-robin, until all exited.
+  void run_cluster(uint64_t index);
+  void swap_rank(uint32_t rank);
+  // f(warps, block) for each block of the running cluster (L_'s block alone outside clusters).
+  template <class F>
+  void for_cluster_blocks(F&& f);
+  bool cluster_barrier(Exec& e, Warp& w, const Instr& in, LaneMask exec);
+  // Completes the cluster barrier's phase once every live thread of the cluster arrived.
+  bool check_cluster_barrier();
 
   // ------------------------------------------------------------ warp-synchronous instructions
 

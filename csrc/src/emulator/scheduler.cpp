@@ -1,5 +1,6 @@
 // The hot loop: runs a launch block by block, each block's warps round-robin,
-// each warp as groups of lanes that share a pc.
+// each warp as groups of lanes that share a pc. (A launch with clusters of more
+// than one block runs cluster by cluster, its blocks together: cluster_execution.cpp.)
 //
 // Reconvergence rule: a warp always executes the runnable lanes with the
 // smallest key (deepest call frame first, then lowest pc); lanes with another
@@ -62,23 +63,59 @@ void LaunchShared::fail(uint64_t block, int fault_code, std::string text) {
   }
 }
 
-void LaunchShared::started_block() {
-  uint32_t now = running.fetch_add(1) + 1;
+void LaunchShared::started_blocks(uint32_t count) {
+  uint32_t now = running.fetch_add(count) + count;
   uint32_t most = max_running.load();
   while (now > most && !max_running.compare_exchange_weak(most, now)) {
   }
 }
 
+void Runner::prepare() {
+  if (prepared_) return;
+  const LaunchConfig& c = L_.cfg;
+  L_.threads_per_block = c.block[0] * c.block[1] * c.block[2];
+  uint32_t nwarps = (L_.threads_per_block + kWarpSize - 1) / kWarpSize;
+  L_.warps.resize(nwarps);
+  for (uint32_t w = 0; w < nwarps; ++w) allocate_warp(L_.warps[w], w);
+  prepared_ = true;
+}
+
 void Runner::run() {
+  const LaunchConfig& c = L_.cfg;
+  prepare();
   bool ran = false;
+  // The unit a worker takes is a block, or a whole cluster when clusters have
+  // more than one block (its blocks must be co-resident: they wait for each other).
+  const uint32_t per_unit = S_.clusters ? c.cluster[0] * c.cluster[1] * c.cluster[2] : 1;
   for (;;) {
-    uint64_t b = S_.next.fetch_add(1);
-    if (b >= S_.blocks || b > S_.stop_after.load(std::memory_order_relaxed)) break;
+    uint64_t u = S_.next.fetch_add(1);
+    if (S_.clusters ? (u >= S_.clusters || S_.stop_after.load(std::memory_order_relaxed) != ~0ull)
+                    : (u >= S_.blocks || u > S_.stop_after.load(std::memory_order_relaxed)))
+      break;
     ran = true;
-    S_.started_block();
-    bool ok = guarded(b, [&] { run_block(b); });
-    S_.running.fetch_sub(1);
-    keep_output(b);
+    S_.started_blocks(per_unit);
+    bool ok = false;
+    uint64_t b = u;  // the block a failure or output belongs to
+    try {
+      if (S_.clusters) {
+        run_cluster(u);
+      } else {
+        run_block(u);
+      }
+      ok = true;
+    } catch (Stopped&) {
+    } catch (LaunchAbort& a) {
+      b = L_.block.linear;
+      S_.fail(b, a.code, a.message);
+    } catch (Fault& f) {  // raised outside a warp (barrier release): message is complete
+      b = L_.block.linear;
+      S_.fail(b, f.code, f.message);
+    } catch (std::exception& e) {
+      b = L_.block.linear;
+      S_.fail(b, kLaunchFailed, std::string("the emulator failed running ") + block_name() + ": " + e.what());
+    }
+    S_.running.fetch_sub(per_unit);
+    keep_output(S_.clusters ? cluster_first_block_ : b);
     if (!ok) break;
   }
   report(ran);
@@ -111,18 +148,6 @@ void Runner::allocate_warp(Warp& w, uint32_t index) {
   w.return_pc.assign(kWarpSize, 0);
 }
 
-void Runner::begin(uint64_t linear) {
-  if (!prepared_) {
-    const LaunchConfig& c = L_.cfg;
-    L_.threads_per_block = c.block[0] * c.block[1] * c.block[2];
-    uint32_t nwarps = (L_.threads_per_block + kWarpSize - 1) / kWarpSize;
-    L_.warps.resize(nwarps);
-    for (uint32_t w = 0; w < nwarps; ++w) allocate_warp(L_.warps[w], w);
-    prepared_ = true;
-  }
-  start_block(linear);
-}
-
 void Runner::start_block(uint64_t linear) {
   const LaunchConfig& c = L_.cfg;
   Block& B = L_.block;
@@ -130,13 +155,16 @@ void Runner::start_block(uint64_t linear) {
   B.ctaid[0] = static_cast<uint32_t>(linear % c.grid[0]);
   B.ctaid[1] = static_cast<uint32_t>((linear / c.grid[0]) % c.grid[1]);
   B.ctaid[2] = static_cast<uint32_t>(linear / (static_cast<uint64_t>(c.grid[0]) * c.grid[1]));
+  set_cluster_position(B);
   size_t shared_end = prog_.reserved_shared_bytes
                           ? static_cast<size_t>(L_.reserved_shared_begin()) + prog_.reserved_shared_bytes
                           : static_cast<size_t>(prog_.static_shared_bytes) + c.dynamic_shared;
   B.shared.assign(shared_end, 0);
   B.live_threads = L_.threads_per_block;
   for (auto& bar : B.barriers) bar = Barrier{};
+  if (ranks_.empty()) cluster_arrived_ = 0;  // a one-block cluster's barrier starts with the block
   for (Warp& w : L_.warps) {
+    w.cluster_arrived = w.cluster_done = w.at_cluster_wait = 0;
     uint32_t first = w.index * kWarpSize;
     uint32_t count = std::min<uint32_t>(kWarpSize, L_.threads_per_block - first);
     w.exists = count == kWarpSize ? kFullMask : ((1u << count) - 1);
@@ -153,6 +181,15 @@ void Runner::start_block(uint64_t linear) {
       for (int l = 0; l < kWarpSize; ++l) row[l] = special_value(special, w, l);
     }
   }
+}
+
+void Runner::set_cluster_position(Block& B) const {
+  const uint32_t* dims = L_.cfg.cluster;
+  for (int i = 0; i < 3; ++i) {
+    B.cluster_id[i] = B.ctaid[i] / dims[i];
+    B.cluster_ctaid[i] = B.ctaid[i] % dims[i];
+  }
+  B.cluster_rank = B.cluster_ctaid[0] + dims[0] * (B.cluster_ctaid[1] + dims[1] * B.cluster_ctaid[2]);
 }
 
 uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
@@ -194,6 +231,21 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
     case kReservedSmemOffset1: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes / 2;
     case kReservedSmemEnd: return L_.reserved_shared_begin() + prog_.reserved_shared_bytes;
     case kReservedSmemCap: return prog_.reserved_shared_bytes;
+    case kClusterIdX: return B.cluster_id[0];
+    case kClusterIdY: return B.cluster_id[1];
+    case kClusterIdZ: return B.cluster_id[2];
+    case kNclusterIdX: return c.grid[0] / c.cluster[0];
+    case kNclusterIdY: return c.grid[1] / c.cluster[1];
+    case kNclusterIdZ: return c.grid[2] / c.cluster[2];
+    case kClusterCtaidX: return B.cluster_ctaid[0];
+    case kClusterCtaidY: return B.cluster_ctaid[1];
+    case kClusterCtaidZ: return B.cluster_ctaid[2];
+    case kClusterNctaidX: return c.cluster[0];
+    case kClusterNctaidY: return c.cluster[1];
+    case kClusterNctaidZ: return c.cluster[2];
+    case kClusterCtaRank: return B.cluster_rank;
+    case kClusterNctaRank: return c.cluster[0] * c.cluster[1] * c.cluster[2];
+    case kIsExplicitCluster: return c.explicit_cluster ? 1 : 0;
     case kEnvreg1: return c.grid_workspace >> 32;
     case kEnvreg2: return c.grid_workspace & 0xffffffffull;
     default: return 0;
@@ -201,9 +253,14 @@ uint64_t Runner::special_value(Special s, const Warp& w, int lane) const {
 }
 
 void Runner::run_block(uint64_t linear) {
-  begin(linear);
+  start_block(linear);
   while (!advance(kWarpSlice)) {
   }
+}
+
+void Runner::begin(uint64_t linear) {
+  prepare();
+  start_block(linear);
 }
 
 bool Runner::advance(uint64_t slice) {
@@ -278,6 +335,7 @@ bool Runner::unstick() {
   bool moved = false;
   for (Warp& w : L_.warps) moved |= wake_warpsync(w);
   for (uint32_t id = 0; id < 16; ++id) moved |= check_barrier(id);
+  moved |= check_cluster_barrier();
   return moved;
 }
 
@@ -289,6 +347,7 @@ bool Runner::unstick() {
       LaneMask bit = 1u << l;
       if (w.at_barrier & bit) waiting[{0, w.pc[l]}].push_back(w.index * kWarpSize + l);
       if (w.at_warpsync & bit) waiting[{1, w.pc[l]}].push_back(w.index * kWarpSize + l);
+      if (w.at_cluster_wait & bit) waiting[{2, w.pc[l]}].push_back(w.index * kWarpSize + l);
     }
   }
   std::string msg = "divergent barrier: " + block_name() + " can never continue: ";
@@ -298,7 +357,9 @@ bool Runner::unstick() {
     first = false;
     msg += "threads " + thread_ranges(ids) + " wait at " + where(k.second);
   }
-  msg += " (" + std::to_string(L_.block.live_threads) + " live threads in the block)";
+  msg += " (" + std::to_string(L_.block.live_threads) + " live threads in the block";
+  if (!ranks_.empty()) msg += ", which waits with the other blocks of its cluster";
+  msg += ")";
   throw LaunchAbort{kLaunchFailed, msg};
 }
 
@@ -316,6 +377,14 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
   LaunchConfig config = launch_config;
   GridWorkspace workspace(memory);
   if (config.cooperative) {
+    // A cooperative worker keeps each block apart; a cluster's blocks share one
+    // worker's state (cluster_execution.cpp). Both at once is not emulated.
+    if (config.cluster[0] * config.cluster[1] * config.cluster[2] > 1) {
+      result.code = kNotSupported;
+      result.message = "a cooperative launch of " + program.name + " with clusters of more than one block is "
+                       "not emulated";
+      return result;
+    }
     try {
       config.grid_workspace = workspace.create();
     } catch (MemoryError& e) {
@@ -328,12 +397,24 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
   DeviceMemory::Use use(memory);
   detail::LaunchShared shared;
   shared.blocks = static_cast<uint64_t>(config.grid[0]) * config.grid[1] * config.grid[2];
+  const uint32_t* cluster = config.cluster;
+  const uint64_t cluster_blocks = static_cast<uint64_t>(cluster[0]) * cluster[1] * cluster[2];
+  // The backend checks these with CUDA's codes first; the interpreter must never run a bad shape.
+  if (cluster_blocks == 0 || cluster_blocks > kMaxClusterBlocks || config.grid[0] % cluster[0] ||
+      config.grid[1] % cluster[1] || config.grid[2] % cluster[2]) {
+    result.code = kInvalidValue;
+    result.message = "cluster of " + std::to_string(cluster[0]) + "x" + std::to_string(cluster[1]) + "x" +
+                     std::to_string(cluster[2]) + " blocks does not divide the grid or exceeds " +
+                     std::to_string(kMaxClusterBlocks) + " blocks";
+    return result;
+  }
+  if (cluster_blocks > 1) shared.clusters = shared.blocks / cluster_blocks;
   shared.start = std::chrono::steady_clock::now();
   // One worker per SM the launch may use, as a GPU spreads a grid over its SMs;
   // an SM cap (a job's share) leaves the other workers to other launches.
   uint64_t sms = std::max<uint32_t>(1, config.sm_count);
   if (config.sm_cap) sms = std::min<uint64_t>(sms, config.sm_cap);
-  auto workers = static_cast<uint32_t>(std::min<uint64_t>(sms, shared.blocks));
+  auto workers = static_cast<uint32_t>(std::min<uint64_t>(sms, shared.clusters ? shared.clusters : shared.blocks));
   WorkerPool::instance().run(workers, [&](uint32_t smid) {
     if (config.cooperative) {
       detail::run_cooperative_worker(program, memory, params, config, smid, shared);

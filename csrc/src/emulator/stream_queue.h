@@ -1,6 +1,6 @@
 // An emulator stream's queue of work (tally/backends/emulator/streams.py runs
 // it on the stream's thread). Python queues callables; the C++ data plane
-// (csrc/src/data_plane/emulator_issue.cpp) queues NativeOps (a launch, a memset,
+// (csrc/src/emulator/data_plane_issuer.cpp) queues NativeOps (a launch, a memset,
 // a copy) without the GIL. Both go into one FIFO, so stream order holds whoever
 // queued the work. The stream's thread runs a NativeOp (GIL released) and then
 // does what Python does after every launch (statistics, printf, errors).

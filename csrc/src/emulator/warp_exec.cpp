@@ -126,6 +126,9 @@ uint64_t Runner::run_warp(Warp& w, uint64_t max_steps) {
         case Control::kBarrier:
           regroup = barrier(e, w, in, exec);
           break;
+        case Control::kClusterBarrier:
+          regroup = cluster_barrier(e, w, in, exec);
+          break;
         case Control::kWarpSync:
           regroup = warp_sync(e, w, in, exec);
           break;
@@ -237,10 +240,15 @@ bool Runner::exit_lanes(Warp& w, LaneMask exec) {
   w.runnable &= ~exec;
   L_.block.live_threads -= popcount(exec);
   w.group &= ~exec;
+  // The cluster barrier waits for every live thread; an exited one no longer counts,
+  // whether it arrived or not.
+  cluster_arrived_ -= popcount(exec & w.cluster_arrived);
+  w.cluster_arrived &= ~exec;
   ++w.gpc;
   // Fewer live threads: a count-less barrier may now be complete.
   flush_group(w);
   for (uint32_t id = 0; id < 16; ++id) check_barrier(id);
+  check_cluster_barrier();
   return true;
 }
 

@@ -43,16 +43,14 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
-from tally.backends.device_attributes import synthetic_attributes
+from tally.backends.clusters import launch_cluster
+from tally.backends.device_attributes import launch_limits, synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.emulator.layout import LayoutError
 from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
+from tally.backends.emulator import value_waits
 from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 
-MAX_BLOCK = (1024, 1024, 64)
-MAX_BLOCK_THREADS = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_SHARED_BYTES = 227 * 1024
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
 DEFAULT_DRIVER_VERSION = 13000      # CUDA 13.0: loads PTX up to ISA 9.0
 DEFAULT_HEAP_BYTES = 8 << 20        # cudaLimitMallocHeapSize's default, as the driver's
@@ -84,6 +82,10 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         self._sm_count = sm_count
         self._cc = tuple(compute_capability)
         self._driver_version = driver_version
+        self._attributes = synthetic_attributes(self._cc, sm_count)
+        # the limits a launch is checked against here and in the C++ issuer: the device
+        # attributes the job's client reads are their one source
+        self.limits = launch_limits(self._attributes)
         self.launch_timeout_s = launch_timeout_s
         self.max_warp_instructions = max_warp_instructions
         self._printf_to_stdout = printf_to_stdout
@@ -100,8 +102,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def describe(self) -> DeviceDescription:
         cc = self._cc
         return DeviceDescription(name="tally emulator", uuid=self._uuid, total_memory=self._memory.capacity,
-                                 compute_capability=cc, sm_count=self._sm_count,
-                                 attributes=synthetic_attributes(cc, self._sm_count),
+                                 compute_capability=cc, sm_count=self._sm_count, attributes=self._attributes,
                                  driver_version=self._driver_version)
 
     # ------------------------------------------------------------------ memory
@@ -213,7 +214,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             r = fn.resources()
         except LayoutError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"kernel {fn.name}: {e}") from None
-        max_threads = MAX_BLOCK_THREADS if r.max_threads is None else min(r.max_threads, MAX_BLOCK_THREADS)
+        limit = self.limits.max_threads
+        max_threads = limit if r.max_threads is None else min(r.max_threads, limit)
         cluster = r.required_cluster or (0, 0, 0)
         return {
             FuncAttribute.MAX_THREADS_PER_BLOCK: max_threads,
@@ -287,12 +289,14 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         return clamp_sm_grant(requested_sms, self._sm_count)
 
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
-               params: bytes, sm_cap: int | None = None, cooperative: bool = False) -> None:
+               params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None,
+               cooperative: bool = False) -> None:
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
-        grid, block = _dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK)
-        if block[0] * block[1] * block[2] > MAX_BLOCK_THREADS:
-            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than {MAX_BLOCK_THREADS} threads")
+        limits = self.limits
+        grid, block = _dims(grid, "grid", limits.max_grid), _dims(block, "block", limits.max_block)
+        if block[0] * block[1] * block[2] > limits.max_threads:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"block {block} has more than {limits.max_threads} threads")
         threads = block[0] * block[1] * block[2]
         if fn.max_threads is not None and threads > fn.max_threads:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} allows at most {fn.max_threads} threads "
@@ -300,11 +304,13 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
         if fn.required_block is not None and block != fn.required_block:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} must be launched with block "
                                                         f"{fn.required_block} (.reqntid), not {block}")
-        if not 0 <= shared_bytes <= MAX_SHARED_BYTES:
+        if not 0 <= shared_bytes <= limits.max_shared_bytes:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                              f"{shared_bytes} bytes of dynamic shared memory (at most {MAX_SHARED_BYTES})")
+                              f"{shared_bytes} bytes of dynamic shared memory (at most {limits.max_shared_bytes})")
         if sm_cap is not None and not 1 <= sm_cap <= self._sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self._sm_count}")
+        shape = launch_cluster(fn.name, grid, cluster, fn.cluster)
+        cluster_dims, explicit = (shape.dims, True) if shape is not None else ((1, 1, 1), False)
         params = bytes(params)
         heap = self._heap_of(fn) if fn.uses_device_heap else None
         if len(params) < fn.param_bytes:
@@ -313,13 +319,13 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
         def run() -> None:
             kernel = fn.lowered()
-            if kernel.static_shared_bytes + shared_bytes > MAX_SHARED_BYTES:
+            if kernel.static_shared_bytes + shared_bytes > limits.max_shared_bytes:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
                                   f"kernel {fn.name} needs {kernel.static_shared_bytes} bytes of static and "
-                                  f"{shared_bytes} of dynamic shared memory (at most {MAX_SHARED_BYTES})")
+                                  f"{shared_bytes} of dynamic shared memory (at most {limits.max_shared_bytes})")
             result = core.run_launch(kernel.program, self._memory, params, grid, block, shared_bytes,
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
-                                     self._cancel, sm_cap or 0, heap, cooperative)
+                                     self._cancel, sm_cap or 0, heap, cluster_dims, explicit, cooperative)
             self._launched(stream, fn.name, result)
 
         stream.submit(run)
@@ -393,6 +399,20 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
     def host_callback(self, stream: EmulatorStream, fn: Callable[[], None]) -> None:
         stream.submit(fn)
 
+    def stream_wait_value(self, stream: EmulatorStream, address: int, value: int, width: int,
+                          condition: int) -> None:
+        _memory_call(self._memory.check, address, width, "stream wait value address")
+        read = value_waits.reader(_memory_call, self._memory, address, width)
+        stream.submit(value_waits.wait_op(read, value, width, condition, stream.waits_released))
+
+    def stream_write_value(self, stream: EmulatorStream, address: int, value: int, width: int) -> None:
+        _memory_call(self._memory.check, address, width, "stream write value address")
+        data = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        stream.submit(lambda: _memory_call(self._memory.write, address, data))
+
+    def stream_release_waits(self, stream: EmulatorStream) -> None:
+        stream.waits_released.set()
+
     def stream_set_access_policy(self, stream: EmulatorStream, window) -> None:
         pass   # the emulator has no cache: every access costs the same
 
@@ -438,10 +458,13 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
 
     def data_plane(self) -> DataPlaneDevice:
         # Work goes onto the streams' C++ queues; their threads run it like any other
-        # (csrc/src/data_plane/emulator_issue.cpp).
+        # (csrc/src/emulator/data_plane_issuer.cpp).
         from tally._core import data_plane
+        limits = self.limits
         issuer = data_plane.EmulatorIssuer(self._memory, self._sm_count, self.max_warp_instructions,
-                                           self.launch_timeout_s, self._cancel)
+                                           self.launch_timeout_s, self._cancel,
+                                           data_plane.LaunchLimits(limits.max_grid, limits.max_block,
+                                                                   limits.max_threads, limits.max_shared_bytes))
 
         def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
             if fn.uses_device_heap:
@@ -451,7 +474,8 @@ class EmulatorBackend(NoHostRegistration, PtxVariants):
             except DeviceError:
                 return False          # every launch fails, the Python way
             plane.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
-                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes)
+                                        fn.required_block or (0, 0, 0), kernel.static_shared_bytes,
+                                        fn.cluster.dims or (0, 0, 0), fn.cluster.explicit)
             return True
 
         return DataPlaneDevice(issuer, lambda stream: stream.queue_handle, register)

@@ -1,5 +1,5 @@
 """Lowering of control flow and warp/block synchronization: bra, call, ret,
-exit, trap, bar/barrier, shfl, vote, match, redux, elect, activemask.
+exit, trap, bar/barrier (incl. barrier.cluster), shfl, vote, match, redux, elect, activemask.
 
 A call to a `.func` becomes `call` (copy the argument bytes into the callee's
 frame, push the return address) plus, when there are return values, a
@@ -169,7 +169,8 @@ def lower_barrier(cx: FunctionLowering, ins: ir.Instruction) -> None:
         cx.emit("bar.warp.sync", [NO_SLOT] * MASK + [cx.src(ins.operands[0], "u32")])
         return
     if ins.has("cluster"):
-        raise cx.unsupported("cluster barriers")
+        lower_cluster_barrier(cx, ins)
+        return
     ops = list(ins.operands)
     bar = FLAGS["BAR"]
     if ins.has("red"):
@@ -189,6 +190,16 @@ def lower_barrier(cx: FunctionLowering, ins: ir.Instruction) -> None:
     a = cx.src(ops[0], "u32")
     b = cx.src(ops[1], "u32") if len(ops) == 2 else NO_SLOT
     cx.emit("bar", [a, b], flags=bar[kind] << FLAGS["BAR_SHIFT"])
+
+
+def lower_cluster_barrier(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    """barrier.cluster.arrive / .wait (csrc/src/emulator/cluster_execution.cpp). `.relaxed`
+    drops the arrive's release ordering and `.aligned` promises the warp executes it
+    together; the interpreter's memory is sequentially consistent and it runs any
+    lanes, so both change nothing here."""
+    if ins.operands or ins.has("arrive") == ins.has("wait"):
+        raise cx.unsupported(ins.full_opcode)
+    cx.emit("bar.cluster", [], flags=FLAGS["CLUSTER_WAIT"] if ins.has("wait") else 0)
 
 
 # --------------------------------------------------------------------------- warp-level

@@ -1,5 +1,6 @@
 """Lowering of memory instructions: ld/ldu/st (scalar and vector), atom/red,
-cvta, isspacep, fences and hints.
+cvta, isspacep, mapa/getctarank (cluster shared memory), fences and hints.
+.shared::cluster accesses are .shared accesses: the address says which block's.
 
 Keys name the resolved state space: "ld.global", "st.frame", "atom.shared"...
 (see csrc/src/emulator/ops_memory.cpp for the spaces). `.const` data lives in
@@ -128,6 +129,22 @@ def lower_isspacep(cx: FunctionLowering, ins: ir.Instruction) -> None:
         raise cx.unsupported(ins.full_opcode)
     d, a = ins.operands
     cx.emit(f"isspacep.{space}", [cx.dst(d), cx.src(a)])
+
+
+@MEMORY.lowers("mapa", "getctarank")
+def lower_cluster_address(cx: FunctionLowering, ins: ir.Instruction) -> None:
+    """mapa{.shared::cluster} d, a, rank and getctarank{.shared::cluster} d, a: addresses of
+    distributed shared memory (csrc/src/emulator/cluster_memory.cpp)."""
+    space = normalize_space(ins.state_space)
+    if space not in ("shared", "generic") or len(ins.operands) != (3 if ins.opcode == "mapa" else 2):
+        raise cx.unsupported(ins.full_opcode)
+    d, a, *rank = ins.operands
+    if isinstance(a, ir.Symbol) and space == "generic":
+        address = cx.symbol_value(a.name, generic=True)
+    else:
+        address = cx.src(a, ins.type or "u64")
+    sources = [address] + [cx.src(r, "u32") for r in rank]
+    cx.emit(f"{ins.opcode}.{space}", [cx.dst(d)] + sources)
 
 
 @MEMORY.lowers("membar", "fence")

@@ -28,6 +28,7 @@ from tally.backends.emulator.layout import (
 )
 from tally.backends.emulator.grid_syscalls import provide_grid_syscalls
 from tally.backends.emulator.lower_control import HEAP_FUNCTIONS
+from tally.backends.clusters import KernelCluster
 from tally.backends.emulator.kernel_resources import KernelResources, kernel_resources
 from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
@@ -43,6 +44,7 @@ class EmulatorFunction:
     module: EmulatorModule = field(repr=False)
     max_threads: int | None = None                        # .maxntid (product)
     required_block: tuple[int, int, int] | None = None    # .reqntid
+    cluster: KernelCluster = KernelCluster()              # .reqnctapercluster, .explicitcluster
     _lowered: LoweredKernel | None = field(default=None, repr=False)
     _resources: KernelResources | None = field(default=None, repr=False)
     _error: DeviceError | None = field(default=None, repr=False)
@@ -103,7 +105,7 @@ class EmulatorModule:
             for fn in self.ir.entries():
                 layout = tuple(KernelParam(s.offset, s.size, s.align) for s in param_layout(fn))
                 self.functions[fn.name] = EmulatorFunction(fn.name, layout, param_bytes(fn), self,
-                                                           *_block_limits(fn))
+                                                           *_block_limits(fn), KernelCluster.of(fn))
         except (LayoutError, ValueError) as e:
             self.unload()
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX cannot be loaded: {e}") from None

@@ -36,6 +36,8 @@ class EmulatorStream:
         self._on_exit = on_exit
         self._run_native = run_native
         self.destroyed = False
+        # Set when the stream's job leaves: its waits on values end (value_waits.py).
+        self.waits_released = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"emulator-stream-{next(_names)}", daemon=True)
         self._thread.start()
 

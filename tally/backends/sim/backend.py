@@ -48,6 +48,7 @@ from tally.protocol.errors import (
     CUDA_ERROR_NOT_READY,
     DeviceError,
 )
+from tally.backends.clusters import KernelCluster, launch_cluster
 from tally.backends.sim.device import SimDevice
 from tally.backends.sim.loop import SimClock, SimLoop
 from tally.backends.sim.memory import SimMemory
@@ -55,7 +56,7 @@ from tally.backends.sim.model import A100_SXM4_40GB, GPU_PRESETS, KernelCost, Ke
 from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEvent, SimFunction,
                                         SimKernelDef, SimModule, SimStream, packed_params,
                                         sim_module_source)
-from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, WaitOp
+from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, ValueWaitOp, WaitOp
 from tally.backends.sim.ptx import entry_params, global_sizes
 from tally.backends.sim.variants import SimVariantProvider
 
@@ -212,7 +213,8 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
         return clamp_sm_grant(requested_sms, self.gpu.sm_count)
 
     def launch(self, fn: SimFunction, grid: Dim3, block: Dim3, shared_bytes: int,
-               stream: SimStream, params: bytes, sm_cap: int | None = None, cooperative: bool = False) -> None:
+               stream: SimStream, params: bytes, sm_cap: int | None = None,
+               cluster: Dim3 | None = None, cooperative: bool = False) -> None:
         # A cooperative grid is timed as any other: the model runs a launch's blocks in
         # waves, and the client already refused grids that cannot be resident at once.
         if not isinstance(fn, SimFunction):
@@ -229,6 +231,10 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
                               f"{fn.name} takes {fn.launch_param_bytes} parameter bytes, got {len(params)}")
         if sm_cap is not None and not 1 <= sm_cap <= self.gpu.sm_count:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"SM cap {sm_cap} is outside 1..{self.gpu.sm_count}")
+        if cluster is not None:
+            # The cost model has no clusters (a cluster's blocks cost what they cost
+            # apart); the device's limits on its shape are still the device's.
+            launch_cluster(fn.name, tuple(grid), tuple(cluster), KernelCluster())
         self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params), sm_cap))
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: SimStream) -> None:
@@ -269,6 +275,20 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
 
     def host_callback(self, stream: SimStream, fn: Callable[[], None]) -> None:
         self._enqueue(stream, CallbackOp(fn))
+
+    def stream_wait_value(self, stream: SimStream, address: int, value: int, width: int,
+                          condition: int) -> None:
+        self._check(address, width)
+        self._enqueue(stream, ValueWaitOp(address, value, width, condition))
+
+    def stream_write_value(self, stream: SimStream, address: int, value: int, width: int) -> None:
+        self._check(address, width)
+        data = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        self._enqueue(stream, CopyOp("htod", address, data, width, self._copy_ns(width, self.gpu.dtod_gb_per_s)))
+
+    def stream_release_waits(self, stream: SimStream) -> None:
+        with self.loop.lock:
+            stream.waits_released = True
 
     def stream_set_access_policy(self, stream: SimStream, window) -> None:
         pass   # the cost model has no L2 residency to steer

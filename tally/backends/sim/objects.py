@@ -77,6 +77,7 @@ class SimStream:
     busy: bool = False
     errors: collections.deque = field(default_factory=collections.deque)
     destroyed: bool = False
+    waits_released: bool = False   # its job is leaving: waits on values end (ops.ValueWaitOp)
 
     @property
     def idle(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Callable, Protocol
 
 from ptx_passes.launch_plan import PTB_EXTRA, PTB_STATE_BYTES, SLICE_EXTRA, extra_params_offset, total_blocks
 from tally.backends.base import Dim3
+from tally.backends.stream_memory_ops import wait_satisfied
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.backends.sim.device import SM_UNITS, KernelRun, SimDevice
 from tally.backends.sim.loop import SimLoop
@@ -166,6 +167,33 @@ class CopyOp(Op):
         except DeviceError as e:
             backend.fail(stream, e)
         backend.op_done(stream)
+
+
+class ValueWaitOp(Op):
+    """cuStreamWaitValue32/64: the stream holds here until the value in simulated
+    memory meets the condition, looked at every POLL_NS of virtual time (work on
+    other streams goes on meanwhile), or until its waits are released."""
+    __slots__ = ("address", "value", "width", "condition")
+    POLL_NS = 10_000
+
+    def __init__(self, address: int, value: int, width: int, condition: int):
+        self.address, self.value, self.width, self.condition = address, value, width, condition
+
+    def start(self, backend: SimMachine, stream: SimStream) -> bool:
+        backend.loop.schedule(backend.loop.now_ns, lambda: self._look(backend, stream))
+        return False
+
+    def _look(self, backend: SimMachine, stream: SimStream) -> None:
+        try:
+            current = int.from_bytes(backend.memory.read(self.address, self.width), "little")
+        except DeviceError as e:
+            backend.fail(stream, e)
+            backend.op_done(stream)
+            return
+        if stream.waits_released or wait_satisfied(current, self.value, self.width, self.condition):
+            backend.op_done(stream)
+        else:
+            backend.loop.schedule(backend.loop.now_ns + self.POLL_NS, lambda: self._look(backend, stream))
 
 
 class RecordOp(Op):

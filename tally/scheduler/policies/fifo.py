@@ -4,8 +4,8 @@ without priorities) does, and the baseline every other policy is measured
 against."""
 from __future__ import annotations
 
-from tally.scheduler.policy import (NORMAL_STREAM_PRIORITY, ClientView, RunningUnit, Schedule,
-                                    SchedulerView, Start)
+from tally.scheduler.policy import (NORMAL_STREAM_PRIORITY, ClientView, LaneRule, RunningUnit, Schedule,
+                                    SchedulerView, Start, gated_lane_rule)
 
 
 class FifoPolicy:
@@ -16,6 +16,9 @@ class FifoPolicy:
 
     def starts_at_once(self, client: ClientView) -> bool:
         return True
+
+    def lane_rule(self, client: ClientView) -> LaneRule:
+        return gated_lane_rule(client, self.starts_at_once(client))
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
         return True

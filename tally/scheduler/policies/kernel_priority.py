@@ -7,8 +7,8 @@ high-priority work returns). Once started, a best-effort kernel runs to the
 end: a long one delays the high-priority job by its whole remaining time."""
 from __future__ import annotations
 
-from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView,
-                                    RunningUnit, Schedule, SchedulerView, Start)
+from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView, LaneRule,
+                                    RunningUnit, Schedule, SchedulerView, Start, gated_lane_rule)
 
 
 class KernelPriorityPolicy:
@@ -19,6 +19,9 @@ class KernelPriorityPolicy:
 
     def starts_at_once(self, client: ClientView) -> bool:
         return client.priority == HIGH
+
+    def lane_rule(self, client: ClientView) -> LaneRule:
+        return gated_lane_rule(client, self.starts_at_once(client))
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
         return client.priority == HIGH or not (any(k.priority == HIGH for k in view.waiting)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView,
-                                    RunningUnit, Schedule, SchedulerView, Start)
+from tally.scheduler.policy import (HIGH, HIGH_STREAM_PRIORITY, NORMAL_STREAM_PRIORITY, ClientView, LaneRule,
+                                    RunningUnit, Schedule, SchedulerView, Start, gated_lane_rule)
 
 DEFAULT_IDLE_GRACE_MS = 0.05
 
@@ -44,6 +44,9 @@ class PriorityPolicy:
 
     def starts_at_once(self, client: ClientView) -> bool:
         return client.priority == HIGH
+
+    def lane_rule(self, client: ClientView) -> LaneRule:
+        return gated_lane_rule(client, self.starts_at_once(client))
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
         # schedule()'s rule for the next best-effort unit, with the client's own work

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from tally.scheduler.policy import (NORMAL_STREAM_PRIORITY, ClientView, RunningUnit, Schedule,
-                                    SchedulerView, Start)
+from tally.scheduler.policy import (NORMAL_STREAM_PRIORITY, ClientView, LaneRule, RunningUnit, Schedule,
+                                    SchedulerView, Start, gated_lane_rule)
 
 
 class TimeSlicePolicy:
@@ -30,6 +30,9 @@ class TimeSlicePolicy:
 
     def starts_at_once(self, client: ClientView) -> bool:
         return False
+
+    def lane_rule(self, client: ClientView) -> LaneRule:
+        return gated_lane_rule(client, self.starts_at_once(client))
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
         return False      # quanta are the executor's to keep

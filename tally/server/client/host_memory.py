@@ -121,6 +121,13 @@ class PinnedRegions:
         with self._lock:
             return list(self._regions.values())
 
+    def reachable(self, address: int, nbytes: int) -> bool:
+        """Whether [address, address+nbytes) lies in one region the device reaches at
+        that address (a stream wait or write on pinned host memory)."""
+        with self._lock:
+            return any(r.device_address is not None and r.device_address <= address
+                       and address + nbytes <= r.device_address + r.size for r in self._regions.values())
+
     def get(self, region_id: int) -> PinnedRegion:
         region = self._regions.get(region_id)
         if region is None:
@@ -153,6 +160,17 @@ class PinnedRegions:
             if region.fd >= 0:
                 os.close(region.fd)
                 region.fd = -1
+
+    def holding(self, ptr: int, nbytes: int) -> PinnedRegion | None:
+        """The region whose job address range holds [ptr, ptr+nbytes), if any: mapped
+        pinned memory named by its device pointer (cuMemHostGetDevicePointer gives the
+        host address, as unified addressing does)."""
+        with self._lock:
+            for region in self._regions.values():
+                start = region.job_address
+                if start and start <= ptr and ptr + nbytes <= start + region.size:
+                    return region
+        return None
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -24,8 +24,6 @@ device lacks fails when the module loads, naming it.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import io
 import re
 import time
@@ -37,6 +35,7 @@ from ptx_passes.errors import PtxParseError
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
 from ptx_passes.parser import parse_module
+from ptx_passes.text_memo import memo_by_ptx_bytes
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_PTX,
@@ -204,8 +203,12 @@ def _newer_ptx_for_device(payload: bytes, label: str, compute_capability: tuple[
     return retargeted
 
 
-@functools.lru_cache(maxsize=8)
-def _parsed_by_digest(digest: str, text: str, label: str):
+# libcudadevrt's PTX five times over (ptx_passes/text_memo.py: about 50 MiB parsed)
+PARSED_INPUT_PTX_BYTES = 4 << 20
+
+
+@memo_by_ptx_bytes(PARSED_INPUT_PTX_BYTES)
+def _parsed_by_text(text: str, label: str):
     return parse_module(text, label)
 
 
@@ -213,4 +216,4 @@ def _parsed(text: str, label: str):
     """Parsed PTX, kept for the next link of the same text (numba links libcudadevrt,
     780 KB of PTX, into every kernel that synchronizes its grid). The linker never
     changes a parsed input."""
-    return _parsed_by_digest(hashlib.sha256(text.encode()).hexdigest(), text, label)
+    return _parsed_by_text(text, label)

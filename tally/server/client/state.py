@@ -58,7 +58,8 @@ class ClientState:
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
-        self.vmm = VirtualMemory(services.backend, self.allocations, services.description.total_memory)
+        self.vmm = VirtualMemory(services.backend, self.allocations, services.description.total_memory,
+                                 services.ipc.physical, job.client_id)
         self.opened = OpenedAllocations(services.ipc, job.client_id, services.backend)
         self._ipc = services.ipc
         self._retire = services.retire_client
@@ -103,14 +104,26 @@ class ClientState:
 
     # ---- checks ------------------------------------------------------------------------
 
-    def check_device_range(self, ptr: int, nbytes: int, what: str) -> None:
+    def check_device_range(self, ptr: int, nbytes: int, what: str) -> bool:
         """INVALID_VALUE unless [ptr, ptr+nbytes) is this client's memory: one of
         its allocations, a global variable of one of its modules, accessible
-        mapped virtual memory, or another job's allocation it opened (IPC)."""
+        mapped virtual memory, another job's allocation it opened (IPC), or its
+        pinned host memory where the device reaches it (the device pointer of mapped
+        pinned memory: memsets and copies on it, as on a GPU). True for the latter:
+        host memory, which a synchronous memset or copy into must finish before it
+        is answered."""
         if self.allocations.find(ptr) is not None:
             self.allocations.check_range(ptr, nbytes, what)
-            return
-        if not self.modules.global_contains(ptr, nbytes) and not self.vmm.contains(ptr, nbytes) \
-                and not self.opened.contains(ptr, nbytes):
+            return False
+        if self.modules.global_contains(ptr, nbytes) or self.vmm.contains(ptr, nbytes) \
+                or self.opened.contains(ptr, nbytes):
+            return False
+        region = self.regions.holding(ptr, nbytes)
+        if region is not None and region.device_address is not None:
+            return True
+        if region is not None:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE,
-                              f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")
+                              f"{what} 0x{ptr:x}+{nbytes} is pinned host memory the device cannot reach on this "
+                              f"backend (its address is taken on the device, or the device has no access to host "
+                              f"memory): copy to and from it as host memory instead")
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{what} 0x{ptr:x}+{nbytes} is not memory this client owns")

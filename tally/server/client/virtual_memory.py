@@ -1,6 +1,7 @@
 """Which virtual memory a client owns (cuMemAddressReserve, cuMemCreate, cuMemMap,
 cuMemSetAccess): its reservations, its physical handles (counted against its
-quota, as allocations are) and the mappings between them. For the ownership
+quota, as allocations are; or another job's memory it imported, counted there)
+and the mappings between them. For the ownership
 checks of copies and memsets, its memory is the accessible mapped bytes of its
 reservations. The driver calls are in tally/server/handlers/virtual_memory.py.
 """
@@ -28,13 +29,17 @@ class Mapping:
 class VirtualMemory:
     """One client's reservations, physical handles and mappings."""
 
-    def __init__(self, backend, allocations, total_memory: int):
+    def __init__(self, backend, allocations, total_memory: int, shares=None, client_id: int = 0):
         self.backend = backend
         self.allocations = allocations          # the client's Allocations: physical handles count there
         self.total_memory = total_memory
+        self.shares = shares                    # PhysicalShares: memory shared with other jobs (or None)
+        self.client_id = client_id
         self.lock = threading.Lock()
         self.reservations: dict[int, int] = {}      # base -> bytes
         self.handles: dict[int, tuple[object, int]] = {}   # client handle -> (backend handle, bytes)
+        self.imported: set[int] = set()             # handles on another job's memory (not charged here)
+        self.refs: dict[int, int] = {}              # handles retained more than once -> references
         # Released by the client while still mapped: CUDA frees such memory at its
         # last unmap, and so does the quota.
         self.released_mapped: dict[int, tuple[object, int]] = {}
@@ -117,17 +122,70 @@ class VirtualMemory:
 
     def release(self, handle: int) -> None:
         with self.lock:
+            if self.refs.get(handle, 1) > 1 and handle in self.handles:
+                self.refs[handle] -= 1          # retained (cuMemRetainAllocationHandle): one release each
+                return
+            self.refs.pop(handle, None)
             found = self.handles.pop(handle, None)
             if found is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{handle} is not a physical handle of this client")
             if any(m.handle == handle for m in self.mappings.values()):
                 self.released_mapped[handle] = found
                 return
-        self._give_back(found)
+        self._give_back(handle, found)
 
-    def _give_back(self, found: tuple[object, int]) -> None:
-        self.backend.vmm_release(found[0])
-        self.allocations.uncharge(found[1])
+    def _give_back(self, handle: int, found: tuple[object, int]) -> None:
+        """The handle is released and unmapped: its memory goes unless another job holds it."""
+        with self.lock:
+            imported = handle in self.imported
+            self.imported.discard(handle)
+        if self.shares is None or self.shares.drop(self.client_id, found[0]):
+            self.backend.vmm_release(found[0])
+        if not imported:
+            self.allocations.uncharge(found[1])
+
+    # ---- shared with other jobs (tally/server/physical_shares.py) ------------------------------
+    def export(self, handle: int) -> tuple[int, int]:
+        with self.lock:
+            found = self.handles.get(handle)
+            if found is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{handle} is not a physical handle of this client")
+            if handle in self.imported:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE,
+                                  f"handle {handle} is another job's memory: only its owner exports it")
+        return self.shares.export(self.client_id, found[0], found[1])
+
+    def adopt(self, export_id: int, secret: int) -> int:
+        """Another job's exported physical memory as a handle of this client."""
+        backend_handle, nbytes = self.shares.open(self.client_id, export_id, secret)
+        with self.lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            self.handles[handle] = (backend_handle, nbytes)
+            self.imported.add(handle)
+        return handle
+
+    def retain(self, ptr: int) -> int:
+        """cuMemRetainAllocationHandle: the handle mapped at `ptr`, with one more reference."""
+        with self.lock:
+            start = self._mapping_at(ptr)
+            handle = self.mappings[start].handle
+            if handle in self.handles:
+                self.refs[handle] = self.refs.get(handle, 1) + 1
+            else:                                   # released while mapped: the handle is live again
+                self.handles[handle] = self.released_mapped.pop(handle)
+            return handle
+
+    def accessible(self, ptr: int) -> bool:
+        """cuMemGetAccess: whether the mapping at `ptr` is readable and writable."""
+        with self.lock:
+            return self.mappings[self._mapping_at(ptr)].accessible
+
+    def _mapping_at(self, ptr: int) -> int:
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0 or ptr >= self._starts[i] + self.mappings[self._starts[i]].size:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"0x{ptr:x} is not mapped memory of this client")
+        return self._starts[i]
 
     def map(self, ptr: int, nbytes: int, offset: int, handle: int) -> None:
         _check_granular("mapping size", nbytes)
@@ -160,11 +218,11 @@ class VirtualMemory:
             for start in starts:
                 del self.mappings[start]
                 self._starts.remove(start)
-            unused = [self.released_mapped.pop(h) for h in handles
+            unused = [(h, self.released_mapped.pop(h)) for h in handles
                       if h in self.released_mapped and not any(m.handle == h for m in self.mappings.values())]
         self.backend.vmm_unmap(ptr, nbytes)
-        for found in unused:
-            self._give_back(found)
+        for handle, found in unused:
+            self._give_back(handle, found)
 
     def free(self, ptr: int, nbytes: int) -> None:
         """Frees a reservation, unmapping what is still mapped in it."""
@@ -228,13 +286,15 @@ class VirtualMemory:
         """The client is gone (and its work finished): give everything back."""
         for base, size in list(self.reservations.items()):
             self.free(base, size)
+        with self.lock:
+            self.refs.clear()    # every reference goes with the client
         for handle in list(self.handles):
             self.release(handle)
         with self.lock:          # released, and never mapped here (a migration broken off midway)
-            left = list(self.released_mapped.values())
+            left = list(self.released_mapped.items())
             self.released_mapped.clear()
-        for found in left:
-            self._give_back(found)
+        for handle, found in left:
+            self._give_back(handle, found)
 
 
 def _check_granular(what: str, value: int, zero_ok: bool = False) -> None:

@@ -20,13 +20,14 @@ from tally.server.handlers import (
     memory,
     modules,
     stream_attributes,
+    stream_memory_ops,
     streams,
     sync,
     virtual_memory,
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, stream_attributes,
-           events, host_functions, sync, modules, linker, launch, green_contexts, contexts)
+           events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:

@@ -8,7 +8,10 @@ Where the host bytes live decides when a copy is done with them:
 - a pinned region: read or written in place when the stream gets there, so a
   synchronous copy is answered only after it ran;
 - device to pageable host: the copy lands in a private buffer, then in a
-  download-arena chunk the reply names (the client copies it out and releases it).
+  download-arena chunk the reply names (the client copies it out and releases it);
+- a "device" destination that is mapped pinned memory (its device pointer): host
+  memory, so a synchronous copy into it is answered only after it ran, as a copy to
+  host memory is in CUDA.
 """
 from __future__ import annotations
 
@@ -54,11 +57,11 @@ def memcpy_htod(job: Job, msg: MemcpyHtoD, tag: int):
         data = client.regions.get(msg.region).span(msg.region_offset, nbytes, "copy source")
     else:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"unknown copy source kind {source}")
-    client.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
+    into_host = client.check_device_range(dst, _device_span(width, height, pitch, "destination"), "copy destination")
     for dev_off, host_off, n in _rows(width, height, pitch, width):   # host rows are packed
         if n:
             client.streams.submit(stream, ops.MemcpyHtoD(dst + dev_off, data[host_off:host_off + n]))
-    if source == SOURCE_PINNED and tag:
+    if tag and (source == SOURCE_PINNED or into_host):
         _answer_when_reached(client, tag, stream)
         return ANSWERS_ITSELF
     return None
@@ -118,14 +121,19 @@ def memcpy_dtoh(job: Job, msg: MemcpyDtoH, tag: int):
     return ANSWERS_ITSELF
 
 
-def memcpy_dtod(job: Job, msg: MemcpyDtoD, tag: int) -> None:
+def memcpy_dtod(job: Job, msg: MemcpyDtoD, tag: int):
     client = job.client
     dst, src, width, height = msg.dst, msg.src, msg.width, msg.height
-    client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"), "copy destination")
+    into_host = client.check_device_range(dst, _device_span(width, height, msg.dst_pitch, "destination"),
+                                          "copy destination")
     client.check_device_range(src, _device_span(width, height, msg.src_pitch, "source"), "copy source")
     for dst_off, src_off, n in _rows(width, height, msg.dst_pitch, msg.src_pitch):
         if n:
             client.streams.submit(msg.stream, ops.MemcpyDtoD(dst + dst_off, src + src_off, n))
+    if tag and into_host:
+        _answer_when_reached(client, tag, msg.stream)
+        return ANSWERS_ITSELF
+    return None
 
 
 def _answer_when_reached(client, tag: int, stream: int) -> None:

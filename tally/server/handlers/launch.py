@@ -22,8 +22,11 @@ def launch_kernel(job: Job, msg: LaunchKernel, tag: int) -> None:
                                                     f"its parameters take {fn.param_bytes}")
     if msg.flags & ~_KNOWN_FLAGS:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} with unknown flags {msg.flags:#x}")
+    cluster = msg.cluster if any(msg.cluster) else None
+    if cluster is not None and 0 in cluster:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"launch of {fn.name} with cluster dimension {cluster}")
     client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)   # malloc/free's heap
-    launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail),
+    launch = ops.Launch(fn.backend_function, grid, block, msg.shared_bytes, bytes(tail), cluster=cluster,
                         cooperative=bool(msg.flags & LaunchFlag.COOPERATIVE))
     client.streams.submit(msg.stream, launch)
     if client.fast is not None:

@@ -17,7 +17,7 @@ from tally.protocol.messages_generated import (
     Memset,
 )
 from tally.scheduler import ops
-from tally.server.client.sync import when_idle
+from tally.server.client.sync import wait_streams, when_idle
 from tally.server.dispatch import ANSWERS_ITSELF
 from tally.server.handlers.memory_wait import allocate_or_wait
 from tally.server.job import Job
@@ -80,7 +80,7 @@ def mem_get_info(job: Job, msg: MemGetInfo, tag: int) -> MemInfoReply:
     return MemInfoReply(free=free, total=total)
 
 
-def memset(job: Job, msg: Memset, tag: int) -> None:
+def memset(job: Job, msg: Memset, tag: int):
     client = job.client
     dst, elem, width, height, pitch, value = msg.dst, msg.element_size, msg.width, msg.height, msg.pitch, msg.value
     if elem not in (1, 2, 4):
@@ -91,12 +91,18 @@ def memset(job: Job, msg: Memset, tag: int) -> None:
     if height > 1 and pitch < row_bytes:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"pitch {pitch} is smaller than a row ({row_bytes} bytes)")
     if width and height:
-        client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
+        into_host = client.check_device_range(dst, (height - 1) * pitch + row_bytes, "memset destination")
         if height == 1 or pitch == row_bytes:
             client.streams.submit(msg.stream, ops.Memset(dst, value, elem, width * height))
         else:
             for row in range(height):
                 client.streams.submit(msg.stream, ops.Memset(dst + row * pitch, value, elem, width))
+        # CUDA: a synchronous memset of pinned host memory (mapped pinned memory named
+        # by its device pointer) is fully synchronous; of device memory it need not be.
+        if tag and into_host:
+            client.blocking.run(tag, lambda: wait_streams(client, [msg.stream]))
+            return ANSWERS_ITSELF
+    return None
 
 
 HANDLERS = {

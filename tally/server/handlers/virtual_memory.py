@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.messages_generated import (
+    IpcHandleReply,
+    MemAccessReply,
     MemAddressFree,
     MemAddressReply,
     MemAddressReserve,
     MemCreate,
     MemCreateReply,
+    MemExportHandle,
+    MemGetAccess,
+    MemImportHandle,
     MemMap,
     MemRelease,
+    MemRetainHandle,
     MemSetAccess,
     MemUnmap,
 )
@@ -65,6 +71,25 @@ def mem_set_access(job: Job, msg: MemSetAccess, tag: int) -> None:
     job.client.vmm.set_access(msg.dptr, msg.bytes, bool(msg.access))
 
 
+# Shareable handles: physical memory shared with other jobs of this server
+# (tally/server/physical_shares.py; the client carries the export in a file descriptor).
+def mem_export_handle(job: Job, msg: MemExportHandle, tag: int) -> IpcHandleReply:
+    export_id, secret = job.client.vmm.export(msg.handle)
+    return IpcHandleReply(export_id=export_id, secret=secret)
+
+
+def mem_import_handle(job: Job, msg: MemImportHandle, tag: int) -> MemCreateReply:
+    return MemCreateReply(job.client.vmm.adopt(msg.export_id, msg.secret))
+
+
+def mem_retain_handle(job: Job, msg: MemRetainHandle, tag: int) -> MemCreateReply:
+    return MemCreateReply(job.client.vmm.retain(msg.dptr))
+
+
+def mem_get_access(job: Job, msg: MemGetAccess, tag: int) -> MemAccessReply:
+    return MemAccessReply(access=int(job.client.vmm.accessible(msg.dptr)))
+
+
 HANDLERS = {
     MemAddressReserve: mem_address_reserve,
     MemAddressFree: mem_address_free,
@@ -73,4 +98,8 @@ HANDLERS = {
     MemMap: mem_map,
     MemUnmap: mem_unmap,
     MemSetAccess: mem_set_access,
+    MemExportHandle: mem_export_handle,
+    MemImportHandle: mem_import_handle,
+    MemRetainHandle: mem_retain_handle,
+    MemGetAccess: mem_get_access,
 }

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   int lines = 0;
   for (const char* c = buffer; *c != '\0'; ++c) lines += *c == '\n';
   printf("dump_all=%d lines=%d\n", (int)rc, lines);
-  char small[160];
+  char small[320];  // the newest message (with its reason) and the note fit; both messages do not
   size = sizeof small;
   rc = cuLogsDumpToMemory(NULL, small, &size, 0);
   printf("dump_small=%d note=%d newest=%d\n", (int)rc, strncmp(small, "[1 log messages did not fit]", 28) == 0,

@@ -135,8 +135,8 @@ static void modules(const char* ptx_path, const char* fatbin_path) {
   CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, mixed, 128, 0));
   CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, mixed, NULL, 0, 0));
   printf("occupancy_128=%d best_block=%d min_grid=%d\n", blocks, best_block, min_grid);
-  // Clusters: one-block clusters fit as often as blocks do; larger ones not at all
-  // (tally launches none). cuBLAS asks this when it creates a handle.
+  // Clusters: a cluster's blocks share one GPC's SMs (the emulator's 8 SMs are one);
+  // the largest that fits is the portable 8. cuBLAS asks this when it creates a handle.
   CUlaunchAttribute cluster_attr;
   cluster_attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
   cluster_attr.value.clusterDim.x = 1;

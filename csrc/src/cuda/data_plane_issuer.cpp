@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "data_plane/cuda_issue.h"
+#include "cuda/data_plane_issuer.h"
 
 namespace tally::data_plane {
 
@@ -28,6 +28,7 @@ Fn symbol(void* library, const char* name) {
 struct CudaIssuer::Driver {
   decltype(&::cuCtxSetCurrent) ctx_set_current;
   decltype(&::cuLaunchKernel) launch_kernel;
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex;
   decltype(&::cuMemsetD8Async) memset_d8;
   decltype(&::cuMemsetD16Async) memset_d16;
   decltype(&::cuMemsetD32Async) memset_d32;
@@ -44,6 +45,7 @@ CudaIssuer::CudaIssuer(uint64_t context) : context_(context), driver_(new Driver
   Driver& d = *driver_;
   d.ctx_set_current = symbol<decltype(d.ctx_set_current)>(library_, "cuCtxSetCurrent");
   d.launch_kernel = symbol<decltype(d.launch_kernel)>(library_, "cuLaunchKernel");
+  d.launch_kernel_ex = symbol<decltype(d.launch_kernel_ex)>(library_, "cuLaunchKernelEx");
   d.memset_d8 = symbol<decltype(d.memset_d8)>(library_, "cuMemsetD8Async");
   d.memset_d16 = symbol<decltype(d.memset_d16)>(library_, "cuMemsetD16Async");
   d.memset_d32 = symbol<decltype(d.memset_d32)>(library_, "cuMemsetD32Async");
@@ -74,6 +76,25 @@ bool CudaIssuer::launch(uint64_t stream, const FunctionEntry& fn, const LaunchSh
   size_t size = param_bytes;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(param_bytes ? params : &kNoParams),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  if (s.cluster[0] != 0) {
+    // A cluster launch, which the driver checks. Beyond the portable 8 blocks the
+    // kernel's NON_PORTABLE attribute must be set on this side first: Python does that.
+    if (uint64_t{s.cluster[0]} * s.cluster[1] * s.cluster[2] > 8) return false;
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = s.cluster[0];
+    attr.value.clusterDim.y = s.cluster[1];
+    attr.value.clusterDim.z = s.cluster[2];
+    CUlaunchConfig config{};
+    config.gridDimX = s.grid[0], config.gridDimY = s.grid[1], config.gridDimZ = s.grid[2];
+    config.blockDimX = s.block[0], config.blockDimY = s.block[1], config.blockDimZ = s.block[2];
+    config.sharedMemBytes = s.shared_bytes;
+    config.hStream = reinterpret_cast<CUstream>(stream);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return driver_->launch_kernel_ex(&config, reinterpret_cast<CUfunction>(fn.native), nullptr, extra) ==
+           CUDA_SUCCESS;
+  }
   // The driver copies the parameter buffer before cuLaunchKernel returns.
   return driver_->launch_kernel(reinterpret_cast<CUfunction>(fn.native), s.grid[0], s.grid[1], s.grid[2], s.block[0],
                                 s.block[1], s.block[2], s.shared_bytes, reinterpret_cast<CUstream>(stream), nullptr,

@@ -1,4 +1,4 @@
-// The emulator backend's DeviceIssuer (emulator_issue.cpp): work onto its
+// The emulator backend's DeviceIssuer (data_plane_issuer.cpp): work onto its
 // streams' C++ queues. A stream handle is the address of its StreamQueue.
 #pragma once
 #include <memory>
@@ -12,10 +12,21 @@ struct CancelFlag;
 
 namespace tally::data_plane {
 
+// What a launch may ask of the emulated device. Not written here: the Python
+// backend passes the limits it reads from the device attributes it reports
+// (tally/backends/device_attributes.py, launch_limits), so the client, the
+// Python backend and this issuer check one set of numbers.
+struct LaunchLimits {
+  uint32_t max_grid[3];
+  uint32_t max_block[3];
+  uint32_t max_threads;
+  uint32_t max_shared_bytes;
+};
+
 class EmulatorIssuer final : public DeviceIssuer {
  public:
   EmulatorIssuer(std::shared_ptr<emu::DeviceMemory> memory, uint32_t sm_count, uint64_t max_warp_steps,
-                 double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel);
+                 double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel, LaunchLimits limits);
 
   bool launch(uint64_t stream, const FunctionEntry& fn, const LaunchShape& shape, const uint8_t* params,
               uint32_t param_bytes, uint32_t sm_cap) override;
@@ -36,6 +47,7 @@ class EmulatorIssuer final : public DeviceIssuer {
   uint64_t max_warp_steps_;
   double timeout_seconds_;
   std::shared_ptr<emu::CancelFlag> cancel_;
+  LaunchLimits limits_;
 };
 
 }  // namespace tally::data_plane

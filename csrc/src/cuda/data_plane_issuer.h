@@ -1,4 +1,4 @@
-// The cuda backend's DeviceIssuer (cuda_issue.cpp): driver calls on the
+// The cuda backend's DeviceIssuer (data_plane_issuer.cpp): driver calls on the
 // server's context, through the libcuda.so.1 the process already loaded.
 #pragma once
 #include <atomic>

@@ -2,7 +2,7 @@
 // (csrc/src/emulator/stream_queue.h), after the checks the Python backend
 // makes before it queues the same work (tally/backends/emulator/backend.py);
 // whatever they would refuse goes to Python, which refuses it with its message.
-#include "data_plane/emulator_issue.h"
+#include "emulator/data_plane_issuer.h"
 
 #include "emulator/stream_queue.h"
 
@@ -10,20 +10,31 @@ namespace tally::data_plane {
 
 namespace {
 
-// tally/backends/emulator/backend.py's limits
-constexpr uint32_t kMaxGrid[3] = {2147483647u, 65535u, 65535u};
-constexpr uint32_t kMaxBlock[3] = {1024u, 1024u, 64u};
-constexpr uint32_t kMaxThreads = 1024;
-constexpr uint32_t kMaxSharedBytes = 227 * 1024;
-
 emu::StreamQueue& queue_of(uint64_t stream) { return *reinterpret_cast<emu::StreamQueue*>(stream); }
+
+// The cluster shape the launch runs with, as tally/backends/clusters.py decides it
+// (false: a launch that backend refuses, which Python then refuses with its reason).
+bool cluster_of(const FunctionEntry& fn, const LaunchShape& s, uint32_t cluster[3], bool* explicit_cluster) {
+  const bool asked = s.cluster[0] != 0 || s.cluster[1] != 0 || s.cluster[2] != 0;
+  const bool required = fn.required_cluster[0] != 0;
+  uint64_t blocks = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (asked && required && s.cluster[i] != fn.required_cluster[i]) return false;
+    cluster[i] = asked ? s.cluster[i] : required ? fn.required_cluster[i] : 1;
+    if (cluster[i] == 0 || s.grid[i] % cluster[i] != 0) return false;
+    blocks *= cluster[i];
+  }
+  if (!asked && !required && fn.explicit_cluster) return false;
+  *explicit_cluster = asked || required;
+  return blocks <= emu::kMaxClusterBlocks;
+}
 
 }  // namespace
 
 EmulatorIssuer::EmulatorIssuer(std::shared_ptr<emu::DeviceMemory> memory, uint32_t sm_count, uint64_t max_warp_steps,
-                               double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel)
+                               double timeout_seconds, std::shared_ptr<emu::CancelFlag> cancel, LaunchLimits limits)
     : memory_(std::move(memory)), sm_count_(sm_count), max_warp_steps_(max_warp_steps),
-      timeout_seconds_(timeout_seconds), cancel_(std::move(cancel)) {}
+      timeout_seconds_(timeout_seconds), cancel_(std::move(cancel)), limits_(limits) {}
 
 bool EmulatorIssuer::owned(uint64_t addr, uint64_t nbytes) {
   emu::DeviceMemory::Use use(*memory_);
@@ -41,14 +52,18 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
   if (!program || sm_cap > sm_count_) return false;
   uint64_t threads = 1;
   for (int i = 0; i < 3; ++i) {
-    if (s.grid[i] > kMaxGrid[i] || s.block[i] > kMaxBlock[i]) return false;
+    if (s.grid[i] > limits_.max_grid[i] || s.block[i] > limits_.max_block[i]) return false;
     threads *= s.block[i];
     if (fn.required_block[0] && s.block[i] != fn.required_block[i]) return false;
   }
-  if (threads > kMaxThreads || (fn.max_threads && threads > fn.max_threads)) return false;
-  if (s.shared_bytes > kMaxSharedBytes || uint64_t{fn.static_shared_bytes} + s.shared_bytes > kMaxSharedBytes)
+  if (threads > limits_.max_threads || (fn.max_threads && threads > fn.max_threads)) return false;
+  if (s.shared_bytes > limits_.max_shared_bytes ||
+      uint64_t{fn.static_shared_bytes} + s.shared_bytes > limits_.max_shared_bytes)
     return false;
   if (param_bytes < program->param_bytes) return false;
+  uint32_t cluster[3];
+  bool explicit_cluster;
+  if (!cluster_of(fn, s, cluster, &explicit_cluster)) return false;
   auto op = std::make_shared<emu::NativeOp>();
   op->kind = emu::NativeOp::Kind::kLaunch;
   op->memory = memory_;
@@ -58,6 +73,8 @@ bool EmulatorIssuer::launch(uint64_t stream, const FunctionEntry& fn, const Laun
     op->config.grid[i] = s.grid[i];
     op->config.block[i] = s.block[i];
   }
+  for (int i = 0; i < 3; ++i) op->config.cluster[i] = cluster[i];
+  op->config.explicit_cluster = explicit_cluster;
   op->config.dynamic_shared = s.shared_bytes;
   op->config.sm_count = sm_count_;
   op->config.sm_cap = sm_cap;

@@ -1,0 +1,263 @@
+// The stream-ordered allocator (cuMemAllocAsync, cuMemAllocFromPoolAsync,
+// cuMemFreeAsync) and its memory pools: the device's default pool, pools the job
+// creates (cuMemPoolCreate), and the device's current pool (cuDeviceSetMemPool),
+// which cuMemAllocAsync allocates from.
+//
+// A pool is the client's bookkeeping over ordinary device allocations: each one is
+// a MemAlloc the server charges to the job's quota and to the high-priority
+// reserve, so suspension and migration carry it like any other allocation, and a
+// free gives the memory back to the server at once. A pool therefore never holds
+// memory back from other jobs sharing the device: what it has reserved is what is
+// in use, cuMemPoolTrimTo has nothing to release, and the release threshold and
+// reuse policies are kept and read back but change nothing. A pool's maxSize is
+// enforced here. Allocation is immediate, which stream order allows.
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "connection/connection.h"
+#include "entry_points/entry_point.h"
+#include "graphs/capture.h"
+#include "logging/log.h"
+#include "memory/device_memory.h"
+#include "memory/memory_pools.h"
+#include "memory/pool_objects.h"
+#include "streams/stream_ids.h"
+
+namespace tally::client {
+namespace {
+
+MemoryPool g_default_pool;
+std::mutex g_mutex;                                        // guards everything below and every pool's counts
+std::unordered_set<MemoryPool*> g_pools{&g_default_pool};  // live pools: a handle is valid iff it is here
+std::unordered_map<CUdeviceptr, MemoryPool*> g_pool_of;    // allocation -> the pool it came from
+MemoryPool* g_current = &g_default_pool;                   // cuDeviceSetMemPool's
+
+CUmemoryPool handle(MemoryPool* pool) { return reinterpret_cast<CUmemoryPool>(pool); }
+
+// The live pool behind `pool`, or nullptr with the reason logged. Call with g_mutex held.
+MemoryPool* find_locked(CUmemoryPool pool, const char* call) {
+  auto* object = reinterpret_cast<MemoryPool*>(pool);
+  if (g_pools.count(object) != 0) return object;
+  log_error("%s: %p is not a memory pool of this process (destroyed, or never created) "
+            "(CUDA_ERROR_INVALID_VALUE)", call, static_cast<void*>(pool));
+  return nullptr;
+}
+
+CUresult check_pool(CUmemoryPool pool, const char* call) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return find_locked(pool, call) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// A destroyed pool lives on until its last allocation is freed (as the driver's does).
+void release_if_done_locked(MemoryPool* pool) {
+  if (pool != &g_default_pool && pool->destroyed && pool->used == 0) delete pool;
+}
+
+CUresult allocate_from(CUmemoryPool pool, CUdeviceptr* dptr, size_t bytes, CUstream stream, bool per_thread,
+                       const char* call) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  // Memory nodes are not captured: stream-ordered allocation ends a capture.
+  if (CUresult rc; refused_while_capturing(id, &rc)) return rc;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  MemoryPool* object = nullptr;
+  {
+    // The bytes are counted before the request, so concurrent allocations cannot
+    // pass the pool's maxSize together.
+    std::lock_guard<std::mutex> lock(g_mutex);
+    object = pool == nullptr ? g_current : find_locked(pool, call);
+    if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const size_t max = object->props.maxSize;
+    if (max != 0 && (bytes > max || object->used > max - bytes)) {
+      log_error("%s: %zu bytes would take the pool past its maxSize of %zu bytes (%llu in use) "
+                "(CUDA_ERROR_OUT_OF_MEMORY)", call, bytes, max, static_cast<unsigned long long>(object->used));
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    object->used += bytes;
+  }
+  CUresult rc = allocate_device_memory(dptr, bytes);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (rc != CUDA_SUCCESS) {
+    object->used -= bytes;
+    release_if_done_locked(object);
+    return rc;
+  }
+  object->sizes[*dptr] = bytes;
+  object->used_high = std::max(object->used_high, object->used);
+  g_pool_of[*dptr] = object;
+  return CUDA_SUCCESS;
+}
+
+CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc; close_if_imported_pool_pointer(dptr, &rc)) return rc;
+  protocol::MemFreeAsyncMsg m{dptr, 0};
+  if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
+  CUresult rc = Connection::instance().send(m);
+  if (rc == CUDA_SUCCESS) forget_device_memory(dptr);   // the server's view of managed memory lives on until freed
+  return rc;
+}
+
+// The one device is device 0; pools live on it (host pools are not modeled).
+CUresult check_location(const CUmemLocation* location, CUmemAllocationType type, const char* call) {
+  if (location == nullptr || type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    log_error("%s: only device memory pools are supported, not location type %d (CUDA_ERROR_NOT_SUPPORTED)",
+              call, static_cast<int>(location->type));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (location->id != 0) return CUDA_ERROR_INVALID_DEVICE;
+  return Connection::instance().usable();
+}
+
+}  // namespace
+
+CUmemoryPool pool_of(CUdeviceptr dptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_pool_of.find(dptr);
+  return it == g_pool_of.end() ? nullptr : handle(it->second);
+}
+
+void pool_allocation_freed(CUdeviceptr dptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_pool_of.find(dptr);
+  if (it == g_pool_of.end()) return;
+  MemoryPool* pool = it->second;
+  g_pool_of.erase(it);
+  auto size = pool->sizes.find(dptr);
+  if (size != pool->sizes.end()) {
+    pool->used -= size->second;
+    pool->sizes.erase(size);
+  }
+  release_if_done_locked(pool);
+}
+
+CUmemoryPool add_pool(MemoryPool* pool) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pools.insert(pool);
+  return handle(pool);
+}
+
+MemoryPool* lock_pool(CUmemoryPool pool, const char* call, std::unique_lock<std::mutex>* lock) {
+  *lock = std::unique_lock<std::mutex>(g_mutex);
+  return find_locked(pool, call);
+}
+
+}  // namespace tally::client
+
+using namespace tally::client;
+namespace protocol = tally::protocol;
+
+TALLY_ENTRY(cuMemAllocAsync_v11020)(CUdeviceptr_v2* dptr, size_t bytesize, CUstream hStream) {
+  return allocate_from(nullptr, dptr, bytesize, hStream, false, "cuMemAllocAsync");
+}
+TALLY_ENTRY(cuMemAllocAsync_v11020_ptsz)(CUdeviceptr_v2* dptr, size_t bytesize, CUstream hStream) {
+  return allocate_from(nullptr, dptr, bytesize, hStream, true, "cuMemAllocAsync");
+}
+TALLY_ENTRY(cuMemAllocFromPoolAsync_v11020)(CUdeviceptr_v2* dptr, size_t bytesize, CUmemoryPool pool,
+                                            CUstream hStream) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return allocate_from(pool, dptr, bytesize, hStream, false, "cuMemAllocFromPoolAsync");
+}
+TALLY_ENTRY(cuMemAllocFromPoolAsync_v11020_ptsz)(CUdeviceptr_v2* dptr, size_t bytesize, CUmemoryPool pool,
+                                                 CUstream hStream) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return allocate_from(pool, dptr, bytesize, hStream, true, "cuMemAllocFromPoolAsync");
+}
+TALLY_ENTRY(cuMemFreeAsync_v11020)(CUdeviceptr_v2 dptr, CUstream hStream) { return free_async(dptr, hStream, false); }
+TALLY_ENTRY(cuMemFreeAsync_v11020_ptsz)(CUdeviceptr_v2 dptr, CUstream hStream) {
+  return free_async(dptr, hStream, true);
+}
+
+TALLY_ENTRY(cuMemPoolCreate_v11020)(CUmemoryPool* pool, const CUmemPoolProps_v1* props) {
+  if (pool == nullptr || props == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = check_location(&props->location, props->allocType, "cuMemPoolCreate"); rc != CUDA_SUCCESS)
+    return rc;
+  if (!pool_handle_types_supported(props->handleTypes)) {
+    log_error("cuMemPoolCreate: handle types 0x%x: tally shares pools between jobs by POSIX file descriptor "
+              "only (CUDA_ERROR_NOT_SUPPORTED)", static_cast<unsigned>(props->handleTypes));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (props->usage != 0) {
+    log_error("cuMemPoolCreate: usage 0x%x (hardware decompression) is not supported (CUDA_ERROR_NOT_SUPPORTED)",
+              static_cast<unsigned>(props->usage));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto* object = new MemoryPool();
+  object->props = *props;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pools.insert(object);
+  *pool = handle(object);
+  return CUDA_SUCCESS;
+}
+
+TALLY_ENTRY(cuMemPoolDestroy_v11020)(CUmemoryPool pool) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MemoryPool* object = find_locked(pool, "cuMemPoolDestroy");
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (object == &g_default_pool) {
+    log_error("cuMemPoolDestroy: the device's default pool cannot be destroyed (CUDA_ERROR_INVALID_VALUE)");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  g_pools.erase(object);
+  if (g_current == object) g_current = &g_default_pool;   // the device's default pool becomes current again
+  object->destroyed = true;
+  release_if_done_locked(object);
+  return CUDA_SUCCESS;
+}
+
+TALLY_ENTRY(cuDeviceGetDefaultMemPool_v11020)(CUmemoryPool* pool_out, CUdevice_v1 dev) {
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *pool_out = handle(&g_default_pool);
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuDeviceGetMemPool_v11020)(CUmemoryPool* pool, CUdevice_v1 dev) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *pool = handle(g_current);
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuDeviceSetMemPool_v11020)(CUdevice_v1 dev, CUmemoryPool pool) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MemoryPool* object = find_locked(pool, "cuDeviceSetMemPool");
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (object->imported) {
+    log_error("cuDeviceSetMemPool: a pool imported from another process cannot be a device's current pool "
+              "(CUDA_ERROR_INVALID_VALUE)");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  g_current = object;
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuMemGetDefaultMemPool_v13000)(CUmemoryPool* pool_out, CUmemLocation* location, CUmemAllocationType type) {
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = check_location(location, type, "cuMemGetDefaultMemPool"); rc != CUDA_SUCCESS) return rc;
+  *pool_out = handle(&g_default_pool);
+  return CUDA_SUCCESS;
+}
+TALLY_ENTRY(cuMemGetMemPool_v13000)(CUmemoryPool* pool_out, CUmemLocation* location, CUmemAllocationType type) {
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = check_location(location, type, "cuMemGetMemPool"); rc != CUDA_SUCCESS) return rc;
+  return tally_entry_cuDeviceGetMemPool_v11020(pool_out, 0);
+}
+TALLY_ENTRY(cuMemSetMemPool_v13000)(CUmemLocation* location, CUmemAllocationType type, CUmemoryPool pool) {
+  if (CUresult rc = check_location(location, type, "cuMemSetMemPool"); rc != CUDA_SUCCESS) return rc;
+  return tally_entry_cuDeviceSetMemPool_v11020(0, pool);
+}
+
+TALLY_ENTRY(cuMemPoolTrimTo_v11020)(CUmemoryPool pool, size_t minBytesToKeep) {
+  (void)minBytesToKeep;  // a pool holds no freed memory: there is nothing to release
+  return check_pool(pool, "cuMemPoolTrimTo");
+}
