@@ -71,6 +71,7 @@ extern "C" __global__ void pdl_secondary(const int* data, int* out)
 
 CUDA_ERROR_LAUNCH_FAILED = 719     # what a GPU reports for `trap`
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def device():
     backend.close()
 
 
-def launch(device, kernel, grid, block, arrays, scalars=b"", cooperative=False):
+def launch(device, kernel, grid, block, arrays, scalars=b"", cooperative=False, cluster=None):
     """Runs `kernel` on device copies of `arrays` (pointer parameters first, then the
     packed `scalars`); returns the arrays read back."""
     backend, module, _ = device
@@ -100,7 +101,7 @@ def launch(device, kernel, grid, block, arrays, scalars=b"", cooperative=False):
         params = b"".join(struct.pack("<Q", p) for p in ptrs) + scalars
         fn = backend.module_function(module, kernel)
         if cooperative:
-            backend.launch(fn, grid, block, 0, s, params, cooperative=True)
+            backend.launch(fn, grid, block, 0, s, params, cooperative=True, cluster=cluster)
         else:
             backend.launch(fn, grid, block, 0, s, params)
         out = [a.copy() for a in arrays]
@@ -161,6 +162,14 @@ def test_a_fault_stops_the_whole_cooperative_grid(device):
     values, _ = launch(device, "ring_rounds", (8, 1, 1), (32, 1, 1), [np.zeros(8, np.int32), np.zeros(8, np.int32)],
                        struct.pack("<i", 3), cooperative=True)
     np.testing.assert_array_equal(values, ring_expected(8, 3))
+
+
+def test_a_cooperative_launch_with_clusters_is_refused(device):
+    # A cooperative worker holds each block apart; a cluster's blocks share one worker.
+    with pytest.raises(DeviceError) as e:
+        launch(device, "ring_rounds", (4, 1, 1), (32, 1, 1), [np.zeros(4, np.int32), np.zeros(4, np.int32)],
+               struct.pack("<i", 1), cooperative=True, cluster=(2, 1, 1))
+    assert e.value.code == CUDA_ERROR_NOT_SUPPORTED and "clusters of more than one block" in e.value.message
 
 
 def test_griddepcontrol_runs_serialized(device):
