@@ -79,8 +79,10 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "HOST_REGISTER_SUPPORTED": 1,
         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
         # A stream's access-policy window may span what a GPU's may (A100 and H100 report
-        # 128 MiB - 4 KiB); no L2 is set aside for persisting accesses (there is no L2).
-        "MAX_PERSISTING_L2_CACHE_SIZE": 0, "MAX_ACCESS_POLICY_WINDOW_SIZE": 134_213_632,
+        # 128 MiB - 4 KiB), and up to three quarters of the L2 may be set aside for persisting
+        # accesses (A100: 30 of 40 MiB). There is no cache: windows and the set-aside are kept
+        # and read back (cuStreamSetAttribute, cuCtxSetLimit), and change no result.
+        "MAX_PERSISTING_L2_CACHE_SIZE": 50 * 1024 * 1024 * 3 // 4, "MAX_ACCESS_POLICY_WINDOW_SIZE": 134_213_632,
         "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1,
         "CLUSTER_LAUNCH": int(compute_capability >= (9, 0)),
         "MPS_ENABLED": 0,
