@@ -39,6 +39,8 @@ DEFAULT_SAMPLES = (
     "simpleAssert", "simpleCudaGraphs", "simpleStreams",
     "clock", "template", "simpleCooperativeGroups", "simpleDrvRuntime", "simpleHyperQ", "fp16ScalarProduct",
     "scalarProd", "deviceQuery", "deviceQueryDrv",
+    # cooperative launches: a grid-wide reduction through grid.sync() (~45 s on the emulator)
+    "reductionMultiBlockCG",
 )
 GENCODE = ("-gencode", "arch=compute_80,code=compute_80")
 NVCC_FLAGS = ("-std=c++17", "--extended-lambda", "-Wno-deprecated-gpu-targets", "-O2")
