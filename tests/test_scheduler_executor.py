@@ -125,6 +125,8 @@ def test_cooperative_best_effort_kernels_run_whole_next_to_high_priority_work(be
     c = rig.ex.counters()
     assert c["kernels_cooperative"] == 4
     assert (c["kernels_sliced"], c["kernels_ptb"], c["preemptions"], c["untransformable"]) == (0, 0, 0, 0), c
+    # Running whole for its own reason settles nothing for the same kernel launched otherwise.
+    assert not rig.ex.runs_whole("be", rig.launch("add_one", 5000, buf))
 
 
 def test_fifo_sends_everything_at_once_and_keeps_order():

@@ -629,7 +629,10 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if op.cooperative:
                 self._counters["kernels_cooperative"] += 1
                 self._note_cooperative(stream.client, op)
-            if task.plan.mode is WHOLE and not task.plan.measuring and stream.client.priority != HIGH:
+            # (A cooperative launch runs whole for its own reason: the same kernel launched
+            # otherwise may still be transformed, so it settles nothing for the fast lane.)
+            if (task.plan.mode is WHOLE and not task.plan.measuring and not task.plan.cooperative
+                    and stream.client.priority != HIGH):
                 stream.client.whole_keys.add(task.key)
             self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
         plan = task.plan
