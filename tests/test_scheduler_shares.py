@@ -5,6 +5,7 @@ and never high-priority ones, and the executor's own SM activity accounting."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,6 +64,22 @@ def test_a_share_confines_every_launch_to_its_sms():
     assert whole[0] == pytest.approx(112e-6, abs=2e-6)
     assert quarter[0] - start == pytest.approx(412e-6, abs=4e-6)
     assert rig.ex.counters()["clients"]["quarter"]["sm_granted"] == 27
+
+
+def test_a_cooperative_launch_may_use_every_sm():
+    # Its grid was sized for the whole device (the occupancy calculator times the SMs): on
+    # the share's 27 SMs its blocks could not all be resident at once.
+    rig = Rig(policy="fifo")
+    rig.ex.add_client("quarter", sm_percent=25)
+    done: list[float] = []
+    rig.ex.submit("quarter", 0, replace(rig.launch(1080), cooperative=True))
+    rig.ex.submit("quarter", 0, HostCallback(lambda: done.append(rig.sim.now())))
+    rig.ex.synchronize_client("quarter")
+    assert done[0] == pytest.approx(112e-6, abs=2e-6)      # 10 waves of 108 blocks, as the whole device
+    plain = rig.timed("quarter", 1080)                     # the share's 27 SMs again: 40 waves
+    start = done[0]
+    rig.ex.synchronize_client("quarter")
+    assert plain[0] - start == pytest.approx(412e-6, abs=4e-6)
 
 
 def test_a_new_share_applies_from_the_next_kernel_on():
