@@ -87,3 +87,14 @@ def test_cooperative_launches_through_the_driver_api(nvcc, emulator_server, prio
         CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
         CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE]
     assert "a job under tally has one device" in job.stderr, job.stderr
+
+
+def test_cooperative_launches_on_per_thread_default_streams(nvcc, emulator_server):
+    # nvcc --default-stream per-thread: cudart calls cuLaunchCooperativeKernel_ptsz and
+    # cuLaunchKernelEx_ptsz
+    program = build_cuda(nvcc, "cooperative_launch.cu", flags=SM90 + ("--default-stream", "per-thread"))
+    job = run_job(emulator_server.socket, program, env={"TALLY_CLIENT_TRACE": "1"})
+    check_cooperative_job(job)
+    for call in ("cuLaunchCooperativeKernel_ptsz -> 0", "cuLaunchKernelEx_ptsz -> 0",
+                 "cuLaunchCooperativeKernel_ptsz -> 720"):
+        assert f"tally-trace: {call}" in job.stderr, call

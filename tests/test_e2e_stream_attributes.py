@@ -31,3 +31,13 @@ def check_stream_attributes_job(job) -> None:
 def test_stream_attributes(nvcc, emulator_server, priority):
     check_stream_attributes_job(run_job(emulator_server.socket, build_cuda(nvcc, "stream_attributes.cu"),
                                         priority=priority))
+
+
+def test_stream_attributes_with_per_thread_default_streams(nvcc, emulator_server):
+    # nvcc --default-stream per-thread: cudart calls the _ptsz entry points, and stream 0
+    # is the thread's own default stream, with attributes of its own
+    program = build_cuda(nvcc, "stream_attributes.cu", flags=("--default-stream", "per-thread"))
+    job = run_job(emulator_server.socket, program, env={"TALLY_CLIENT_TRACE": "1"})
+    check_stream_attributes_job(job)
+    for call in ("cuStreamSetAttribute_ptsz -> 0", "cuStreamGetAttribute_ptsz -> 0", "cuStreamCopyAttributes_ptsz -> 0"):
+        assert f"tally-trace: {call}" in job.stderr, call
