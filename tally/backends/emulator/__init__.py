@@ -15,7 +15,10 @@ How it is built
 
 Execution model (csrc/src/emulator/scheduler.cpp has the details)
 - Blocks run one after another; a block's warps take turns (a slice of 16 Ki
-  instructions each); a warp runs the group of its lanes with the deepest call
+  instructions each). A cooperative launch keeps every block of its grid resident
+  at once (csrc/src/emulator/cooperative.cpp: each worker takes one more block per
+  turn and gives the blocks it holds turns of 1 Ki instructions per warp), so
+  blocks can wait for each other at a grid barrier; a warp runs the group of its lanes with the deepest call
   frame and the lowest pc, all 32 lanes in one loop per instruction. nvcc lays
   structured code out with join points after the code that leads to them, so
   this reconverges lanes at the immediate post-dominator; warp-synchronous
@@ -58,15 +61,20 @@ that defines it; TMA copies are to read the same layout).
 
 Kernel attributes (cuFuncGetAttribute) are read from the PTX: kernel_resources.py.
 
+Grid-wide synchronization: a cooperative launch gets a grid workspace, whose
+address %envreg1:%envreg2 read (CUDA C++'s grid.sync(); 0 in other launches, where
+it traps), and the driver's cooperative-groups system calls that libcudadevrt's
+grid sync (numba's) ends in are defined in PTX on it (grid_syscalls.py).
+
 Device-side malloc/free (extern `malloc`/`free`, as nvcc and numba's NRT declare
 them) allocate from the module's heap (csrc/src/emulator/device_heap.h): the
 job's, which the server attaches (tally/server/client/device_heap.py), or the
 driver's default 8 MiB when the backend runs on its own.
 
 Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, clusters,
-vector registers, packed f16x2 atomics, video instructions, dynamic parallelism,
-grid-wide synchronization.
+instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, vector
+registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
+cooperative launch with clusters of more than one block.
 """
 from tally.backends.emulator.backend import EmulatorBackend
 
