@@ -53,8 +53,11 @@ RULES = (
     Rule(r"cuMulticast\w*|cuCtx(Enable|Disable)PeerAccess|cuMemcpy3DPeer(Async)?"
          r"|cuDeviceGetP2PAtomicCapabilities",
          "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU"),
-    Rule(r"cuFlushGPUDirectRDMAWrites",
-         "GPUDirect RDMA: a NIC writing GPU memory directly bypasses tally's accounting"),
+    Rule(r"cuFlushGPUDirectRDMAWrites|cuMemGetHandleForAddressRange",
+         "GPUDirect RDMA (a NIC reading and writing GPU memory through a DMA-BUF): it bypasses tally's "
+         "accounting, and a job's memory may move (suspend, migration); every backend reports "
+         "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED and GPU_DIRECT_RDMA_SUPPORTED as 0, so NCCL stages "
+         "network transfers through host memory"),
     Rule(r"cuDeviceGetLuid", "Windows (WDDM) only"),
     Rule(r"cuDevice(Register|Unregister)AsyncNotification",
          "driver-initiated notifications (budget changes): tally's own eviction and quota messages stand in"),
@@ -66,9 +69,6 @@ RULES = (
          "not yet: stream memory operations (planned with the Hopper driver surface)"),
     Rule(r"cuMemPool\w*", "not yet: explicit memory pools beyond the default one (planned with the Hopper driver "
          "surface)"),
-    Rule(r"cuMem(ExportToShareableHandle|ImportFromShareableHandle|RetainAllocationHandle"
-         r"|GetAllocationPropertiesFromHandle|GetAccess|GetHandleForAddressRange)",
-         "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)"),
     Rule(r"cuGraphKernelNode(Get|Set|Copy)Attributes?",
          "not yet: kernel-node attributes (planned with CUDA graphs as units)"),
     Rule(r"cuGraph\w*|cuStreamBeginCaptureToGraph|cuStreamUpdateCaptureDependencies",

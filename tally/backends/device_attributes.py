@@ -3,7 +3,9 @@
 Values follow an H100-class device where a job could rely on them (limits it
 checks before launching, warp size, unified addressing); features the
 emulated devices do not provide (legacy IPC attributes) read 0 so a job takes
-its fallback path instead of failing later.
+its fallback path instead of failing later; so do the features tally refuses on
+every backend, a real GPU included (REFUSED_FEATURES: GPUDirect RDMA, DMA-BUF,
+NVLink multicast, fabric and Windows handles).
 Provided, and so 1: cooperative launches, also the multi-device form on the one
 device (the emulator keeps a cooperative grid's blocks resident together and gives
 it cooperative groups' grid barrier), thread-block clusters from compute capability
@@ -50,7 +52,35 @@ ATTRIBUTE_IDS = {
     "MEMPOOL_SUPPORTED_HANDLE_TYPES": 119, "CLUSTER_LAUNCH": 120,
     "CAN_USE_64_BIT_STREAM_MEM_OPS": 122, "CAN_USE_STREAM_WAIT_VALUE_NOR": 123,
     "MPS_ENABLED": 133,
+    "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED": 104, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED": 105,
+    "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED": 110, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED": 114,
+    "GPU_DIRECT_RDMA_SUPPORTED": 116, "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS": 117, "DMA_BUF_SUPPORTED": 124,
+    "HANDLE_TYPE_FABRIC_SUPPORTED": 128, "MULTICAST_SUPPORTED": 132, "HOST_ALLOC_DMA_BUF_SUPPORTED": 146,
 }
+
+# Features tally does not give a job, whatever its GPU can do. A real device's answer
+# is replaced on every backend so that a job takes its fallback path at once (NCCL
+# stages network transfers through host memory without GPUDirect RDMA or DMA-BUF,
+# and uses rings and trees instead of NVLink multicast) rather than failing at the
+# refused call later (docs/unsupported-entry-points.md says why each is refused).
+REFUSED_FEATURES = {
+    "GPU_DIRECT_RDMA_SUPPORTED": 0, "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED": 0,
+    "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS": 0, "DMA_BUF_SUPPORTED": 0, "HOST_ALLOC_DMA_BUF_SUPPORTED": 0,
+    "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED": 0, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED": 0,
+    "HANDLE_TYPE_FABRIC_SUPPORTED": 0, "MULTICAST_SUPPORTED": 0, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED": 0,
+}
+# Of the shareable-handle types (CUmemAllocationHandleType bits), tally exports and
+# imports POSIX file descriptors only.
+SHAREABLE_HANDLE_TYPES = 0x1
+
+
+def as_tally_provides(attributes: dict[int, int]) -> dict[int, int]:
+    """A device's attributes as a job under tally sees them: refused features read 0."""
+    out = dict(attributes)
+    out.update({ATTRIBUTE_IDS[name]: value for name, value in REFUSED_FEATURES.items()})
+    pool_types = ATTRIBUTE_IDS["MEMPOOL_SUPPORTED_HANDLE_TYPES"]
+    out[pool_types] = out.get(pool_types, 0) & SHAREABLE_HANDLE_TYPES
+    return out
 
 
 def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
@@ -93,7 +123,8 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "CAN_USE_STREAM_WAIT_VALUE_NOR": 1, "CAN_FLUSH_REMOTE_WRITES": 0,
         # Pools and physical memory are shared between jobs by POSIX file descriptor
         # (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
-        "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
+        "MEMPOOL_SUPPORTED_HANDLE_TYPES": SHAREABLE_HANDLE_TYPES, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
+        **REFUSED_FEATURES,
     }
     return {ATTRIBUTE_IDS[name]: value for name, value in values.items()}
 

@@ -15,6 +15,7 @@ import logging
 import socket
 
 from tally import _core, protocol
+from tally.backends.device_attributes import as_tally_provides
 from tally.cluster.high_priority_jobs import AttachedJob
 from tally.protocol.framing import send_record
 from tally.protocol.messages_generated import DeviceInfo, Hello, HelloReply
@@ -165,7 +166,7 @@ class JobAttachment:
     def _device_info(self) -> DeviceInfo:
         d = self.description
         attrs = [0] * protocol.spec.ATTRIBUTE_SLOTS
-        for attr, value in d.attributes.items():
+        for attr, value in as_tally_provides(d.attributes).items():
             if 0 <= attr < len(attrs):
                 attrs[attr] = int(value)
         return DeviceInfo(

@@ -711,11 +711,11 @@ CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, u
 }
 CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA: a NIC writing GPU memory directly bypasses tally's accounting");
+  return tally::client::unsupported_entry(logged, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA (a NIC reading and writing GPU memory through a DMA-BUF): it bypasses tally's accounting, and a job's memory may move (suspend, migration); every backend reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED and GPU_DIRECT_RDMA_SUPPORTED as 0, so NCCL stages network transfers through host memory");
 }
 CUresult tally_entry_cuMemGetHandleForAddressRange_v11070(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange", "not yet: shareable virtual-memory handles (planned with the Hopper driver surface)");
+  return tally::client::unsupported_entry(logged, "cuMemGetHandleForAddressRange", "GPUDirect RDMA (a NIC reading and writing GPU memory through a DMA-BUF): it bypasses tally's accounting, and a job's memory may move (suspend, migration); every backend reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED and GPU_DIRECT_RDMA_SUPPORTED as 0, so NCCL stages network transfers through host memory");
 }
 CUresult tally_entry_cuLibraryGetKernelCount_v12040(unsigned int *count, CUlibrary lib) {
   static tally::client::OnceFlag logged;
