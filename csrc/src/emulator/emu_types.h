@@ -91,6 +91,7 @@ enum class Control : uint8_t {
   kClusterBarrier,  // barrier.cluster.arrive / .wait (flag::kClusterWait)
   kWarpSync,
   kTrap,
+  kWait,           // runs like kNone; if the handler sets Exec::yield, the warp's turn ends there
 };
 
 // ---------------------------------------------------------------- flag bits

@@ -139,6 +139,7 @@ struct Exec {
   Warp* warp = nullptr;
   Launch* launch = nullptr;
   uint32_t depth = 0;
+  bool yield = false;  // a Control::kWait handler found nothing to do yet: let the other warps run
 
   uint64_t* lanes(uint32_t slot) const {
     return bank[slot >> kBankShift] + static_cast<size_t>(slot & kIndexMask) * kWarpSize;

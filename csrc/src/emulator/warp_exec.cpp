@@ -132,6 +132,11 @@ uint64_t Runner::run_warp(Warp& w, uint64_t max_steps) {
         case Control::kWarpSync:
           regroup = warp_sync(e, w, in, exec);
           break;
+        case Control::kWait:
+          if (exec) in.fn(e, in, exec);
+          ++w.gpc;
+          if (e.yield) return steps;  // resumes here (select_group) at the warp's next turn
+          break;
         case Control::kTrap:
           if (exec) fault(kLaunchFailed, "trap instruction executed", first_lane(exec));
           ++w.gpc;

@@ -7,7 +7,7 @@ How it is built
 - module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
   its .global/.const variables, and lowers each kernel at its first launch.
 - lowering.py (+ context.py and one lowerer per family: lower_compute.py,
-  lower_memory.py, lower_control.py) turns a kernel and the functions it calls into
+  lower_memory.py, lower_control.py, lower_mbarrier.py) turns a kernel and the functions it calls into
   a `tally._core.emulator.Program`: an array of pre-decoded instructions (handler,
   operand slots, immediate, flags), run by the C++ interpreter in
   csrc/src/emulator/ with the GIL released.
@@ -71,8 +71,15 @@ them) allocate from the module's heap (csrc/src/emulator/device_heap.h): the
 job's, which the server attaches (tally/server/client/device_heap.py), or the
 driver's default 8 MiB when the backend runs on its own.
 
+Arrive-wait barriers (mbarrier: init, arrive, arrive_drop, expect_tx,
+complete_tx, test_wait, try_wait, with and without parity, pending_count, inval;
+on a block's own barriers and, through .shared::cluster addresses, on another
+block's of its cluster): csrc/src/emulator/ops_mbarrier.cpp. A try_wait that
+finds its phase incomplete, and nanosleep, end the warp's turn so the warps it
+waits for run (a producer warp and its consumers).
+
 Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma, ldmatrix), mbarrier/TMA/cp.async.bulk, vector
+instructions (mma, wgmma, ldmatrix), TMA/cp.async.bulk, vector
 registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
 """

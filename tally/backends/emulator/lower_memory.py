@@ -154,7 +154,7 @@ def lower_fence(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("nop" if ins.has("proxy") else "fence", [])
 
 
-@MEMORY.lowers("prefetch", "prefetchu", "applypriority", "discard", "pmevent", "nanosleep", "brkpt",
+@MEMORY.lowers("prefetch", "prefetchu", "applypriority", "discard", "pmevent", "brkpt",
         "griddepcontrol", "createpolicy")
 def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if ins.opcode == "createpolicy":
