@@ -34,6 +34,10 @@ inline void ternary(Exec& e, const Instr& in, LaneMask m, F f) {
   for_lanes(m, [&](int l) { d[l] = put<T>(f(get<T>(a[l]), get<T>(b[l]), get<T>(c[l]))); });
 }
 
+// atom's read-modify-write of one element at p (type and op: the flag codes of
+// atom), for the bulk reductions; returns the old value.
+uint64_t reduce_in_memory(uint8_t* p, uint32_t type, uint32_t op, uint64_t value);
+
 #define EMU_HANDLER(name) void name(Exec& e, const Instr& in, LaneMask m)
 #define EMU_ENTRY(key, fn) {key, HandlerInfo{fn, Control::kNone}}
 // key.s16 ... key.u64 -> fn<int16_t> ... fn<uint64_t>

@@ -23,6 +23,7 @@
 // Operands: op[4] the address base register, imm its offset; op[0] the
 // destination (state, predicate or count; kNoSlot for `_`); op[1] the count,
 // transaction bytes, or the state/parity waited on.
+#include "emulator/mbarrier.h"
 #include "emulator/ops_common.h"
 
 namespace tally::emu {
@@ -34,12 +35,12 @@ constexpr int kTxShift = 42;
 constexpr uint64_t kPhaseBit = 1ull << 63;
 constexpr int64_t kMaxCount = (1 << 20) - 1;  // what init and arrive may ask (PTX: 2^20 - 1)
 
-struct Barrier {
+struct ArriveWait {
   uint64_t pending, expected;
   int64_t tx;
   bool phase;
 
-  static Barrier of(uint64_t word) {
+  static ArriveWait of(uint64_t word) {
     int64_t tx = static_cast<int64_t>((word >> kTxShift) & kCountMask);
     if (tx & (1ll << 20)) tx -= (1ll << 21);
     return {word & kCountMask, (word >> kExpectedShift) & kCountMask, tx, (word & kPhaseBit) != 0};
@@ -70,7 +71,7 @@ template <class F>
 uint64_t update(uint64_t* p, F&& change) {
   uint64_t old = __atomic_load_n(p, __ATOMIC_ACQUIRE);
   for (;;) {
-    Barrier b = Barrier::of(old);
+    ArriveWait b = ArriveWait::of(old);
     change(b);
     if (__atomic_compare_exchange_n(p, &old, b.word(), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return old;
   }
@@ -90,7 +91,7 @@ template <int S> EMU_HANDLER(h_init) {
   for_lanes(m, [&](int l) {
     int64_t count = count_operand(e, in.op[1], l, "count");
     if (count == 0) fault(kLaunchFailed, "mbarrier.init with a count of 0", l);
-    Barrier b{static_cast<uint64_t>(count), static_cast<uint64_t>(count), 0, false};
+    ArriveWait b{static_cast<uint64_t>(count), static_cast<uint64_t>(count), 0, false};
     __atomic_store_n(object<S>(e, in, l), b.word(), __ATOMIC_RELEASE);
   });
 }
@@ -108,7 +109,7 @@ template <int S, bool kDrop> EMU_HANDLER(h_arrive) {
     int64_t count = in.op[1] == kNoSlot ? 1 : count_operand(e, in.op[1], l, "arrival count");
     int64_t tx = in.op[2] == kNoSlot ? 0 : count_operand(e, in.op[2], l, "transaction count");
     bool underflow = false;
-    uint64_t before = update(object<S>(e, in, l), [&](Barrier& b) {
+    uint64_t before = update(object<S>(e, in, l), [&](ArriveWait& b) {
       underflow = static_cast<int64_t>(b.pending) < count || (kDrop && static_cast<int64_t>(b.expected) < count);
       if (underflow) return;
       b.tx += tx;
@@ -118,7 +119,7 @@ template <int S, bool kDrop> EMU_HANDLER(h_arrive) {
     });
     if (underflow) {
       fault(kLaunchFailed, "mbarrier arrive of " + std::to_string(count) + " on a barrier with " +
-                               std::to_string(Barrier::of(before).pending) +
+                               std::to_string(ArriveWait::of(before).pending) +
                                " pending arrivals (not initialized, or more arrivals than its count)", l);
     }
     if (d) d[l] = before;
@@ -129,7 +130,7 @@ template <int S, bool kDrop> EMU_HANDLER(h_arrive) {
 template <int S, int kSign> EMU_HANDLER(h_tx) {
   for_lanes(m, [&](int l) {
     int64_t tx = count_operand(e, in.op[1], l, "transaction count");
-    update(object<S>(e, in, l), [&](Barrier& b) {
+    update(object<S>(e, in, l), [&](ArriveWait& b) {
       b.tx += kSign * tx;
       if (kSign < 0) b.complete_if_done();
     });
@@ -190,4 +191,13 @@ const HandlerRegistrar registrar{
 };
 
 }  // namespace
+
+void mbarrier_complete_tx(Exec& e, uint64_t shared_address, int64_t bytes, int lane) {
+  auto* p = reinterpret_cast<uint64_t*>(e.shared(shared_address, 8, lane));
+  update(p, [&](ArriveWait& b) {
+    b.tx -= bytes;
+    b.complete_if_done();
+  });
+}
+
 }  // namespace tally::emu

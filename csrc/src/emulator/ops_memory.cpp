@@ -276,4 +276,9 @@ const HandlerRegistrar registrar{
 };
 
 }  // namespace
+
+uint64_t reduce_in_memory(uint8_t* p, uint32_t type, uint32_t op, uint64_t value) {
+  return atomic_rmw(p, type, op, value, 0);
+}
+
 }  // namespace tally::emu

@@ -7,7 +7,7 @@ How it is built
 - module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
   its .global/.const variables, and lowers each kernel at its first launch.
 - lowering.py (+ context.py and one lowerer per family: lower_compute.py,
-  lower_memory.py, lower_control.py, lower_mbarrier.py) turns a kernel and the functions it calls into
+  lower_memory.py, lower_control.py, lower_mbarrier.py, lower_bulk_copy.py) turns a kernel and the functions it calls into
   a `tally._core.emulator.Program`: an array of pre-decoded instructions (handler,
   operand slots, immediate, flags), run by the C++ interpreter in
   csrc/src/emulator/ with the GIL released.
@@ -78,8 +78,14 @@ block's of its cluster): csrc/src/emulator/ops_mbarrier.cpp. A try_wait that
 finds its phase incomplete, and nanosleep, end the warp's turn so the warps it
 waits for run (a producer warp and its consumers).
 
+Bulk asynchronous copies (cp.async.bulk between global and shared memory and
+between the blocks of a cluster, multicast, cp.reduce.async.bulk; Ampere's
+cp.async.mbarrier.arrive): csrc/src/emulator/ops_bulk_copy.cpp. A copy happens
+when it is issued; copies into shared memory then pay their bytes off on the
+destination's mbarrier, so bulk groups have nothing left to wait for.
+
 Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma, ldmatrix), TMA/cp.async.bulk, vector
+instructions (mma, wgmma, ldmatrix), TMA tensor copies, vector
 registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
 """

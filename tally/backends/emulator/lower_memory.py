@@ -166,8 +166,24 @@ def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
 @MEMORY.lowers("cp")
 def lower_cp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     """cp.async (Ampere's asynchronous global-to-shared copy), done at once; its
-    commit/wait group instructions then have nothing to wait for."""
-    if not ins.has("async") or ins.has("bulk") or ins.has("mbarrier"):
+    commit/wait group instructions then have nothing to wait for. Hopper's bulk
+    copies (cp.async.bulk, cp.reduce.async.bulk): lower_bulk_copy.py."""
+    if ins.has("bulk"):
+        # (imported here: lower_bulk_copy uses this module's atomic type codes)
+        from tally.backends.emulator.lower_bulk_copy import lower_bulk
+        lower_bulk(cx, ins)
+        return
+    if ins.has("async") and ins.has("mbarrier") and ins.has("arrive"):
+        # The barrier tracks this thread's earlier cp.async copies, all done already:
+        # without .noinc its pending count goes up by one and the copies' arrival
+        # takes it back down; with .noinc the arrival counts as one of the phase's.
+        if ins.has("noinc"):
+            space, base, offset = cx.address(ins.operands[0], ins.state_space)
+            cx.emit(f"mbarrier.arrive.{space}", [NO_SLOT, NO_SLOT, NO_SLOT, NO_SLOT, base], imm=offset)
+        else:
+            cx.emit("nop", [])
+        return
+    if not ins.has("async") or ins.has("mbarrier"):
         raise cx.unsupported(ins.full_opcode)
     if ins.has("commit_group") or ins.has("wait_group") or ins.has("wait_all"):
         cx.emit("nop", [])
