@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from tally.protocol.errors import CUDA_ERROR_NOT_SUPPORTED, DeviceError
+
+if TYPE_CHECKING:
+    from tally.backends.tensor_maps import TensorMapRequest
 
 @dataclass(frozen=True, kw_only=True)
 class BackendTraits:
@@ -288,6 +291,11 @@ class DeviceBackend(Protocol):
     def host_callback(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run `fn` on a backend thread once the stream reaches this point;
         later work on the stream waits until `fn` returns."""
+    # TMA tensor maps (tally/backends/tensor_maps.py): the 128 bytes a kernel's tensor
+    # copies read, for the backend's own device addresses; bad input raises
+    # DeviceError(CUDA_ERROR_INVALID_VALUE).
+    def tensor_map_encode(self, req: TensorMapRequest) -> bytes: ...
+    def tensor_map_replace_address(self, tensor_map: bytes, address: int) -> bytes: ...
     def stream_set_access_policy(self, stream: Stream, window: AccessPolicyWindow) -> None:
         """The stream's later kernels use this L2 access-policy window (a device
         without an L2 to steer accepts it and changes nothing)."""

@@ -24,6 +24,7 @@ from tally.protocol.errors import (
 )
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
+from tally.backends.tensor_maps import TallyTensorMaps
 
 ALIGNMENT = 256
 BASE_ADDRESS = 0x7F00_0000_0000
@@ -54,7 +55,7 @@ class NullEvent:
     pass
 
 
-class NullBackend(NoHostRegistration, PtxVariants):
+class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,

@@ -2538,6 +2538,120 @@ class StreamAccessPolicy:
                                         self.miss_prop)
 
 
+_TensorMapEncode = struct.Struct('<IIIIIIIIIIQ5Q5Q5I5I5i5i')
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMapEncode:
+    """cuTensorMapEncodeTiled (`form` 0), Im2col (1) or Im2colWide (2); `global_strides` has rank - 1
+    entries, `lower_corner`/`upper_corner` rank - 2 (Im2colWide: one, the width's); answered by
+    TensorMapReply
+    """
+
+    KIND: ClassVar[int] = 261
+    SIZE: ClassVar[int] = 208  # bytes before the tail
+    form: int = 0
+    data_type: int = 0
+    rank: int = 0
+    interleave: int = 0
+    swizzle: int = 0
+    l2_promotion: int = 0
+    oob_fill: int = 0
+    wide_mode: int = 0
+    channels_per_pixel: int = 0
+    pixels_per_column: int = 0
+    global_address: int = 0
+    global_dim: tuple[int, ...] = (0,) * 5
+    global_strides: tuple[int, ...] = (0,) * 5
+    box_dim: tuple[int, ...] = (0,) * 5
+    element_strides: tuple[int, ...] = (0,) * 5
+    lower_corner: tuple[int, ...] = (0,) * 5
+    upper_corner: tuple[int, ...] = (0,) * 5
+
+    @classmethod
+    def decode(cls, payload) -> TensorMapEncode:
+        if len(payload) != 208:
+            if len(payload) < 208:
+                raise _short('TensorMapEncode', len(payload), 208)
+            raise _trailing('TensorMapEncode', len(payload) - 208)
+        values = _TensorMapEncode.unpack_from(payload)
+        return cls(values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7],
+                   values[8], values[9], values[10], values[11:16], values[16:21], values[21:26],
+                   values[26:31], values[31:36], values[36:41])
+
+    def encode(self) -> bytes:
+        if len(self.global_dim) != 5:
+            raise _wrong_count('TensorMapEncode', 'global_dim', len(self.global_dim), 5)
+        if len(self.global_strides) != 5:
+            raise _wrong_count('TensorMapEncode', 'global_strides', len(self.global_strides), 5)
+        if len(self.box_dim) != 5:
+            raise _wrong_count('TensorMapEncode', 'box_dim', len(self.box_dim), 5)
+        if len(self.element_strides) != 5:
+            raise _wrong_count('TensorMapEncode', 'element_strides', len(self.element_strides), 5)
+        if len(self.lower_corner) != 5:
+            raise _wrong_count('TensorMapEncode', 'lower_corner', len(self.lower_corner), 5)
+        if len(self.upper_corner) != 5:
+            raise _wrong_count('TensorMapEncode', 'upper_corner', len(self.upper_corner), 5)
+        return _TensorMapEncode.pack(self.form, self.data_type, self.rank, self.interleave, self.swizzle,
+                                     self.l2_promotion, self.oob_fill, self.wide_mode,
+                                     self.channels_per_pixel, self.pixels_per_column, self.global_address,
+                                     *self.global_dim, *self.global_strides, *self.box_dim,
+                                     *self.element_strides, *self.lower_corner, *self.upper_corner)
+
+
+_TensorMapReplaceAddress = struct.Struct('<128sQ')
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMapReplaceAddress:
+    """cuTensorMapReplaceAddress: `map` with its global address replaced; answered by TensorMapReply"""
+
+    KIND: ClassVar[int] = 262
+    SIZE: ClassVar[int] = 136  # bytes before the tail
+    map: bytes = b""
+    global_address: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> TensorMapReplaceAddress:
+        if len(payload) != 136:
+            if len(payload) < 136:
+                raise _short('TensorMapReplaceAddress', len(payload), 136)
+            raise _trailing('TensorMapReplaceAddress', len(payload) - 136)
+        v0, v1 = _TensorMapReplaceAddress.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        if len(self.map) > 128:
+            raise _too_long('TensorMapReplaceAddress', 'map', len(self.map), 128)
+        return _TensorMapReplaceAddress.pack(self.map, self.global_address)
+
+
+_TensorMapReply = struct.Struct('<128s')
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMapReply:
+    """an encoded tensor map (CUtensorMap's 128 opaque bytes)"""
+
+    KIND: ClassVar[int] = 263
+    SIZE: ClassVar[int] = 128  # bytes before the tail
+    map: bytes = b""
+
+    @classmethod
+    def decode(cls, payload) -> TensorMapReply:
+        if len(payload) != 128:
+            if len(payload) < 128:
+                raise _short('TensorMapReply', len(payload), 128)
+            raise _trailing('TensorMapReply', len(payload) - 128)
+        (v0,) = _TensorMapReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        if len(self.map) > 128:
+            raise _too_long('TensorMapReply', 'map', len(self.map), 128)
+        return _TensorMapReply.pack(self.map)
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2638,5 +2752,8 @@ MESSAGES = (
     ReleaseValueWaits,
     StreamWriteValue,
     StreamAccessPolicy,
+    TensorMapEncode,
+    TensorMapReplaceAddress,
+    TensorMapReply,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

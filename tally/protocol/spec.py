@@ -290,6 +290,21 @@ DRIVER_MESSAGES = (
             "from its next operation on; num_bytes 0 clears it",
             (F("stream", "u64"), F("base", "u64"), F("num_bytes", "u64"), F("hit_ratio", "f64"),
              F("hit_prop", "u32"), F("miss_prop", "u32"))),
+    # TMA tensor maps (cuTensorMapEncode*): encoded by the server's backend, so on a GPU
+    # the 128 bytes are the driver's own (the job's device addresses are the server's).
+    Message("TensorMapEncode", 261, "cuTensorMapEncodeTiled (`form` 0), Im2col (1) or Im2colWide (2); "
+            "`global_strides` has rank - 1 entries, `lower_corner`/`upper_corner` rank - 2 (Im2colWide: "
+            "one, the width's); answered by TensorMapReply",
+            (F("form", "u32"), F("data_type", "u32"), F("rank", "u32"), F("interleave", "u32"),
+             F("swizzle", "u32"), F("l2_promotion", "u32"), F("oob_fill", "u32"), F("wide_mode", "u32"),
+             F("channels_per_pixel", "u32"), F("pixels_per_column", "u32"), F("global_address", "u64"),
+             F("global_dim", "u64", 5), F("global_strides", "u64", 5), F("box_dim", "u32", 5),
+             F("element_strides", "u32", 5), F("lower_corner", "i32", 5), F("upper_corner", "i32", 5))),
+    Message("TensorMapReplaceAddress", 262, "cuTensorMapReplaceAddress: `map` with its global address "
+            "replaced; answered by TensorMapReply",
+            (F("map", "u8", 128), F("global_address", "u64"))),
+    Message("TensorMapReply", 263, "an encoded tensor map (CUtensorMap's 128 opaque bytes)",
+            (F("map", "u8", 128),)),
 )
 
 

@@ -557,22 +557,6 @@ CUresult tally_entry_cuSurfObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pR
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
-CUresult tally_entry_cuTensorMapEncodeTiled_v12000(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeTiled", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
-}
-CUresult tally_entry_cuTensorMapEncodeIm2col_v12000(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2col", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
-}
-CUresult tally_entry_cuTensorMapReplaceAddress_v12000(CUtensorMap *tensorMap, void *globalAddress) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapReplaceAddress", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
-}
-CUresult tally_entry_cuTensorMapEncodeIm2colWide_v12080(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTensorMapEncodeIm2colWide", "not yet: TMA tensor maps (planned with Hopper's tensor-core path)");
-}
 CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxEnablePeerAccess", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");

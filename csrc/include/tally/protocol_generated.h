@@ -149,6 +149,9 @@ enum class MessageKind : uint32_t {
   ReleaseValueWaits = 247,
   StreamWriteValue = 241,
   StreamAccessPolicy = 260,
+  TensorMapEncode = 261,
+  TensorMapReplaceAddress = 262,
+  TensorMapReply = 263,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -253,6 +256,9 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::ReleaseValueWaits: return "ReleaseValueWaits";
     case MessageKind::StreamWriteValue: return "StreamWriteValue";
     case MessageKind::StreamAccessPolicy: return "StreamAccessPolicy";
+    case MessageKind::TensorMapEncode: return "TensorMapEncode";
+    case MessageKind::TensorMapReplaceAddress: return "TensorMapReplaceAddress";
+    case MessageKind::TensorMapReply: return "TensorMapReply";
     default: return nullptr;
   }
 }
@@ -1510,5 +1516,69 @@ static_assert(offsetof(StreamAccessPolicyMsg, hit_ratio) == 24);
 static_assert(offsetof(StreamAccessPolicyMsg, hit_prop) == 32);
 static_assert(offsetof(StreamAccessPolicyMsg, miss_prop) == 36);
 constexpr uint32_t kStreamAccessPolicySize = 40;  // bytes on the wire (0: empty)
+
+// cuTensorMapEncodeTiled (`form` 0), Im2col (1) or Im2colWide (2); `global_strides` has rank - 1 entries, `lower_corner`/`upper_corner` rank - 2 (Im2colWide: one, the width's); answered by TensorMapReply
+struct TensorMapEncodeMsg {
+  static constexpr MessageKind kKind = MessageKind::TensorMapEncode;
+  static constexpr bool kHasTail = false;
+  uint32_t form;
+  uint32_t data_type;
+  uint32_t rank;
+  uint32_t interleave;
+  uint32_t swizzle;
+  uint32_t l2_promotion;
+  uint32_t oob_fill;
+  uint32_t wide_mode;
+  uint32_t channels_per_pixel;
+  uint32_t pixels_per_column;
+  uint64_t global_address;
+  uint64_t global_dim[5];
+  uint64_t global_strides[5];
+  uint32_t box_dim[5];
+  uint32_t element_strides[5];
+  int32_t lower_corner[5];
+  int32_t upper_corner[5];
+};
+static_assert(sizeof(TensorMapEncodeMsg) == 208, "TensorMapEncodeMsg layout differs from the Python codec");
+static_assert(offsetof(TensorMapEncodeMsg, form) == 0);
+static_assert(offsetof(TensorMapEncodeMsg, data_type) == 4);
+static_assert(offsetof(TensorMapEncodeMsg, rank) == 8);
+static_assert(offsetof(TensorMapEncodeMsg, interleave) == 12);
+static_assert(offsetof(TensorMapEncodeMsg, swizzle) == 16);
+static_assert(offsetof(TensorMapEncodeMsg, l2_promotion) == 20);
+static_assert(offsetof(TensorMapEncodeMsg, oob_fill) == 24);
+static_assert(offsetof(TensorMapEncodeMsg, wide_mode) == 28);
+static_assert(offsetof(TensorMapEncodeMsg, channels_per_pixel) == 32);
+static_assert(offsetof(TensorMapEncodeMsg, pixels_per_column) == 36);
+static_assert(offsetof(TensorMapEncodeMsg, global_address) == 40);
+static_assert(offsetof(TensorMapEncodeMsg, global_dim) == 48);
+static_assert(offsetof(TensorMapEncodeMsg, global_strides) == 88);
+static_assert(offsetof(TensorMapEncodeMsg, box_dim) == 128);
+static_assert(offsetof(TensorMapEncodeMsg, element_strides) == 148);
+static_assert(offsetof(TensorMapEncodeMsg, lower_corner) == 168);
+static_assert(offsetof(TensorMapEncodeMsg, upper_corner) == 188);
+constexpr uint32_t kTensorMapEncodeSize = 208;  // bytes on the wire (0: empty)
+
+// cuTensorMapReplaceAddress: `map` with its global address replaced; answered by TensorMapReply
+struct TensorMapReplaceAddressMsg {
+  static constexpr MessageKind kKind = MessageKind::TensorMapReplaceAddress;
+  static constexpr bool kHasTail = false;
+  uint8_t map[128];
+  uint64_t global_address;
+};
+static_assert(sizeof(TensorMapReplaceAddressMsg) == 136, "TensorMapReplaceAddressMsg layout differs from the Python codec");
+static_assert(offsetof(TensorMapReplaceAddressMsg, map) == 0);
+static_assert(offsetof(TensorMapReplaceAddressMsg, global_address) == 128);
+constexpr uint32_t kTensorMapReplaceAddressSize = 136;  // bytes on the wire (0: empty)
+
+// an encoded tensor map (CUtensorMap's 128 opaque bytes)
+struct TensorMapReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::TensorMapReply;
+  static constexpr bool kHasTail = false;
+  uint8_t map[128];
+};
+static_assert(sizeof(TensorMapReplyMsg) == 128, "TensorMapReplyMsg layout differs from the Python codec");
+static_assert(offsetof(TensorMapReplyMsg, map) == 0);
+constexpr uint32_t kTensorMapReplySize = 128;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -7,7 +7,7 @@ How it is built
 - module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
   its .global/.const variables, and lowers each kernel at its first launch.
 - lowering.py (+ context.py and one lowerer per family: lower_compute.py,
-  lower_memory.py, lower_control.py, lower_mbarrier.py, lower_bulk_copy.py) turns a kernel and the functions it calls into
+  lower_memory.py, lower_control.py, lower_mbarrier.py, lower_async_copy.py, lower_tensor_copy.py) turns a kernel and the functions it calls into
   a `tally._core.emulator.Program`: an array of pre-decoded instructions (handler,
   operand slots, immediate, flags), run by the C++ interpreter in
   csrc/src/emulator/ with the GIL released.
@@ -84,8 +84,16 @@ cp.async.mbarrier.arrive): csrc/src/emulator/ops_bulk_copy.cpp. A copy happens
 when it is issued; copies into shared memory then pay their bytes off on the
 destination's mbarrier, so bulk groups have nothing left to wait for.
 
+TMA tensor copies (cp.async.bulk.tensor, tile mode, 1-5 D, loads with multicast and
+stores): csrc/src/emulator/ops_tensor_copy.cpp, reading tally's tensor-map layout
+(tensor_map.h; the maps come from cuTensorMapEncode*, tally/backends/tensor_maps.py):
+the box lands densely in shared memory with the 32/64/128-byte swizzle patterns
+applied to its addresses, elements outside the tensor read as zero (or NaN) and
+are not stored.
+
 Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma, ldmatrix), TMA tensor copies, vector
+instructions (mma, wgmma, ldmatrix), im2col-mode and interleaved tensor copies,
+tensor reductions, vector
 registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
 """

@@ -348,6 +348,15 @@ class FunctionLowering:
             return self._register_space(space), b.value, op.offset
         raise self.unsupported(f"the memory operand {op}")
 
+    def address_slot(self, op: ir.Operand, space: str | None) -> int:
+        """Slot holding a memory operand's whole address (base + offset) in `space`."""
+        _, base, offset = self.address(op, space)
+        if offset == 0:
+            return base
+        slot = self.temp()
+        self.emit("add.u64", [slot, base, self.const(offset)])
+        return slot
+
     def _register_space(self, space: str) -> str:
         if space == "param" and not self.fn.is_entry:
             raise self.unsupported("a .param access through a register inside a .func")

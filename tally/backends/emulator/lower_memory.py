@@ -163,50 +163,6 @@ def lower_hint(cx: FunctionLowering, ins: ir.Instruction) -> None:
     cx.emit("nop", [])
 
 
-@MEMORY.lowers("cp")
-def lower_cp(cx: FunctionLowering, ins: ir.Instruction) -> None:
-    """cp.async (Ampere's asynchronous global-to-shared copy), done at once; its
-    commit/wait group instructions then have nothing to wait for. Hopper's bulk
-    copies (cp.async.bulk, cp.reduce.async.bulk): lower_bulk_copy.py."""
-    if ins.has("bulk"):
-        # (imported here: lower_bulk_copy uses this module's atomic type codes)
-        from tally.backends.emulator.lower_bulk_copy import lower_bulk
-        lower_bulk(cx, ins)
-        return
-    if ins.has("async") and ins.has("mbarrier") and ins.has("arrive"):
-        # The barrier tracks this thread's earlier cp.async copies, all done already:
-        # without .noinc its pending count goes up by one and the copies' arrival
-        # takes it back down; with .noinc the arrival counts as one of the phase's.
-        if ins.has("noinc"):
-            space, base, offset = cx.address(ins.operands[0], ins.state_space)
-            cx.emit(f"mbarrier.arrive.{space}", [NO_SLOT, NO_SLOT, NO_SLOT, NO_SLOT, base], imm=offset)
-        else:
-            cx.emit("nop", [])
-        return
-    if not ins.has("async") or ins.has("mbarrier"):
-        raise cx.unsupported(ins.full_opcode)
-    if ins.has("commit_group") or ins.has("wait_group") or ins.has("wait_all"):
-        cx.emit("nop", [])
-        return
-    ops = list(ins.operands)
-    if len(ops) < 3 or not isinstance(ops[2], ir.Immediate):
-        raise cx.unsupported(f"{ins.full_opcode} without a literal copy size")
-    if ins.has("L2::cache_hint"):
-        ops.pop()  # the cache policy operand: a hint
-    dst_space, dst_base, dst_offset = cx.address(ops[0], "shared")
-    src_space, src_base, src_offset = cx.address(ops[1], "global")
-    if dst_space != "shared" or src_space != "global":
-        raise cx.unsupported(f"{ins.full_opcode} between .{dst_space} and .{src_space}")
-    src_size = ignore = NO_SLOT
-    if len(ops) == 4:
-        if isinstance(ops[3], ir.Register) and cx.register_type(ops[3]) == "pred":
-            ignore = cx.reg(ops[3])
-        else:
-            src_size = cx.src(ops[3], "u32")
-    slots = [src_size, ignore, NO_SLOT, NO_SLOT, dst_base, src_base]
-    cx.emit("cp.async", slots, imm=dst_offset, imm2=src_offset, size=int(ops[2].value))
-
-
 TENSOR_MAP_FIELDS = ("global_address", "rank", "box_dim", "global_dim", "global_stride", "element_stride",
                      "elemtype", "interleave_layout", "swizzle_mode", "swizzle_atomicity", "fill_mode")
 

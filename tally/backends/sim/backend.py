@@ -59,6 +59,7 @@ from tally.backends.sim.objects import (SIM_MANIFEST_PREFIX, KernelEffect, SimEv
 from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, ValueWaitOp, WaitOp
 from tally.backends.sim.ptx import entry_params, global_sizes
 from tally.backends.sim.variants import SimVariantProvider
+from tally.backends.tensor_maps import TallyTensorMaps
 
 __all__ = ["KernelEffect", "SimBackend", "SimFunction", "sim_module_source"]
 
@@ -74,7 +75,7 @@ _ATTR_MAX_BLOCKS_PER_SM = 106
 _ATTR_COOPERATIVE_LAUNCH, _ATTR_COOPERATIVE_MULTI_DEVICE_LAUNCH = 95, 96
 
 
-class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration):
+class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTensorMaps):
     kind = "sim"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=True, printf_per_stream=False,

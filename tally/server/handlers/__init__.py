@@ -23,11 +23,12 @@ from tally.server.handlers import (
     stream_memory_ops,
     streams,
     sync,
+    tensor_maps,
     virtual_memory,
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, stream_attributes,
-           events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops)
+           events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops, tensor_maps)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:
