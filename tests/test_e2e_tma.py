@@ -81,3 +81,42 @@ def test_encodings_the_driver_refuses(program, emulator_server):
     assert job.ints("good") == [0]
     # the first refusal's reason, once (the log shows each request kind and error once)
     assert "cuTensorMapEncodeTiled: globalAddress" in job.stderr and "16-byte aligned" in job.stderr
+
+
+@pytest.mark.parametrize("mode", ["slice", "ptb"])
+def test_a_warp_specialized_tma_kernel_best_effort_next_to_a_high_priority_job(nvcc, tmp_path, mode):
+    """Best effort, next to the demo's inference job: the sliced variant of a kernel with
+    TMA copies and mbarriers (a producer warp, consumer warps) computes exactly what it
+    computes whole. PTB refuses it (its consumers' warp shuffles follow a branch that the
+    producer warp leaves by another way), so under --be-transform ptb it runs whole with
+    the reason in the server's log, and is still exact."""
+    import subprocess
+    import sys
+
+    from server_harness import ServerProcess
+    from tally.bench.demo import compile_example
+    from tally.cli.server_main import query_status
+
+    pipeline = build_cuda(nvcc, "tma_pipeline.cu", flags=("-gencode", "arch=compute_90a,code=compute_90a"))
+    inference = compile_example(nvcc, "inference", tmp_path)
+    server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", mode))
+
+    def start(priority, *argv):
+        return subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
+                                 "--priority", priority, "--", *map(str, argv)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        be = start("best-effort", pipeline, 150)
+        hp = start("high", inference, 100)
+        hp_out, _ = hp.communicate(timeout=300)
+        be_out, _ = be.communicate(timeout=300)
+        assert hp.returncode == 0 and "results correct" in hp_out, hp_out
+        assert be.returncode == 0 and "results correct" in be_out, be_out
+        scheduler = query_status(server.socket_path)["server"]["scheduler"]
+        if mode == "slice":
+            assert scheduler["kernels_sliced"] > 0 and scheduler["slice_launches"] > 0, scheduler
+        else:
+            assert scheduler["kernels_ptb"] == 0 and scheduler["untransformable"] > 0, scheduler
+            assert "row_sums14CUtensorMap_stPff has no ptb variant" in server.log()
+    finally:
+        server.stop()
