@@ -36,7 +36,7 @@ def _spaces(ins: ir.Instruction) -> tuple[str, str]:
     return named[0], named[1]
 
 
-def _drop_hints(cx: FunctionLowering, ins: ir.Instruction, ops: list[ir.Operand]) -> list[ir.Operand]:
+def _drop_hints(ins: ir.Instruction, ops: list[ir.Operand]) -> list[ir.Operand]:
     if ins.has("L2::cache_hint"):
         return ops[:-1]   # the cache policy: a hint
     return ops
@@ -53,7 +53,7 @@ def lower_bulk(cx: FunctionLowering, ins: ir.Instruction) -> None:
         dst_space, src_space = _spaces(ins)
     except ValueError:
         raise cx.unsupported(ins.full_opcode) from None
-    ops = _drop_hints(cx, ins, list(ins.operands))
+    ops = _drop_hints(ins, list(ins.operands))
     if ins.has("reduce"):
         _lower_reduce(cx, ins, ops, dst_space, src_space)
         return
@@ -104,7 +104,7 @@ def _lower_reduce(cx: FunctionLowering, ins: ir.Instruction, ops: list[ir.Operan
 def lower_cp(cx: FunctionLowering, ins: ir.Instruction) -> None:
     """cp.async (Ampere's asynchronous global-to-shared copy), done at once; its
     commit/wait group instructions then have nothing to wait for. Hopper's bulk
-    copies (cp.async.bulk, cp.reduce.async.bulk): lower_bulk_copy.py."""
+    copies (cp.async.bulk, cp.reduce.async.bulk): lower_bulk above."""
     if ins.has("bulk"):
         lower_bulk(cx, ins)
         return
