@@ -196,7 +196,8 @@ class DataPlaneDevice:
 
     issuer: object
     stream_handle: Callable[[object], int]
-    # (ClientPlane, function id, backend Function, parameter bytes) -> registered
+    # (the plane's writer, tally/scheduler/plane_owner.py: its add_function or
+    # add_emulator_function; function id, backend Function, parameter bytes) -> registered
     register_function: Callable[[object, int, object, int], bool]
 
 

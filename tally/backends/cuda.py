@@ -491,8 +491,8 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
         # The same driver library and context as every call above (csrc/src/cuda/data_plane_issuer.cpp).
         from tally._core import data_plane
 
-        def register(plane, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:
-            plane.add_function(function_id, param_bytes, int(fn.handle))
+        def register(table, function_id: int, fn: CudaFunction, param_bytes: int) -> bool:
+            table.add_function(function_id, param_bytes, int(fn.handle))
             return True
 
         self._issuer = data_plane.CudaIssuer(int(self._context.handle))

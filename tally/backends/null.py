@@ -343,8 +343,8 @@ class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
     def data_plane(self) -> DataPlaneDevice:
         from tally._core import data_plane
 
-        def register(plane, function_id: int, fn, param_bytes: int) -> bool:
-            plane.add_function(function_id, param_bytes)
+        def register(table, function_id: int, fn, param_bytes: int) -> bool:
+            table.add_function(function_id, param_bytes)
             return True
 
         return DataPlaneDevice(data_plane.NullIssuer(), lambda stream: 0, register)

@@ -190,11 +190,11 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 sm_cap = _within_share(client, stream_sm_cap)
                 self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream, sm_cap), sm_cap)
 
-    def attach_fast_lanes(self, client_id: Hashable, plane, device) -> None:
+    def attach_fast_lanes(self, client_id: Hashable, owner, device) -> None:
         """The client's requests go through a C++ data plane that may be given lanes;
         `device`: the backend's DataPlaneDevice."""
         with self._lock:
-            self.fast_lanes.attach(client_id, plane, device)
+            self.fast_lanes.attach(client_id, owner, device)
             client = self._clients.get(client_id)
             if client is not None:
                 self._fast_lane_roles(client)

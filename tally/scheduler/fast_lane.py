@@ -56,7 +56,7 @@ LaneChange = Callable[[SchedulingPolicy, float], None]
 
 @dataclass(eq=False)
 class _Attached:
-    plane: Any                          # tally._core.data_plane.ClientPlane
+    owner: Any                          # the job's plane's one writer (plane_owner.PlaneOwner)
     stream_handle: Callable[[Any], int]     # backend stream -> the handle the plane issues to
     completes_at_issue: bool            # the null device: nothing to watch
     carries_sm_cap: bool                # the issuer confines a launch to an SM cap (else: no capped lane)
@@ -92,11 +92,11 @@ class FastLanes:
         self.gate = _core.data_plane.BestEffortGate()
         self._best_effort_holder: Hashable | None = None   # the job whose best-effort lanes are granted
 
-    def attach(self, client_id: Hashable, plane, device) -> None:
+    def attach(self, client_id: Hashable, owner, device) -> None:
         """The client's requests go through a C++ plane that may be given lanes;
         `device`: the backend's DataPlaneDevice."""
         issuer = device.issuer
-        self._attached[client_id] = _Attached(plane, device.stream_handle, issuer.completes_at_issue,
+        self._attached[client_id] = _Attached(owner, device.stream_handle, issuer.completes_at_issue,
                                               issuer.carries_sm_cap)
 
     def attached(self, client_id: Hashable) -> bool:
@@ -112,14 +112,14 @@ class FastLanes:
         one at a time."""
         attached = self._attached[client_id]
         attached.needs_gate = rule.through_gate
-        attached.plane.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
+        attached.owner.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
                                      rule.one_unit_at_a_time)
 
     def detach(self, client_id: Hashable) -> None:
         """The client is going: no lane of it issues anything from now on."""
         attached = self._attached.pop(client_id, None)
         if attached is not None:
-            attached.plane.revoke_all()
+            attached.owner.revoke_all()
             for lane in self._lanes.values():
                 if lane.attached is attached:
                     lane.granted = False
@@ -137,7 +137,7 @@ class FastLanes:
                 return
             # Opened even when not granted: a best-effort plane looks at every stream
             # of its job before it issues a kernel (one unit at a time).
-            attached.plane.open_lane(stream.key, attached.stream_handle(stream.backend_stream))
+            attached.owner.open_lane(stream.key, attached.stream_handle(stream.backend_stream))
             client = stream.client
             lane = _Lane(stream, attached, RunningUnit(next(self._unit_ids), 0, client.client_id, stream.key,
                                                        client.priority, WHOLE, False, self._clock.now()))
@@ -149,7 +149,7 @@ class FastLanes:
             self._best_effort_holder = client_id
             self.gate.open()
         if lane.granted != eligible or (eligible and lane.sm_cap != sm_cap):
-            lane.attached.plane.grant(stream.key, eligible, sm_cap or 0)
+            lane.attached.owner.grant(stream.key, eligible, sm_cap or 0)
             lane.granted, lane.sm_cap = eligible, sm_cap
 
     def revoke_client(self, client_id: Hashable) -> None:
@@ -157,7 +157,7 @@ class FastLanes:
         anything until the executor offers it again."""
         for lane in self._lanes.values():
             if lane.granted and lane.stream.client.client_id == client_id:
-                lane.attached.plane.grant(lane.stream.key, False, 0)   # waits for an operation being issued
+                lane.attached.owner.grant(lane.stream.key, False, 0)   # waits for an operation being issued
                 lane.granted = False
 
     def revoke_best_effort(self, client_id: Hashable) -> None:
@@ -169,7 +169,7 @@ class FastLanes:
         self._best_effort_holder = None
         for lane in self._lanes.values():
             if lane.granted and lane.stream.client.client_id == holder:
-                lane.attached.plane.grant(lane.stream.key, False, 0)
+                lane.attached.owner.grant(lane.stream.key, False, 0)
                 lane.granted = False
 
     def revoke_all(self) -> bool:
@@ -181,7 +181,7 @@ class FastLanes:
         for lane in self._lanes.values():
             if not lane.granted:
                 continue
-            lane.attached.plane.grant(lane.stream.key, False, 0)     # waits for an operation being issued
+            lane.attached.owner.grant(lane.stream.key, False, 0)     # waits for an operation being issued
             lane.granted = False
             moved |= self._counts(lane)[1] != lane.seen
         return moved
@@ -195,7 +195,7 @@ class FastLanes:
             if lane.busy:       # its work drained (the stream is released after it)
                 lane.busy = False
                 self._activity.completed(lane, self._lane_sms(lane), self._clock.now())
-            lane.attached.plane.close_lane(stream.key)
+            lane.attached.owner.close_lane(stream.key)
 
     def launches(self, stream) -> int:
         """Kernels the C++ data plane launched on the executor stream so far."""
@@ -244,7 +244,7 @@ class FastLanes:
         """The lane's (launches, operations) issued so far; what of it is quiet counts as drained."""
         launches, issued, _ = self._counts(lane)
         if issued != lane.drained and (lane.attached.completes_at_issue
-                                       or lane.attached.plane.lane_quiet(lane.stream.key)):
+                                       or lane.attached.owner.lane_quiet(lane.stream.key)):
             lane.drained, lane.launches_done = issued, launches
         return launches, issued
 
@@ -270,7 +270,7 @@ class FastLanes:
         return lane.sm_cap or self._sm_count
 
     def _counts(self, lane: _Lane) -> tuple[int, int, int]:
-        return lane.attached.plane.lane_counts(lane.stream.key)
+        return lane.attached.owner.lane_counts(lane.stream.key)
 
     def _watch(self, lane: _Lane) -> None:
         """Learn when the operations the lane issued so far have completed: the

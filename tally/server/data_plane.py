@@ -20,6 +20,7 @@ import os
 import threading
 
 from tally import _core
+from tally.scheduler.plane_owner import PlaneOwner
 from tally.server.client.fast_path import FastPath
 from tally.server.job import ServedJob
 from tally.server.request_hold import RequestHold
@@ -102,35 +103,35 @@ class PlaneHold:
     """RequestHold's interface (tally/server/request_hold.py) over the C++ loop's
     own hold, which it checks between two records without the GIL."""
 
-    def __init__(self, plane):
-        self._plane = plane
+    def __init__(self, owner):
+        self._owner = owner         # PlaneOwner: the loop's hold, through the plane's one writer
 
     @property
     def held(self) -> bool:
-        return self._plane.held
+        return self._owner.held
 
     def hold(self, timeout: float) -> bool:
-        return self._plane.hold(timeout)
+        return self._owner.hold(timeout)
 
     def release(self) -> None:
-        self._plane.release()
+        self._owner.release()
 
     def wake(self) -> None:
         pass              # stop() wakes the loop
 
     def wait_released(self, closing: threading.Event, poll_s: float) -> bool:
-        while self._plane.held and not closing.is_set():
+        while self._owner.held and not closing.is_set():
             closing.wait(poll_s)
         return not closing.is_set()
 
     def enter(self, closing: threading.Event, poll_s: float) -> bool:
-        while not self._plane.enter():
+        while not self._owner.enter():
             if not self.wait_released(closing, poll_s):
                 return False
         return True
 
     def leave(self) -> None:
-        self._plane.leave()
+        self._owner.leave()
 
 
 class CppDataPlane:
@@ -142,10 +143,10 @@ class CppDataPlane:
         none (then only pings and idle synchronizations are answered in C++)."""
         self._session = session
         issuer = device.issuer if device is not None else _core.data_plane.NullIssuer()
-        self.plane = _core.data_plane.ClientPlane(session.segment, issuer)
-        self.fast = FastPath(self.plane, device, session)
+        self.owner = PlaneOwner(session.segment, issuer)
+        self.fast = FastPath(self.owner, device, session)
         if device is not None:
-            session.services.executor.attach_fast_lanes(session.client_id, self.plane, device)
+            session.services.executor.attach_fast_lanes(session.client_id, self.owner, device)
 
     def serve(self) -> str:
         session = self._session
@@ -159,37 +160,37 @@ class CppDataPlane:
                     session.handle(*session.pending_records.popleft())
                 finally:
                     hold.leave()
-            ended, reason = self.plane.serve(session.handle, POLL_INTERVAL_S)
+            ended, reason = self.owner.serve(session.handle, POLL_INTERVAL_S)
             if ended:
                 return reason
         return ""
 
     def make_hold(self) -> PlaneHold:
-        return PlaneHold(self.plane)
+        return PlaneHold(self.owner)
 
     def stop(self) -> None:
-        self.plane.stop()
+        self.owner.stop()
 
     def poke(self) -> None:
-        self.plane.poke()
+        self.owner.poke()
 
     def push(self, kind: int, tag: int, payload: bytes) -> None:
-        self.plane.push_completion(kind, tag, payload)
+        self.owner.push_completion(kind, tag, payload)
 
     def close_replies(self) -> None:
-        self.plane.close_replies()
+        self.owner.close_replies()
 
     def close(self) -> None:
         """The session closed: the plane's reference to the job's segment goes now,
         not when the garbage collector breaks the session's reference cycles."""
-        self.plane.close()
+        self.owner.close()
 
     def disable_fast(self) -> None:
         """Every request to Python from now on; returns once no fast operation is under way."""
         self.fast.disable()
 
     def counts(self) -> tuple[int, int, dict[int, int]]:
-        return self.plane.counts()
+        return self.owner.counts()
 
 
 def make_data_plane(session: ServedJob, choice: str, device):

@@ -467,14 +467,14 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
                                            data_plane.LaunchLimits(limits.max_grid, limits.max_block,
                                                                    limits.max_threads, limits.max_shared_bytes))
 
-        def register(plane, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
+        def register(table, function_id: int, fn: EmulatorFunction, param_bytes: int) -> bool:
             if fn.uses_device_heap:
                 return False          # the job's heap goes with each launch, the Python way
             try:
                 kernel = fn.lowered()
             except DeviceError:
                 return False          # every launch fails, the Python way
-            plane.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
+            table.add_emulator_function(function_id, param_bytes, kernel.program, fn.max_threads or 0,
                                         fn.required_block or (0, 0, 0), kernel.static_shared_bytes,
                                         fn.cluster.dims or (0, 0, 0), fn.cluster.explicit)
             return True

@@ -20,8 +20,8 @@ from tally.server.job import Job
 
 
 class FastPath:
-    def __init__(self, plane, device, job: Job):
-        self.plane = plane                     # tally._core.data_plane.ClientPlane
+    def __init__(self, owner, device, job: Job):
+        self._owner = owner                    # the plane's one writer (tally/scheduler/plane_owner.py)
         self._device = device                  # the backend's DataPlaneDevice (None: nothing to issue)
         self._job = job
         self._lock = threading.Lock()
@@ -41,8 +41,8 @@ class FastPath:
             return
         if fn.function_id not in self._functions:
             with self._lock:
-                if self._device.register_function(self.plane, fn.function_id, fn.backend_function,
-                                                   fn.param_bytes):
+                if self._owner.register_function(self._device, fn.function_id, fn.backend_function,
+                                                 fn.param_bytes):
                     self._functions.add(fn.function_id)
         if not self._best_effort:
             return
@@ -50,7 +50,7 @@ class FastPath:
         if shape not in self._whole_shapes and self._job.services.executor.runs_whole(self._job.client_id, launch):
             with self._lock:
                 self._whole_shapes.add(shape)
-                self.plane.add_whole_shape(*shape)
+                self._owner.add_whole_shape(*shape)
 
     def forget_functions(self, function_ids) -> None:
         """The ids no longer name kernels (their module was unloaded)."""
@@ -59,30 +59,30 @@ class FastPath:
             for function_id in function_ids:
                 if function_id in self._functions:
                     self._functions.discard(function_id)
-                    self.plane.remove_function(function_id)     # and its whole shapes
+                    self._owner.remove_function(function_id)     # and its whole shapes
             self._whole_shapes = {s for s in self._whole_shapes if s[0] not in function_ids}
 
     # ---- memory ---------------------------------------------------------------------
 
     def allocation_added(self, ptr: int, nbytes: int) -> None:
-        self.plane.add_allocation(ptr, nbytes)
+        self._owner.add_allocation(ptr, nbytes)
 
     def allocation_removed(self, ptr: int) -> None:
-        self.plane.remove_allocation(ptr)
+        self._owner.remove_allocation(ptr)
 
     def allocations_cleared(self) -> None:
-        self.plane.clear_allocations()
+        self._owner.clear_allocations()
 
     # ---- streams ----------------------------------------------------------------------
 
     def stream_rules(self, key: int, exists: bool, allowed: bool) -> None:
         """Whether the job's stream id `key` names a stream, and whether its next
         operation needs no ordering fence first (server/client/streams.py)."""
-        self.plane.stream_rules(key, exists, allowed)
+        self._owner.stream_rules(key, exists, allowed)
 
     def take_legacy_touched(self) -> bool:
         """Whether C++ issued work on the legacy stream since the last call."""
-        return self.plane.take_legacy_touched()
+        return self._owner.take_legacy_touched()
 
     # ---- synchronization ---------------------------------------------------------------
 
@@ -93,11 +93,11 @@ class FastPath:
         Python handles another request of the job."""
         job = self._job
         if job.deferred_error is None and job.client.blocking.idle():
-            self.plane.set_quiet(True)
+            self._owner.set_quiet(True)
 
     def not_idle(self) -> None:
-        self.plane.set_quiet(False)
+        self._owner.set_quiet(False)
 
     def disable(self) -> None:
         """The job's context is unusable: every request goes to Python (which fails it)."""
-        self.plane.set_enabled(False)
+        self._owner.set_enabled(False)
