@@ -172,6 +172,14 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) remote(int* out) {
   cluster.sync();
 }
 
+// Warp-specialized register budgets (CUTLASS 3's producer/consumer split): warpgroup 0
+// gives registers back, warpgroup 1 takes more; out[t] = t * 3.
+extern "C" __global__ void register_budgets(unsigned* out) {
+  if (threadIdx.x / 128 == 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+  else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  out[threadIdx.x] = threadIdx.x * 3;
+}
+
 // Misuse: arriving on a barrier nobody initialized.
 extern "C" __global__ void uninitialized(unsigned* out) {
   __shared__ uint64_t bar;
@@ -191,7 +199,7 @@ def device():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(SOURCE)
         os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_ptx(path, arch="sm_90a")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module
@@ -252,6 +260,11 @@ def test_arrive_drop_lowers_the_expected_count(device):
 def test_a_block_arrives_on_another_blocks_barrier_of_its_cluster(device):
     (out,) = run(device, "remote", (6, 1, 1), (32, 1, 1), [], [np.zeros(3, np.int32)])
     assert out.tolist() == [4001, 4003, 4005]
+
+
+def test_setmaxnreg_is_accepted(device):
+    (out,) = run(device, "register_budgets", (1, 1, 1), (256, 1, 1), [], [np.zeros(256, np.uint32)])
+    assert out.tolist() == [3 * t for t in range(256)]
 
 
 def test_arriving_on_an_uninitialized_barrier_faults_and_the_device_carries_on(device):
