@@ -62,7 +62,6 @@ RULES = (
     Rule(r"cuDevice(Register|Unregister)AsyncNotification",
          "driver-initiated notifications (budget changes): tally's own eviction and quota messages stand in"),
     Rule(r"cuProfilerInitialize", "removed from CUDA's profiler API (CUDA 12); cuProfilerStart/Stop are implemented"),
-    Rule(r"cuCoredump\w*", "not yet: GPU core dump settings (planned with CUDA's error reporting)"),
     Rule(r"cuMemBatchDecompressAsync", "not yet: the decompression engine (Blackwell), no emulation"),
     Rule(r"cuStream(WaitValue|WriteValue)(32|64)|cuStreamBatchMemOp|cuGraph(Exec)?(Add)?BatchMemOpNode\w*",
          "not yet: stream memory operations (planned with the Hopper driver surface)"),

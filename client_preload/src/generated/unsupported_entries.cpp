@@ -717,22 +717,6 @@ CUresult tally_entry_cuLibraryGetUnifiedFunction_v12000(void **fptr, CUlibrary l
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuLibraryGetUnifiedFunction", "not yet: enumerating a module's or library's contents");
 }
-CUresult tally_entry_cuCoredumpGetAttribute_v12010(CUcoredumpSettings get, void *value, size_t *size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttribute", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
-}
-CUresult tally_entry_cuCoredumpGetAttributeGlobal_v12010(CUcoredumpSettings get, void *value, size_t *size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpGetAttributeGlobal", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
-}
-CUresult tally_entry_cuCoredumpSetAttribute_v12010(CUcoredumpSettings set, void *value, size_t *size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttribute", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
-}
-CUresult tally_entry_cuCoredumpSetAttributeGlobal_v12010(CUcoredumpSettings set, void *value, size_t *size) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuCoredumpSetAttributeGlobal", "not yet: GPU core dump settings (planned with CUDA's error reporting)");
-}
 CUresult tally_entry_cuDeviceRegisterAsyncNotification_v12040(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuDeviceRegisterAsyncNotification", "driver-initiated notifications (budget changes): tally's own eviction and quota messages stand in");

@@ -104,8 +104,14 @@ TALLY_ENTRY(cuKernelGetParamInfo_v12040)(CUkernel kernel, size_t paramIndex, siz
                                          size_t* paramSize) {
   return param_info(as_function(kernel), paramIndex, paramOffset, paramSize);
 }
-TALLY_ENTRY(cuFuncGetName_v12030)(const char** name, CUfunction hfunc) { return name_of(as_function(hfunc), name); }
-TALLY_ENTRY(cuKernelGetName_v12030)(const char** name, CUkernel hfunc) { return name_of(as_function(hfunc), name); }
+// A null handle is CUDA_ERROR_INVALID_VALUE, as the driver answers (cuda-bindings' test_cuda.py
+// checks it); an unknown non-null one stays CUDA_ERROR_INVALID_HANDLE.
+TALLY_ENTRY(cuFuncGetName_v12030)(const char** name, CUfunction hfunc) {
+  return hfunc == nullptr ? CUDA_ERROR_INVALID_VALUE : name_of(as_function(hfunc), name);
+}
+TALLY_ENTRY(cuKernelGetName_v12030)(const char** name, CUkernel hfunc) {
+  return hfunc == nullptr ? CUDA_ERROR_INVALID_VALUE : name_of(as_function(hfunc), name);
+}
 TALLY_ENTRY(cuFuncSetCacheConfig_v3000)(CUfunction hfunc, CUfunc_cache config) {
   (void)config;
   return accept_hint(as_function(hfunc));

@@ -21,5 +21,9 @@ int main(int argc, char** argv) {
   }
   printf("named=%d\n", named);
   printf("null_out=%d\n", (int)cuGetErrorName(CUDA_SUCCESS, NULL));
+  // A null function or kernel is an invalid value to the driver, not an invalid handle.
+  const char* fname = NULL;
+  printf("func_name_null=%d\n", (int)cuFuncGetName(&fname, NULL));
+  printf("kernel_name_null=%d\n", (int)cuKernelGetName(&fname, NULL));
   return 0;
 }
