@@ -134,6 +134,8 @@ def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, client
     assert ints(client, C) == [w[2] for w in want]
     # 4 + 3 kernels: the disabled node is not replayed.
     assert replayed(server) - before == 3 * 4 + 4 + 3
+    mine = server.status()["server"]["scheduler"]["clients"]
+    assert [c["graph_nodes_replayed"] for c in mine.values()] == [3 * 4 + 4 + 3]   # the only job here
 
     client.send("GraphDestroy", graph=7)
     client.send("GraphLaunch", graph=7, stream=LEGACY)        # destroyed: the next sync reports it
