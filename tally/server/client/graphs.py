@@ -34,6 +34,7 @@ class GraphNode:
 class JobGraph:
     nodes: tuple[GraphNode, ...]
     order: tuple[int, ...]          # a topological order of the node indices
+    edges: tuple[tuple[int, int], ...] = ()
 
     def kernels(self) -> list[GraphNode]:
         """The enabled kernel nodes, in an order the edges allow."""
@@ -106,7 +107,23 @@ def parse_graph(modules, node_count: int, edge_count: int, tail) -> JobGraph:
     for a, b in edges:
         if a >= node_count or b >= node_count or a == b:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"edge {a} -> {b} in a graph of {node_count} nodes")
-    return JobGraph(tuple(nodes), topological_order(node_count, edges))
+    return JobGraph(tuple(nodes), topological_order(node_count, edges), tuple(edges))
+
+
+def serialize_graph(graph: JobGraph) -> bytes:
+    """The graph as a GraphDefine tail again (what migration carries to the next server)."""
+    out = bytearray()
+    for n in graph.nodes:
+        launch = n.launch
+        if launch is None:
+            out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, 0)
+            continue
+        out += _NODE.pack(n.type, int(n.enabled), n.function, *launch.grid, *launch.block, launch.shared_bytes,
+                          len(launch.params))
+        out += launch.params + bytes(_pad8(len(launch.params)) - len(launch.params))
+    for a, b in graph.edges:
+        out += _EDGE.pack(a, b)
+    return bytes(out)
 
 
 class JobGraphs:
@@ -145,6 +162,11 @@ class JobGraphs:
         with self._lock:
             if self._graphs.pop(graph_id, None) is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"graph {graph_id} was never instantiated")
+
+    def describe(self) -> list[list]:
+        """[id, node count, edge count, GraphDefine tail] of each graph (migration)."""
+        with self._lock:
+            return [[gid, len(g.nodes), len(g.edges), serialize_graph(g)] for gid, g in self._graphs.items()]
 
     def clear(self) -> None:
         with self._lock:

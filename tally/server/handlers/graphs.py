@@ -7,6 +7,8 @@ its own unit, sliced or PTB like any best-effort launch), in a topological order
 on the replay's stream, and counts it in scheduler.graph_nodes_replayed."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tally.protocol.messages_generated import GraphDefine, GraphDestroy, GraphLaunch, GraphNodeUpdate
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.graphs import parse_graph, parse_node
@@ -35,7 +37,8 @@ def graph_launch(job: Job, msg: GraphLaunch, tag: int) -> None:
     functions = [client.modules.launchable(node.function) for node in kernels]
     for fn, node in zip(functions, kernels):
         client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)
-        client.streams.submit(msg.stream, node.launch)
+        # The function as loaded now (a suspend or migration may have loaded it again).
+        client.streams.submit(msg.stream, replace(node.launch, function=fn.backend_function))
     client.executor.note_graph_replay(job.client_id, len(kernels))
 
 
