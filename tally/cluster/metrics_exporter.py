@@ -104,6 +104,8 @@ def _client_metrics(clients: list[dict], scheduled: dict) -> Iterator[Metric]:
     granted = family(GaugeMetricFamily, "tally_client_sm_granted", "SMs the job's launches are confined to now.")
     paused = family(GaugeMetricFamily, "tally_client_paused", "1 while the operator has the job paused.")
     kernels = family(CounterMetricFamily, "tally_client_kernels", "Kernels the job launched.")
+    graph_nodes = family(CounterMetricFamily, "tally_client_graph_nodes_replayed",
+                         "Kernel nodes the job's CUDA graph replays queued node by node.")
     requests = family(CounterMetricFamily, "tally_client_requests", "Driver calls the job sent the server.")
     errors = family(CounterMetricFamily, "tally_client_errors", "Driver calls answered with an error.")
     count = GaugeMetricFamily("tally_clients", "Jobs attached, by priority.", labels=["priority"])
@@ -124,11 +126,12 @@ def _client_metrics(clients: list[dict], scheduled: dict) -> Iterator[Metric]:
         own = scheduled.get(c["client_id"])
         if own is not None:
             kernels.add_metric(labels, own["kernels"])
+            graph_nodes.add_metric(labels, own.get("graph_nodes_replayed", 0))
         requests.add_metric(labels, c["requests"])
         errors.add_metric(labels, c["errors"])
     for priority, n in by_priority.items():
         count.add_metric([priority], n)
-    yield from (count, used, peak, quota, share, granted, paused, kernels, requests, errors)
+    yield from (count, used, peak, quota, share, granted, paused, kernels, graph_nodes, requests, errors)
 
 
 def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
@@ -139,6 +142,8 @@ def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
     yield kernels
     yield CounterMetricFamily("tally_preemptions", "Best-effort PTB kernels preempted for high-priority work.",
                               value=scheduler.get("preemptions", 0))
+    yield CounterMetricFamily("tally_graph_nodes_replayed", "Kernel nodes of CUDA graph replays the server "
+                              "queued node by node.", value=scheduler.get("graph_nodes_replayed", 0))
     delay = scheduler.get("hp_queueing_delay_s")
     if delay is not None:
         buckets = [("+Inf" if bound == "+Inf" else repr(float(bound)), n) for bound, n in delay["buckets"]]

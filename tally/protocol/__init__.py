@@ -26,6 +26,7 @@ def _make_enum(e: spec.Enum) -> type[IntEnum]:
 Priority = _make_enum(next(e for e in spec.ENUMS if e.name == "Priority"))
 HandshakeStatus = _make_enum(next(e for e in spec.ENUMS if e.name == "HandshakeStatus"))
 LaunchFlag = _make_enum(next(e for e in spec.ENUMS if e.name == "LaunchFlag"))
+GraphNodeType = _make_enum(next(e for e in spec.ENUMS if e.name == "GraphNodeType"))
 
 # How people spell a priority: `tally-run --priority`, `tally-server status` and its JSON.
 # Inside the server a priority is always a Priority.

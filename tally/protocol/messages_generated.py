@@ -2652,6 +2652,110 @@ class TensorMapReply:
         return _TensorMapReply.pack(self.map)
 
 
+_GraphDefine = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class GraphDefine:
+    """cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same
+    id replaces it); validated here, answered Done or Error. Tail: node_count GraphNode records (48-byte
+    header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to)
+    node-index pairs.
+    """
+
+    KIND: ClassVar[int] = 270
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    graph: int = 0
+    node_count: int = 0
+    edge_count: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> GraphDefine:
+        if len(payload) < 16:
+            raise _short('GraphDefine', len(payload), 16)
+        v0, v1, v2 = _GraphDefine.unpack_from(payload)
+        return cls(v0, v1, v2, memoryview(payload)[16:])
+
+    def encode(self) -> bytes:
+        return _GraphDefine.pack(self.graph, self.node_count, self.edge_count) + self.tail
+
+
+_GraphLaunch = struct.Struct('<QQ')
+
+
+@dataclass(frozen=True, slots=True)
+class GraphLaunch:
+    """cuGraphLaunch: async; one replay of `graph` on `stream`"""
+
+    KIND: ClassVar[int] = 271
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    graph: int = 0
+    stream: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> GraphLaunch:
+        if len(payload) != 16:
+            if len(payload) < 16:
+                raise _short('GraphLaunch', len(payload), 16)
+            raise _trailing('GraphLaunch', len(payload) - 16)
+        v0, v1 = _GraphLaunch.unpack_from(payload)
+        return cls(v0, v1)
+
+    def encode(self) -> bytes:
+        return _GraphLaunch.pack(self.graph, self.stream)
+
+
+_GraphDestroy = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class GraphDestroy:
+    """cuGraphExecDestroy: async; the server forgets `graph` (queued replays still run)"""
+
+    KIND: ClassVar[int] = 272
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    graph: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> GraphDestroy:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('GraphDestroy', len(payload), 8)
+            raise _trailing('GraphDestroy', len(payload) - 8)
+        (v0,) = _GraphDestroy.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _GraphDestroy.pack(self.graph)
+
+
+_GraphNodeUpdate = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNodeUpdate:
+    """cuGraphExec*SetParams / cuGraphNodeSetEnabled: node `node` of `graph` replaced for later replays;
+    answered Done or Error. Tail: one GraphNode record.
+    """
+
+    KIND: ClassVar[int] = 273
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    graph: int = 0
+    node: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> GraphNodeUpdate:
+        if len(payload) < 16:
+            raise _short('GraphNodeUpdate', len(payload), 16)
+        v0, v1, v2 = _GraphNodeUpdate.unpack_from(payload)
+        return cls(v0, v1, memoryview(payload)[16:])
+
+    def encode(self) -> bytes:
+        return _GraphNodeUpdate.pack(self.graph, self.node, 0) + self.tail
+
+
 MESSAGES = (
     Hello,
     HelloReply,
@@ -2755,5 +2859,9 @@ MESSAGES = (
     TensorMapEncode,
     TensorMapReplaceAddress,
     TensorMapReply,
+    GraphDefine,
+    GraphLaunch,
+    GraphDestroy,
+    GraphNodeUpdate,
 )
 BY_KIND: dict[int, type] = {m.KIND: m for m in MESSAGES}

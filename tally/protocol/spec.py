@@ -80,7 +80,16 @@ ENUMS = (
          (("INLINE", SOURCE_INLINE), ("ARENA", SOURCE_ARENA), ("PINNED", SOURCE_PINNED))),
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
     Enum("LaunchFlag", "Bits of LaunchKernel.flags.", (("COOPERATIVE", 1),)),
+    Enum("GraphNodeType", "GraphNode.type: what a node of a GraphDefine does.",
+         (("EMPTY", 0), ("KERNEL", 1))),
 )
+
+# One node of a GraphDefine/GraphNodeUpdate tail: this header (little-endian), then
+# the kernel's parameter block (param_bytes, zero-padded to a multiple of 8):
+# u32 type (GraphNodeType), u32 enabled (cuGraphNodeSetEnabled; 0 skips it),
+# u64 function (a GetFunction id), u32 grid[3], u32 block[3], u32 shared_bytes,
+# u32 param_bytes.
+GRAPH_NODE_FORMAT = "<IIQ3I3III"
 
 # ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
 # Handles: device pointers are the server's real addresses. Streams, events and
@@ -305,6 +314,20 @@ DRIVER_MESSAGES = (
             (F("map", "u8", 128), F("global_address", "u64"))),
     Message("TensorMapReply", 263, "an encoded tensor map (CUtensorMap's 128 opaque bytes)",
             (F("map", "u8", 128),)),
+    # CUDA graphs known to the server (tally/server/client/graphs.py): an instantiated
+    # graph arrives once, then each replay is one message.
+    Message("GraphDefine", 270, "cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; "
+            "a second define of the same id replaces it); validated here, answered Done or Error",
+            (F("graph", "u64"), F("node_count", "u32"), F("edge_count", "u32")),
+            tail="node_count GraphNode records (48-byte header then the kernel's parameter block, padded "
+                 "to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs"),
+    Message("GraphLaunch", 271, "cuGraphLaunch: async; one replay of `graph` on `stream`",
+            (F("graph", "u64"), F("stream", "u64"))),
+    Message("GraphDestroy", 272, "cuGraphExecDestroy: async; the server forgets `graph` (queued replays "
+            "still run)", (F("graph", "u64"),)),
+    Message("GraphNodeUpdate", 273, "cuGraphExec*SetParams / cuGraphNodeSetEnabled: node `node` of `graph` "
+            "replaced for later replays; answered Done or Error",
+            (F("graph", "u64"), F("node", "u32"), F("_pad0", "u32")), tail="one GraphNode record"),
 )
 
 

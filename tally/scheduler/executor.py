@@ -69,7 +69,8 @@ log = logging.getLogger(__name__)
 
 # `tally-server status`'s kernel counters, in the order it shows them
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
-                 "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative")
+                 "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative",
+                 "graph_nodes_replayed")
 _KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
@@ -177,6 +178,14 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
             self._pump()
+
+    def note_graph_replay(self, client_id: Hashable, nodes: int) -> None:
+        """A graph replay the server queued node by node (handlers/graphs.py)."""
+        with self._lock:
+            self._counters["graph_nodes_replayed"] += nodes
+            client = self._clients.get(client_id)
+            if client is not None:
+                client.graph_nodes_replayed += nodes
 
     def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable, stream_sm_cap: int | None = None) -> None:
         """After a submission: the stream's lane is granted to the data plane while
@@ -327,6 +336,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             out["hp_queueing_delay_s"] = self._hp_queueing.snapshot()
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
                                             "kernels_completed": c.kernels_completed,
+                                            "graph_nodes_replayed": c.graph_nodes_replayed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values()),
                                             "sm_percent": c.sm_percent,
                                             "sm_granted": self.sm_count if c.sm_cap is None else c.sm_cap,

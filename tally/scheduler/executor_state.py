@@ -180,6 +180,7 @@ class ClientState:
     paused: bool = False                # its queued work is held (pause_client)
     kernels: int = 0                    # started
     kernels_completed: int = 0
+    graph_nodes_replayed: int = 0       # kernels its graph replays queued (handlers/graphs.py)
     # Best-effort kernels (kernel keys) the planner settled on running whole: the
     # C++ data plane may release these itself (tally/scheduler/fast_lane.py).
     whole_keys: set[str] = field(default_factory=set)

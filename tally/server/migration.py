@@ -287,6 +287,7 @@ def _send_state(server: MigrationHost, session: ServedJob, sock) -> int:
         sender.close()
     send_piece(sock, {"op": "streams", "list": client.streams.describe()})
     send_piece(sock, {"op": "events", "list": client.events.describe()})
+    send_piece(sock, {"op": "graphs", "list": client.graphs.describe()})
     deferred = session.deferred_error
     send_piece(sock, {"op": "session", "next_module_id": client.modules.next_id(),
                   "deferred": None if deferred is None else [deferred.code, deferred.message],

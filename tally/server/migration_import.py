@@ -36,6 +36,7 @@ from tally.protocol.messages_generated import ControlReply, MigrateCommit, Migra
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
 from tally.scheduler.hooks import AdmissionRequest
 from tally.server import handover, lz4_chunks
+from tally.server.client.graphs import parse_graph
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
 from tally.server.job import ServedJob
@@ -175,6 +176,7 @@ class JobImport:
         self.modules = ModuleRegistry(backend, None if high else server.variants)
         self.streams: list = []
         self.events: list = []
+        self.graphs: list = []             # [id, node count, edge count, GraphDefine tail]
         self.state: dict = {}
         self._undo = contextlib.ExitStack()
         self._undo.callback(self._forget_all)
@@ -216,6 +218,8 @@ class JobImport:
             self.streams = piece["list"]
         elif op == "events":
             self.events = piece["list"]
+        elif op == "graphs":
+            self.graphs = piece["list"]
         elif op == "session":
             self.state = piece
         else:
@@ -275,6 +279,8 @@ class JobImport:
                     client.streams.create(key, flags, priority, sm_cap)
             for event_id, timing, *recorded in self.events:     # [id, timing, time on the node's clock]
                 client.events.create(event_id, timing, recorded[0] if recorded else None)
+            for graph_id, node_count, edge_count, tail in self.graphs:   # after the modules they name
+                client.graphs.define(graph_id, parse_graph(client.modules, node_count, edge_count, tail))
             deferred = self.state.get("deferred")
             if deferred:
                 session.defer_error(DeviceError(deferred[0], deferred[1]))

@@ -9,6 +9,7 @@
 // Memory-allocation, conditional and external-semaphore nodes stay unsupported;
 // batch-memop nodes' own entry points are batch_mem_op_nodes.cpp.
 #include "graphs/graph_nodes.h"
+#include "graphs/server_graphs.h"
 
 #include <algorithm>
 #include <cstring>
@@ -308,6 +309,7 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
   auto updated = std::make_shared<ReplayList>(*old);
   (*updated)[entry.first_op] = ops.front();
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
+  forget_on_server(e->server_graph.exchange(0));   // the client replays the updated graph
   return CUDA_SUCCESS;
 }
 

@@ -117,6 +117,9 @@ struct ExecNode {
 struct GraphExecObject {
   std::atomic<ObjectTag> tag{ObjectTag::kGraphExec};
   std::shared_ptr<const ReplayList> ops;  // swapped whole by updates; a launch replays the list it loaded
+  // The server's copy (server_graphs.h; 0: none): launches go there until an update
+  // drops it, after which the client replays `ops`.
+  std::atomic<uint64_t> server_graph{0};
   std::mutex mutex;                       // serializes updates
   std::vector<ExecNode> nodes;            // the graph's nodes in the order they were added
   std::unordered_map<const GraphNode*, size_t> index;  // source node -> its entry in `nodes`

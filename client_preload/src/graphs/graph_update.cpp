@@ -15,6 +15,7 @@
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
 #include "graphs/graph_nodes.h"
+#include "graphs/server_graphs.h"
 
 namespace tally::client {
 namespace {
@@ -91,6 +92,7 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
+  forget_on_server(e->server_graph.exchange(0));   // the client replays the updated graph
   // The exec now holds the new graph's user objects, and lets go of the old
   // graph's once the launches that ran it are done.
   auto held = std::make_shared<UserObjectRefs>();

@@ -6,6 +6,7 @@
 #include "graphs/capture.h"
 #include "connection/connection.h"
 #include "graphs/graph_nodes.h"
+#include "graphs/server_graphs.h"
 #include "entry_points/entry_point.h"
 #include "streams/stream_ids.h"
 
@@ -44,7 +45,10 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   auto ops = std::make_shared<ReplayList>();
   std::vector<ExecNode> nodes;
   if (CUresult rc = instantiate_graph(g, ops.get(), &nodes); rc != CUDA_SUCCESS) return rc;
+  uint64_t server_graph = 0;
+  if (CUresult rc = define_on_server(nodes, &server_graph); rc != CUDA_SUCCESS) return rc;
   auto* made = new GraphExecObject();
+  made->server_graph = server_graph;
   made->ops = std::move(ops);
   made->nodes = std::move(nodes);
   for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
@@ -61,6 +65,7 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  if (uint64_t kept = e->server_graph.load(); kept != 0) return launch_on_server(kept, id);   // one message
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
   if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (const Replay& op : *ops) {
@@ -140,6 +145,7 @@ TALLY_ENTRY(cuGraphExecDestroy_v10000)(CUgraphExec hGraphExec) {
   ObjectTag expected = ObjectTag::kGraphExec;
   if (!e->tag.compare_exchange_strong(expected, ObjectTag::kDead)) return CUDA_ERROR_INVALID_VALUE;
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>());
+  forget_on_server(e->server_graph.exchange(0));
   std::lock_guard<std::mutex> lock(e->mutex);
   release_after_queued_work(std::move(e->user_objects));
   return CUDA_SUCCESS;

@@ -49,6 +49,12 @@ enum class LaunchFlag : uint32_t {
   COOPERATIVE = 1,
 };
 
+// GraphNode.type: what a node of a GraphDefine does.
+enum class GraphNodeType : uint32_t {
+  EMPTY = 0,
+  KERNEL = 1,
+};
+
 enum class MessageKind : uint32_t {
   Hello = 1,
   HelloReply = 2,
@@ -152,6 +158,10 @@ enum class MessageKind : uint32_t {
   TensorMapEncode = 261,
   TensorMapReplaceAddress = 262,
   TensorMapReply = 263,
+  GraphDefine = 270,
+  GraphLaunch = 271,
+  GraphDestroy = 272,
+  GraphNodeUpdate = 273,
 };
 
 // A message kind's name (for messages to users), or nullptr for an unknown kind.
@@ -259,6 +269,10 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::TensorMapEncode: return "TensorMapEncode";
     case MessageKind::TensorMapReplaceAddress: return "TensorMapReplaceAddress";
     case MessageKind::TensorMapReply: return "TensorMapReply";
+    case MessageKind::GraphDefine: return "GraphDefine";
+    case MessageKind::GraphLaunch: return "GraphLaunch";
+    case MessageKind::GraphDestroy: return "GraphDestroy";
+    case MessageKind::GraphNodeUpdate: return "GraphNodeUpdate";
     default: return nullptr;
   }
 }
@@ -1580,5 +1594,55 @@ struct TensorMapReplyMsg {
 static_assert(sizeof(TensorMapReplyMsg) == 128, "TensorMapReplyMsg layout differs from the Python codec");
 static_assert(offsetof(TensorMapReplyMsg, map) == 0);
 constexpr uint32_t kTensorMapReplySize = 128;  // bytes on the wire (0: empty)
+
+// cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same id replaces it); validated here, answered Done or Error; tail: node_count GraphNode records (48-byte header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs
+struct GraphDefineMsg {
+  static constexpr MessageKind kKind = MessageKind::GraphDefine;
+  static constexpr bool kHasTail = true;
+  uint64_t graph;
+  uint32_t node_count;
+  uint32_t edge_count;
+};
+static_assert(sizeof(GraphDefineMsg) == 16, "GraphDefineMsg layout differs from the Python codec");
+static_assert(offsetof(GraphDefineMsg, graph) == 0);
+static_assert(offsetof(GraphDefineMsg, node_count) == 8);
+static_assert(offsetof(GraphDefineMsg, edge_count) == 12);
+constexpr uint32_t kGraphDefineSize = 16;  // bytes on the wire (0: empty)
+
+// cuGraphLaunch: async; one replay of `graph` on `stream`
+struct GraphLaunchMsg {
+  static constexpr MessageKind kKind = MessageKind::GraphLaunch;
+  static constexpr bool kHasTail = false;
+  uint64_t graph;
+  uint64_t stream;
+};
+static_assert(sizeof(GraphLaunchMsg) == 16, "GraphLaunchMsg layout differs from the Python codec");
+static_assert(offsetof(GraphLaunchMsg, graph) == 0);
+static_assert(offsetof(GraphLaunchMsg, stream) == 8);
+constexpr uint32_t kGraphLaunchSize = 16;  // bytes on the wire (0: empty)
+
+// cuGraphExecDestroy: async; the server forgets `graph` (queued replays still run)
+struct GraphDestroyMsg {
+  static constexpr MessageKind kKind = MessageKind::GraphDestroy;
+  static constexpr bool kHasTail = false;
+  uint64_t graph;
+};
+static_assert(sizeof(GraphDestroyMsg) == 8, "GraphDestroyMsg layout differs from the Python codec");
+static_assert(offsetof(GraphDestroyMsg, graph) == 0);
+constexpr uint32_t kGraphDestroySize = 8;  // bytes on the wire (0: empty)
+
+// cuGraphExec*SetParams / cuGraphNodeSetEnabled: node `node` of `graph` replaced for later replays; answered Done or Error; tail: one GraphNode record
+struct GraphNodeUpdateMsg {
+  static constexpr MessageKind kKind = MessageKind::GraphNodeUpdate;
+  static constexpr bool kHasTail = true;
+  uint64_t graph;
+  uint32_t node;
+  uint32_t _pad0;
+};
+static_assert(sizeof(GraphNodeUpdateMsg) == 16, "GraphNodeUpdateMsg layout differs from the Python codec");
+static_assert(offsetof(GraphNodeUpdateMsg, graph) == 0);
+static_assert(offsetof(GraphNodeUpdateMsg, node) == 8);
+static_assert(offsetof(GraphNodeUpdateMsg, _pad0) == 12);
+constexpr uint32_t kGraphNodeUpdateSize = 16;  // bytes on the wire (0: empty)
 
 }  // namespace tally::protocol

@@ -16,6 +16,7 @@ from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.blocking import BlockingCalls
 from tally.server.client.device_heap import JobDeviceHeap
 from tally.server.client.events import EventTable
+from tally.server.client.graphs import JobGraphs
 from tally.server.client.host_functions import HostFunctions
 from tally.server.client.host_memory import PinnedRegions
 from tally.server.client.job_channel import JobChannel
@@ -55,6 +56,7 @@ class ClientState:
         self.events = EventTable(self.executor, job.client_id)
         self.staging = bytearray()                  # StageBytes accumulates module images here
         self.links: dict[int, LinkState] = {}       # client link-state id -> its inputs (cuLink*)
+        self.graphs = JobGraphs()                   # its instantiated CUDA graphs (GraphDefine)
         self.download_lock = threading.Lock()       # download-arena reservation + reply, in one order
         self.output_lock = threading.Lock()
         self.kept_output: list[str] = []            # printf output of destroyed streams, for the next sync
@@ -77,6 +79,7 @@ class ClientState:
         self.vmm.clear()
         self.opened.clear()
         self.events.clear()
+        self.graphs.clear()
         self._ipc.forget_events_of(self.client_id)
         self.modules.clear()
         self.device_heap.close()

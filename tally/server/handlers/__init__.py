@@ -10,6 +10,7 @@ from tally.server.handlers import (
     contexts,
     copies,
     events,
+    graphs,
     green_contexts,
     host_functions,
     host_memory,
@@ -28,7 +29,8 @@ from tally.server.handlers import (
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, stream_attributes,
-           events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops, tensor_maps)
+           events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops, tensor_maps,
+           graphs)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:

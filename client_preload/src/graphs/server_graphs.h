@@ -1,0 +1,25 @@
+// Instantiated graphs the server keeps (tally/server/client/graphs.py): a graph
+// of kernel and empty nodes is sent once at instantiate (GraphDefine) and each
+// launch is then one GraphLaunch message. Other graphs, and an exec once it is
+// updated, replay their operations from the client as before.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "driver_headers.h"
+#include "graphs/graph_objects.h"
+
+namespace tally::client {
+
+// Sends `nodes` (an instantiation's, graph_objects.h) to the server if it can
+// keep them; *id is the server's name for them, or 0 when the client replays
+// the graph itself. An error is the server's refusal (CUDA's code).
+CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id);
+
+// The server forgets graph `id` (0: nothing to forget).
+void forget_on_server(uint64_t id);
+
+// One replay of graph `id` on `stream`.
+CUresult launch_on_server(uint64_t id, uint64_t stream);
+
+}  // namespace tally::client

@@ -1,0 +1,173 @@
+"""The job's instantiated CUDA graphs, as the server keeps them (GraphDefine).
+
+The client sends an instantiated graph once; each replay is then one
+GraphLaunch. Everything a replay needs is checked here, at instantiate, the way
+cuGraphInstantiate would refuse it: a node naming a function the job never
+resolved (CUDA_ERROR_INVALID_HANDLE), parameters of the wrong size, an empty
+grid or block, an edge naming no node, a cycle (CUDA_ERROR_INVALID_VALUE). A
+replay then only walks `order`, so it cannot fail on the graph's shape.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass, replace
+
+from tally.protocol import GraphNodeType
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
+from tally.protocol.spec import GRAPH_NODE_FORMAT
+from tally.scheduler import ops
+
+_NODE = struct.Struct(GRAPH_NODE_FORMAT)
+_EDGE = struct.Struct("<II")
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    type: int
+    enabled: bool
+    launch: ops.Launch | None       # a kernel node's launch, checked against its function
+    function: int = 0               # the job's function id: a replay finds it again (its module may be gone)
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    nodes: tuple[GraphNode, ...]
+    order: tuple[int, ...]          # a topological order of the node indices
+    edges: tuple[tuple[int, int], ...] = ()
+
+    def kernels(self) -> list[GraphNode]:
+        """The enabled kernel nodes, in an order the edges allow."""
+        return [self.nodes[i] for i in self.order if self.nodes[i].enabled and self.nodes[i].launch is not None]
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def parse_node(modules, tail, offset: int, where: str) -> tuple[GraphNode, int]:
+    """One GraphNode record at `offset` of `tail`; returns it and the next offset."""
+    if offset + _NODE.size > len(tail):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: the record is cut short")
+    type_, enabled, function, g0, g1, g2, b0, b1, b2, shared, nparams = _NODE.unpack_from(tail, offset)
+    offset += _NODE.size
+    end = offset + _pad8(nparams)
+    if end > len(tail):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: {nparams} parameter bytes run past the message")
+    if type_ == GraphNodeType.EMPTY:
+        return GraphNode(type_, bool(enabled), None), end
+    if type_ != GraphNodeType.KERNEL:
+        raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{where}: node type {type_} is not one the server keeps")
+    fn = modules.launchable(function)          # CUDA_ERROR_INVALID_HANDLE for a function never resolved
+    grid, block = (g0, g1, g2), (b0, b1, b2)
+    if 0 in grid or 0 in block:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: kernel {fn.name} with grid {grid} block {block}")
+    if nparams != fn.param_bytes:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: kernel {fn.name} carries {nparams} parameter "
+                                                    f"bytes; its parameters take {fn.param_bytes}")
+    params = bytes(tail[offset:offset + nparams])
+    launch = ops.Launch(fn.backend_function, grid, block, shared, params)
+    return GraphNode(type_, bool(enabled), launch, function), end
+
+
+def topological_order(count: int, edges: list[tuple[int, int]]) -> tuple[int, ...]:
+    """Kahn's algorithm, lowest index first among the ready (so a chain keeps its
+    capture order); a cycle leaves nodes unplaced and is refused."""
+    successors: list[list[int]] = [[] for _ in range(count)]
+    indegree = [0] * count
+    for a, b in edges:
+        successors[a].append(b)
+        indegree[b] += 1
+    ready = [i for i in range(count) if indegree[i] == 0]
+    order: list[int] = []
+    while ready:
+        ready.sort(reverse=True)
+        node = ready.pop()
+        order.append(node)
+        for s in successors[node]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+    if len(order) != count:
+        stuck = sorted(i for i in range(count) if indegree[i] > 0)
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the graph has a cycle through nodes {stuck[:8]}")
+    return tuple(order)
+
+
+def parse_graph(modules, node_count: int, edge_count: int, tail) -> JobGraph:
+    nodes: list[GraphNode] = []
+    offset = 0
+    for i in range(node_count):
+        node, offset = parse_node(modules, tail, offset, f"graph node {i}")
+        nodes.append(node)
+    if offset + edge_count * _EDGE.size != len(tail):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the graph's tail holds {len(tail) - offset} bytes of "
+                                                    f"edges; {edge_count} edges take {edge_count * _EDGE.size}")
+    edges = [_EDGE.unpack_from(tail, offset + k * _EDGE.size) for k in range(edge_count)]
+    for a, b in edges:
+        if a >= node_count or b >= node_count or a == b:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"edge {a} -> {b} in a graph of {node_count} nodes")
+    return JobGraph(tuple(nodes), topological_order(node_count, edges), tuple(edges))
+
+
+def serialize_graph(graph: JobGraph) -> bytes:
+    """The graph as a GraphDefine tail again (what migration carries to the next server)."""
+    out = bytearray()
+    for n in graph.nodes:
+        launch = n.launch
+        if launch is None:
+            out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, 0)
+            continue
+        out += _NODE.pack(n.type, int(n.enabled), n.function, *launch.grid, *launch.block, launch.shared_bytes,
+                          len(launch.params))
+        out += launch.params + bytes(_pad8(len(launch.params)) - len(launch.params))
+    for a, b in graph.edges:
+        out += _EDGE.pack(a, b)
+    return bytes(out)
+
+
+class JobGraphs:
+    """The job's graphs by the client's id. A session thread defines and updates
+    them; replays read a graph whole (a JobGraph never changes once made)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()   # update_node reads through get()
+        self._graphs: dict[int, JobGraph] = {}
+
+    def define(self, graph_id: int, graph: JobGraph) -> None:
+        with self._lock:
+            self._graphs[graph_id] = graph
+
+    def get(self, graph_id: int) -> JobGraph:
+        with self._lock:
+            graph = self._graphs.get(graph_id)
+        if graph is None:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"graph {graph_id} was never instantiated or is destroyed")
+        return graph
+
+    def update_node(self, graph_id: int, index: int, node: GraphNode) -> None:
+        """An exec update: the node keeps its type (CUDA refuses changing it)."""
+        with self._lock:
+            graph = self.get(graph_id)
+            if index >= len(graph.nodes):
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"graph {graph_id} has no node {index}")
+            if graph.nodes[index].type != node.type:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"node {index} of graph {graph_id} is of type "
+                                                            f"{graph.nodes[index].type}, not {node.type}")
+            nodes = list(graph.nodes)
+            nodes[index] = node
+            self._graphs[graph_id] = replace(graph, nodes=tuple(nodes))
+
+    def destroy(self, graph_id: int) -> None:
+        with self._lock:
+            if self._graphs.pop(graph_id, None) is None:
+                raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"graph {graph_id} was never instantiated")
+
+    def describe(self) -> list[list]:
+        """[id, node count, edge count, GraphDefine tail] of each graph (migration)."""
+        with self._lock:
+            return [[gid, len(g.nodes), len(g.edges), serialize_graph(g)] for gid, g in self._graphs.items()]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._graphs.clear()
