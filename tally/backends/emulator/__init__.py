@@ -92,7 +92,7 @@ applied to its addresses, elements outside the tensor read as zero (or NaN) and
 are not stored.
 
 Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma, ldmatrix), im2col-mode and interleaved tensor copies,
+instructions (mma, wgmma; ldmatrix/stmatrix run only in their m8n8 .b16 forms), im2col-mode and interleaved tensor copies,
 tensor reductions, vector
 registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
