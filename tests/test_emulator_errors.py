@@ -70,12 +70,13 @@ $L_done:
 	ret;
 }
 
-.visible .entry uses_matrix_load(.param .u64 out)
+.visible .entry uses_video_instruction(.param .u64 out)
 {
 	.reg .b32 	%r<6>;
-	.shared .align 16 .b8 tile[512];
-	mov.u32 	%r5, tile;
-	ldmatrix.sync.aligned.m8n8.x4.shared.b16 	{%r1, %r2, %r3, %r4}, [%r5];
+	mov.u32 	%r2, 1;
+	mov.u32 	%r3, 2;
+	mov.u32 	%r4, 3;
+	vadd.u32.u32.u32.add 	%r1, %r2, %r3, %r4;
 	ret;
 }
 
@@ -222,9 +223,9 @@ def test_cubin_only_module_is_refused(backend):
 
 
 def test_unsupported_instruction_fails_only_that_kernel(backend, faults, vector_add, stream):
-    error = _launch_fails(backend, faults, stream, "uses_matrix_load", block=(32, 1, 1))
+    error = _launch_fails(backend, faults, stream, "uses_video_instruction", block=(32, 1, 1))
     assert error.code == CUDA_ERROR_ILLEGAL_INSTRUCTION
-    assert "ldmatrix" in error.message and f"PTX line {_line_of('ldmatrix')}" in error.message
+    assert "vadd" in error.message and f"PTX line {_line_of('vadd')}" in error.message
     # Other kernels of the same module still run, and so does the next launch of that kernel's stream.
     out = backend.mem_alloc(64)
     backend.launch(backend.module_function(faults, "store_index"), (1, 1, 1), (1, 1, 1), 0, stream,

@@ -1,6 +1,6 @@
 """Triton-generated PTX (tests/data/triton, committed) on the emulator: the
 vector add and row softmax kernels match numpy; the tensor-core matmuls
-(ldmatrix/mma.sync on sm_80, wgmma on sm_90a) fail their launch with
+(mma.sync on sm_80, after the ldmatrix the emulator runs; wgmma on sm_90a) fail their launch with
 CUDA_ERROR_ILLEGAL_INSTRUCTION naming the instruction, as the emulator has no
 tensor cores."""
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_required_block_shape_is_enforced(backend):
     assert failure.value.code == CUDA_ERROR_INVALID_VALUE and ".reqntid" in failure.value.message
 
 
-@pytest.mark.parametrize("arch,instruction", [("sm_80", "ldmatrix"), ("sm_90", "wgmma")])
+@pytest.mark.parametrize("arch,instruction", [("sm_80", "mma.sync"), ("sm_90", "wgmma")])
 def test_triton_tensor_core_matmul_is_reported_unsupported(backend, arch, instruction):
     fn = backend.module_function(_load(backend, f"matmul.{arch}"), "matmul")
     s = backend.stream_create()
