@@ -7,9 +7,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
+
+
+def pytest_sessionstart(session):
+    # A suite started in the background of a script (`nohup pytest &`) has SIGINT and
+    # SIGQUIT ignored, and every benchmark and job the tests start would inherit that
+    # and shrug off the Ctrl-C the tests send it (tests/test_colocate_processes.py,
+    # tests/test_e2e_graceful_exit.py). Run them as from a terminal, whatever started pytest.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 TESTS_DIR = Path(__file__).resolve().parent
