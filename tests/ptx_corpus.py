@@ -92,6 +92,18 @@ def compile_ptx(source_path: str | Path, arch: str = "sm_80", extra_flags: Itera
     return cached.read_text()
 
 
+def compile_source_ptx(name: str, source: str, arch: str) -> str:
+    """PTX of CUDA source text a test holds, kept at a stable path (`name` in the cache
+    directory) so the compile cache, keyed by path and text, hits on the next run."""
+    path = cache_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)   # atomic: concurrent test processes never read half a file
+    return compile_ptx(path, arch=arch)
+
+
 def compile_many(requests: Iterable[tuple[Path, str, tuple[str, ...]]], jobs: int | None = None) -> None:
     """Fill the cache for (source, arch, flags) requests in parallel (one nvcc per core)."""
     requests = list(requests)

@@ -4,12 +4,11 @@ mapa and distributed shared memory loads, stores and atomics), a runtime cluster
 shape, and the launches the driver refuses (with its codes)."""
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
@@ -86,13 +85,7 @@ extern "C" __global__ void block_as_cluster(int* out) {
 
 @pytest.fixture(scope="module")
 def device():
-    path = cache_dir() / "emulator_clusters.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_source_ptx("emulator_clusters.cu", SOURCE, "sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module

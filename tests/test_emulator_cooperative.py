@@ -8,13 +8,12 @@ cudaTriggerProgrammaticLaunchCompletion compile to) run under full
 serialization. The CUDA source is compiled by nvcc (cached like the corpus)."""
 from __future__ import annotations
 
-import os
 import struct
 import time
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from ptx_passes import parse_module, print_module
 from tally.backends.base import ModuleSource
@@ -76,13 +75,7 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 
 @pytest.fixture(scope="module")
 def device():
-    path = cache_dir() / "emulator_cooperative.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_source_ptx("emulator_cooperative.cu", SOURCE, "sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module, ptx

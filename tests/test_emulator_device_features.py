@@ -5,12 +5,11 @@ use them, and a failing `assert` (__assertfail). The CUDA source below is
 compiled by nvcc (cached like the corpus); results are checked against Python."""
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
 from tally.protocol.errors import CUDA_ERROR_ASSERT, DeviceError
@@ -112,13 +111,7 @@ extern "C" __global__ void non_negative(const int* x, int* passed)
 
 @pytest.fixture(scope="module")
 def device():
-    path = cache_dir() / "emulator_device_features.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_source_ptx("emulator_device_features.cu", SOURCE, "sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module, ptx

@@ -5,12 +5,11 @@ holds row t/4, columns 2(t%4) and 2(t%4)+1 (the low half first) of matrix i, or 
 its transpose with .trans; stmatrix writes the same fragments back."""
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
@@ -69,13 +68,7 @@ extern "C" __global__ void store(uint16_t* out) {
 
 @pytest.fixture(scope="module")
 def device():
-    path = cache_dir() / "emulator_matrix_fragments.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_source_ptx("emulator_matrix_fragments.cu", SOURCE, "sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module

@@ -7,12 +7,11 @@ another block's barrier of the cluster, and a misuse that faults with the
 driver's code while the device carries on."""
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
@@ -193,13 +192,7 @@ extern "C" __global__ void uninitialized(unsigned* out) {
 
 @pytest.fixture(scope="module")
 def device():
-    path = cache_dir() / "emulator_mbarrier.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)
-    ptx = compile_ptx(path, arch="sm_90a")
+    ptx = compile_source_ptx("emulator_mbarrier.cu", SOURCE, "sm_90a")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module

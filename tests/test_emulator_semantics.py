@@ -7,13 +7,12 @@ The CUDA source below is compiled by nvcc (cached like the corpus); each
 kernel's outputs are checked against Python/numpy."""
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
 
 import numpy as np
 import pytest
-from ptx_corpus import cache_dir, compile_ptx
+from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
 from tally.backends.emulator import EmulatorBackend
@@ -305,14 +304,7 @@ M64 = 0xFFFFFFFFFFFFFFFF
 
 @pytest.fixture(scope="module")
 def device():
-    # A stable path, so the compile cache (keyed by path and text) hits on the next run.
-    path = cache_dir() / "emulator_semantics.cu"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != SOURCE:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(SOURCE)
-        os.replace(tmp, path)   # atomic: concurrent test processes never read half a file
-    ptx = compile_ptx(path, arch="sm_90")
+    ptx = compile_source_ptx("emulator_semantics.cu", SOURCE, "sm_90")
     backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
     yield backend, module
