@@ -38,8 +38,8 @@ def server():
 class Client(PyClient):
     """PyClient that keeps records the server sends on its own (tag 0) aside."""
 
-    def __init__(self, socket_path):
-        super().__init__(socket_path)
+    def __init__(self, socket_path, **options):
+        super().__init__(socket_path, **options)
         self.unsolicited: list[tuple[str, dict]] = []
         self.printed = ""                   # KernelOutput text, in arrival order
 

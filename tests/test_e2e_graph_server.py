@@ -1,8 +1,11 @@
 """A captured graph of kernels (fork and join across two streams) under tally-run
 on the emulator, at both priorities: the server keeps it, each replay is one
-GraphLaunch message (counted in scheduler.graph_nodes_replayed, in nodes), the
-results are right; after an exec update the client replays the updated graph
-itself, also right, and the server's copy is no longer used."""
+GraphLaunch message, the results are right. The high-priority job's replays run
+as one unit each (scheduler.graph_launches); under the priority policy a
+best-effort job's must stay preemptible and run node by node
+(scheduler.graph_nodes_replayed, in nodes). After an exec update the client
+replays the updated graph itself, also right, and the server's copy is no longer
+used."""
 from __future__ import annotations
 
 import pytest
@@ -11,16 +14,21 @@ from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
 KERNEL_NODES = 4
 
 
-def replayed(server) -> int:
-    return server.status()["server"]["scheduler"]["graph_nodes_replayed"]
+def counts(server) -> tuple[int, int]:
+    s = server.status()["server"]["scheduler"]
+    return s["graph_launches"], s["graph_nodes_replayed"]
 
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
 def test_captured_kernel_graph_replays_from_the_servers_copy(nvcc, emulator_server, priority):
     program = build_cuda(nvcc, "graph_server_replay.cu")
-    before = replayed(emulator_server)
+    units, nodes = counts(emulator_server)
     job = run_job(emulator_server.socket, program, "6", priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("replays_ok", "update_ok", "nodes") == [1, 1, KERNEL_NODES]
     # Six replays from the server's copy; the one after the update is the client's.
-    assert replayed(emulator_server) - before == 6 * KERNEL_NODES
+    units_after, nodes_after = counts(emulator_server)
+    if priority == "high":
+        assert (units_after - units, nodes_after - nodes) == (6, 0)
+    else:
+        assert (units_after - units, nodes_after - nodes) == (0, 6 * KERNEL_NODES)

@@ -15,6 +15,7 @@ from e2e_helpers import emulator_server_process
 from ptx_corpus import compile_ptx
 from test_client_driver_server import Client
 
+from tally.protocol import Priority
 from tally.protocol.spec import GRAPH_NODE_FORMAT
 
 INVALID_VALUE, INVALID_HANDLE = 1, 400
@@ -81,8 +82,8 @@ def ints(client, ptr) -> list[int]:
     return list(struct.unpack(f"<{N}i", client.download(ptr, 4 * N)))
 
 
-def replayed(server) -> int:
-    return server.status()["server"]["scheduler"]["graph_nodes_replayed"]
+def scheduler(server) -> dict:
+    return server.status()["server"]["scheduler"]
 
 
 def fork_join(fa, fc, A, B, C, c_scale=3, c_add=0, fork_enabled=True):
@@ -101,7 +102,19 @@ def step(a, b, c, c_scale=3, c_add=0, fork=True):
     return a + b + c, b, c
 
 
-def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, client):
+@pytest.mark.parametrize("priority", [Priority.HIGH, Priority.BEST_EFFORT])
+def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, priority):
+    client = Client(server.socket, priority=priority)
+    try:
+        replays_in_edge_order(server, client, priority)
+    finally:
+        client.close()
+
+
+def replays_in_edge_order(server, client, priority):
+    # A high-priority job's replay is one unit, one graph launch of all its kernels; the
+    # priority policy keeps a best-effort job's preemptible: it runs node by node.
+    untouched = "graph_nodes_replayed" if priority == Priority.HIGH else "graph_launches"
     fa, fc = functions(client)
     A, B, C = (client.alloc(4 * N) for _ in range(3))
     start = [list(range(N)), [3] * N, [i % 5 for i in range(N)]]
@@ -109,7 +122,7 @@ def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, client
         client.upload(ptr, struct.pack(f"<{N}i", *values))
     nodes, pairs = fork_join(fa, fc, A, B, C)
     assert define(client, 7, nodes, pairs) == ("Done", {})
-    before = replayed(server)
+    before = scheduler(server)
     for _ in range(3):
         client.send("GraphLaunch", graph=7, stream=LEGACY)
     want = [step(*abc) for abc in zip(*start)]
@@ -118,7 +131,13 @@ def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, client
     assert client.status_of("CtxSynchronize") == 0
     assert ints(client, A) == [w[0] for w in want]
     assert ints(client, B) == [w[1] for w in want]
-    assert replayed(server) - before == 3 * 4
+    after = scheduler(server)
+    if priority == Priority.HIGH:
+        assert after["graph_launches"] - before["graph_launches"] == 3
+    else:
+        assert after["graph_nodes_replayed"] - before["graph_nodes_replayed"] == 3 * 4
+    assert after["kernels"] - before["kernels"] == 3 * 4
+    assert after[untouched] == before[untouched]
 
     # An exec update between replays (node 2's parameters), then the fork node disabled.
     update = affine(fa, C, 1, 5)
@@ -133,9 +152,16 @@ def test_a_fork_join_graph_replays_in_edge_order_one_message_each(server, client
     assert ints(client, A) == [w[0] for w in want]
     assert ints(client, C) == [w[2] for w in want]
     # 4 + 3 kernels: the disabled node is not replayed.
-    assert replayed(server) - before == 3 * 4 + 4 + 3
-    mine = server.status()["server"]["scheduler"]["clients"]
-    assert [c["graph_nodes_replayed"] for c in mine.values()] == [3 * 4 + 4 + 3]   # the only job here
+    after = scheduler(server)
+    assert after["kernels"] - before["kernels"] == 3 * 4 + 4 + 3
+    mine = after["clients"]
+    if priority == Priority.HIGH:
+        assert after["graph_launches"] - before["graph_launches"] == 5
+        assert [c["graph_launches"] for c in mine.values()] == [5]   # the only job here
+    else:
+        assert after["graph_nodes_replayed"] - before["graph_nodes_replayed"] == 3 * 4 + 4 + 3
+        assert [c["graph_nodes_replayed"] for c in mine.values()] == [3 * 4 + 4 + 3]
+    assert after[untouched] == before[untouched]
 
     client.send("GraphDestroy", graph=7)
     client.send("GraphLaunch", graph=7, stream=LEGACY)        # destroyed: the next sync reports it

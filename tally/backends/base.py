@@ -281,6 +281,13 @@ class DeviceBackend(Protocol):
         says what is refused, with CUDA_ERROR_INVALID_CLUSTER_SIZE.
         `cooperative`: every block is resident at once and the kernel's grid
         barrier (cooperative groups' grid.sync()) works, as with cuLaunchCooperativeKernel."""
+    # A job's graph of kernels, launched whole (tally/backends/graph_launch.py): made
+    # once from a graph_launch.KernelGraph, then each replay is one call on a stream,
+    # its kernels confined to `sm_cap` SMs as their launches would be.
+    def graph_create(self, graph: object) -> object: ...
+    def graph_launch(self, graph: object, stream: Stream, sm_cap: int | None = None) -> None: ...
+    def graph_destroy(self, graph: object) -> None: ...
+
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: Stream) -> None:
         """`src` must stay valid until the copy ran (the caller owns it)."""
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: Stream) -> None: ...

@@ -32,6 +32,7 @@ from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescripti
                                  ModuleSource, clamp_sm_grant)
 from tally.backends.cuda_clusters import allow_cluster, cluster_launch_config
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
+from tally.backends.cuda_graphs import CudaGraphs
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
@@ -116,7 +117,7 @@ class CudaModule:
     pinned: str | None = None
 
 
-class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTensorMaps, PtxVariants):
+class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTensorMaps, CudaGraphs, PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,

@@ -25,6 +25,7 @@ from tally.protocol.errors import (
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.tensor_maps import TallyTensorMaps
+from tally.backends.graph_launch import StreamOrderedGraphs
 
 ALIGNMENT = 256
 BASE_ADDRESS = 0x7F00_0000_0000
@@ -55,7 +56,7 @@ class NullEvent:
     pass
 
 
-class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
+class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrderedGraphs):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,
@@ -284,6 +285,9 @@ class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
     def launch(self, fn, grid, block, shared_bytes, stream, params, sm_cap=None, cluster=None,
                cooperative=False) -> None:
         pass   # a cluster shape too: nothing runs, so nothing is refused
+
+    def graph_launch(self, graph, stream, sm_cap=None) -> None:
+        pass   # one call, as on a GPU: nothing runs
 
     def stream_set_access_policy(self, stream, window) -> None:
         pass

@@ -104,8 +104,10 @@ def _client_metrics(clients: list[dict], scheduled: dict) -> Iterator[Metric]:
     granted = family(GaugeMetricFamily, "tally_client_sm_granted", "SMs the job's launches are confined to now.")
     paused = family(GaugeMetricFamily, "tally_client_paused", "1 while the operator has the job paused.")
     kernels = family(CounterMetricFamily, "tally_client_kernels", "Kernels the job launched.")
+    graph_units = family(CounterMetricFamily, "tally_client_graph_launches",
+                         "The job's CUDA graph replays that ran as one unit (one graph launch).")
     graph_nodes = family(CounterMetricFamily, "tally_client_graph_nodes_replayed",
-                         "Kernel nodes the job's CUDA graph replays queued node by node.")
+                         "Kernel nodes of the job's CUDA graph replays that ran node by node.")
     requests = family(CounterMetricFamily, "tally_client_requests", "Driver calls the job sent the server.")
     errors = family(CounterMetricFamily, "tally_client_errors", "Driver calls answered with an error.")
     count = GaugeMetricFamily("tally_clients", "Jobs attached, by priority.", labels=["priority"])
@@ -126,12 +128,14 @@ def _client_metrics(clients: list[dict], scheduled: dict) -> Iterator[Metric]:
         own = scheduled.get(c["client_id"])
         if own is not None:
             kernels.add_metric(labels, own["kernels"])
+            graph_units.add_metric(labels, own.get("graph_launches", 0))
             graph_nodes.add_metric(labels, own.get("graph_nodes_replayed", 0))
         requests.add_metric(labels, c["requests"])
         errors.add_metric(labels, c["errors"])
     for priority, n in by_priority.items():
         count.add_metric([priority], n)
-    yield from (count, used, peak, quota, share, granted, paused, kernels, graph_nodes, requests, errors)
+    yield from (count, used, peak, quota, share, granted, paused, kernels, graph_units, graph_nodes, requests,
+               errors)
 
 
 def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
@@ -142,8 +146,10 @@ def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
     yield kernels
     yield CounterMetricFamily("tally_preemptions", "Best-effort PTB kernels preempted for high-priority work.",
                               value=scheduler.get("preemptions", 0))
-    yield CounterMetricFamily("tally_graph_nodes_replayed", "Kernel nodes of CUDA graph replays the server "
-                              "queued node by node.", value=scheduler.get("graph_nodes_replayed", 0))
+    yield CounterMetricFamily("tally_graph_launches", "CUDA graph replays that ran as one unit (one graph "
+                              "launch).", value=scheduler.get("graph_launches", 0))
+    yield CounterMetricFamily("tally_graph_nodes_replayed", "Kernel nodes of CUDA graph replays that ran node "
+                              "by node.", value=scheduler.get("graph_nodes_replayed", 0))
     delay = scheduler.get("hp_queueing_delay_s")
     if delay is not None:
         buckets = [("+Inf" if bound == "+Inf" else repr(float(bound)), n) for bound, n in delay["buckets"]]

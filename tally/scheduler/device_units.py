@@ -153,6 +153,20 @@ class DeviceUnits:
             self._watch(unit)
         return unit
 
+    def launch_graph(self, lane: Lane, graph: object, *, sm_cap: int | None = None) -> DeviceUnit:
+        """Launch a backend graph (DeviceBackend.graph_create's) on the lane's work
+        stream as one whole unit; watched, or riding, as a whole kernel is."""
+        b, work = self.backend, lane.work
+        unit = DeviceUnit(next(self._ids), lane, WHOLE)
+        b.graph_launch(graph, work, sm_cap=sm_cap)
+        unit.end_event = self._pooled_event(False)
+        b.event_record(unit.end_event, work)
+        if lane.watched is not None:
+            lane.riders.append(unit)
+        else:
+            self._watch(unit)
+        return unit
+
     def prepare_ptb(self, lane: Lane, *, resume: bool) -> int | None:
         """Before a PTB launch on the lane: reset its state (a kernel's first launch)
         or clear its preempt flag (resume). The state's device address to pass the

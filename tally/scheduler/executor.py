@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from dataclasses import replace
 from typing import Callable, Hashable
 
 from tally.backends.base import DeviceBackend
@@ -48,11 +49,13 @@ from tally.scheduler.device_units import DeviceUnit, DeviceUnits
 from tally.scheduler.executor_clients import ClientControl
 from tally.scheduler.executor_events import EventControl
 from tally.scheduler.executor_faults import FaultControl
-from tally.scheduler.executor_state import ClientState, KernelTask, OpItem, StreamState, Unit, UnitsInFlight
+from tally.scheduler.executor_state import (QUEUED_KERNELS, ClientState, GraphTask, KernelTask, OpItem, StreamState,
+                                            Unit, UnitsInFlight)
 from tally.scheduler.fast_lane import FastLanes, LaneChange
+from tally.scheduler.graph_units import BackendGraphs
 from tally.scheduler.hooks import BestEffortUnit, Hooks
 from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
-from tally.scheduler.ops import (EventRecord, GatedCallback, HostCallback, HostGate, Launch, MemcpyDtoD,
+from tally.scheduler.ops import (EventRecord, GatedCallback, GraphReplay, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamAccessPolicy, StreamWaitEvent,
                                  StreamWaitValue, StreamWriteValue, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
@@ -70,7 +73,7 @@ log = logging.getLogger(__name__)
 # `tally-server status`'s kernel counters, in the order it shows them
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
                  "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative",
-                 "graph_nodes_replayed")
+                 "graph_launches", "graph_nodes_replayed")
 _KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
@@ -101,7 +104,9 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
     def __init__(self, backend: DeviceBackend, policy: SchedulingPolicy,
                  variants: VariantProvider | None = None,
                  profiler: TransparentProfiler | None = None, clock: Clock | None = None, *,
-                 be_transform: str = "auto", hooks: Hooks | None = None):
+                 be_transform: str = "auto", hooks: Hooks | None = None, graph_units: bool = True):
+        """graph_units: a graph replay the policy starts whole runs as one backend graph
+        launch (False: every replay runs node by node, each kernel its own unit)."""
         self.backend = backend
         self.policy = policy
         self.sm_count = backend.describe().sm_count
@@ -111,6 +116,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self.hooks = hooks or Hooks()
         self._planner = KernelPlanner(self.profiler, variants, be_transform)
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
+        self.graph_units = graph_units
+        self.graphs = BackendGraphs(backend)
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
         self._cooperative_logged: set[str] = set()     # kernels whose cooperative launch was explained
@@ -147,6 +154,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             now = self.clock.now()
             if isinstance(op, Launch):
                 item = KernelTask(next(self._kernel_ids), op, stream, now)
+            elif isinstance(op, GraphReplay):
+                item = GraphTask(next(self._kernel_ids), op, stream, now)
             elif isinstance(op, EventRecord):
                 self._check_event(op.event, client)
                 op.event.submitted_seq += 1
@@ -164,7 +173,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 return                    # behind a held kernel or a blocked wait
             if client.paused:
                 return                    # held until resume_client
-            if isinstance(item, KernelTask):
+            if isinstance(item, QUEUED_KERNELS):
                 item.waiting_since = now
                 if client.priority == HIGH:
                     self.fast_lanes.gate.close()      # no best-effort lane starts a kernel after it
@@ -178,14 +187,6 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 stream.queue.popleft()    # fast path: nothing else can change
                 return
             self._pump()
-
-    def note_graph_replay(self, client_id: Hashable, nodes: int) -> None:
-        """A graph replay the server queued node by node (handlers/graphs.py)."""
-        with self._lock:
-            self._counters["graph_nodes_replayed"] += nodes
-            client = self._clients.get(client_id)
-            if client is not None:
-                client.graph_nodes_replayed += nodes
 
     def offer_fast_lane(self, client_id: Hashable, stream_key: Hashable, stream_sm_cap: int | None = None) -> None:
         """After a submission: the stream's lane is granted to the data plane while
@@ -336,6 +337,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             out["hp_queueing_delay_s"] = self._hp_queueing.snapshot()
             out["clients"] = {c.client_id: {"priority": c.priority, "kernels": c.kernels,
                                             "kernels_completed": c.kernels_completed,
+                                            "graph_launches": c.graph_launches,
                                             "graph_nodes_replayed": c.graph_nodes_replayed,
                                             "ops_queued": sum(len(s.queue) for s in c.streams.values()),
                                             "sm_percent": c.sm_percent,
@@ -363,6 +365,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if self._wake is not None:
                 self._wake.cancel()
         self.device.close()
+        self.graphs.close()
 
     # internals: registry ----------------------------------------------------------------------
     def _client(self, client_id: Hashable) -> ClientState:
@@ -474,7 +477,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             return
         while stream.queue:
             item = stream.queue[0]
-            if isinstance(item, KernelTask):
+            if isinstance(item, QUEUED_KERNELS):
                 if item.waiting_since is None:
                     item.waiting_since = self.clock.now()
                 return
@@ -553,11 +556,11 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if client.removing or client.paused:
                 continue
             for stream in client.streams.values():
-                if stream.queue and isinstance(stream.queue[0], KernelTask) and stream.queue[0].unit is None:
+                if stream.queue and isinstance(stream.queue[0], QUEUED_KERNELS) and stream.queue[0].unit is None:
                     task = stream.queue[0]
                     waiting[task.kernel_id] = task
                     views.append(WaitingKernel(task.kernel_id, client.client_id, stream.key,
-                                               client.priority, task.op.function.name,
+                                               client.priority, task.name,
                                                task.waiting_since, task.partially_done,
                                                stream.inflight > 0))
         now = self.clock.now()
@@ -621,9 +624,13 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             self._pump()
 
     # internals: kernels ----------------------------------------------------------------------
-    def _start(self, task: KernelTask, transform: bool) -> None:
+    def _start(self, task: KernelTask | GraphTask, transform: bool) -> None:
         """Launch the kernel at the head of its queue (whole), or its next piece
-        (a slice, or a PTB launch that starts or resumes it)."""
+        (a slice, or a PTB launch that starts or resumes it); a graph replay, as one
+        unit or node by node (_start_graph)."""
+        if isinstance(task, GraphTask):
+            self._start_graph(task, transform)
+            return
         stream, op = task.stream, task.op
         if task.plan is None:
             if stream.client.priority == HIGH:
@@ -664,6 +671,52 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if self.fast_lanes.revoke_all():
                 return
             self._launch_ptb(task)
+
+    def _start_graph(self, task: GraphTask, transform: bool) -> None:
+        """A replay runs as one unit when the policy starts it whole (a high-priority
+        job's; a best-effort job's when nothing needs it preemptible). When the policy
+        wants it transformed, or graph units are off, its kernels take its place at the
+        head of the queue, each its own unit (sliced or PTB like any best-effort
+        kernel), and the first of them starts now as the policy asked."""
+        stream, client = task.stream, task.stream.client
+        graph = task.op.graph
+        count = len(graph.launches)
+        if transform or not self.graph_units:
+            stream.queue.popleft()
+            now = self.clock.now()
+            cap = task.op.sm_cap
+            nodes = [KernelTask(next(self._kernel_ids), op if cap is None else replace(op, sm_cap=cap), stream,
+                                task.submitted_at) for op in graph.launches]
+            nodes[0].waiting_since = task.waiting_since or now
+            stream.queue.extendleft(reversed(nodes))
+            self._counters["graph_nodes_replayed"] += count
+            client.graph_nodes_replayed += count
+            log.debug("client %s: graph %s (%d kernels) runs node by node (%s)", client.client_id, graph.name,
+                      count, "the policy keeps it preemptible" if transform else "graph units are off")
+            self._start(nodes[0], transform)
+            return
+        if client.priority == HIGH:
+            self._hp_queueing.observe(self.clock.now() - task.waiting_since)
+        stream.queue.popleft()
+        task.plan = WHOLE_PLAN
+        sm_cap = _within_share(client, task.op.sm_cap)
+        started_at = self.clock.now()
+        try:
+            device_unit = self.device.launch_graph(stream.lane, self.graphs.executable(graph), sm_cap=sm_cap)
+        except DeviceError as e:
+            stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
+            return
+        client.kernels += count
+        client.graph_launches += 1
+        self._counters["kernels"] += count
+        self._counters["kernels_whole"] += count
+        self._counters["graph_launches"] += 1
+        stream.kernels_launched += count
+        unit = Unit(device_unit.unit_id, task, WHOLE, client.priority, started_at, device_unit, task.total_blocks)
+        unit.sms = launch_sms(task.total_blocks, sm_cap, self.sm_count)
+        self._activity.launched(stream, unit.priority, unit.sms, started_at)
+        self._in_flight.add(unit)
+        stream.inflight += 1
 
     def _note_cooperative(self, client: ClientState, op: Launch) -> None:
         """Says once per kernel why a cooperative kernel runs as it does."""
@@ -764,7 +817,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         finished = unit.mode is WHOLE or outcome.error is not None or (
             task.counter >= task.total_blocks if unit.mode is PTB else task.next_slice == len(plan.slices))
         if finished:
-            stream.client.kernels_completed += 1
+            stream.client.kernels_completed += task.kernel_count
         if unit.mode is not WHOLE:
             task.unit = None
             if finished and stream.queue and stream.queue[0] is task:

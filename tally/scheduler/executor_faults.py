@@ -80,7 +80,8 @@ class FaultControl:
     def forget_device(self) -> None:
         """Once every client is removed after a fault: drop what the device layer
         made in the dead context (its control stream, pooled events, registered
-        readback memory) so that nothing of it is used in the next one."""
+        readback memory, graph executables) so that nothing of it is used in the next one."""
         with self._lock:
             self.device.forget()
+            self.graphs.forget()
             self._abandoned = None

@@ -15,7 +15,7 @@ from ptx_passes.launch_plan import total_blocks
 from tally.protocol.errors import DeviceError
 from tally.scheduler.events import ExecutorEvent
 from tally.scheduler.kernel_plan import KernelPlan
-from tally.scheduler.ops import Launch, Op
+from tally.scheduler.ops import GraphReplay, Launch, Op
 from tally.scheduler.policy import HIGH, ClientView, RunningUnit
 from tally.scheduler.profiler import kernel_key
 from tally.scheduler.run_mode import PTB, RunMode
@@ -66,12 +66,57 @@ class KernelTask:
         return self.next_slice > 0 or self.ptb_started
 
 
+    @property
+    def name(self) -> str:
+        return self.op.function.name
+
+    kernel_count = 1
+
+
+@dataclass(eq=False, slots=True)
+class GraphTask:
+    """A GraphReplay in a queue. It leaves the queue when launched as one unit, or
+    is replaced at the head of its queue by a KernelTask per kernel when it must
+    run node by node (the executor's _start_graph)."""
+
+    kernel_id: int
+    op: GraphReplay
+    stream: "StreamState"
+    submitted_at: float
+    waiting_since: float | None = None
+    plan: KernelPlan | None = None       # WHOLE_PLAN once launched as one unit
+    unit: "Unit | None" = None           # never set: a whole unit is not tracked on its task
+    counter: int = 0
+    partially_done = False
+
+    @property
+    def name(self) -> str:
+        return self.op.graph.name
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.op.graph.launches)
+
+    @property
+    def total_blocks(self) -> int:
+        """The largest of its kernels' grids: the SMs it may occupy at once."""
+        return max(total_blocks(op.grid) for op in self.op.graph.launches)
+
+    @property
+    def key(self) -> str:
+        return f"graph:{self.op.graph.name}"
+
+
+# What may wait at the head of a queue for the policy.
+QUEUED_KERNELS = (KernelTask, GraphTask)
+
+
 @dataclass(eq=False, slots=True)
 class Unit:
     """One launch the executor is tracking: whole kernel, slice, or PTB launch."""
 
     unit_id: int                        # the device's id of it (DeviceUnit.unit_id)
-    task: KernelTask
+    task: "KernelTask | GraphTask"
     mode: RunMode
     priority: str
     started_at: float
@@ -180,7 +225,8 @@ class ClientState:
     paused: bool = False                # its queued work is held (pause_client)
     kernels: int = 0                    # started
     kernels_completed: int = 0
-    graph_nodes_replayed: int = 0       # kernels its graph replays queued (handlers/graphs.py)
+    graph_launches: int = 0             # graph replays that ran as one unit
+    graph_nodes_replayed: int = 0       # kernels of graph replays that ran node by node
     # Best-effort kernels (kernel keys) the planner settled on running whole: the
     # C++ data plane may release these itself (tally/scheduler/fast_lane.py).
     whole_keys: set[str] = field(default_factory=set)

@@ -126,9 +126,29 @@ class StreamAccessPolicy:
     window: AccessPolicyWindow
 
 
-Op = Union[Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
+@dataclass(frozen=True, eq=False)
+class ReplayGraph:
+    """A job's CUDA graph as the executor replays it: its enabled kernels in an order
+    its edges allow, and the edges between them (indices into `launches`, each
+    running forward). Never changed once made: an update of the job's graph makes
+    a new one, so a replay queued before the update runs the graph it was launched as."""
+    launches: tuple[Launch, ...]
+    edges: tuple[tuple[int, int], ...] = ()
+    name: str = "graph"
+
+
+@dataclass(frozen=True, eq=False)
+class GraphReplay:
+    """cuGraphLaunch of a graph the server keeps (tally/server/handlers/graphs.py):
+    one unit of work, which the executor runs as one backend graph launch when the
+    policy starts it whole, or kernel by kernel when it must stay preemptible."""
+    graph: ReplayGraph
+    sm_cap: int | None = None     # as Launch.sm_cap: its stream's green context's SMs
+
+
+Op = Union[Launch, GraphReplay, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
            HostCallback, GatedCallback, StreamWaitValue, StreamWriteValue, StreamAccessPolicy]
-OP_TYPES = (Launch, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
+OP_TYPES = (Launch, GraphReplay, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset, EventRecord, StreamWaitEvent,
             HostCallback, GatedCallback, StreamWaitValue, StreamWriteValue, StreamAccessPolicy)
 
 
@@ -148,7 +168,16 @@ def validate_op(op: object) -> None:
     if not isinstance(op, OP_TYPES):
         raise ValueError(f"{type(op).__name__} is not a stream operation; submit one of "
                          + ", ".join(t.__name__ for t in OP_TYPES))
-    if isinstance(op, Launch):
+    if isinstance(op, GraphReplay):
+        graph = op.graph
+        if not isinstance(graph, ReplayGraph) or not graph.launches:
+            raise ValueError("GraphReplay needs a ReplayGraph with at least one kernel")
+        for launch in graph.launches:
+            validate_op(launch)
+        for a, b in graph.edges:
+            if not 0 <= a < b < len(graph.launches):
+                raise ValueError(f"graph edge {a} -> {b} does not run forward among {len(graph.launches)} kernels")
+    elif isinstance(op, Launch):
         _dim3("grid", op.grid)
         _dim3("block", op.block)
         if op.shared_bytes < 0:

@@ -51,6 +51,7 @@ from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
 from tally.backends.emulator import value_waits
 from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 from tally.backends.tensor_maps import TallyTensorMaps
+from tally.backends.graph_launch import StreamOrderedGraphs
 
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
 DEFAULT_DRIVER_VERSION = 13000      # CUDA 13.0: loads PTX up to ISA 9.0
@@ -68,7 +69,7 @@ def _memory_call(fn, *args):
         raise DeviceError(code, message) from None
 
 
-class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps):
+class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrderedGraphs):
     kind = "emulator"
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,

@@ -49,6 +49,7 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.clusters import KernelCluster, launch_cluster
+from tally.backends.graph_launch import KernelGraph
 from tally.backends.sim.device import SimDevice
 from tally.backends.sim.loop import SimClock, SimLoop
 from tally.backends.sim.memory import SimMemory
@@ -82,8 +83,16 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
                            variants_from_ptx=False, confines_sms=True)
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
-                 realtime: bool = False, eager: bool = False):
+                 realtime: bool = False, eager: bool = False, host_launch_us: float = 0.0):
+        """host_launch_us: the host (server) CPU time of each launch call, modeled as
+        one thread making the calls in turn: a call's kernels reach their stream no
+        earlier than the previous call's end plus this (a graph replay is one call).
+        0: launch calls take no time (the executor's own costs are not modeled)."""
+        if host_launch_us < 0:
+            raise ValueError(f"host_launch_us must be >= 0, got {host_launch_us}")
         self.gpu = gpu
+        self.host_launch_us = host_launch_us
+        self._host_free_ns = 0
         self.costs = costs or KernelCostTable()
         self.kernels: dict[str, SimKernelDef] = {}
         self.loop = SimLoop(realtime=realtime)
@@ -218,6 +227,37 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
                cluster: Dim3 | None = None, cooperative: bool = False) -> None:
         # A cooperative grid is timed as any other: the model runs a launch's blocks in
         # waves, and the client already refused grids that cannot be resident at once.
+        op = self._kernel_op(fn, grid, block, params, sm_cap, cluster)
+        op.issued_ns = self._host_call()
+        self._enqueue(stream, op)
+
+    # graphs: a replay is one host call; its kernels run in order on the stream, the
+    # first after the launch overhead, the others after a graph node's
+    def graph_create(self, graph: KernelGraph) -> KernelGraph:
+        return graph
+
+    def graph_launch(self, graph: KernelGraph, stream: SimStream, sm_cap: int | None = None) -> None:
+        ops = [self._kernel_op(k.function, k.grid, k.block, k.params, sm_cap, k.cluster) for k in graph.kernels]
+        issued = self._host_call()
+        for i, op in enumerate(ops):
+            op.issued_ns = issued
+            if i:
+                op.overhead_us = self.gpu.graph_node_overhead_us
+            self._enqueue(stream, op)
+
+    def graph_destroy(self, graph: KernelGraph) -> None:
+        pass
+
+    def _host_call(self) -> int:
+        """When a launch call made now returns, in virtual ns (host_launch_us)."""
+        if not self.host_launch_us:
+            return 0
+        with self.loop.lock:
+            self._host_free_ns = max(self.loop.now_ns, self._host_free_ns) + int(self.host_launch_us * 1000)
+            return self._host_free_ns
+
+    def _kernel_op(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes, sm_cap: int | None,
+                   cluster: Dim3 | None) -> KernelOp:
         if not isinstance(fn, SimFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a sim function")
         if min(grid) < 1 or min(block) < 1:
@@ -236,7 +276,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
             # The cost model has no clusters (a cluster's blocks cost what they cost
             # apart); the device's limits on its shape are still the device's.
             launch_cluster(fn.name, tuple(grid), tuple(cluster), KernelCluster())
-        self._enqueue(stream, KernelOp(fn, tuple(grid), tuple(block), bytes(params), sm_cap))
+        return KernelOp(fn, tuple(grid), tuple(block), bytes(params), sm_cap)
 
     def memcpy_htod_async(self, dst: int, src: memoryview, stream: SimStream) -> None:
         src = memoryview(src).cast("B")

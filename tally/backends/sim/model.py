@@ -33,6 +33,11 @@ class SimGPU:
     max_blocks_per_sm: int = 32
     max_threads_per_block: int = 1024
     launch_overhead_us: float = 2.0      # stream head -> first block dispatchable
+    # A CUDA graph's kernel node after the first: the previous node's end -> its first
+    # block dispatchable. NVIDIA's "Getting Started with CUDA Graphs" (2019) measured a
+    # short kernel at 3.8 us per kernel launched on a stream and 3.4 us in a graph (a
+    # 2.9 us kernel): ~0.9 vs ~0.5 us of overhead per kernel.
+    graph_node_overhead_us: float = 0.5
     callback_latency_us: float = 10.0    # stream reaches a host callback -> fn runs
     copy_latency_us: float = 5.0         # fixed part of every memcpy/memset
     htod_gb_per_s: float = 22.0

@@ -131,13 +131,20 @@ class Op:
 
 
 class KernelOp(Op):
-    __slots__ = ("fn", "grid", "block", "params", "sm_cap")
+    """A kernel reaches the SMs `overhead_us` after it reaches the head of its
+    stream (None: the GPU's launch overhead; a graph's later nodes take less), and
+    not before `issued_ns`, when the host's launch call that made it returned."""
 
-    def __init__(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes, sm_cap: int | None = None):
+    __slots__ = ("fn", "grid", "block", "params", "sm_cap", "overhead_us", "issued_ns")
+
+    def __init__(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes, sm_cap: int | None = None,
+                 overhead_us: float | None = None, issued_ns: int = 0):
         self.fn, self.grid, self.block, self.params, self.sm_cap = fn, grid, block, params, sm_cap
+        self.overhead_us, self.issued_ns = overhead_us, issued_ns
 
     def start(self, backend: SimMachine, stream: SimStream) -> bool:
-        at = backend.loop.now_ns + int(backend.gpu.launch_overhead_us * 1000)
+        overhead = backend.gpu.launch_overhead_us if self.overhead_us is None else self.overhead_us
+        at = max(backend.loop.now_ns, self.issued_ns) + int(overhead * 1000)
         backend.loop.schedule(at, lambda: kernel_arrives(backend, stream, self))
         return False
 

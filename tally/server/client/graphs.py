@@ -38,7 +38,30 @@ class JobGraph:
 
     def kernels(self) -> list[GraphNode]:
         """The enabled kernel nodes, in an order the edges allow."""
-        return [self.nodes[i] for i in self.order if self.nodes[i].enabled and self.nodes[i].launch is not None]
+        return [self.nodes[i] for i in self._kernel_indices()]
+
+    def kernel_edges(self) -> tuple[tuple[int, int], ...]:
+        """The edges between kernels() (indices into it): kernel b waits for kernel a
+        when a path of edges leads from a to b through empty or disabled nodes only
+        (a disabled node still orders what is around it, as in CUDA). Each runs
+        forward, since kernels() is in a topological order."""
+        position = {node: k for k, node in enumerate(self._kernel_indices())}
+        predecessors: list[list[int]] = [[] for _ in self.nodes]
+        for a, b in self.edges:
+            predecessors[b].append(a)
+        nearest: dict[int, frozenset[int]] = {}      # node -> the kernels it waits for directly
+        for node in self.order:
+            waits: set[int] = set()
+            for p in predecessors[node]:
+                if p in position:
+                    waits.add(position[p])
+                else:
+                    waits |= nearest[p]
+            nearest[node] = frozenset(waits)
+        return tuple(sorted((a, position[n]) for n in position for a in nearest[n]))
+
+    def _kernel_indices(self) -> list[int]:
+        return [i for i in self.order if self.nodes[i].enabled and self.nodes[i].launch is not None]
 
 
 def _pad8(n: int) -> int:
@@ -133,6 +156,29 @@ class JobGraphs:
     def __init__(self) -> None:
         self._lock = threading.RLock()   # update_node reads through get()
         self._graphs: dict[int, JobGraph] = {}
+        # id -> (the JobGraph, its kernels' backend functions, the ReplayGraph made of them)
+        self._replays: dict[int, tuple[JobGraph, tuple, ops.ReplayGraph]] = {}
+
+    def replay(self, graph_id: int, functions: list) -> ops.ReplayGraph | None:
+        """What the executor runs for one replay of the graph: its kernels with
+        `functions` (the backend functions of kernels(), as loaded now), and the edges
+        between them. The same ReplayGraph as last time while neither the graph nor
+        a function changed, so the backend's executable of it is reused; None for a
+        graph without an enabled kernel (a replay then has nothing to run)."""
+        with self._lock:
+            graph = self.get(graph_id)
+            functions = tuple(functions)
+            cached = self._replays.get(graph_id)
+            if (cached is not None and cached[0] is graph and len(cached[1]) == len(functions)
+                    and all(a is b for a, b in zip(cached[1], functions))):
+                return cached[2]
+            kernels = graph.kernels()
+            if not kernels:
+                return None
+            launches = tuple(replace(node.launch, function=fn) for node, fn in zip(kernels, functions, strict=True))
+            made = ops.ReplayGraph(launches, graph.kernel_edges(), f"graph-{graph_id}")
+            self._replays[graph_id] = (graph, functions, made)
+            return made
 
     def define(self, graph_id: int, graph: JobGraph) -> None:
         with self._lock:
@@ -160,6 +206,7 @@ class JobGraphs:
 
     def destroy(self, graph_id: int) -> None:
         with self._lock:
+            self._replays.pop(graph_id, None)
             if self._graphs.pop(graph_id, None) is None:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"graph {graph_id} was never instantiated")
 
@@ -171,3 +218,4 @@ class JobGraphs:
     def clear(self) -> None:
         with self._lock:
             self._graphs.clear()
+            self._replays.clear()

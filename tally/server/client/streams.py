@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.protocol.spec import PER_THREAD_STREAM_BIT
-from tally.scheduler.ops import EventRecord, Launch, StreamWaitEvent
+from tally.scheduler.ops import EventRecord, GraphReplay, Launch, StreamWaitEvent
 
 LEGACY = 0
 CU_STREAM_NON_BLOCKING = 0x1
@@ -147,7 +147,7 @@ class StreamTable:
                 self._publish(LEGACY, *fenced)
                 return
             stream = self._get(key)
-            if stream.sm_cap is not None and type(op) is Launch:
+            if stream.sm_cap is not None and type(op) in (Launch, GraphReplay):
                 op = replace(op, sm_cap=stream.sm_cap)
             if stream.blocking:
                 if stream.waited_legacy_gen != self._legacy_gen:

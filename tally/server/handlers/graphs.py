@@ -2,16 +2,16 @@
 the client's cuGraphInstantiate, replayed by one GraphLaunch each, updated by
 the cuGraphExec*SetParams family, forgotten at cuGraphExecDestroy.
 
-A replay is one message; the executor still runs it node by node (each kernel
-its own unit, sliced or PTB like any best-effort launch), in a topological order
-on the replay's stream, and counts it in scheduler.graph_nodes_replayed."""
+A replay is one message and one unit of work for the executor (ops.GraphReplay):
+one backend graph launch when the policy starts it whole, its kernels one by
+one (each sliced or PTB like any best-effort launch) when it must stay
+preemptible; scheduler.graph_launches and graph_nodes_replayed count which."""
 from __future__ import annotations
-
-from dataclasses import replace
 
 from tally.protocol.messages_generated import GraphDefine, GraphDestroy, GraphLaunch, GraphNodeUpdate
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.server.client.graphs import parse_graph, parse_node
+from tally.scheduler.ops import GraphReplay
 from tally.server.job import Job
 
 
@@ -33,13 +33,14 @@ def graph_launch(job: Job, msg: GraphLaunch, tag: int) -> None:
     client = job.client
     kernels = client.graphs.get(msg.graph).kernels()
     # Every function is found again before anything is queued: a replay whose module
-    # was unloaded fails whole instead of running half the graph.
+    # was unloaded fails whole instead of running half the graph. The functions as
+    # loaded now: a suspend or migration may have loaded them again.
     functions = [client.modules.launchable(node.function) for node in kernels]
-    for fn, node in zip(functions, kernels):
+    for fn in {id(fn): fn for fn in functions}.values():
         client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)
-        # The function as loaded now (a suspend or migration may have loaded it again).
-        client.streams.submit(msg.stream, replace(node.launch, function=fn.backend_function))
-    client.executor.note_graph_replay(job.client_id, len(kernels))
+    replay = client.graphs.replay(msg.graph, [fn.backend_function for fn in functions])
+    if replay is not None:
+        client.streams.submit(msg.stream, GraphReplay(replay))
 
 
 def graph_destroy(job: Job, msg: GraphDestroy, tag: int) -> None:

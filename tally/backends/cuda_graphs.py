@@ -1,0 +1,92 @@
+"""A job's graph as a real CUgraphExec: the server builds it from the job's kernel
+nodes with its own function handles (cuGraphCreate, cuGraphAddKernelNode with the
+parameter buffer as `extra`, cuGraphInstantiateWithFlags) and launches each replay
+with one cuGraphLaunch, so the driver's graph path (one submission, no per-kernel
+launch on the host) is what the job gets.
+
+A replay confined to an SM share smaller than the device runs its kernels one by
+one, each on the share's green-context stream as any launch of the job: whether
+the kernels of a graph launched into a green context's stream keep to its SMs is
+not measured on a GPU yet, and a share that leaks would break a promise to the
+high-priority job.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+from cuda.bindings import driver as cu
+
+from tally.backends.cuda_clusters import allow_cluster
+from tally.backends.graph_launch import KernelGraph, StreamOrderedGraphs
+
+# CU_LAUNCH_PARAM_* markers of a kernel's `extra` argument (cuda.h)
+_PARAM_END, _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE = 0, 1, 2
+
+
+@dataclass(eq=False)
+class CudaGraph:
+    exec: object                      # CUgraphExec
+    graph: KernelGraph                # its kernels, for a replay that runs them one by one
+    context_generation: int           # the context it was made in (a fault's recovery makes another)
+    _keep: list = field(default_factory=list)
+
+
+class CudaGraphs:
+    """graph_create/graph_launch/graph_destroy of the cuda backend (its `_check`,
+    `_current`, `_partitions`, `_context` and `launch` are CudaBackend's)."""
+
+    def graph_create(self, graph: KernelGraph) -> CudaGraph:
+        check = self._check
+        self._current()
+        handle = check(cu.cuGraphCreate(0))
+        keep: list = []
+        try:
+            nodes = []
+            for i, k in enumerate(graph.kernels):
+                deps = [nodes[a] for a, b in graph.edges if b == i]
+                nodes.append(check(cu.cuGraphAddKernelNode(handle, deps, len(deps), _node_params(k, keep))))
+                if k.cluster is not None:
+                    check(allow_cluster(k.function.handle, k.cluster))
+                    value = cu.CUkernelNodeAttrValue()
+                    value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = k.cluster
+                    check(cu.cuGraphKernelNodeSetAttribute(
+                        nodes[-1], cu.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value))
+            executable = check(cu.cuGraphInstantiateWithFlags(handle, 0))
+        finally:
+            cu.cuGraphDestroy(handle)     # the executable keeps what it needs
+        return CudaGraph(executable, graph, self._context.generation, keep)
+
+    def graph_launch(self, graph: CudaGraph, stream, sm_cap: int | None = None) -> None:
+        self._current()
+        if (sm_cap is not None and self._partitions is not None
+                and self._partitions.grant(sm_cap) < self.describe().sm_count):
+            StreamOrderedGraphs.graph_launch(self, graph.graph, stream, sm_cap)
+            return
+        self._check(cu.cuGraphLaunch(graph.exec, stream))
+
+    def graph_destroy(self, graph: CudaGraph) -> None:
+        # An executable still running is freed by the driver once it completes.
+        if self._lost or graph.context_generation != self._context.generation:
+            return                        # made in a context that is gone
+        self._current()
+        cu.cuGraphExecDestroy(graph.exec)
+
+
+def _node_params(k, keep: list) -> "cu.CUDA_KERNEL_NODE_PARAMS":
+    """The node's launch with its serialized parameters passed as `extra`; the
+    driver copies them when the node is added (kept alive until then and after,
+    with the graph, at no cost)."""
+    buffer = ctypes.create_string_buffer(bytes(k.params), max(len(k.params), 1))
+    size = ctypes.c_size_t(len(k.params))
+    extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
+                                  _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
+    keep += [buffer, size, extra]
+    p = cu.CUDA_KERNEL_NODE_PARAMS()
+    p.func = k.function.handle
+    p.gridDimX, p.gridDimY, p.gridDimZ = k.grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = k.block
+    p.sharedMemBytes = k.shared_bytes
+    p.kernelParams = 0
+    p.extra = ctypes.addressof(extra)
+    return p
