@@ -1,8 +1,8 @@
 """A job's graph as a real CUgraphExec: the server builds it from the job's kernel
 nodes with its own function handles (cuGraphCreate, cuGraphAddKernelNode with the
-parameter buffer as `extra`, cuGraphInstantiateWithFlags) and launches each replay
-with one cuGraphLaunch, so the driver's graph path (one submission, no per-kernel
-launch on the host) is what the job gets.
+parameter buffer as `extra`, cuGraphInstantiate, which binds cuGraphInstantiateWithFlags)
+and launches each replay with one cuGraphLaunch, so the driver's graph path (one
+submission, no per-kernel launch on the host) is what the job gets.
 
 A replay confined to an SM share smaller than the device runs its kernels one by
 one, each on the share's green-context stream as any launch of the job: whether
@@ -52,7 +52,7 @@ class CudaGraphs:
                     value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = k.cluster
                     check(cu.cuGraphKernelNodeSetAttribute(
                         nodes[-1], cu.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value))
-            executable = check(cu.cuGraphInstantiateWithFlags(handle, 0))
+            executable = check(cu.cuGraphInstantiate(handle, 0))
         finally:
             cu.cuGraphDestroy(handle)     # the executable keeps what it needs
         return CudaGraph(executable, graph, self._context.generation, keep)

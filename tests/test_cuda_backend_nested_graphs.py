@@ -1,0 +1,47 @@
+"""Graph replays through the cuda backend without a GPU: the nested cuda-backend
+server (tests/test_cuda_backend_nested.py) runs a high-priority job's replays as
+real CUgraphExecs it built through its driver (cuGraphCreate, cuGraphAddKernelNode,
+cuGraphInstantiateWithFlags, one cuGraphLaunch per replay, tally/backends/
+cuda_graphs.py); that driver is tally's libcuda in front of an emulator server,
+which receives the graph once and each replay as one message, and runs it."""
+from __future__ import annotations
+
+import pytest
+from e2e_helpers import build_cuda, emulator_server_process, run_job
+from test_cuda_backend_nested import NestedCudaServer
+from test_e2e_graph_server import KERNEL_NODES
+
+
+@pytest.fixture(scope="module")
+def cuda_server():
+    under = emulator_server_process()
+    server = NestedCudaServer(under)
+    yield server
+    server.stop()
+    under.stop()
+
+
+def forwarded(server, kind: str) -> int:
+    [nested] = server.under.status()["clients"]
+    return nested["requests_by_kind"].get(kind, 0)
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_replays_are_the_drivers_graph_launches(nvcc, cuda_server, priority):
+    program = build_cuda(nvcc, "graph_server_replay.cu")
+    before = cuda_server.status()["server"]["scheduler"]
+    launches_before = forwarded(cuda_server, "GraphLaunch")
+    job = run_job(cuda_server.socket, program, "6", priority=priority, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("replays_ok", "update_ok", "nodes") == [1, 1, KERNEL_NODES]
+    after = cuda_server.status()["server"]["scheduler"]
+    units = after["graph_launches"] - before["graph_launches"]
+    if priority == "high":
+        # six replays as one unit each: six cuGraphLaunch calls reach the driver
+        assert units == 6
+        assert forwarded(cuda_server, "GraphLaunch") - launches_before == 6
+        assert forwarded(cuda_server, "GraphDefine") >= 1
+    else:
+        assert units == 0        # the priority policy keeps them preemptible: node by node
+        assert after["graph_nodes_replayed"] - before["graph_nodes_replayed"] == 6 * KERNEL_NODES
+        assert forwarded(cuda_server, "GraphLaunch") == launches_before
