@@ -45,6 +45,10 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--be-transform", choices=("auto", "slice", "ptb", "none"), default="auto",
                    help="how best-effort kernels run under the priority policy: auto (the profiler decides), "
                         "slice, ptb, or none (whole kernels)")
+    p.add_argument("--graph-replay", choices=("units", "nodes"), default="units",
+                   help="how a CUDA graph replay the policy starts whole runs: units (one graph launch, "
+                        "default) or nodes (kernel by kernel, as a best-effort replay that must stay "
+                        "preemptible always runs)")
     p.add_argument("--turnaround-threshold-ms", type=float, default=0.0316,
                    help="longest best-effort turnaround (slice time / PTB task time) the profiler accepts")
     p.add_argument("--spin-us", type=float, default=None,

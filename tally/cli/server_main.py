@@ -106,7 +106,7 @@ def serve_main(argv: list[str]) -> int:
         return 2
     config = ServerConfig(socket_path=socket_path, device=args.device, policy=args.policy,
                           be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
-                          spin_us=args.spin_us, hp_spin_us=args.hp_spin_us, data_plane=data_plane,
+                          graph_replay=args.graph_replay, spin_us=args.spin_us, hp_spin_us=args.hp_spin_us, data_plane=data_plane,
                           # share14: SM shares and compute control
                           be_sm_percent=args.be_sm_percent, dynamic_sm=args.dynamic_sm,
                           be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,

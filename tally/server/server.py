@@ -394,7 +394,8 @@ def make_executor(config: ServerConfig, backend, description, variants, clock, h
     profiler = TransparentProfiler(description.sm_count, config.turnaround_threshold_ms,
                                    cache=ProfileCache(default_cache_directory(), description.name))
     return StreamExecutor(backend, make_policy(config.policy), variants=variants, profiler=profiler,
-                          clock=clock, be_transform=config.be_transform, hooks=hooks)
+                          clock=clock, be_transform=config.be_transform, hooks=hooks,
+                          graph_units=config.graph_replay == "units")
 
 
 def _drop_cause(e: Exception) -> str:

@@ -31,6 +31,7 @@ class ServerConfig:
     segment_sizes: SegmentSizes = field(default_factory=SegmentSizes)
     policy: str = "priority"
     be_transform: str = "auto"
+    graph_replay: str = "units"          # "nodes": every graph replay runs kernel by kernel
     turnaround_threshold_ms: float = 0.0316
     # How long a session thread spins on its request ring before sleeping on the
     # futex; a request after a longer gap pays a wake-up (10-40 us on the VM). None:

@@ -79,6 +79,7 @@ class ServerStatus:
     driver_version: int              # CUDA version the device reports, e.g. 13000
     policy: str
     be_transform: str
+    graph_replay: str                # "units" or "nodes" (tally-server --graph-replay)
     scheduler: dict                  # the executor's counters, as it gives them
     uptime_s: float
     memory_free: int
@@ -198,6 +199,7 @@ def server_status(server: StatusHost, sessions: list[ServedJob], leaving: int) -
         driver_version=d.driver_version,
         policy=server.config.policy,
         be_transform=server.config.be_transform,
+        graph_replay=server.config.graph_replay,
         scheduler=server.executor.counters(),
         uptime_s=round(time.time() - server.started_at, 3),
         memory_free=free,

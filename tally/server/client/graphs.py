@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 import threading
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from tally.protocol import GraphNodeType
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
@@ -156,29 +157,32 @@ class JobGraphs:
     def __init__(self) -> None:
         self._lock = threading.RLock()   # update_node reads through get()
         self._graphs: dict[int, JobGraph] = {}
-        # id -> (the JobGraph, its kernels' backend functions, the ReplayGraph made of them)
-        self._replays: dict[int, tuple[JobGraph, tuple, ops.ReplayGraph]] = {}
+        # id -> (the JobGraph, the job's function version, the ReplayGraph made of them)
+        self._replays: dict[int, tuple[JobGraph, int, ops.ReplayGraph]] = {}
 
-    def replay(self, graph_id: int, functions: list) -> ops.ReplayGraph | None:
-        """What the executor runs for one replay of the graph: its kernels with
-        `functions` (the backend functions of kernels(), as loaded now), and the edges
-        between them. The same ReplayGraph as last time while neither the graph nor
-        a function changed, so the backend's executable of it is reused; None for a
-        graph without an enabled kernel (a replay then has nothing to run)."""
+    def replay(self, graph_id: int, version: int,
+               resolve: Callable[[list[GraphNode]], list]) -> ops.ReplayGraph | None:
+        """What the executor runs for one replay of the graph: its kernels, with the
+        backend functions `resolve(kernels())` gives (raising for one that is gone),
+        and the edges between them; None for a graph without an enabled kernel. The
+        same ReplayGraph as last time while neither the graph nor the job's functions
+        (their `version`) changed: a replay then costs no work per node, and the
+        backend's executable of it is reused."""
         with self._lock:
             graph = self.get(graph_id)
-            functions = tuple(functions)
             cached = self._replays.get(graph_id)
-            if (cached is not None and cached[0] is graph and len(cached[1]) == len(functions)
-                    and all(a is b for a, b in zip(cached[1], functions))):
+            if cached is not None and cached[0] is graph and cached[1] == version:
                 return cached[2]
-            kernels = graph.kernels()
-            if not kernels:
-                return None
-            launches = tuple(replace(node.launch, function=fn) for node, fn in zip(kernels, functions, strict=True))
-            made = ops.ReplayGraph(launches, graph.kernel_edges(), f"graph-{graph_id}")
-            self._replays[graph_id] = (graph, functions, made)
-            return made
+        kernels = graph.kernels()
+        if not kernels:
+            return None
+        functions = resolve(kernels)
+        launches = tuple(replace(node.launch, function=fn) for node, fn in zip(kernels, functions, strict=True))
+        made = ops.ReplayGraph(launches, graph.kernel_edges(), f"graph-{graph_id}")
+        with self._lock:
+            if self._graphs.get(graph_id) is graph:
+                self._replays[graph_id] = (graph, version, made)
+        return made
 
     def define(self, graph_id: int, graph: JobGraph) -> None:
         with self._lock:

@@ -83,6 +83,9 @@ class ModuleRegistry:
         self._ids = itertools.count(1)
         self._modules: dict[int, LoadedModule] = {}
         self._functions: dict[int, LoadedFunction] = {}
+        # Changes whenever a function id starts or stops naming a loaded function (or
+        # names one loaded again): what a cached replay graph checks (graphs.py).
+        self.version = 0
         self._origins: dict[int, LoadedFunction] = {}     # id(backend function) -> ours
         self._global_starts: list[int] = []               # sorted, for ownership checks
         self._global_sizes: dict[int, int] = {}
@@ -118,6 +121,7 @@ class ModuleRegistry:
             raise
         with self._lock:
             self._modules[module_id] = module
+            self.version += 1
             for fn in module.functions.values():
                 self._functions[fn.function_id] = fn
                 self._origins[id(fn.backend_function)] = fn
@@ -196,6 +200,7 @@ class ModuleRegistry:
             module = self._module(module_id)
             del self._modules[module_id]
             self._detached.append(module)
+            self.version += 1
             for fn in module.functions.values():
                 self._functions.pop(fn.function_id, None)
             for ptr, _size in module.globals.values():
@@ -232,6 +237,7 @@ class ModuleRegistry:
                 fn = LoadedFunction(next(self._ids), name, module, backend_fn)
                 module.functions[name] = fn
                 self._functions[fn.function_id] = fn
+                self.version += 1
                 self._origins[id(backend_fn)] = fn
                 register = True
             else:
@@ -309,6 +315,7 @@ class ModuleRegistry:
             self._modules.clear()
             self._detached.clear()
             self._functions.clear()
+            self.version += 1
             self._origins.clear()
             self._global_starts.clear()
             self._global_sizes.clear()

@@ -31,14 +31,17 @@ def graph_node_update(job: Job, msg: GraphNodeUpdate, tag: int) -> None:
 
 def graph_launch(job: Job, msg: GraphLaunch, tag: int) -> None:
     client = job.client
-    kernels = client.graphs.get(msg.graph).kernels()
-    # Every function is found again before anything is queued: a replay whose module
-    # was unloaded fails whole instead of running half the graph. The functions as
-    # loaded now: a suspend or migration may have loaded them again.
-    functions = [client.modules.launchable(node.function) for node in kernels]
-    for fn in {id(fn): fn for fn in functions}.values():
-        client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)
-    replay = client.graphs.replay(msg.graph, [fn.backend_function for fn in functions])
+
+    def resolve(kernels) -> list:
+        # Every function is found again before anything is queued: a replay whose module
+        # was unloaded fails whole instead of running half the graph. The functions as
+        # loaded now: a suspend or migration may have loaded them again.
+        functions = [client.modules.launchable(node.function) for node in kernels]
+        for fn in {id(fn): fn for fn in functions}.values():
+            client.device_heap.prepare_launch(fn.backend_function, fn.module.backend_module)
+        return [fn.backend_function for fn in functions]
+
+    replay = client.graphs.replay(msg.graph, client.modules.version, resolve)
     if replay is not None:
         client.streams.submit(msg.stream, GraphReplay(replay))
 
