@@ -120,14 +120,18 @@ def test_a_refused_replay_is_the_jobs_next_error_and_the_executor_carries_on():
     assert u32(rig.sim, buf, 10) == [1] * 10
 
 
-def test_malformed_replays_are_refused_at_submit():
+def test_malformed_graphs_are_refused_when_made():
     rig = Rig()
-    rig.ex.add_client("hp", "high")
     with pytest.raises(ValueError, match="at least one kernel"):
-        rig.ex.submit("hp", 0, GraphReplay(ReplayGraph(())))
+        ReplayGraph(())
     one = rig.launch("add_one", 1)
     with pytest.raises(ValueError, match="does not run forward"):
-        rig.ex.submit("hp", 0, GraphReplay(ReplayGraph((one, one), ((1, 0),))))
+        ReplayGraph((one, one), ((1, 0),))
+    with pytest.raises(ValueError, match="grid must be"):
+        ReplayGraph((one, Launch(rig.fn["add_one"], (0, 1, 1), (1, 1, 1), 0, b"")))
+    rig.ex.add_client("hp", "high")
+    with pytest.raises(ValueError, match="must be a ReplayGraph"):
+        rig.ex.submit("hp", 0, GraphReplay((one,)))
     assert rig.ex.counters()["ops_submitted"] == 0
 
 

@@ -687,13 +687,18 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             cap = task.op.sm_cap
             nodes = [KernelTask(next(self._kernel_ids), op if cap is None else replace(op, sm_cap=cap), stream,
                                 task.submitted_at) for op in graph.launches]
-            nodes[0].waiting_since = task.waiting_since or now
+            for node in nodes:
+                node.waiting_since = task.waiting_since or now
             stream.queue.extendleft(reversed(nodes))
             self._counters["graph_nodes_replayed"] += count
             client.graph_nodes_replayed += count
             log.debug("client %s: graph %s (%d kernels) runs node by node (%s)", client.client_id, graph.name,
                       count, "the policy keeps it preemptible" if transform else "graph units are off")
-            self._start(nodes[0], transform)
+            if transform:
+                self._start(nodes[0], transform)     # the policy decides each next one as it comes up
+            else:
+                for node in nodes:                   # all of them, whole, as their own launches would go
+                    self._start(node, False)
             return
         if client.priority == HIGH:
             self._hp_queueing.observe(self.clock.now() - task.waiting_since)

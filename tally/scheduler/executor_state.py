@@ -100,7 +100,7 @@ class GraphTask:
     @property
     def total_blocks(self) -> int:
         """The largest of its kernels' grids: the SMs it may occupy at once."""
-        return max(total_blocks(op.grid) for op in self.op.graph.launches)
+        return self.op.graph.max_blocks
 
     @property
     def key(self) -> str:

@@ -131,10 +131,22 @@ class ReplayGraph:
     """A job's CUDA graph as the executor replays it: its enabled kernels in an order
     its edges allow, and the edges between them (indices into `launches`, each
     running forward). Never changed once made: an update of the job's graph makes
-    a new one, so a replay queued before the update runs the graph it was launched as."""
+    a new one, so a replay queued before the update runs the graph it was launched as.
+    Checked once, when made (ValueError), so that a replay costs nothing per kernel."""
     launches: tuple[Launch, ...]
     edges: tuple[tuple[int, int], ...] = ()
     name: str = "graph"
+    max_blocks: int = field(init=False)     # the largest grid of its kernels, in blocks
+
+    def __post_init__(self) -> None:
+        if not self.launches:
+            raise ValueError("a graph replayed as one unit needs at least one kernel")
+        for launch in self.launches:
+            validate_op(launch)
+        for a, b in self.edges:
+            if not 0 <= a < b < len(self.launches):
+                raise ValueError(f"graph edge {a} -> {b} does not run forward among {len(self.launches)} kernels")
+        object.__setattr__(self, "max_blocks", max(g[0] * g[1] * g[2] for g in (op.grid for op in self.launches)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,14 +181,10 @@ def validate_op(op: object) -> None:
         raise ValueError(f"{type(op).__name__} is not a stream operation; submit one of "
                          + ", ".join(t.__name__ for t in OP_TYPES))
     if isinstance(op, GraphReplay):
-        graph = op.graph
-        if not isinstance(graph, ReplayGraph) or not graph.launches:
-            raise ValueError("GraphReplay needs a ReplayGraph with at least one kernel")
-        for launch in graph.launches:
-            validate_op(launch)
-        for a, b in graph.edges:
-            if not 0 <= a < b < len(graph.launches):
-                raise ValueError(f"graph edge {a} -> {b} does not run forward among {len(graph.launches)} kernels")
+        if not isinstance(op.graph, ReplayGraph):       # a ReplayGraph checked itself when it was made
+            raise ValueError("GraphReplay.graph must be a ReplayGraph")
+        if op.sm_cap is not None and (not isinstance(op.sm_cap, int) or op.sm_cap < 1):
+            raise ValueError(f"GraphReplay.sm_cap must be a positive number of SMs or None, got {op.sm_cap!r}")
     elif isinstance(op, Launch):
         _dim3("grid", op.grid)
         _dim3("block", op.block)
