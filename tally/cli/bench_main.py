@@ -6,6 +6,7 @@
     tally-bench colocate --sm-sweep --png sweep.png   # high-priority p99 vs best-effort throughput per SM share
     tally-bench colocate --backend emulator|cuda [--workload cuda|torch] ...   # real processes
     tally-bench launch --backend null --json out.json   # a launch's server cost, C++ vs Python data plane
+    tally-bench graphs --json out.json                  # a graph replay's server cost as one unit vs node by node
     tally-bench plan --json out.json --png out.png   # tally-plan vs MIG-serving's greedy and baselines
     tally-bench profile --partitions sm-share -o table.yaml   # a tally-plan profile table (sim backend)
     tally-bench profile --backend emulator|cuda --shares 25,50,100 -o table.yaml   # real processes per SM share
@@ -96,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--json", type=Path, help="write the report here")
     from tally.bench.reliability_args import add_reliability_parsers
     add_reliability_parsers(sub)
+    g = sub.add_parser("graphs", help="what a CUDA graph replay costs the server as one unit and node by node "
+                                      "(null backend), and an LLM decode step's p99 on the sim with each")
+    g.add_argument("--nodes", type=int, default=240, help="kernels in the replayed graph (default: %(default)s)")
+    g.add_argument("--runs", type=int, default=3, help="job runs per mode, alternating (default: %(default)s)")
+    g.add_argument("--batches", default="1,16,64", help="decode batch sizes of the sim model (default: %(default)s)")
+    g.add_argument("--steps", type=int, default=300, help="decode steps per sim run (default: %(default)s)")
+    g.add_argument("--no-sim", action="store_true", help="measure the server's cost only")
+    g.add_argument("--json", type=Path, help="also write the whole report here")
     m = sub.add_parser("migrate", help="suspend, resume and migration time against a job's device footprint, "
                                        "on two tally-servers of this host")
     m.add_argument("--backend", choices=("emulator", "cuda", "null"), default="emulator")
@@ -252,6 +261,29 @@ def sm_sweep(args: argparse.Namespace, config: ColocateConfig) -> int:
     return 0
 
 
+def graphs(args: argparse.Namespace) -> int:
+    from tally.bench.graph_bench import GraphBenchConfig, run_graph_bench, summary
+    from tally.bench.process_group import JobFailed
+    from tally.bench.process_jobs import JobBuildError
+    try:
+        batches = tuple(int(b) for b in args.batches.split(","))
+        config = GraphBenchConfig(nodes=args.nodes, runs=args.runs, batches=batches, steps=args.steps,
+                                  sim=not args.no_sim)
+        config.validate()
+    except ValueError as e:
+        print(f"tally-bench graphs: {e}", file=sys.stderr)
+        return 2
+    try:
+        report = run_graph_bench(config)
+    except (JobFailed, JobBuildError) as e:
+        print(f"tally-bench graphs: {e}", file=sys.stderr)
+        return 1
+    print(summary(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "png", None) is not None:   # say so before a long run, not after it
@@ -260,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         return colocate(args)
     if args.command == "launch":
         return launch(args)
+    if args.command == "graphs":
+        return graphs(args)
     if args.command in ("plan", "profile", "cluster"):
         extras.require("cluster", f"tally-bench {args.command}")
     if args.command == "plan":

@@ -83,16 +83,21 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
                            variants_from_ptx=False, confines_sms=True)
 
     def __init__(self, gpu: SimGPU = A100_SXM4_40GB, *, costs: KernelCostTable | None = None,
-                 realtime: bool = False, eager: bool = False, host_launch_us: float = 0.0):
-        """host_launch_us: the host (server) CPU time of each launch call, modeled as
-        one thread making the calls in turn: a call's kernels reach their stream no
-        earlier than the previous call's end plus this (a graph replay is one call).
-        0: launch calls take no time (the executor's own costs are not modeled)."""
-        if host_launch_us < 0:
-            raise ValueError(f"host_launch_us must be >= 0, got {host_launch_us}")
+                 realtime: bool = False, eager: bool = False, host_launch_us: float = 0.0,
+                 host_graph_launch_us: float | None = None):
+        """host_launch_us: the host (server) CPU time of each kernel launch call, modeled
+        as one thread per stream making its calls in turn (a job's session thread): a
+        call's kernels reach their stream no earlier than the previous call's end plus
+        this. host_graph_launch_us: the same for a graph replay, one call for all its
+        kernels (None: host_launch_us). 0: launch calls take no time (the executor's
+        own costs are not modeled)."""
+        for name, value in (("host_launch_us", host_launch_us), ("host_graph_launch_us", host_graph_launch_us)):
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         self.gpu = gpu
         self.host_launch_us = host_launch_us
-        self._host_free_ns = 0
+        self.host_graph_launch_us = host_graph_launch_us
+        self._host_free_ns: dict[int, int] = {}     # id(stream) -> when its last launch call ends
         self.costs = costs or KernelCostTable()
         self.kernels: dict[str, SimKernelDef] = {}
         self.loop = SimLoop(realtime=realtime)
@@ -208,6 +213,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
 
     def stream_destroy(self, stream: SimStream) -> None:
         with self.loop.lock:
+            self._host_free_ns.pop(id(stream), None)
             stream.destroyed = True   # pending work still runs, as in CUDA
             if stream.idle and stream in self._streams:
                 self._streams.remove(stream)
@@ -228,7 +234,7 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
         # A cooperative grid is timed as any other: the model runs a launch's blocks in
         # waves, and the client already refused grids that cannot be resident at once.
         op = self._kernel_op(fn, grid, block, params, sm_cap, cluster)
-        op.issued_ns = self._host_call()
+        op.issued_ns = self._host_call(stream, self.host_launch_us)
         self._enqueue(stream, op)
 
     # graphs: a replay is one host call; its kernels run in order on the stream, the
@@ -238,7 +244,8 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
 
     def graph_launch(self, graph: KernelGraph, stream: SimStream, sm_cap: int | None = None) -> None:
         ops = [self._kernel_op(k.function, k.grid, k.block, k.params, sm_cap, k.cluster) for k in graph.kernels]
-        issued = self._host_call()
+        cost = self.host_launch_us if self.host_graph_launch_us is None else self.host_graph_launch_us
+        issued = self._host_call(stream, cost)
         for i, op in enumerate(ops):
             op.issued_ns = issued
             if i:
@@ -248,13 +255,14 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
     def graph_destroy(self, graph: KernelGraph) -> None:
         pass
 
-    def _host_call(self) -> int:
-        """When a launch call made now returns, in virtual ns (host_launch_us)."""
-        if not self.host_launch_us:
+    def _host_call(self, stream: SimStream, cost_us: float) -> int:
+        """When a launch call made now for `stream`, taking `cost_us`, returns (virtual ns)."""
+        if not cost_us:
             return 0
         with self.loop.lock:
-            self._host_free_ns = max(self.loop.now_ns, self._host_free_ns) + int(self.host_launch_us * 1000)
-            return self._host_free_ns
+            end = max(self.loop.now_ns, self._host_free_ns.get(id(stream), 0)) + int(cost_us * 1000)
+            self._host_free_ns[id(stream)] = end
+            return end
 
     def _kernel_op(self, fn: SimFunction, grid: Dim3, block: Dim3, params: bytes, sm_cap: int | None,
                    cluster: Dim3 | None) -> KernelOp:
