@@ -2652,7 +2652,7 @@ class TensorMapReply:
         return _TensorMapReply.pack(self.map)
 
 
-_GraphDefine = struct.Struct('<QII')
+_GraphDefine = struct.Struct('<QIIII')
 
 
 @dataclass(frozen=True, slots=True)
@@ -2660,25 +2660,26 @@ class GraphDefine:
     """cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same
     id replaces it); validated here, answered Done or Error. Tail: node_count GraphNode records (48-byte
     header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to)
-    node-index pairs.
+    node-index pairs; in the staging buffer instead when `staged` (a graph too big for one record).
     """
 
     KIND: ClassVar[int] = 270
-    SIZE: ClassVar[int] = 16  # bytes before the tail
+    SIZE: ClassVar[int] = 24  # bytes before the tail
     graph: int = 0
     node_count: int = 0
     edge_count: int = 0
+    staged: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
     def decode(cls, payload) -> GraphDefine:
-        if len(payload) < 16:
-            raise _short('GraphDefine', len(payload), 16)
-        v0, v1, v2 = _GraphDefine.unpack_from(payload)
-        return cls(v0, v1, v2, memoryview(payload)[16:])
+        if len(payload) < 24:
+            raise _short('GraphDefine', len(payload), 24)
+        v0, v1, v2, v3, v4 = _GraphDefine.unpack_from(payload)
+        return cls(v0, v1, v2, v3, memoryview(payload)[24:])
 
     def encode(self) -> bytes:
-        return _GraphDefine.pack(self.graph, self.node_count, self.edge_count) + self.tail
+        return _GraphDefine.pack(self.graph, self.node_count, self.edge_count, self.staged, 0) + self.tail
 
 
 _GraphLaunch = struct.Struct('<QQ')

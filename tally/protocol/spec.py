@@ -318,9 +318,11 @@ DRIVER_MESSAGES = (
     # graph arrives once, then each replay is one message.
     Message("GraphDefine", 270, "cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; "
             "a second define of the same id replaces it); validated here, answered Done or Error",
-            (F("graph", "u64"), F("node_count", "u32"), F("edge_count", "u32")),
+            (F("graph", "u64"), F("node_count", "u32"), F("edge_count", "u32"), F("staged", "u32"),
+             F("_pad0", "u32")),
             tail="node_count GraphNode records (48-byte header then the kernel's parameter block, padded "
-                 "to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs"),
+                 "to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs; in the staging buffer "
+                 "instead when `staged` (a graph too big for one record)"),
     Message("GraphLaunch", 271, "cuGraphLaunch: async; one replay of `graph` on `stream`",
             (F("graph", "u64"), F("stream", "u64"))),
     Message("GraphDestroy", 272, "cuGraphExecDestroy: async; the server forgets `graph` (queued replays "

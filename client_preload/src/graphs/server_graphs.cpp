@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "connection/connection.h"
+#include "connection/staged_bytes.h"
 #include "driver_objects.h"
 
 namespace tally::client {
@@ -20,8 +21,10 @@ struct NodeRecord {
 };
 static_assert(sizeof(NodeRecord) == 48, "GraphNode records are 48 bytes");
 
-// Bigger graphs stay with the client: one ring record must hold the whole graph.
-constexpr size_t kMaxGraphBytes = 32 << 10;
+// Graphs up to kInlineRequestBytes travel in the GraphDefine record; bigger ones
+// through the staging buffer first (staged_bytes.h), up to this size: a graph past
+// it (a million nodes) stays with the client.
+constexpr size_t kMaxGraphBytes = 64 << 20;
 
 template <class T>
 void append(std::vector<uint8_t>* out, const T& value) {
@@ -80,9 +83,16 @@ CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id) {
   msg.graph = ids.fetch_add(1, std::memory_order_relaxed);
   msg.node_count = static_cast<uint32_t>(nodes.size());
   msg.edge_count = edges;
-  if (CUresult rc = Connection::instance().request_done(msg, tail.data(), static_cast<uint32_t>(tail.size()));
-      rc != CUDA_SUCCESS)
-    return rc;
+  if (tail.size() <= kInlineRequestBytes) {
+    if (CUresult rc = Connection::instance().request_done(msg, tail.data(), static_cast<uint32_t>(tail.size()));
+        rc != CUDA_SUCCESS)
+      return rc;
+  } else {
+    std::lock_guard<std::mutex> staging(staging_mutex());
+    if (CUresult rc = stage_bytes(tail.data(), tail.size()); rc != CUDA_SUCCESS) return rc;
+    msg.staged = 1;
+    if (CUresult rc = Connection::instance().request_done(msg); rc != CUDA_SUCCESS) return rc;
+  }
   *id = msg.graph;
   return CUDA_SUCCESS;
 }

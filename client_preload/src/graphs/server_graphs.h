@@ -1,6 +1,6 @@
 // Instantiated graphs the server keeps (tally/server/client/graphs.py): a graph
-// of kernel and empty nodes is sent once at instantiate (GraphDefine) and each
-// launch is then one GraphLaunch message. Other graphs, and an exec once it is
+// of kernel and empty nodes is sent once at instantiate (GraphDefine, through the
+// staging buffer when it is big) and each launch is then one GraphLaunch message. Other graphs, and an exec once it is
 // updated, replay their operations from the client as before.
 #pragma once
 #include <cstdint>

@@ -1595,19 +1595,23 @@ static_assert(sizeof(TensorMapReplyMsg) == 128, "TensorMapReplyMsg layout differ
 static_assert(offsetof(TensorMapReplyMsg, map) == 0);
 constexpr uint32_t kTensorMapReplySize = 128;  // bytes on the wire (0: empty)
 
-// cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same id replaces it); validated here, answered Done or Error; tail: node_count GraphNode records (48-byte header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs
+// cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same id replaces it); validated here, answered Done or Error; tail: node_count GraphNode records (48-byte header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs; in the staging buffer instead when `staged` (a graph too big for one record)
 struct GraphDefineMsg {
   static constexpr MessageKind kKind = MessageKind::GraphDefine;
   static constexpr bool kHasTail = true;
   uint64_t graph;
   uint32_t node_count;
   uint32_t edge_count;
+  uint32_t staged;
+  uint32_t _pad0;
 };
-static_assert(sizeof(GraphDefineMsg) == 16, "GraphDefineMsg layout differs from the Python codec");
+static_assert(sizeof(GraphDefineMsg) == 24, "GraphDefineMsg layout differs from the Python codec");
 static_assert(offsetof(GraphDefineMsg, graph) == 0);
 static_assert(offsetof(GraphDefineMsg, node_count) == 8);
 static_assert(offsetof(GraphDefineMsg, edge_count) == 12);
-constexpr uint32_t kGraphDefineSize = 16;  // bytes on the wire (0: empty)
+static_assert(offsetof(GraphDefineMsg, staged) == 16);
+static_assert(offsetof(GraphDefineMsg, _pad0) == 20);
+constexpr uint32_t kGraphDefineSize = 24;  // bytes on the wire (0: empty)
 
 // cuGraphLaunch: async; one replay of `graph` on `stream`
 struct GraphLaunchMsg {

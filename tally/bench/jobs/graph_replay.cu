@@ -24,10 +24,11 @@ static double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   job::program_name = "graph_replay";
-  job::Flags flags(argc, argv, {"nodes", "replays", "rounds"});
+  job::Flags flags(argc, argv, {"nodes", "replays", "rounds", "warmup"});
   const int nodes = int(flags.num("nodes", 240));
   const int replays = int(flags.num("replays", 200));
   const int rounds = int(flags.num("rounds", 15));
+  const int warmup = int(flags.num("warmup", 20));
   int* out = nullptr;
   JOB_CHECK(cudaMalloc(&out, 64 * sizeof(int)));
   cudaStream_t main_stream, side;
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   size_t count = 0;
   JOB_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
 
-  for (int i = 0; i < 20; ++i) JOB_CHECK(cudaGraphLaunch(exec, main_stream));   // warm-up
+  for (int i = 0; i < warmup; ++i) JOB_CHECK(cudaGraphLaunch(exec, main_stream));
   JOB_CHECK(cudaStreamSynchronize(main_stream));
   std::vector<double> total, client;
   for (int r = 0; r < rounds; ++r) {

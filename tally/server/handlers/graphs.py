@@ -17,7 +17,11 @@ from tally.server.job import Job
 
 def graph_define(job: Job, msg: GraphDefine, tag: int) -> None:
     client = job.client
-    client.graphs.define(msg.graph, parse_graph(client.modules, msg.node_count, msg.edge_count, msg.tail))
+    if msg.staged:             # a big graph came ahead in StageBytes chunks
+        tail, client.staging = bytes(client.staging), bytearray()
+    else:
+        tail = msg.tail
+    client.graphs.define(msg.graph, parse_graph(client.modules, msg.node_count, msg.edge_count, tail))
 
 
 def graph_node_update(job: Job, msg: GraphNodeUpdate, tag: int) -> None:
