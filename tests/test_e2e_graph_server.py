@@ -3,9 +3,9 @@ on the emulator, at both priorities: the server keeps it, each replay is one
 GraphLaunch message, the results are right. The high-priority job's replays run
 as one unit each (scheduler.graph_launches); under the priority policy a
 best-effort job's must stay preemptible and run node by node
-(scheduler.graph_nodes_replayed, in nodes). After an exec update the client
-replays the updated graph itself, also right, and the server's copy is no longer
-used."""
+(scheduler.graph_nodes_replayed, in nodes). An exec update
+(cudaGraphExecKernelNodeSetParams) reaches the server's copy: the replay after it
+also runs from there, with the new parameters."""
 from __future__ import annotations
 
 import pytest
@@ -26,9 +26,9 @@ def test_captured_kernel_graph_replays_from_the_servers_copy(nvcc, emulator_serv
     job = run_job(emulator_server.socket, program, "6", priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("replays_ok", "update_ok", "nodes") == [1, 1, KERNEL_NODES]
-    # Six replays from the server's copy; the one after the update is the client's.
+    # Seven replays from the server's copy, the last one after the update.
     units_after, nodes_after = counts(emulator_server)
     if priority == "high":
-        assert (units_after - units, nodes_after - nodes) == (6, 0)
+        assert (units_after - units, nodes_after - nodes) == (7, 0)
     else:
-        assert (units_after - units, nodes_after - nodes) == (0, 6 * KERNEL_NODES)
+        assert (units_after - units, nodes_after - nodes) == (0, 7 * KERNEL_NODES)

@@ -309,7 +309,10 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
   auto updated = std::make_shared<ReplayList>(*old);
   (*updated)[entry.first_op] = ops.front();
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
-  forget_on_server(e->server_graph.exchange(0));   // the client replays the updated graph
+  // The server's copy takes the new launch (launches sent before keep the old one);
+  // where it cannot, the client replays the updated graph from now on.
+  if (!update_kernel_on_server(e->server_graph.load(), static_cast<uint32_t>(at->second), k))
+    forget_on_server(e->server_graph.exchange(0));
   return CUDA_SUCCESS;
 }
 

@@ -88,11 +88,14 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   std::lock_guard<std::mutex> lock(e->mutex);
   *outcome = compare(e->nodes, nodes);
   if (outcome->result != CU_GRAPH_EXEC_UPDATE_SUCCESS) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  // The server's copy becomes the new graph (read from its nodes, before the exec's
+  // entries are pointed back at the nodes it was instantiated from); where it cannot
+  // keep it, the client replays the updated graph from now on.
+  if (!redefine_on_server(nodes, e->server_graph.load())) forget_on_server(e->server_graph.exchange(0));
   // Node-level calls on the exec keep naming the nodes it was instantiated from.
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
-  forget_on_server(e->server_graph.exchange(0));   // the client replays the updated graph
   // The exec now holds the new graph's user objects, and lets go of the old
   // graph's once the launches that ran it are done.
   auto held = std::make_shared<UserObjectRefs>();

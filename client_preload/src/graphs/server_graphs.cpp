@@ -1,5 +1,6 @@
 // Serializes an instantiated graph into GraphDefine's tail (spec.py's
-// GRAPH_NODE_FORMAT records, then edges) and sends replays as one message.
+// GRAPH_NODE_FORMAT records, then edges), sends replays as one message each, and
+// carries exec updates to the server's copy.
 #include "graphs/server_graphs.h"
 
 #include <atomic>
@@ -32,32 +33,37 @@ void append(std::vector<uint8_t>* out, const T& value) {
   out->insert(out->end(), p, p + sizeof value);
 }
 
+// A kernel node's record and parameters; false for one the server does not keep
+// (cooperative launches keep the client's path: LaunchKernel's flag).
+bool append_kernel(const KernelNodeLaunch& k, CUfunction function, std::vector<uint8_t>* tail) {
+  const FunctionObject* fn = as_function(function);
+  if (fn == nullptr || k.cooperative || k.function != function) return false;
+  NodeRecord r{};
+  r.type = 1;
+  r.enabled = 1;
+  r.function = fn->id;
+  std::memcpy(r.grid, k.grid, sizeof r.grid);
+  std::memcpy(r.block, k.block, sizeof r.block);
+  r.shared_bytes = k.shared_bytes;
+  r.param_bytes = static_cast<uint32_t>(k.params.size());
+  append(tail, r);
+  tail->insert(tail->end(), k.params.begin(), k.params.end());
+  tail->resize((tail->size() + 7) & ~size_t{7}, 0);
+  return true;
+}
+
 // False when a node is of a kind the server does not keep.
 bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* edges) {
   for (const ExecNode& n : nodes) {
-    NodeRecord r{};
-    r.enabled = 1;
-    r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-    const std::vector<uint8_t>* params = nullptr;
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      const KernelNodeLaunch& k = n.source->kernel;
-      const FunctionObject* fn = as_function(n.function);
-      // Cooperative launches keep the client's path (LaunchKernel's flag).
-      if (fn == nullptr || k.cooperative || k.function != n.function) return false;
-      r.type = 1;
-      r.function = fn->id;
-      std::memcpy(r.grid, k.grid, sizeof r.grid);
-      std::memcpy(r.block, k.block, sizeof r.block);
-      r.shared_bytes = k.shared_bytes;
-      r.param_bytes = static_cast<uint32_t>(k.params.size());
-      params = &k.params;
-    } else if (n.type != CU_GRAPH_NODE_TYPE_EMPTY) {
+      if (!append_kernel(n.source->kernel, n.function, tail)) return false;
+    } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY) {
+      NodeRecord r{};
+      r.enabled = 1;
+      r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+      append(tail, r);
+    } else {
       return false;
-    }
-    append(tail, r);
-    if (params != nullptr) {
-      tail->insert(tail->end(), params->begin(), params->end());
-      tail->resize((tail->size() + 7) & ~size_t{7}, 0);
     }
   }
   *edges = 0;
@@ -71,16 +77,15 @@ bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, u
   return tail->size() <= kMaxGraphBytes;
 }
 
-}  // namespace
-
-CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id) {
-  static std::atomic<uint64_t> ids{1};
-  *id = 0;
+// Defines graph `id` on the server; *kept is false (and nothing is sent) when the
+// server cannot keep these nodes.
+CUresult send_define(const std::vector<ExecNode>& nodes, uint64_t id, bool* kept) {
+  *kept = false;
   std::vector<uint8_t> tail;
   uint32_t edges = 0;
   if (nodes.empty() || !serialize(nodes, &tail, &edges)) return CUDA_SUCCESS;
   protocol::GraphDefineMsg msg{};
-  msg.graph = ids.fetch_add(1, std::memory_order_relaxed);
+  msg.graph = id;
   msg.node_count = static_cast<uint32_t>(nodes.size());
   msg.edge_count = edges;
   if (tail.size() <= kInlineRequestBytes) {
@@ -93,8 +98,36 @@ CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id) {
     msg.staged = 1;
     if (CUresult rc = Connection::instance().request_done(msg); rc != CUDA_SUCCESS) return rc;
   }
-  *id = msg.graph;
+  *kept = true;
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id) {
+  static std::atomic<uint64_t> ids{1};
+  *id = 0;
+  const uint64_t candidate = ids.fetch_add(1, std::memory_order_relaxed);
+  bool kept = false;
+  if (CUresult rc = send_define(nodes, candidate, &kept); rc != CUDA_SUCCESS) return rc;
+  if (kept) *id = candidate;
+  return CUDA_SUCCESS;
+}
+
+bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id) {
+  if (id == 0) return false;
+  bool kept = false;
+  return send_define(nodes, id, &kept) == CUDA_SUCCESS && kept;
+}
+
+bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k) {
+  if (id == 0) return false;
+  std::vector<uint8_t> tail;
+  if (!append_kernel(k, k.function, &tail)) return false;
+  protocol::GraphNodeUpdateMsg msg{};
+  msg.graph = id;
+  msg.node = index;
+  return Connection::instance().request_done(msg, tail.data(), static_cast<uint32_t>(tail.size())) == CUDA_SUCCESS;
 }
 
 void forget_on_server(uint64_t id) {

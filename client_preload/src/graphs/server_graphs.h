@@ -1,6 +1,7 @@
 // Instantiated graphs the server keeps (tally/server/client/graphs.py): a graph
 // of kernel and empty nodes is sent once at instantiate (GraphDefine, through the
-// staging buffer when it is big) and each launch is then one GraphLaunch message. Other graphs, and an exec once it is
+// staging buffer when it is big) and each launch is then one GraphLaunch message;
+// exec updates change the server's copy. Other graphs, and an exec once it is
 // updated, replay their operations from the client as before.
 #pragma once
 #include <cstdint>
@@ -15,6 +16,14 @@ namespace tally::client {
 // keep them; *id is the server's name for them, or 0 when the client replays
 // the graph itself. An error is the server's refusal (CUDA's code).
 CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id);
+
+// Exec updates reaching the server's copy of graph `id`: the whole graph again
+// (cuGraphExecUpdate; `nodes` name the new graph's nodes), or one kernel node's new
+// launch (cuGraphExecKernelNodeSetParams; `index` in the exec's node order). False
+// when the server cannot keep the result or refused it: the caller then forgets
+// the server's copy and the client replays the graph itself.
+bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id);
+bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k);
 
 // The server forgets graph `id` (0: nothing to forget).
 void forget_on_server(uint64_t id);
