@@ -14,10 +14,14 @@ executor decides and reports back how each launch ended: the executor alone
 keeps the queues, the client and stream records and the counters, and applies
 those outcomes.
 
-The class is in four files: this one (submission, synchronization, status and
-the dispatch of queued work to the device), executor_clients.py (registering,
-pausing and removing jobs, their SM shares), executor_events.py (CUDA events)
-and executor_faults.py (device faults, below).
+The executor is in five files: this one (submission, synchronization, status and
+the dispatch of queued work: view -> the policy's schedule -> apply),
+executor_kernels.py (KernelRunner, an object of its own with its dependencies
+passed in: starting kernels and graph replays, preempting, applying how a launch
+ended), and three mixins of StreamExecutor: executor_clients.py (registering,
+pausing and removing jobs, their SM shares), executor_events.py (CUDA events) and
+executor_faults.py (device faults, below). A new kind of unit of work is a queued
+task in executor_state.py and a way to start it in executor_kernels.py.
 
 Thread-safety: every public method may be called from any thread; the
 executor never holds its lock while blocking on the backend. With the sim's
@@ -38,7 +42,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import replace
 from typing import Callable, Hashable
 
 from tally.backends.base import DeviceBackend
@@ -50,19 +53,20 @@ from tally.scheduler.executor_clients import ClientControl
 from tally.scheduler.executor_events import EventControl
 from tally.scheduler.executor_faults import FaultControl
 from tally.scheduler.executor_state import (QUEUED_KERNELS, ClientState, GraphTask, KernelTask, OpItem, StreamState,
-                                            Unit, UnitsInFlight)
+                                            UnitsInFlight)
 from tally.scheduler.fast_lane import FastLanes, LaneChange
+from tally.scheduler.executor_kernels import KernelRunner, within_share
 from tally.scheduler.graph_units import BackendGraphs
 from tally.scheduler.hooks import BestEffortUnit, Hooks
-from tally.scheduler.kernel_plan import BE_TRANSFORMS, WHOLE_PLAN, KernelPlanner
+from tally.scheduler.kernel_plan import BE_TRANSFORMS, KernelPlanner
 from tally.scheduler.ops import (EventRecord, GatedCallback, GraphReplay, HostCallback, HostGate, Launch, MemcpyDtoD,
                                  MemcpyDtoH, MemcpyHtoD, Memset, Op, StreamAccessPolicy, StreamWaitEvent,
                                  StreamWaitValue, StreamWriteValue, validate_op)
 from tally.scheduler.policy import (HIGH, PolicyError, Schedule, SchedulerView,
                                     SchedulingPolicy, WaitingKernel)
 from tally.scheduler.profiler import TransparentProfiler, kernel_key
-from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
-from tally.scheduler.sm_activity import ActivityTotals, SmActivity, launch_sms
+from tally.scheduler.run_mode import PTB
+from tally.scheduler.sm_activity import ActivityTotals, SmActivity
 from tally.scheduler.value_polls import start_polling
 from tally.scheduler.variants import VariantProvider
 
@@ -74,7 +78,6 @@ log = logging.getLogger(__name__)
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
                  "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative",
                  "graph_launches", "graph_nodes_replayed")
-_KERNELS_BY_MODE = {WHOLE: "kernels_whole", SLICE: "kernels_sliced", PTB: "kernels_ptb"}
 
 
 class ClientGone(ValueError):
@@ -82,22 +85,6 @@ class ClientGone(ValueError):
     left): whatever it waited for was dropped, and nobody is left to answer. Callers
     that wait on a client's behalf end quietly on it; a ValueError, as for any
     unknown client."""
-
-
-def _sm_cap(client: ClientState, op: Launch) -> int | None:
-    """The SMs a launch may use: its green context's, within the job's share. A
-    cooperative grid may use the whole device: the job sized it for every SM
-    (the occupancy calculator times the device's SM count), and fewer SMs could
-    not hold all its blocks at once."""
-    if op.cooperative:
-        return None
-    return _within_share(client, op.sm_cap)
-
-
-def _within_share(client: ClientState, stream_cap: int | None) -> int | None:
-    if stream_cap is None:
-        return client.sm_cap
-    return stream_cap if client.sm_cap is None else min(stream_cap, client.sm_cap)
 
 
 class StreamExecutor(ClientControl, EventControl, FaultControl):
@@ -114,13 +101,10 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self.clock: Clock = clock or WallClock()
         # The cluster layer's plugins; the executor asks only `gate_best_effort`.
         self.hooks = hooks or Hooks()
-        self._planner = KernelPlanner(self.profiler, variants, be_transform)
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
-        self.graph_units = graph_units
         self.graphs = BackendGraphs(backend)
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
-        self._cooperative_logged: set[str] = set()     # kernels whose cooperative launch was explained
         # how long high-priority kernels waited here, from the head of their queue to their launch
         self._hp_queueing = DelayHistogram()
         self._lock = threading.RLock()
@@ -137,6 +121,14 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self._activity = SmActivity(self.sm_count, self.clock.now())
         # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
         self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
+        # Starting kernels and applying how they ended (executor_kernels.py).
+        self._kernels = KernelRunner(device=self.device, graphs=self.graphs,
+                                     planner=KernelPlanner(self.profiler, variants, be_transform),
+                                     profiler=self.profiler, clock=self.clock, counters=self._counters,
+                                     in_flight=self._in_flight, activity=self._activity, fast_lanes=self.fast_lanes,
+                                     hp_queueing=self._hp_queueing, seen=self._seen,
+                                     next_id=lambda: next(self._kernel_ids), sm_count=self.sm_count,
+                                     graph_units=graph_units)
         self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
         # (error, client id) -> the error to keep: set by the server where a fault is context-wide
         self.device_errors: Callable[[DeviceError, Hashable], DeviceError] | None = None
@@ -179,7 +171,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     self.fast_lanes.gate.close()      # no best-effort lane starts a kernel after it
                 if (self._in_flight.preemptible == 0 and self.policy.starts_at_once(client.view)
                         and (client.priority == HIGH or not self.hooks.gate)):
-                    self._start(item, transform=False)   # fast path: the policy's answer is known
+                    self._kernels.start(item, transform=False)   # fast path: the policy's answer is known
                     return
                 # It waits for the policy: no other job's best-effort lane may overtake it.
                 self.fast_lanes.revoke_best_effort(client.client_id)
@@ -197,7 +189,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             client = self._clients.get(client_id)
             stream = client.streams.get(stream_key) if client is not None else None
             if stream is not None:
-                sm_cap = _within_share(client, stream_sm_cap)
+                sm_cap = within_share(client, stream_sm_cap)
                 self.fast_lanes.offer(stream, self._fast_lane_eligible(client, stream, sm_cap), sm_cap)
 
     def attach_fast_lanes(self, client_id: Hashable, owner, device) -> None:
@@ -579,14 +571,14 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                                   "which is not waiting (or was started twice)")
             if task.stream.client.priority != HIGH and not self._gate_allows(task):
                 continue
-            self._start(task, start.transform)
+            self._kernels.start(task, start.transform)
             changed = True
         for unit_id in schedule.preempt:
             unit = self._in_flight.units.get(unit_id)
             if unit is None or unit.mode is not PTB or unit.preempt_requested:
                 raise PolicyError(f"policy {self.policy.name!r} preempted unit {unit_id}, "
                                   "which is not a running, preemptible PTB launch")
-            self._preempt(unit)
+            self._kernels.preempt(unit)
             changed = True
         return changed
 
@@ -623,168 +615,6 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             self._wake_at = None
             self._pump()
 
-    # internals: kernels ----------------------------------------------------------------------
-    def _start(self, task: KernelTask | GraphTask, transform: bool) -> None:
-        """Launch the kernel at the head of its queue (whole), or its next piece
-        (a slice, or a PTB launch that starts or resumes it); a graph replay, as one
-        unit or node by node (_start_graph)."""
-        if isinstance(task, GraphTask):
-            self._start_graph(task, transform)
-            return
-        stream, op = task.stream, task.op
-        if task.plan is None:
-            if stream.client.priority == HIGH:
-                self._hp_queueing.observe(self.clock.now() - task.waiting_since)
-            stream.client.kernels += 1
-            self._counters["kernels"] += 1
-            if transform:
-                task.plan = self._planner.plan(op, _sm_cap(stream.client, op))
-                if task.plan.untransformable:
-                    self._counters["untransformable"] += 1
-            else:
-                task.plan = WHOLE_PLAN
-            if op.cooperative:
-                self._counters["kernels_cooperative"] += 1
-                self._note_cooperative(stream.client, op)
-            # (A cooperative launch runs whole for its own reason: the same kernel launched
-            # otherwise may still be transformed, so it settles nothing for the fast lane.)
-            if (task.plan.mode is WHOLE and not task.plan.measuring and not task.plan.cooperative
-                    and stream.client.priority != HIGH):
-                stream.client.whole_keys.add(task.key)
-            self._counters[_KERNELS_BY_MODE[task.plan.mode]] += 1
-        plan = task.plan
-        if plan.mode is WHOLE:
-            stream.queue.popleft()
-            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
-        elif plan.mode is SLICE:
-            piece = plan.slices[task.next_slice]
-            task.next_slice += 1
-            if task.next_slice == len(plan.slices):
-                stream.queue.popleft()      # the rest of the stream may follow the last slice
-            self._counters["slice_launches"] += 1
-            params = plan.sliced.plan.params(op.params, op.grid, piece.block_offset)
-            self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count,
-                         cluster=plan.slice_cluster)
-        else:
-            # No lane may add high-priority work behind the scheduler's back while a
-            # preemptible unit runs; if one did since the policy looked, it looks again.
-            if self.fast_lanes.revoke_all():
-                return
-            self._launch_ptb(task)
-
-    def _start_graph(self, task: GraphTask, transform: bool) -> None:
-        """A replay runs as one unit when the policy starts it whole (a high-priority
-        job's; a best-effort job's when nothing needs it preemptible). When the policy
-        wants it transformed, or graph units are off, its kernels take its place at the
-        head of the queue, each its own unit (sliced or PTB like any best-effort
-        kernel), and the first of them starts now as the policy asked."""
-        stream, client = task.stream, task.stream.client
-        graph = task.op.graph
-        count = len(graph.launches)
-        if transform or not self.graph_units:
-            stream.queue.popleft()
-            now = self.clock.now()
-            cap = task.op.sm_cap
-            nodes = [KernelTask(next(self._kernel_ids), op if cap is None else replace(op, sm_cap=cap), stream,
-                                task.submitted_at) for op in graph.launches]
-            for node in nodes:
-                node.waiting_since = task.waiting_since or now
-            stream.queue.extendleft(reversed(nodes))
-            self._counters["graph_nodes_replayed"] += count
-            client.graph_nodes_replayed += count
-            log.debug("client %s: graph %s (%d kernels) runs node by node (%s)", client.client_id, graph.name,
-                      count, "the policy keeps it preemptible" if transform else "graph units are off")
-            if transform:
-                self._start(nodes[0], transform)     # the policy decides each next one as it comes up
-            else:
-                for node in nodes:                   # all of them, whole, as their own launches would go
-                    self._start(node, False)
-            return
-        if client.priority == HIGH:
-            self._hp_queueing.observe(self.clock.now() - task.waiting_since)
-        stream.queue.popleft()
-        task.plan = WHOLE_PLAN
-        sm_cap = _within_share(client, task.op.sm_cap)
-        started_at = self.clock.now()
-        try:
-            device_unit = self.device.launch_graph(stream.lane, self.graphs.executable(graph), sm_cap=sm_cap)
-        except DeviceError as e:
-            stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
-            return
-        client.kernels += count
-        client.graph_launches += 1
-        self._counters["kernels"] += count
-        self._counters["kernels_whole"] += count
-        self._counters["graph_launches"] += 1
-        stream.kernels_launched += count
-        unit = Unit(device_unit.unit_id, task, WHOLE, client.priority, started_at, device_unit, task.total_blocks)
-        unit.sms = launch_sms(task.total_blocks, sm_cap, self.sm_count)
-        self._activity.launched(stream, unit.priority, unit.sms, started_at)
-        self._in_flight.add(unit)
-        stream.inflight += 1
-
-    def _note_cooperative(self, client: ClientState, op: Launch) -> None:
-        """Says once per kernel why a cooperative kernel runs as it does."""
-        if op.function.name in self._cooperative_logged or len(self._cooperative_logged) >= 1024:
-            return
-        self._cooperative_logged.add(op.function.name)
-        why = "it runs whole, never sliced or preempted, since its blocks may wait for each other (grid.sync())"
-        if client.priority != HIGH:
-            why += " (so a high-priority kernel arriving meanwhile cannot preempt it)"
-        if _within_share(client, op.sm_cap) is not None:
-            why += "; it may use every SM, beyond the job's SM share, as its grid was sized for the whole device"
-        log.info("client %s: cooperative kernel %s: %s", client.client_id, op.function.name, why)
-
-    def _launch_ptb(self, task: KernelTask) -> None:
-        stream, op, plan = task.stream, task.op, task.plan
-        state = self.device.prepare_ptb(stream.lane, resume=task.ptb_started)
-        if state is None:
-            # No device memory for the 8-byte state (or no host memory to register for
-            # its readback): this kernel runs whole (still correct, only not
-            # preemptible) and the job is not handed an error that its own request
-            # did not cause.
-            self._counters["kernels_ptb"] -= 1
-            self._counters["kernels_whole"] += 1
-            task.plan = WHOLE_PLAN
-            stream.queue.popleft()
-            self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
-            return
-        task.ptb_started = True
-        self._counters["ptb_launches"] += 1
-        params = plan.ptb.plan.params(op.params, op.grid, state)
-        self._launch(task, PTB, plan.ptb.function, (plan.config.size, 1, 1), params, 0)
-
-    def _launch(self, task: KernelTask, mode: RunMode, fn, grid, params: bytes, blocks: int,
-                cluster=None) -> None:
-        """`cluster`: of a slice (whole runs take the job's own, op.cluster)."""
-        stream, op = task.stream, task.op
-        started_at = self.clock.now()
-        sm_cap = _sm_cap(stream.client, op)
-        try:
-            device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap,
-                                             cluster=op.cluster if mode is WHOLE else cluster,
-                                             cooperative=op.cooperative)
-        except DeviceError as e:
-            stream.errors.append(self._seen(stream, e))     # reported at the job's next synchronization
-            if stream.queue and stream.queue[0] is task:
-                stream.queue.popleft()
-            return
-        stream.kernels_launched += 1
-        unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
-                    blocks, task.counter)
-        unit.sms = launch_sms(grid[0] * grid[1] * grid[2], sm_cap, self.sm_count)
-        self._activity.launched(stream, unit.priority, unit.sms, started_at)
-        if mode is not WHOLE:
-            task.unit = unit
-        self._in_flight.add(unit)
-        stream.inflight += 1
-
-    def _preempt(self, unit: Unit) -> None:
-        self._in_flight.request_preempt(unit)
-        self.device.preempt(unit.device)
-        self._counters["preemptions"] += 1
-
     # internals: completion -------------------------------------------------------------------
     def _unit_done(self, device_unit: DeviceUnit) -> None:
         """From the device layer (the clock's thread): a watched launch completed."""
@@ -798,42 +628,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 unit = self._in_flight.units.get(done.unit_id)
                 if unit is None:
                     continue
-                self._complete(unit, now)
+                self._kernels.complete(unit, now)
                 self.policy.on_unit_finished(unit.view(), now)
             if not self._closed:
                 self._pump()
             self._cond.notify_all()
-
-    def _complete(self, unit: Unit, now: float) -> None:
-        """Apply a completed unit's outcome: release it, account for what it ran,
-        feed the profiler, and take a finished kernel off its queue."""
-        task, stream, outcome = unit.task, unit.task.stream, unit.device
-        self._in_flight.remove(unit)
-        stream.inflight -= 1
-        self._activity.completed(stream, unit.sms, now)
-        if outcome.error is not None:
-            stream.errors.append(self._seen(stream, outcome.error))   # reported at the job's next synchronization
-        blocks = unit.blocks
-        if unit.mode is PTB:
-            counter = min(outcome.ptb_tasks_done, task.total_blocks)
-            blocks = counter - unit.counter_before
-            task.counter = counter
-        plan = task.plan
-        finished = unit.mode is WHOLE or outcome.error is not None or (
-            task.counter >= task.total_blocks if unit.mode is PTB else task.next_slice == len(plan.slices))
-        if finished:
-            stream.client.kernels_completed += task.kernel_count
-        if unit.mode is not WHOLE:
-            task.unit = None
-            if finished and stream.queue and stream.queue[0] is task:
-                stream.queue.popleft()
-            elif not finished:
-                task.waiting_since = now
-        if plan.measuring and outcome.device_seconds is not None and plan.config is not None:
-            self.profiler.observe(task.key, plan.config, device_seconds=outcome.device_seconds,
-                                  cycle_seconds=now - unit.started_at, blocks=blocks,
-                                  clean=not unit.contended)
-            if unit.mode is SLICE and not finished:
-                revised = self._planner.revise(plan, task.op, task.next_slice)
-                if revised is not None:
-                    task.plan = revised

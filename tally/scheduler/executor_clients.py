@@ -20,6 +20,11 @@ from tally.scheduler.run_mode import PTB
 
 
 class ClientControl:
+    # What of StreamExecutor this part reads, writes or calls (its interface; a test
+    # keeps the list true: tests/test_executor_parts.py).
+    EXECUTOR_MEMBERS = ("_client", "_clients", "_cond", "_destroy_event", "_fast_lane_roles", "_in_flight", "_kernels",
+                        "_lock", "_pump", "_retire", "backend", "clock", "device", "fast_lanes", "sm_count")
+
     def add_client(self, client_id: Hashable, priority: str = "best-effort",
                    sm_percent: float | None = None) -> None:
         if priority not in PRIORITIES:
@@ -90,7 +95,7 @@ class ClientControl:
                     self.backend.stream_release_waits(stream.backend_stream)
             for unit in list(self._in_flight.units.values()):
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
-                    self._preempt(unit)
+                    self._kernels.preempt(unit)
             self._pump()
             self.clock.wait_for(self._cond, lambda: all(s.inflight == 0 for s in client.streams.values()))
             if self._clients.get(client_id) is not client:
@@ -138,7 +143,7 @@ class ClientControl:
             self.fast_lanes.revoke_client(client_id)    # nothing of it reaches the device from C++ either
             for unit in list(self._in_flight.units.values()):
                 if unit.task.stream.client is client and unit.mode is PTB and not unit.preempt_requested:
-                    self._preempt(unit)
+                    self._kernels.preempt(unit)
             self._pump()
 
     def client_has_work(self, client_id: Hashable) -> bool:

@@ -14,6 +14,10 @@ from tally.scheduler.executor_state import ClientState
 
 
 class EventControl:
+    # What of StreamExecutor this part reads, writes or calls (its interface; a test
+    # keeps the list true: tests/test_executor_parts.py).
+    EXECUTOR_MEMBERS = ("_abandoned", "_client", "_clients", "_cond", "_lock", "backend", "clock")
+
     def event_create(self, client_id: Hashable, timing: bool = True) -> ExecutorEvent:
         with self._lock:
             client = self._client(client_id)

@@ -16,6 +16,11 @@ from tally.scheduler.ops import StreamWaitEvent
 
 
 class FaultControl:
+    # What of StreamExecutor this part reads, writes or calls (its interface; a test
+    # keeps the list true: tests/test_executor_parts.py).
+    EXECUTOR_MEMBERS = ("_abandoned", "_activity", "_backend_sync_ended", "_clients", "_cond", "_in_flight", "_lock",
+                        "_seen", "backend", "clock", "device", "fast_lanes", "graphs", "policy")
+
     def suspects(self) -> list[Hashable]:
         """The clients whose kernels may have caused a fault seen now: those with a
         stream holding kernels that no clean synchronization has confirmed since
