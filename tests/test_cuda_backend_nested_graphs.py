@@ -46,3 +46,15 @@ def test_replays_are_the_drivers_graph_launches(nvcc, cuda_server, priority):
         assert units == 0        # the priority policy keeps them preemptible: node by node
         assert after["graph_nodes_replayed"] - before["graph_nodes_replayed"] == 7 * KERNEL_NODES
         assert forwarded(cuda_server, "GraphLaunch") == launches_before
+
+
+def test_memset_nodes_are_the_drivers_too(nvcc, cuda_server):
+    # the nested server builds its CUgraphExec with cuGraphAddMemsetNode as well
+    program = build_cuda(nvcc, "graph_memset_replay.cu")
+    before = cuda_server.status()["server"]["scheduler"]["graph_launches"]
+    launches_before = forwarded(cuda_server, "GraphLaunch")
+    job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("replays_ok", "nodes") == [1, 5]
+    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
+    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3

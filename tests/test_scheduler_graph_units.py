@@ -122,7 +122,7 @@ def test_a_refused_replay_is_the_jobs_next_error_and_the_executor_carries_on():
 
 def test_malformed_graphs_are_refused_when_made():
     rig = Rig()
-    with pytest.raises(ValueError, match="at least one kernel"):
+    with pytest.raises(ValueError, match="at least one node"):
         ReplayGraph(())
     one = rig.launch("add_one", 1)
     with pytest.raises(ValueError, match="does not run forward"):

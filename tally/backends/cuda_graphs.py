@@ -1,5 +1,6 @@
 """A job's graph as a real CUgraphExec: the server builds it from the job's kernel
-nodes with its own function handles (cuGraphCreate, cuGraphAddKernelNode with the
+and memset nodes with its own function handles (cuGraphCreate, cuGraphAddMemsetNode,
+cuGraphAddKernelNode with the
 parameter buffer as `extra`, cuGraphInstantiate, which binds cuGraphInstantiateWithFlags)
 and launches each replay with one cuGraphLaunch, so the driver's graph path (one
 submission, no per-kernel launch on the host) is what the job gets.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from cuda.bindings import driver as cu
 
 from tally.backends.cuda_clusters import allow_cluster
-from tally.backends.graph_launch import KernelGraph, StreamOrderedGraphs
+from tally.backends.graph_launch import GraphMemset, KernelGraph, StreamOrderedGraphs
 
 # CU_LAUNCH_PARAM_* markers of a kernel's `extra` argument (cuda.h)
 _PARAM_END, _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE = 0, 1, 2
@@ -43,8 +44,12 @@ class CudaGraphs:
         keep: list = []
         try:
             nodes = []
-            for i, k in enumerate(graph.kernels):
+            for i, k in enumerate(graph.nodes):
                 deps = [nodes[a] for a, b in graph.edges if b == i]
+                if isinstance(k, GraphMemset):
+                    nodes.append(check(cu.cuGraphAddMemsetNode(handle, deps, len(deps), _memset_params(k),
+                                                               self._context.handle)))
+                    continue
                 nodes.append(check(cu.cuGraphAddKernelNode(handle, deps, len(deps), _node_params(k, keep))))
                 if k.cluster is not None:
                     check(allow_cluster(k.function.handle, k.cluster))
@@ -71,6 +76,17 @@ class CudaGraphs:
             return                        # made in a context that is gone
         self._current()
         cu.cuGraphExecDestroy(graph.exec)
+
+
+def _memset_params(m: GraphMemset) -> "cu.CUDA_MEMSET_NODE_PARAMS":
+    p = cu.CUDA_MEMSET_NODE_PARAMS()
+    p.dst = m.dst
+    p.pitch = 0
+    p.value = m.value
+    p.elementSize = m.element_size
+    p.width = m.count
+    p.height = 1
+    return p
 
 
 def _node_params(k, keep: list) -> "cu.CUDA_KERNEL_NODE_PARAMS":

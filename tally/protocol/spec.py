@@ -81,15 +81,18 @@ ENUMS = (
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
     Enum("LaunchFlag", "Bits of LaunchKernel.flags.", (("COOPERATIVE", 1),)),
     Enum("GraphNodeType", "GraphNode.type: what a node of a GraphDefine does.",
-         (("EMPTY", 0), ("KERNEL", 1))),
+         (("EMPTY", 0), ("KERNEL", 1), ("MEMSET", 2))),
 )
 
 # One node of a GraphDefine/GraphNodeUpdate tail: this header (little-endian), then
 # the kernel's parameter block (param_bytes, zero-padded to a multiple of 8):
 # u32 type (GraphNodeType), u32 enabled (cuGraphNodeSetEnabled; 0 skips it),
 # u64 function (a GetFunction id), u32 grid[3], u32 block[3], u32 shared_bytes,
-# u32 param_bytes.
+# u32 param_bytes. A MEMSET node's "parameters" are GRAPH_MEMSET_FORMAT (a 1-D
+# memset: u64 dst, u64 count of elements, u32 value, u32 element size 1, 2 or 4);
+# its function, grid, block and shared_bytes are 0 or 1 and mean nothing.
 GRAPH_NODE_FORMAT = "<IIQ3I3III"
+GRAPH_MEMSET_FORMAT = "<QQII"
 
 # ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
 # Handles: device pointers are the server's real addresses. Streams, events and

@@ -127,7 +127,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                                      profiler=self.profiler, clock=self.clock, counters=self._counters,
                                      in_flight=self._in_flight, activity=self._activity, fast_lanes=self.fast_lanes,
                                      hp_queueing=self._hp_queueing, seen=self._seen,
-                                     next_id=lambda: next(self._kernel_ids), sm_count=self.sm_count,
+                                     next_id=lambda: next(self._kernel_ids), dispatch=self._dispatch_op,
+                                     sm_count=self.sm_count,
                                      graph_units=graph_units)
         self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
         # (error, client id) -> the error to keep: set by the server where a fault is context-wide

@@ -22,7 +22,8 @@ from tally.protocol.errors import DeviceError
 from tally.scheduler.clock import Clock
 from tally.scheduler.delay_histogram import DelayHistogram
 from tally.scheduler.device_units import DeviceUnits
-from tally.scheduler.executor_state import ClientState, GraphTask, KernelTask, StreamState, Unit, UnitsInFlight
+from tally.scheduler.executor_state import (ClientState, GraphTask, KernelTask, OpItem, StreamState, Unit,
+                                            UnitsInFlight)
 from tally.scheduler.fast_lane import FastLanes
 from tally.scheduler.graph_units import BackendGraphs
 from tally.scheduler.kernel_plan import WHOLE_PLAN, KernelPlanner
@@ -58,10 +59,11 @@ class KernelRunner:
                  profiler: TransparentProfiler, clock: Clock, counters: dict[str, int], in_flight: UnitsInFlight,
                  activity: SmActivity, fast_lanes: FastLanes, hp_queueing: DelayHistogram,
                  seen: Callable[[StreamState, DeviceError], DeviceError], next_id: Callable[[], int],
-                 sm_count: int, graph_units: bool):
+                 dispatch: Callable[[StreamState, OpItem], bool], sm_count: int, graph_units: bool):
         self.device, self.graphs, self.planner, self.profiler = device, graphs, planner, profiler
         self.clock, self.counters, self.in_flight, self.activity = clock, counters, in_flight, activity
         self.fast_lanes, self.hp_queueing, self.seen, self.next_id = fast_lanes, hp_queueing, seen, next_id
+        self.dispatch = dispatch      # the executor's: a stream operation to the backend (a graph's memset)
         self.sm_count = sm_count
         self.graph_units = graph_units
         self._cooperative_logged: set[str] = set()     # kernels whose cooperative launch was explained
@@ -118,31 +120,32 @@ class KernelRunner:
     def _start_graph(self, task: GraphTask, transform: bool) -> None:
         """A replay runs as one unit when the policy starts it whole (a high-priority
         job's; a best-effort job's when nothing needs it preemptible). When the policy
-        wants it transformed, or graph units are off, its kernels take its place at the
-        head of the queue, each its own unit (sliced or PTB like any best-effort
-        kernel), and the first of them starts now as the policy asked."""
+        wants it transformed, or graph units are off, its nodes take its place at the
+        head of the queue: each kernel its own unit, planned and started when the
+        policy picks it (sliced or PTB like any best-effort kernel), each memset an
+        operation of the stream like any other."""
         stream, client = task.stream, task.stream.client
         graph = task.op.graph
-        count = len(graph.launches)
+        count = graph.kernel_count
         if transform or not self.graph_units:
             stream.queue.popleft()
             now = self.clock.now()
             cap = task.op.sm_cap
             nodes = [KernelTask(self.next_id(), op if cap is None else replace(op, sm_cap=cap), stream,
-                                task.submitted_at) for op in graph.launches]
-            for node in nodes:
-                node.waiting_since = task.waiting_since or now
+                                task.submitted_at, waiting_since=task.waiting_since or now)
+                     if isinstance(op, Launch) else OpItem(op) for op in graph.nodes]
             stream.queue.extendleft(reversed(nodes))
             self.counters["graph_nodes_replayed"] += count
             client.graph_nodes_replayed += count
             log.debug("client %s: graph %s (%d kernels) runs node by node (%s)", client.client_id, graph.name,
                       count, "the policy keeps it preemptible" if transform else "graph units are off")
-            if transform:
-                self.start(nodes[0], transform)     # the policy decides each next one as it comes up
-            else:
-                for node in nodes:                   # all of them, whole, as their own launches would go
-                    self.start(node, False)
-            return
+            if not transform:                  # all of it now, as its own launches and memsets would go
+                for node in nodes:
+                    if isinstance(node, KernelTask):
+                        self.start(node, False)
+                    elif self.dispatch(stream, node):
+                        stream.queue.popleft()
+            return                             # (transformed: the policy picks each kernel in turn)
         if client.priority == HIGH:
             self.hp_queueing.observe(self.clock.now() - task.waiting_since)
         stream.queue.popleft()

@@ -95,7 +95,7 @@ class GraphTask:
 
     @property
     def kernel_count(self) -> int:
-        return len(self.op.graph.launches)
+        return self.op.graph.kernel_count
 
     @property
     def total_blocks(self) -> int:

@@ -19,16 +19,17 @@ import threading
 import weakref
 
 from tally.backends.base import DeviceBackend
-from tally.backends.graph_launch import GraphKernel, KernelGraph
+from tally.backends.graph_launch import GraphKernel, GraphMemset, KernelGraph
 from tally.protocol.errors import DeviceError
-from tally.scheduler.ops import ReplayGraph
+from tally.scheduler.ops import Launch, ReplayGraph
 
 log = logging.getLogger(__name__)
 
 
 def kernel_graph(graph: ReplayGraph) -> KernelGraph:
     return KernelGraph(tuple(GraphKernel(op.function, op.grid, op.block, op.shared_bytes, op.params, op.cluster)
-                             for op in graph.launches), graph.edges)
+                             if isinstance(op, Launch) else GraphMemset(op.dst, op.value, op.element_size, op.count)
+                             for op in graph.nodes), graph.edges)
 
 
 class BackendGraphs:

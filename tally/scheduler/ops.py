@@ -128,25 +128,31 @@ class StreamAccessPolicy:
 
 @dataclass(frozen=True, eq=False)
 class ReplayGraph:
-    """A job's CUDA graph as the executor replays it: its enabled kernels in an order
-    its edges allow, and the edges between them (indices into `launches`, each
-    running forward). Never changed once made: an update of the job's graph makes
-    a new one, so a replay queued before the update runs the graph it was launched as.
-    Checked once, when made (ValueError), so that a replay costs nothing per kernel."""
-    launches: tuple[Launch, ...]
+    """A job's CUDA graph as the executor replays it: its enabled kernels and memsets
+    in an order its edges allow, and the edges between them (indices into `nodes`,
+    each running forward). Never changed once made: an update of the job's graph
+    makes a new one, so a replay queued before the update runs the graph it was
+    launched as. Checked once, when made (ValueError), so that a replay costs
+    nothing per node."""
+    nodes: tuple["Launch | Memset", ...]
     edges: tuple[tuple[int, int], ...] = ()
     name: str = "graph"
     max_blocks: int = field(init=False)     # the largest grid of its kernels, in blocks
+    kernel_count: int = field(init=False)
 
     def __post_init__(self) -> None:
-        if not self.launches:
-            raise ValueError("a graph replayed as one unit needs at least one kernel")
-        for launch in self.launches:
-            validate_op(launch)
+        if not self.nodes:
+            raise ValueError("a graph replayed as one unit needs at least one node")
+        for node in self.nodes:
+            if not isinstance(node, (Launch, Memset)):
+                raise ValueError(f"a replayed graph's nodes are kernels and memsets, not {type(node).__name__}")
+            validate_op(node)
         for a, b in self.edges:
-            if not 0 <= a < b < len(self.launches):
-                raise ValueError(f"graph edge {a} -> {b} does not run forward among {len(self.launches)} kernels")
-        object.__setattr__(self, "max_blocks", max(g[0] * g[1] * g[2] for g in (op.grid for op in self.launches)))
+            if not 0 <= a < b < len(self.nodes):
+                raise ValueError(f"graph edge {a} -> {b} does not run forward among {len(self.nodes)} nodes")
+        grids = [op.grid for op in self.nodes if isinstance(op, Launch)]
+        object.__setattr__(self, "max_blocks", max((g[0] * g[1] * g[2] for g in grids), default=1))
+        object.__setattr__(self, "kernel_count", len(grids))
 
 
 @dataclass(frozen=True, eq=False)

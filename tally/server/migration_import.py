@@ -280,7 +280,8 @@ class JobImport:
             for event_id, timing, *recorded in self.events:     # [id, timing, time on the node's clock]
                 client.events.create(event_id, timing, recorded[0] if recorded else None)
             for graph_id, node_count, edge_count, tail in self.graphs:   # after the modules they name
-                client.graphs.define(graph_id, parse_graph(client.modules, node_count, edge_count, tail))
+                client.graphs.define(graph_id, parse_graph(client.modules, node_count, edge_count, tail,
+                                                           client.check_device_range))
             deferred = self.state.get("deferred")
             if deferred:
                 session.defer_error(DeviceError(deferred[0], deferred[1]))

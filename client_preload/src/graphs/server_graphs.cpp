@@ -52,11 +52,34 @@ bool append_kernel(const KernelNodeLaunch& k, CUfunction function, std::vector<u
   return true;
 }
 
+// GRAPH_MEMSET_FORMAT in tally/protocol/spec.py.
+struct MemsetRecord {
+  uint64_t dst, count;
+  uint32_t value, element_size;
+};
+static_assert(sizeof(MemsetRecord) == 24, "a graph memset's parameters are 24 bytes");
+
+// A 1-D memset node (or a 2-D one whose rows touch); false for another.
+bool append_memset(const MemsetNodeShape& m, std::vector<uint8_t>* tail) {
+  const size_t height = m.height == 0 ? 1 : m.height;
+  if (height > 1 && m.pitch != m.width * m.element_size) return false;
+  NodeRecord r{};
+  r.type = 2;
+  r.enabled = 1;
+  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+  r.param_bytes = sizeof(MemsetRecord);
+  append(tail, r);
+  append(tail, MemsetRecord{m.dst, m.width * height, m.value, m.element_size});
+  return true;
+}
+
 // False when a node is of a kind the server does not keep.
 bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* edges) {
   for (const ExecNode& n : nodes) {
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
       if (!append_kernel(n.source->kernel, n.function, tail)) return false;
+    } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
+      if (!append_memset(n.memset, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY) {
       NodeRecord r{};
       r.enabled = 1;

@@ -53,6 +53,7 @@ enum class LaunchFlag : uint32_t {
 enum class GraphNodeType : uint32_t {
   EMPTY = 0,
   KERNEL = 1,
+  MEMSET = 2,
 };
 
 enum class MessageKind : uint32_t {

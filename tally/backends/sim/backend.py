@@ -49,7 +49,7 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.clusters import KernelCluster, launch_cluster
-from tally.backends.graph_launch import KernelGraph
+from tally.backends.graph_launch import GraphMemset, KernelGraph
 from tally.backends.sim.device import SimDevice
 from tally.backends.sim.loop import SimClock, SimLoop
 from tally.backends.sim.memory import SimMemory
@@ -243,10 +243,14 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
         return graph
 
     def graph_launch(self, graph: KernelGraph, stream: SimStream, sm_cap: int | None = None) -> None:
-        ops = [self._kernel_op(k.function, k.grid, k.block, k.params, sm_cap, k.cluster) for k in graph.kernels]
+        ops = [n if isinstance(n, GraphMemset) else self._kernel_op(n.function, n.grid, n.block, n.params, sm_cap,
+                                                                    n.cluster) for n in graph.nodes]
         cost = self.host_launch_us if self.host_graph_launch_us is None else self.host_graph_launch_us
         issued = self._host_call(stream, cost)
         for i, op in enumerate(ops):
+            if isinstance(op, GraphMemset):
+                self.memset_async(op.dst, op.value, op.element_size, op.count, stream)
+                continue
             op.issued_ns = issued
             if i:
                 op.overhead_us = self.gpu.graph_node_overhead_us

@@ -4,8 +4,9 @@ The client sends an instantiated graph once; each replay is then one
 GraphLaunch. Everything a replay needs is checked here, at instantiate, the way
 cuGraphInstantiate would refuse it: a node naming a function the job never
 resolved (CUDA_ERROR_INVALID_HANDLE), parameters of the wrong size, an empty
-grid or block, an edge naming no node, a cycle (CUDA_ERROR_INVALID_VALUE). A
-replay then only walks `order`, so it cannot fail on the graph's shape.
+grid or block, a memset outside the job's memory or of a bad element size, an
+edge naming no node, a cycle (CUDA_ERROR_INVALID_VALUE). A replay then only
+walks `order`, so it cannot fail on the graph's shape.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from typing import Callable
 
 from tally.protocol import GraphNodeType
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
-from tally.protocol.spec import GRAPH_NODE_FORMAT
+from tally.protocol.spec import GRAPH_MEMSET_FORMAT, GRAPH_NODE_FORMAT
 from tally.scheduler import ops
 
 _NODE = struct.Struct(GRAPH_NODE_FORMAT)
+_MEMSET = struct.Struct(GRAPH_MEMSET_FORMAT)
 _EDGE = struct.Struct("<II")
 
 
@@ -29,6 +31,12 @@ class GraphNode:
     enabled: bool
     launch: ops.Launch | None       # a kernel node's launch, checked against its function
     function: int = 0               # the job's function id: a replay finds it again (its module may be gone)
+    memset: ops.Memset | None = None    # a memset node's, checked against the job's memory
+
+    @property
+    def work(self) -> ops.Launch | ops.Memset | None:
+        """What the node does when it is enabled (None: an empty node)."""
+        return self.launch if self.launch is not None else self.memset
 
 
 @dataclass(frozen=True)
@@ -37,16 +45,16 @@ class JobGraph:
     order: tuple[int, ...]          # a topological order of the node indices
     edges: tuple[tuple[int, int], ...] = ()
 
-    def kernels(self) -> list[GraphNode]:
-        """The enabled kernel nodes, in an order the edges allow."""
-        return [self.nodes[i] for i in self._kernel_indices()]
+    def work(self) -> list[GraphNode]:
+        """The enabled kernel and memset nodes, in an order the edges allow."""
+        return [self.nodes[i] for i in self._work_indices()]
 
-    def kernel_edges(self) -> tuple[tuple[int, int], ...]:
-        """The edges between kernels() (indices into it): kernel b waits for kernel a
-        when a path of edges leads from a to b through empty or disabled nodes only
-        (a disabled node still orders what is around it, as in CUDA). Each runs
-        forward, since kernels() is in a topological order."""
-        position = {node: k for k, node in enumerate(self._kernel_indices())}
+    def work_edges(self) -> tuple[tuple[int, int], ...]:
+        """The edges between work()'s nodes (indices into it): b waits for a when a
+        path of edges leads from a to b through empty or disabled nodes only (a
+        disabled node still orders what is around it, as in CUDA). Each runs
+        forward, since work() is in a topological order."""
+        position = {node: k for k, node in enumerate(self._work_indices())}
         predecessors: list[list[int]] = [[] for _ in self.nodes]
         for a, b in self.edges:
             predecessors[b].append(a)
@@ -61,16 +69,18 @@ class JobGraph:
             nearest[node] = frozenset(waits)
         return tuple(sorted((a, position[n]) for n in position for a in nearest[n]))
 
-    def _kernel_indices(self) -> list[int]:
-        return [i for i in self.order if self.nodes[i].enabled and self.nodes[i].launch is not None]
+    def _work_indices(self) -> list[int]:
+        return [i for i in self.order if self.nodes[i].enabled and self.nodes[i].work is not None]
 
 
 def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def parse_node(modules, tail, offset: int, where: str) -> tuple[GraphNode, int]:
-    """One GraphNode record at `offset` of `tail`; returns it and the next offset."""
+def parse_node(modules, tail, offset: int, where: str,
+               check_range: Callable[[int, int, str], object] | None = None) -> tuple[GraphNode, int]:
+    """One GraphNode record at `offset` of `tail`; returns it and the next offset.
+    `check_range(ptr, nbytes, what)` refuses a memset outside the job's memory."""
     if offset + _NODE.size > len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: the record is cut short")
     type_, enabled, function, g0, g1, g2, b0, b1, b2, shared, nparams = _NODE.unpack_from(tail, offset)
@@ -80,6 +90,8 @@ def parse_node(modules, tail, offset: int, where: str) -> tuple[GraphNode, int]:
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: {nparams} parameter bytes run past the message")
     if type_ == GraphNodeType.EMPTY:
         return GraphNode(type_, bool(enabled), None), end
+    if type_ == GraphNodeType.MEMSET:
+        return GraphNode(type_, bool(enabled), None, memset=_memset(tail, offset, nparams, where, check_range)), end
     if type_ != GraphNodeType.KERNEL:
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{where}: node type {type_} is not one the server keeps")
     fn = modules.launchable(function)          # CUDA_ERROR_INVALID_HANDLE for a function never resolved
@@ -92,6 +104,19 @@ def parse_node(modules, tail, offset: int, where: str) -> tuple[GraphNode, int]:
     params = bytes(tail[offset:offset + nparams])
     launch = ops.Launch(fn.backend_function, grid, block, shared, params)
     return GraphNode(type_, bool(enabled), launch, function), end
+
+
+def _memset(tail, offset: int, nparams: int, where: str, check_range) -> ops.Memset:
+    if nparams != _MEMSET.size:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: a memset node carries {_MEMSET.size} parameter "
+                                                    f"bytes, not {nparams}")
+    dst, count, value, element_size = _MEMSET.unpack_from(tail, offset)
+    if element_size not in (1, 2, 4) or count < 1 or value >= 1 << (8 * element_size):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: memset of {count} x {element_size}-byte value "
+                                                    f"{value:#x}")
+    if check_range is not None:
+        check_range(dst, count * element_size, f"{where}: memset destination")
+    return ops.Memset(dst, value, element_size, count)
 
 
 def topological_order(count: int, edges: list[tuple[int, int]]) -> tuple[int, ...]:
@@ -118,11 +143,12 @@ def topological_order(count: int, edges: list[tuple[int, int]]) -> tuple[int, ..
     return tuple(order)
 
 
-def parse_graph(modules, node_count: int, edge_count: int, tail) -> JobGraph:
+def parse_graph(modules, node_count: int, edge_count: int, tail,
+                check_range: Callable[[int, int, str], object] | None = None) -> JobGraph:
     nodes: list[GraphNode] = []
     offset = 0
     for i in range(node_count):
-        node, offset = parse_node(modules, tail, offset, f"graph node {i}")
+        node, offset = parse_node(modules, tail, offset, f"graph node {i}", check_range)
         nodes.append(node)
     if offset + edge_count * _EDGE.size != len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the graph's tail holds {len(tail) - offset} bytes of "
@@ -139,6 +165,11 @@ def serialize_graph(graph: JobGraph) -> bytes:
     out = bytearray()
     for n in graph.nodes:
         launch = n.launch
+        if n.memset is not None:
+            m = n.memset
+            out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, _MEMSET.size)
+            out += _MEMSET.pack(m.dst, m.count, m.value, m.element_size)
+            continue
         if launch is None:
             out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, 0)
             continue
@@ -162,9 +193,10 @@ class JobGraphs:
 
     def replay(self, graph_id: int, version: int,
                resolve: Callable[[list[GraphNode]], list]) -> ops.ReplayGraph | None:
-        """What the executor runs for one replay of the graph: its kernels, with the
-        backend functions `resolve(kernels())` gives (raising for one that is gone),
-        and the edges between them; None for a graph without an enabled kernel. The
+        """What the executor runs for one replay of the graph: its kernels and memsets,
+        the kernels with the backend functions `resolve(kernel nodes)` gives (raising
+        for one that is gone), and the edges between them; None for a graph with no
+        enabled kernel or memset. The
         same ReplayGraph as last time while neither the graph nor the job's functions
         (their `version`) changed: a replay then costs no work per node, and the
         backend's executable of it is reused."""
@@ -173,12 +205,13 @@ class JobGraphs:
             cached = self._replays.get(graph_id)
             if cached is not None and cached[0] is graph and cached[1] == version:
                 return cached[2]
-        kernels = graph.kernels()
-        if not kernels:
+        work = graph.work()
+        if not work:
             return None
-        functions = resolve(kernels)
-        launches = tuple(replace(node.launch, function=fn) for node, fn in zip(kernels, functions, strict=True))
-        made = ops.ReplayGraph(launches, graph.kernel_edges(), f"graph-{graph_id}")
+        functions = iter(resolve([node for node in work if node.launch is not None]))
+        nodes = tuple(node.memset if node.launch is None else replace(node.launch, function=next(functions))
+                      for node in work)
+        made = ops.ReplayGraph(nodes, graph.work_edges(), f"graph-{graph_id}")
         with self._lock:
             if self._graphs.get(graph_id) is graph:
                 self._replays[graph_id] = (graph, version, made)

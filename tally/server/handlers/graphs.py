@@ -21,13 +21,14 @@ def graph_define(job: Job, msg: GraphDefine, tag: int) -> None:
         tail, client.staging = bytes(client.staging), bytearray()
     else:
         tail = msg.tail
-    client.graphs.define(msg.graph, parse_graph(client.modules, msg.node_count, msg.edge_count, tail))
+    client.graphs.define(msg.graph, parse_graph(client.modules, msg.node_count, msg.edge_count, tail,
+                                                client.check_device_range))
 
 
 def graph_node_update(job: Job, msg: GraphNodeUpdate, tag: int) -> None:
     client = job.client
     where = f"update of node {msg.node} of graph {msg.graph}"
-    node, end = parse_node(client.modules, msg.tail, 0, where)
+    node, end = parse_node(client.modules, msg.tail, 0, where, client.check_device_range)
     if end != len(msg.tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: {len(msg.tail) - end} bytes after the node")
     client.graphs.update_node(msg.graph, msg.node, node)
