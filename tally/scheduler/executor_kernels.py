@@ -68,7 +68,6 @@ class KernelRunner:
         self.graph_units = graph_units
         self._cooperative_logged: set[str] = set()     # kernels whose cooperative launch was explained
 
-    # internals: kernels ----------------------------------------------------------------------
     def start(self, task: KernelTask | GraphTask, transform: bool) -> None:
         """Launch the kernel at the head of its queue (whole), or its next piece
         (a slice, or a PTB launch that starts or resumes it); a graph replay, as one
@@ -145,6 +144,8 @@ class KernelRunner:
                         self.start(node, False)
                     elif self.dispatch(stream, node):
                         stream.queue.popleft()
+                    else:
+                        break                  # (a memset never waits; the executor's pump would go on)
             return                             # (transformed: the policy picks each kernel in turn)
         if client.priority == HIGH:
             self.hp_queueing.observe(self.clock.now() - task.waiting_since)
