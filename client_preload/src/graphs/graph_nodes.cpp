@@ -274,6 +274,7 @@ CUresult set_kernel_params(CUgraphNode n, const Params* p, CUfunction func) {
   {
     std::lock_guard<std::mutex> lock(node->graph->mutex);
     k.cooperative = node->kernel.cooperative;
+    std::copy(node->kernel.cluster, node->kernel.cluster + 3, k.cluster);
   }
   ReplayList ops;
   if (CUresult rc = record_launch(k, &ops); rc != CUDA_SUCCESS) return rc;
@@ -296,6 +297,7 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
   {
     std::lock_guard<std::mutex> lock(node->graph->mutex);
     k.cooperative = node->kernel.cooperative;
+    std::copy(node->kernel.cluster, node->kernel.cluster + 3, k.cluster);
   }
   ReplayList ops;
   if (CUresult rc = record_launch(k, &ops); rc != CUDA_SUCCESS) return rc;
@@ -329,6 +331,7 @@ KernelNodeLaunch& KernelNodeLaunch::operator=(const KernelNodeLaunch& other) {
   std::copy(other.block, other.block + 3, block);
   shared_bytes = other.shared_bytes;
   cooperative = other.cooperative;
+  std::copy(other.cluster, other.cluster + 3, cluster);
   params = other.params;
   pointers.clear();
   for (void* p : other.pointers)

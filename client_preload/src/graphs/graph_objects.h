@@ -38,6 +38,9 @@ struct KernelNodeLaunch {
   std::vector<void*> pointers;  // one per parameter, into `params` (what GetParams hands out)
   // A captured cooperative launch: a node attribute, which new parameters keep.
   bool cooperative = false;
+  // A captured launch's thread-block cluster (cudaLaunchKernelEx's attribute; all 0:
+  // none asked). Graphs with one stay with the client (server_graphs.cpp).
+  unsigned cluster[3] = {0, 0, 0};
 
   KernelNodeLaunch() = default;
   KernelNodeLaunch(const KernelNodeLaunch& other) { *this = other; }

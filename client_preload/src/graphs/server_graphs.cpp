@@ -34,10 +34,12 @@ void append(std::vector<uint8_t>* out, const T& value) {
 }
 
 // A kernel node's record and parameters; false for one the server does not keep
-// (cooperative launches keep the client's path: LaunchKernel's flag).
+// (cooperative launches and launches given a cluster keep the client's path: the
+// record has no room for LaunchKernel's flags and cluster).
 bool append_kernel(const KernelNodeLaunch& k, CUfunction function, std::vector<uint8_t>* tail) {
   const FunctionObject* fn = as_function(function);
   if (fn == nullptr || k.cooperative || k.function != function) return false;
+  if (k.cluster[0] != 0 || k.cluster[1] != 0 || k.cluster[2] != 0) return false;
   NodeRecord r{};
   r.type = 1;
   r.enabled = 1;

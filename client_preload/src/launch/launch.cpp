@@ -71,6 +71,7 @@ void describe_kernel(KernelNodeLaunch* k, const LaunchRecord& r, CUfunction f, c
   std::copy(r.msg.block, r.msg.block + 3, k->block);
   k->shared_bytes = r.msg.shared_bytes;
   k->cooperative = (r.msg.flags & static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE)) != 0;
+  std::copy(r.msg.cluster, r.msg.cluster + 3, k->cluster);
   k->params.assign(params, params + r.param_bytes);
   k->pointers.clear();
   for (const ParamSlot& slot : r.fn->params) k->pointers.push_back(k->params.data() + slot.offset);
