@@ -109,7 +109,7 @@ def test_status_record_reads_back_the_json_it_was_sent_as(server):
     assert list(status) == ["server", "clients"]
     assert list(status["server"]) == [
         "pid", "socket", "backend", "device", "device_name", "compute_capability", "driver_version", "policy",
-        "be_transform", "scheduler", "uptime_s", "memory_free", "memory_total", "protocol_version",
+        "be_transform", "graph_replay", "scheduler", "uptime_s", "memory_free", "memory_total", "protocol_version",
         "dropped_connections", "clients_leaving", "be_sm_percent", "dynamic_sm", "be_util_target", "sm_count",
         "levers", "be_memory_quota_bytes", "hp_memory_reserve_bytes", "max_hp_jobs", "evictions",
         "health", "shutting_down", "device_faults", "last_device_fault", "mobility", "data_plane",
