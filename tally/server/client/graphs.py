@@ -58,7 +58,7 @@ class JobGraph:
         predecessors: list[list[int]] = [[] for _ in self.nodes]
         for a, b in self.edges:
             predecessors[b].append(a)
-        nearest: dict[int, frozenset[int]] = {}      # node -> the kernels it waits for directly
+        nearest: dict[int, frozenset[int]] = {}      # node -> the work nodes it waits for directly
         for node in self.order:
             waits: set[int] = set()
             for p in predecessors[node]:
