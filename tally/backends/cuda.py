@@ -33,6 +33,7 @@ from tally.backends.base import (BackendTraits, DataPlaneDevice, DeviceDescripti
 from tally.backends.cuda_clusters import allow_cluster, cluster_launch_config
 from tally.backends.cuda_globals import ModuleStorage, relocation_of
 from tally.backends.cuda_graphs import CudaGraphs
+from tally.backends.cuda_launch_params import LaunchExtra
 from tally.backends.cuda_restore import CudaAddressRestore
 from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
@@ -76,10 +77,6 @@ def _cooperative_config(grid, block, shared_bytes: int, stream, cluster) -> "cu.
     return config
 
 
-# CU_LAUNCH_PARAM_* markers of the `extra` launch argument (cuda.h)
-_LAUNCH_PARAM_END = 0
-_LAUNCH_PARAM_BUFFER_POINTER = 1
-_LAUNCH_PARAM_BUFFER_SIZE = 2
 _ATTRIBUTE_MAX = 148  # CU_DEVICE_ATTRIBUTE_MAX in CUDA 13.0
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -358,10 +355,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
     def launch(self, fn: CudaFunction, grid, block, shared_bytes, stream, params: bytes,
                sm_cap: int | None = None, cluster=None, cooperative: bool = False) -> None:
         self._current()
-        buffer = ctypes.create_string_buffer(bytes(params), max(len(params), 1))
-        size = ctypes.c_size_t(len(params))
-        extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
-                                      _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), _LAUNCH_PARAM_END)
+        extra = LaunchExtra(params)
 
         def launch_on(s) -> None:
             # The driver copies the parameter buffer before cuLaunchKernel returns.
@@ -370,13 +364,13 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
                 if cluster is not None:
                     _check(allow_cluster(fn.handle, cluster))
                 _check(cu.cuLaunchKernelEx(_cooperative_config(grid, block, shared_bytes, s, cluster), fn.handle, 0,
-                                           ctypes.addressof(extra)))
+                                           extra.address))
             elif cluster is None:
-                _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, ctypes.addressof(extra)))
+                _check(cu.cuLaunchKernel(fn.handle, *grid, *block, shared_bytes, s, 0, extra.address))
             else:   # the driver checks the shape against the kernel and the device itself
                 _check(allow_cluster(fn.handle, cluster))
                 _check(cu.cuLaunchKernelEx(cluster_launch_config(grid, block, shared_bytes, s, cluster),
-                                           fn.handle, 0, ctypes.addressof(extra)))
+                                           fn.handle, 0, extra.address))
 
         if sm_cap is None or self._partitions is None:
             launch_on(stream)

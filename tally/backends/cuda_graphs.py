@@ -13,16 +13,13 @@ high-priority job.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 
 from cuda.bindings import driver as cu
 
 from tally.backends.cuda_clusters import allow_cluster
+from tally.backends.cuda_launch_params import LaunchExtra
 from tally.backends.graph_launch import GraphMemset, KernelGraph, StreamOrderedGraphs
-
-# CU_LAUNCH_PARAM_* markers of a kernel's `extra` argument (cuda.h)
-_PARAM_END, _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE = 0, 1, 2
 
 
 @dataclass(eq=False)
@@ -93,16 +90,13 @@ def _node_params(k, keep: list) -> "cu.CUDA_KERNEL_NODE_PARAMS":
     """The node's launch with its serialized parameters passed as `extra`; the
     driver copies them when the node is added (kept alive until then and after,
     with the graph, at no cost)."""
-    buffer = ctypes.create_string_buffer(bytes(k.params), max(len(k.params), 1))
-    size = ctypes.c_size_t(len(k.params))
-    extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
-                                  _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
-    keep += [buffer, size, extra]
+    extra = LaunchExtra(k.params)
+    keep.append(extra)
     p = cu.CUDA_KERNEL_NODE_PARAMS()
     p.func = k.function.handle
     p.gridDimX, p.gridDimY, p.gridDimZ = k.grid
     p.blockDimX, p.blockDimY, p.blockDimZ = k.block
     p.sharedMemBytes = k.shared_bytes
     p.kernelParams = 0
-    p.extra = ctypes.addressof(extra)
+    p.extra = extra.address
     return p

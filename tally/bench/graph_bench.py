@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tally.bench.graph_decode import NATIVE_LAUNCH_CPU_US, HostCosts, decode_model
 from tally.bench.process_group import ProcessGroup, wait_for
-from tally.bench.process_jobs import build_cuda_job
+from tally.bench.process_jobs import build_cuda_job, printed_figures
 from tally.cli import commands
 
 MODES = ("units", "nodes")
@@ -56,18 +56,6 @@ class GraphBenchConfig:
             raise ValueError(f"--batches must be positive batch sizes, got {self.batches}")
 
 
-def _values(output: str) -> dict[str, float]:
-    values = {}
-    for token in output.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            try:
-                values[key] = float(value)
-            except ValueError:
-                pass
-    return values
-
-
 def server_cost(config: GraphBenchConfig, directory: Path) -> dict:
     program = build_cuda_job("graph_replay.cu")
     env = {k: v for k, v in os.environ.items() if k != "TALLY_DATA_PLANE"}
@@ -90,7 +78,7 @@ def server_cost(config: GraphBenchConfig, directory: Path) -> dict:
                 status = job.wait(JOB_TIMEOUT_S)
                 if status != 0:
                     raise job.failure(f"exited with status {status}")
-                samples[mode].append(_values(job.output()))
+                samples[mode].append(printed_figures(job.output()))
     medians = {mode: statistics.median(s["us_per_replay"] for s in samples[mode]) for mode in MODES}
     client = {mode: statistics.median(s["client_us_per_replay"] for s in samples[mode]) for mode in MODES}
     nodes = int(samples["units"][0]["nodes"])

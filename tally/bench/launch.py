@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tally import _core
 from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
-from tally.bench.process_jobs import build_cuda_job
+from tally.bench.process_jobs import build_cuda_job, printed_figures
 from tally.cli import commands
 
 BACKENDS = ("null", "cuda")
@@ -125,16 +125,7 @@ class LaunchBench:
         status = job.wait(JOB_TIMEOUT_S)
         if status != 0:
             raise job.failure(f"exited with status {status}")
-        values = {}
-        for line in job.output().splitlines():
-            for token in line.split():
-                key, sep, value = token.partition("=")
-                if sep:
-                    try:
-                        values[key] = float(value)
-                    except ValueError:
-                        pass
-        return values
+        return printed_figures(job.output())
 
     def _run(self, group, server, priority: str, *args: str) -> dict[str, float]:
         return self._values(self._start(group, server, priority, *args))

@@ -108,3 +108,17 @@ def build_cuda_job(source_name: str, nvcc: str | None = None) -> Path:
                             f"{done.stdout}{done.stderr}")
     tmp.rename(binary)         # atomic: concurrent benchmarks never run half a binary
     return binary
+
+
+def printed_figures(output: str) -> dict[str, float]:
+    """The `key=number` tokens a benchmark job program printed (launch_rate.cu,
+    graph_replay.cu); other tokens are ignored."""
+    values = {}
+    for token in output.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            try:
+                values[key] = float(value)
+            except ValueError:
+                pass
+    return values

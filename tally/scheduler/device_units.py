@@ -145,27 +145,27 @@ class DeviceUnits:
             raise
         if mode is PTB:
             b.memcpy_dtoh_async(lane.readback, lane.ptb_state, work)
-        unit.end_event = self._pooled_event(timed)
-        b.event_record(unit.end_event, work)
-        if mode is WHOLE and not timed and lane.watched is not None:
-            lane.riders.append(unit)
-        else:
-            self._watch(unit)
+        self._follow(unit, timed)
         return unit
 
     def launch_graph(self, lane: Lane, graph: object, *, sm_cap: int | None = None) -> DeviceUnit:
         """Launch a backend graph (DeviceBackend.graph_create's) on the lane's work
         stream as one whole unit; watched, or riding, as a whole kernel is."""
-        b, work = self.backend, lane.work
         unit = DeviceUnit(next(self._ids), lane, WHOLE)
-        b.graph_launch(graph, work, sm_cap=sm_cap)
-        unit.end_event = self._pooled_event(False)
-        b.event_record(unit.end_event, work)
-        if lane.watched is not None:
+        self.backend.graph_launch(graph, lane.work, sm_cap=sm_cap)
+        self._follow(unit, timed=False)
+        return unit
+
+    def _follow(self, unit: DeviceUnit, timed: bool) -> None:
+        """After a launch: record its end event and watch it, or let it ride on the
+        lane's watched unit (a whole, untimed launch behind one)."""
+        lane = unit.lane
+        unit.end_event = self._pooled_event(timed)
+        self.backend.event_record(unit.end_event, lane.work)
+        if unit.mode is WHOLE and not timed and lane.watched is not None:
             lane.riders.append(unit)
         else:
             self._watch(unit)
-        return unit
 
     def prepare_ptb(self, lane: Lane, *, resume: bool) -> int | None:
         """Before a PTB launch on the lane: reset its state (a kernel's first launch)
