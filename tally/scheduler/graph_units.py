@@ -80,9 +80,6 @@ class BackendGraphs:
 
     def close(self) -> None:
         with self._lock:
-            handles, self._handles = list(self._handles.values()), {}
-        for handle in handles:
-            try:
-                self._backend.graph_destroy(handle)
-            except DeviceError:
-                pass
+            keys = list(self._handles)
+        for key in keys:
+            self._release(key)
