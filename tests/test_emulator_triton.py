@@ -1,8 +1,7 @@
 """Triton-generated PTX (tests/data/triton, committed) on the emulator: the
 vector add and row softmax kernels match numpy; the tensor-core matmuls
-(mma.sync on sm_80, after the ldmatrix the emulator runs; wgmma on sm_90a) fail their launch with
-CUDA_ERROR_ILLEGAL_INSTRUCTION naming the instruction, as the emulator has no
-tensor cores."""
+(ldmatrix + mma.sync on sm_80, wgmma from shared-memory descriptors on sm_90a)
+match numpy exactly on integer-valued data."""
 from __future__ import annotations
 
 import struct
@@ -12,7 +11,7 @@ import pytest
 from ptx_corpus import TRITON_DIR
 
 from tally.backends.base import ModuleSource
-from tally.protocol.errors import CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_VALUE, DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
 from tally.backends.emulator import EmulatorBackend
 
 ARCHS = ["sm_80", "sm_90"]
@@ -84,12 +83,21 @@ def test_required_block_shape_is_enforced(backend):
     assert failure.value.code == CUDA_ERROR_INVALID_VALUE and ".reqntid" in failure.value.message
 
 
-@pytest.mark.parametrize("arch,instruction", [("sm_80", "mma.sync"), ("sm_90", "wgmma")])
-def test_triton_tensor_core_matmul_is_reported_unsupported(backend, arch, instruction):
-    fn = backend.module_function(_load(backend, f"matmul.{arch}"), "matmul")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_triton_tensor_core_matmul(backend, arch):
+    """tl.dot: ldmatrix + mma.sync on sm_80, wgmma from shared-memory descriptors on sm_90a;
+    masked edges (M, N, K not multiples of the 64x64x32 tiles); fp16 out."""
+    m, n, k = 96, 80, 70
+    rng = np.random.default_rng(9)
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float16)
     s = backend.stream_create()
-    backend.launch(fn, (1, 1, 1), (128, 1, 1), 0, s, bytes(fn.param_bytes))
-    with pytest.raises(DeviceError) as failure:
-        backend.stream_synchronize(s)
-    assert failure.value.code == CUDA_ERROR_ILLEGAL_INSTRUCTION
-    assert instruction in failure.value.message and "PTX line" in failure.value.message
+    pa, pb, pc = _buffers(backend, s, a, b, np.zeros((m, n), np.float16))
+    fn = backend.module_function(_load(backend, f"matmul.{arch}"), "matmul")
+    grid = (-(-m // 64) * -(-n // 64), 1, 1)
+    values = (pa, pb, pc, m, n, k, k, 1, n, 1, n, 1, 0, 0)
+    backend.launch(fn, grid, (128, 1, 1), 48 * 1024, s, _params(fn, values, "QQQ" + "i" * 9 + "QQ"))
+    out = np.zeros((m, n), np.float16)
+    backend.memcpy_dtoh_async(memoryview(out).cast("B"), pc, s)
+    backend.stream_synchronize(s)
+    assert out.astype(np.int64).tolist() == (a.astype(np.int64) @ b.astype(np.int64)).tolist()

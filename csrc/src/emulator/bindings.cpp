@@ -10,6 +10,7 @@
 
 #include "emulator/device_heap.h"
 #include "emulator/exec.h"
+#include "emulator/matrix_multiply.h"
 #include "emulator/memory.h"
 #include "emulator/program.h"
 #include "emulator/stream_queue.h"
@@ -150,6 +151,10 @@ void bind_program(py::module_& m) {
              p.jump_tables.push_back(targets);
              return p.jump_tables.size() - 1;
            }, py::arg("targets"), "brx.idx targets (pcs); returns the table's id")
+      .def("add_slot_list", [](Program& p, const std::vector<uint32_t>& slots) {
+             p.slot_lists.push_back(slots);
+             return p.slot_lists.size() - 1;
+           }, py::arg("slots"), "operand slots of an instruction with more than op[] holds; returns the list's id")
       .def("set_jump_table", [](Program& p, size_t id, const std::vector<int32_t>& targets) {
              if (id >= p.jump_tables.size()) throw py::index_error("no jump table with that id");
              p.jump_tables[id] = targets;
@@ -308,6 +313,11 @@ void bind_constants(py::module_& m) {
       "%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster",
       "%envreg1", "%envreg2"};
   for (uint32_t i = 0; i < kSpecialCount; ++i) specials[names[i]] = i;
+  auto mma = [](MmaType t) { return static_cast<uint32_t>(t); };
+  m.attr("MMA_TYPES") = named({{"f16", mma(MmaType::kF16)}, {"bf16", mma(MmaType::kBF16)}, {"tf32", mma(MmaType::kTF32)},
+                               {"f32", mma(MmaType::kF32)}, {"f64", mma(MmaType::kF64)}, {"s8", mma(MmaType::kS8)},
+                               {"u8", mma(MmaType::kU8)}, {"s4", mma(MmaType::kS4)}, {"u4", mma(MmaType::kU4)},
+                               {"e4m3", mma(MmaType::kE4M3)}, {"e5m2", mma(MmaType::kE5M2)}, {"s32", mma(MmaType::kS32)}});
   m.attr("SPECIALS") = specials;
   m.attr("BANK_SHIFT") = kBankShift;
   m.attr("BANK_FRAME") = static_cast<uint32_t>(kBankFrame);

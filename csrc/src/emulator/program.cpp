@@ -63,6 +63,11 @@ std::string Program::validate() const {
       }
     }
   }
+  for (const auto& list : slot_lists) {
+    for (uint32_t slot : list) {
+      if (!slot_ok(slot)) return "an operand list names a slot outside its bank";
+    }
+  }
   for (int32_t t : function_table) {
     if (t != -1 && !pc_ok(t)) return "a function pointer leads outside the program";
   }

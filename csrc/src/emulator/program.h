@@ -46,6 +46,9 @@ struct Program {
   std::vector<std::pair<uint32_t, Special>> specials;  // warp-bank slot -> special register
   std::vector<std::vector<FrameCopy>> copies;          // referenced by call / retcopy imm
   std::vector<std::vector<int32_t>> jump_tables;       // brx.idx targets, referenced by imm
+  // Operand slots of instructions naming more registers than Instr::op holds
+  // (mma.sync, wgmma.mma_async: up to 131), referenced by imm.
+  std::vector<std::vector<uint32_t>> slot_lists;
   std::vector<int32_t> function_table;                 // function pointer index -> pc (-1: absent)
   uint32_t frame_registers = 0;   // register slots per call frame (max over functions)
   uint32_t warp_slots = 0;        // size of the per-warp bank
