@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from passes_support import ALL_PASSES, PASS_KERNELS, PASS_SOURCES, ptxas_archs, run_ptxas_many
-from ptx_corpus import (CORPUS_DIR, CORPUS_FILES, DEBUG_FILES, HANDWRITTEN_PTX, TRITON_PTX,
+from ptx_corpus import (CORPUS_DIR, CORPUS_FILES, DEBUG_FILES, HANDWRITTEN_PTX, TESTS_DIR, TRITON_PTX,
                         compile_many, compile_ptx)
 
 from ptx_passes import parse_module, print_module
@@ -19,6 +19,9 @@ from ptx_passes.cubin_info import kernel_params
 from ptx_passes.launch_plan import PTB_EXTRA, SLICE_EXTRA, PTBKernel, extra_params_offset
 from ptx_passes.params import param_layout
 from ptx_passes.pipeline import transform_module
+
+
+HOPPER_PROGRAMS = TESTS_DIR / "cuda" / "programs"
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ def _cases() -> list[Case]:
               for name in ("early_return", "matmul_tiled")]
     cases += [Case(f"triton.{p.stem}", p) for p in TRITON_PTX]
     cases += [Case(f"handwritten.{p.stem}", p, expect_all_variants=False) for p in HANDWRITTEN_PTX]
+    # Hopper programs (TMA, mbarriers, wgmma, setmaxnreg): their PTX for sm_90a
+    cases += [Case(f"hopper.{name}", HOPPER_PROGRAMS / f"{name}.cu", "sm_90a", expect_all_variants=False)
+              for name in ("tma_pipeline", "tma_wgmma_gemm")]
     cases += [Case(f"passes.{key}", PASS_SOURCES / source, arch, flags,
                    expect_all_variants=key == "sync_reductions")
               for key, (source, arch, flags) in PASS_KERNELS.items()]
