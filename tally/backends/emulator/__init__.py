@@ -91,9 +91,15 @@ the box lands densely in shared memory with the 32/64/128-byte swizzle patterns
 applied to its addresses, elements outside the tensor read as zero (or NaN) and
 are not stored.
 
-Not supported (each reported as above): textures and surfaces, tensor-core
-instructions (mma, wgmma; ldmatrix/stmatrix run only in their m8n8 .b16 forms), im2col-mode and interleaved tensor copies,
-tensor reductions, vector
+Tensor cores: mma.sync (the m16n8 and m8n8 shapes of f16, bf16, tf32, f64, fp8 and
+8/4-bit integers) and wgmma.mma_async (m64nNk*, A from a shared-memory descriptor or
+registers, every swizzle, both majors) with its fence/commit/wait: ops_mma.cpp,
+ops_wgmma.cpp, matrix_multiply.h (fragment layouts and the arithmetic: exact
+products summed in a double, rounded once). wgmma multiplies when issued.
+
+Not supported (each reported as above): textures and surfaces, Volta's m8n8k4 f16
+mma, sparse and b1 mma/wgmma, ldmatrix/stmatrix other than m8n8 .b16, im2col-mode
+and interleaved tensor copies, tensor reductions, vector
 registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
 """
