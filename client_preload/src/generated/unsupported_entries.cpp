@@ -373,22 +373,6 @@ CUresult tally_entry_cuGraphKernelNodeSetAttribute_v11000(CUgraphNode hNode, CUk
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
 }
-CUresult tally_entry_cuGraphAddMemAllocNode_v11040(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemAllocNode", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphMemAllocNodeGetParams_v11040(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemAllocNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphAddMemFreeNode_v11040(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphAddMemFreeNode", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphMemFreeNodeGetParams_v11040(CUgraphNode hNode, CUdeviceptr *dptr_out) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemFreeNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuGraphNodeSetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphNodeSetEnabled", "not yet: this graph node form or update (planned with CUDA graphs as units)");

@@ -31,6 +31,7 @@ GraphObject* clone_graph(GraphObject* original) {
     c->mem_ops = node->mem_ops;
     c->mem_op_flags = node->mem_op_flags;
     c->mem_op_context = node->mem_op_context;
+    c->allocation = node->allocation;   // the same address, as CUDA keeps it
     c->original = node;
     if (node->child != nullptr) c->child = clone_graph(node->child);
     copy_of[node] = c;
@@ -58,6 +59,7 @@ void destroy_graph(GraphObject* graph) {
       node->tag.store(ObjectTag::kDead, std::memory_order_release);
       node->ops.clear();
       node->kernel = KernelNodeLaunch();
+      node->allocation.reset();   // instantiations keep their own reference
       if (node->child != nullptr) destroy_graph(node->child);
     }
   }

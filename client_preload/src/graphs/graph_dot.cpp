@@ -26,6 +26,9 @@ const char* node_type_name(CUgraphNodeType type) {
     case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "MEM_ALLOC";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "MEM_FREE";
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return "BATCH_MEM_OP";
     default: return "UNKNOWN";
   }
 }

@@ -6,8 +6,8 @@
 // A node holds the replays its stream operation would have recorded in a capture
 // (capture.h: record_on_private_stream issues the operation on a stream only the
 // client knows, so every check of the direct call applies and nothing is sent).
-// Memory-allocation, conditional and external-semaphore nodes stay unsupported;
-// batch-memop nodes' own entry points are batch_mem_op_nodes.cpp.
+// Conditional and external-semaphore nodes stay unsupported; batch-memop nodes'
+// own entry points are batch_mem_op_nodes.cpp, memory nodes' memory_nodes.cpp.
 #include "graphs/graph_nodes.h"
 #include "graphs/server_graphs.h"
 
@@ -18,6 +18,7 @@
 #include <queue>
 
 #include "graphs/capture.h"
+#include "graphs/memory_nodes.h"
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "copies/copies.h"
@@ -216,12 +217,20 @@ CUresult add_generic(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
     case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
       static_assert(sizeof(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2) == sizeof(CUDA_BATCH_MEM_OP_NODE_PARAMS));
       return add_batch_mem_op_node(out, graph, deps, n, reinterpret_cast<const CUDA_BATCH_MEM_OP_NODE_PARAMS*>(&p->memOp));
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return add_memory_node(out, graph, deps, n, p);
     default:
-      return CUDA_ERROR_NOT_SUPPORTED;  // memory allocation, conditional, semaphores
+      return CUDA_ERROR_NOT_SUPPORTED;  // conditional, semaphores
   }
 }
 
 }  // namespace
+
+CUresult add_graph_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUgraphNodeType type,
+                        const std::function<CUresult(GraphNode*)>& record) {
+  return add_node(out, graph, deps, n, type, record);
+}
 
 CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n,
                                const CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
@@ -395,6 +404,7 @@ std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_ma
     e.function = node->kernel.function;
     e.copy = node->copy;
     e.memset = node->memset;
+    e.allocation = node->allocation.get();
     if (node->child != nullptr) e.child = std::make_shared<const std::vector<ExecNode>>(describe_nodes(node->child, {}));
     out.push_back(std::move(e));
   }
@@ -514,6 +524,7 @@ TALLY_ENTRY(cuGraphDestroyNode_v10000)(CUgraphNode hNode) {
   }
   node->ops.clear();
   node->kernel = KernelNodeLaunch();
+  node->allocation.reset();   // instantiations keep their own reference
   if (node->child != nullptr) destroy_graph(node->child);
   return CUDA_SUCCESS;
 }

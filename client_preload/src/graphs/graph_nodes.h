@@ -2,6 +2,7 @@
 // graphs.cpp instantiates and launches them, graph_clone.cpp copies them,
 // graph_update.cpp updates instantiated ones, graph_dot.cpp prints them).
 #pragma once
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -20,6 +21,11 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
 // nodes as the instantiation sees them (graph_objects.h: ExecNode), in the order
 // they were added. A graph still being captured cannot be instantiated.
 CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<ExecNode>* nodes);
+
+// Adds a node of `type` to `graph` after `deps`; record() fills in its type-specific
+// part (a failure leaves the graph unchanged).
+CUresult add_graph_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUgraphNodeType type,
+                        const std::function<CUresult(GraphNode*)>& record);
 
 // A copy of `original` with every node's parameters (child graphs copied too);
 // each copy remembers its original (cuGraphNodeFindInClone).

@@ -65,6 +65,7 @@ struct MemsetNodeShape {
 };
 
 struct GraphObject;
+struct GraphAllocation;   // memory_nodes.h
 
 struct GraphNode {
   std::atomic<ObjectTag> tag{ObjectTag::kGraphNode};
@@ -82,6 +83,8 @@ struct GraphNode {
   std::vector<CUstreamBatchMemOpParams> mem_ops;   // batch-mem-op nodes: their operations,
   unsigned mem_op_flags = 0;                       // flags
   CUcontext mem_op_context = nullptr;              // and context, as given
+  // Memory-allocation nodes: the allocation they make; memory-free nodes: the one they free.
+  std::shared_ptr<GraphAllocation> allocation;
   const GraphNode* original = nullptr; // in a clone: the node it was copied from
 };
 
@@ -114,6 +117,7 @@ struct ExecNode {
   CUfunction function = nullptr;      // kernel nodes: the function the exec runs now
   CopyNodeShape copy;
   MemsetNodeShape memset;
+  const GraphAllocation* allocation = nullptr;   // memory nodes: what they allocate or free
   std::shared_ptr<const std::vector<ExecNode>> child;  // child-graph nodes: the child's nodes
 };
 
@@ -127,6 +131,8 @@ struct GraphExecObject {
   std::vector<ExecNode> nodes;            // the graph's nodes in the order they were added
   std::unordered_map<const GraphNode*, size_t> index;  // source node -> its entry in `nodes`
   unsigned long long flags = 0;
+  // The graph's memory nodes, in node order (memory_nodes.h: what a launch checks and marks).
+  std::vector<std::shared_ptr<GraphAllocation>> allocates, frees;
   // Its own references to the user objects of the graph it runs (and of that graph's
   // child graphs), released once its launches are done after destroy or update.
   std::shared_ptr<UserObjectRefs> user_objects;

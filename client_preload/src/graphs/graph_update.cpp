@@ -15,6 +15,7 @@
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
 #include "graphs/graph_nodes.h"
+#include "graphs/memory_nodes.h"
 #include "graphs/server_graphs.h"
 
 namespace tally::client {
@@ -61,6 +62,10 @@ UpdateOutcome compare(const std::vector<ExecNode>& was, const std::vector<ExecNo
         if (!memset_shape_kept(a.memset, b.memset))
           return refused(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, b.source);
         break;
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        if (a.allocation != b.allocation) return refused(CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED, b.source);
+        break;
       case CU_GRAPH_NODE_TYPE_GRAPH: {
         UpdateOutcome inner = compare(*a.child, *b.child);
         if (inner.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
@@ -95,6 +100,7 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   // Node-level calls on the exec keep naming the nodes it was instantiated from.
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
+  collect_graph_memory(g, e);
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
   // The exec now holds the new graph's user objects, and lets go of the old
   // graph's once the launches that ran it are done.

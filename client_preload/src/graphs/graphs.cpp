@@ -6,6 +6,7 @@
 #include "graphs/capture.h"
 #include "connection/connection.h"
 #include "graphs/graph_nodes.h"
+#include "graphs/memory_nodes.h"
 #include "graphs/server_graphs.h"
 #include "entry_points/entry_point.h"
 #include "streams/stream_ids.h"
@@ -35,8 +36,8 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   GraphObject* g = as_graph(graph);
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // Auto-free and node priorities have nothing to act on in a captured graph
-  // without memory nodes; upload is a no-op (nothing lives on the device).
+  // Auto-free acts on memory nodes (memory_nodes.h); node priorities have nothing
+  // to act on; upload is a no-op (nothing lives on the device).
   constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
                                         CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
                                         CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
@@ -53,6 +54,7 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   made->nodes = std::move(nodes);
   for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
   made->flags = flags;
+  collect_graph_memory(g, made);
   made->user_objects = std::make_shared<UserObjectRefs>();
   hold_user_objects(g, made->user_objects.get());
   *exec = reinterpret_cast<CUgraphExec>(made);
@@ -65,6 +67,7 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = begin_graph_memory(e); rc != CUDA_SUCCESS) return rc;
   if (uint64_t kept = e->server_graph.load(); kept != 0) return launch_on_server(kept, id);   // one message
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
   if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -148,6 +151,13 @@ TALLY_ENTRY(cuGraphExecDestroy_v10000)(CUgraphExec hGraphExec) {
   forget_on_server(e->server_graph.exchange(0));
   std::lock_guard<std::mutex> lock(e->mutex);
   release_after_queued_work(std::move(e->user_objects));
+  // Its graph memory goes back once its launches are done (if no graph still names it).
+  if (!e->allocates.empty() || !e->frees.empty()) {
+    auto held = std::make_shared<std::vector<std::shared_ptr<GraphAllocation>>>(std::move(e->allocates));
+    held->insert(held->end(), e->frees.begin(), e->frees.end());
+    e->frees.clear();
+    after_queued_work([held] { held->clear(); });
+  }
   return CUDA_SUCCESS;
 }
 TALLY_ENTRY(cuGraphDestroy_v10000)(CUgraph hGraph) {
@@ -164,32 +174,4 @@ TALLY_ENTRY(cuGraphExecGetFlags_v12000)(CUgraphExec hGraphExec, cuuint64_t* flag
   if (e == nullptr || flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *flags = e->flags;
   return CUDA_SUCCESS;
-}
-
-// Graph memory (what memory-allocation nodes hold): tally's graphs have no
-// memory-allocation nodes (capture refuses stream-ordered allocation), so there is never any.
-TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
-  switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = 0;
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-TALLY_ENTRY(cuDeviceSetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
-  // Only the high-water marks can be set, and only reset to 0 (as in CUDA).
-  if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
-    return CUDA_ERROR_INVALID_VALUE;
-  return *static_cast<const cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-TALLY_ENTRY(cuDeviceGraphMemTrim_v11040)(CUdevice device) {
-  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }

@@ -82,7 +82,9 @@ bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, u
       if (!append_kernel(n.source->kernel, n.function, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
       if (!append_memset(n.memset, tail)) return false;
-    } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY) {
+    } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+               n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+      // memory nodes run nothing on the device: the client marks their allocations at each launch
       NodeRecord r{};
       r.enabled = 1;
       r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;

@@ -119,11 +119,15 @@ bool UserObjectRefs::empty() const {
 
 void release_after_queued_work(std::shared_ptr<UserObjectRefs> refs) {
   if (refs == nullptr || refs->empty()) return;
-  DestructorThread::instance().queue([refs] {
+  after_queued_work([refs] { refs->release_all(); });
+}
+
+void after_queued_work(std::function<void()> done) {
+  DestructorThread::instance().queue([done = std::move(done)] {
     Connection& c = Connection::instance();
     // A job whose connection failed has no work left running: release at once.
     if (c.usable() == CUDA_SUCCESS) (void)c.request_done(protocol::CtxSynchronizeMsg{});
-    refs->release_all();
+    done();
   });
 }
 

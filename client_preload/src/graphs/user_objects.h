@@ -8,6 +8,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -57,5 +58,9 @@ class UserObjectRefs {
 // Drops the references in `refs` once the job's work queued so far is done (what
 // an instantiated graph holds: its launches may still run). On the destructor thread.
 void release_after_queued_work(std::shared_ptr<UserObjectRefs> refs);
+
+// Runs `done` once the job's work queued so far is done, on the destructor thread
+// (what else an instantiated graph holds: its graph memory).
+void after_queued_work(std::function<void()> done);
 
 }  // namespace tally::client

@@ -11,6 +11,9 @@ namespace tally::client {
 // reserve; the range joins the client's address map.
 CUresult allocate_device_memory(CUdeviceptr* dptr, size_t bytes);
 
+// A synchronous free of device memory the job allocated (cuMemFree's).
+CUresult free_device_memory(CUdeviceptr dptr);
+
 // After the server took a free of `dptr`: the client's own records of it go.
 void forget_device_memory(CUdeviceptr dptr);
 

@@ -8,6 +8,7 @@
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "entry_points/entry_point.h"
+#include "graphs/memory_nodes.h"
 #include "memory/device_memory.h"
 #include "memory/host_memory.h"
 #include "memory/managed_memory.h"
@@ -45,13 +46,19 @@ CUresult free_now(CUdeviceptr dptr) {
   // cudart frees NULL as a no-op; so does the driver.
   if (dptr == 0) return Connection::instance().usable();
   if (CUresult rc; close_if_imported_pool_pointer(dptr, &rc)) return rc;
+  if (CUresult rc; free_graph_allocation(dptr, &rc)) return rc;   // marks it freed; its graphs keep the memory
+  return free_device_memory(dptr);
+}
+
+}  // namespace
+
+CUresult free_device_memory(CUdeviceptr dptr) {
   protocol::MemFreeMsg m{dptr};
   CUresult rc = Connection::instance().request_done(m);
   if (rc == CUDA_SUCCESS) forget_device_memory(dptr);
   return rc;
 }
 
-}  // namespace
 }  // namespace tally::client
 
 using namespace tally::client;

@@ -19,6 +19,7 @@
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
 #include "graphs/capture.h"
+#include "graphs/memory_nodes.h"
 #include "logging/log.h"
 #include "memory/device_memory.h"
 #include "memory/memory_pools.h"
@@ -61,8 +62,8 @@ CUresult allocate_from(CUmemoryPool pool, CUdeviceptr* dptr, size_t bytes, CUstr
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
-  // Memory nodes are not captured: stream-ordered allocation ends a capture.
-  if (CUresult rc; refused_while_capturing(id, &rc)) return rc;
+  // In a stream capture the allocation becomes a memory-allocation node (memory_nodes.h).
+  if (CUresult rc; capture_graph_alloc(id, bytes, pool, dptr, &rc)) return rc;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   MemoryPool* object = nullptr;
   {
@@ -97,6 +98,8 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
   if (CUresult rc; close_if_imported_pool_pointer(dptr, &rc)) return rc;
   protocol::MemFreeAsyncMsg m{dptr, 0};
   if (CUresult rc = stream_id(stream, per_thread, &m.stream); rc != CUDA_SUCCESS) return rc;
+  // Graph memory: a free node in a capture, else marked freed (its graphs keep the memory).
+  if (CUresult rc; capture_graph_free(m.stream, dptr, &rc) || free_graph_allocation(dptr, &rc)) return rc;
   if (CUresult rc; refused_while_capturing(m.stream, &rc)) return rc;
   CUresult rc = Connection::instance().send(m);
   if (rc == CUDA_SUCCESS) forget_device_memory(dptr);   // the server's view of managed memory lives on until freed
