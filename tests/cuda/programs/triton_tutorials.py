@@ -4,8 +4,8 @@ them: CUDA tensors filled and read back by copies, each result checked against
 PyTorch on the CPU.
 
 The matmul multiplies float32 with input_precision="ieee": Triton then builds
-tl.dot from FMAs instead of tensor-core instructions (mma.sync / wgmma), which
-the emulator does not have.
+tl.dot from FMAs. matmul_f16 multiplies float16 on the tensor cores: mma.sync for
+compute capability 8.x, wgmma for 9.0 (on small integers, so the product is exact).
 
 Prints one line per kernel, `<name> max_error=<e> seconds=<wall time of the
 first call, compile included>`, and exits 0 when every error is within its bound."""
@@ -88,6 +88,26 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@triton.jit
+def matmul_f16_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                      stride_cn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BN)
+    rm = (pid // tiles_n) * BM + tl.arange(0, BM)
+    rn = (pid % tiles_n) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 def vector_add():
     n = 3000
     x, y = torch.rand(n), torch.rand(n)
@@ -125,13 +145,25 @@ def matmul():
     return (c.cpu() - a.double() @ b.double()).abs().max().item(), 1e-4
 
 
+def matmul_f16():
+    M, N, K = 96, 80, 70
+    a = torch.randint(-3, 4, (M, K)).half()
+    b = torch.randint(-3, 4, (K, N)).half()
+    c = torch.empty(M, N, device="cuda")
+    grid = (triton.cdiv(M, 64) * triton.cdiv(N, 64),)
+    matmul_f16_kernel[grid](a.to("cuda"), b.to("cuda"), c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                            b.stride(1), c.stride(0), c.stride(1), BM=64, BN=64, BK=32)
+    return (c.cpu().double() - a.double() @ b.double()).abs().max().item(), 0.0
+
+
 def main(names) -> int:
     # "wait" last: after the kernels, say "ready" and hold the connection until a line
     # on stdin, so a test can read the server's status while the job is still there.
     wait = "wait" in names
     names = [n for n in names if n != "wait"]
     torch.manual_seed(0)
-    kernels = {"vector_add": vector_add, "softmax": softmax, "layer_norm": layer_norm, "matmul": matmul}
+    kernels = {"vector_add": vector_add, "softmax": softmax, "layer_norm": layer_norm, "matmul": matmul,
+               "matmul_f16": matmul_f16}
     ok = True
     for name in names or kernels:
         start = time.monotonic()
