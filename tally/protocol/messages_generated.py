@@ -2123,13 +2123,15 @@ _LinkComplete = struct.Struct('<QII')
 @dataclass(frozen=True, slots=True)
 class LinkComplete:
     """cuLinkComplete: link the inputs added to `link` into one PTX module; `verbose` is
-    CU_JIT_LOG_VERBOSE; answered by LinkReply
+    CU_JIT_LOG_VERBOSE, `max_registers` CU_JIT_MAX_REGISTERS (0: none; every kernel of the image gets
+    .maxnreg at most that); answered by LinkReply
     """
 
     KIND: ClassVar[int] = 161
     SIZE: ClassVar[int] = 16  # bytes before the tail
     link: int = 0
     verbose: int = 0
+    max_registers: int = 0
 
     @classmethod
     def decode(cls, payload) -> LinkComplete:
@@ -2138,10 +2140,10 @@ class LinkComplete:
                 raise _short('LinkComplete', len(payload), 16)
             raise _trailing('LinkComplete', len(payload) - 16)
         v0, v1, v2 = _LinkComplete.unpack_from(payload)
-        return cls(v0, v1)
+        return cls(v0, v1, v2)
 
     def encode(self) -> bytes:
-        return _LinkComplete.pack(self.link, self.verbose, 0)
+        return _LinkComplete.pack(self.link, self.verbose, self.max_registers)
 
 
 _LinkReply = struct.Struct('<IIQQQQQ')

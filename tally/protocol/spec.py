@@ -244,8 +244,9 @@ DRIVER_MESSAGES = (
             (F("link", "u64"), F("size", "u64"), F("type", "u32"), F("name_size", "u32"), F("staged", "u32"),
              F("_pad0", "u32")), tail="the name (name_size bytes), then the input bytes unless staged"),
     Message("LinkComplete", 161, "cuLinkComplete: link the inputs added to `link` into one PTX module; "
-            "`verbose` is CU_JIT_LOG_VERBOSE; answered by LinkReply", (F("link", "u64"), F("verbose", "u32"),
-                                                                       F("_pad0", "u32"))),
+            "`verbose` is CU_JIT_LOG_VERBOSE, `max_registers` CU_JIT_MAX_REGISTERS (0: none; every kernel of "
+            "the image gets .maxnreg at most that); answered by LinkReply",
+            (F("link", "u64"), F("verbose", "u32"), F("max_registers", "u32"))),
     Message("LinkReply", 162, "answer to LinkComplete: `status` is CUDA_SUCCESS or why the link failed; the "
             "image (NUL-terminated PTX), the info log and the error log lie back to back in the download-arena "
             "chunk at `arena_offset` (`size` bytes; 0: no chunk), which the client releases",

@@ -33,6 +33,7 @@ struct LinkOptions {
   void** error_size_out = nullptr;
   void** wall_time_out = nullptr;  // CU_JIT_WALL_TIME: a float written over the option's value
   bool verbose = false;
+  unsigned max_registers = 0;      // CU_JIT_MAX_REGISTERS (0: none)
 };
 
 struct LinkStateObject {
@@ -71,6 +72,7 @@ CUresult read_create_options(unsigned count, CUjit_option* options, void** value
         break;
       case CU_JIT_WALL_TIME: out->wall_time_out = &values[i]; break;
       case CU_JIT_LOG_VERBOSE: out->verbose = option_number(values[i]) != 0; break;
+      case CU_JIT_MAX_REGISTERS: out->max_registers = static_cast<unsigned>(option_number(values[i])); break;
       case CU_JIT_GLOBAL_SYMBOL_COUNT:
         if (option_number(values[i]) != 0) {
           log_error("cuLinkCreate: CU_JIT_GLOBAL_SYMBOL_ADDRESSES (host addresses for unresolved symbols) is not "
@@ -80,8 +82,9 @@ CUresult read_create_options(unsigned count, CUjit_option* options, void** value
         break;
       default:
         // Compiler options (optimization level, target, debug and line info, caching,
-        // registers, ...) steer code generation for a GPU; the linked image is PTX,
-        // which the loader compiles for the device with its own settings.
+        // ...) steer code generation for a GPU; the linked image is PTX, which the
+        // loader compiles for the device with its own settings. The register cap
+        // travels in the PTX (.maxnreg), as cuFuncGetAttribute then shows it.
         break;
     }
   }
@@ -166,10 +169,12 @@ CUresult add_input(uint64_t link, CUjitInputType type, const uint8_t* data, size
   return Connection::expect_kind(reply, protocol::MessageKind::Done, 0);
 }
 
-CUresult complete(uint64_t link, bool verbose, std::vector<uint8_t>* image, std::string* info, std::string* error) {
+CUresult complete(uint64_t link, const LinkOptions& options, std::vector<uint8_t>* image, std::string* info,
+                  std::string* error) {
   Connection& c = Connection::instance();
   Reply reply;
-  if (CUresult rc = c.request(protocol::LinkCompleteMsg{link, verbose ? 1u : 0u, 0}, &reply); rc != CUDA_SUCCESS) {
+  protocol::LinkCompleteMsg m{link, options.verbose ? 1u : 0u, options.max_registers};
+  if (CUresult rc = c.request(m, &reply); rc != CUDA_SUCCESS) {
     append_line(error, server_reason(reply));
     return rc;
   }
@@ -217,7 +222,7 @@ CUresult link_relocatable_fatbins(const uint64_t* fatbins, std::vector<uint8_t>*
                    : add_input(link, CU_JIT_INPUT_FATBINARY, fatbin, size,
                                "relocatable device code " + std::to_string(count + 1), &error);
   }
-  if (rc == CUDA_SUCCESS) rc = complete(link, false, image, &info, &error);
+  if (rc == CUDA_SUCCESS) rc = complete(link, LinkOptions{}, image, &info, &error);
   Connection::instance().send(protocol::LinkDestroyMsg{link});
   if (rc != CUDA_SUCCESS)
     log_error("linking the program's relocatable device code (nvcc -rdc=true, %d translation units) failed: %s", count,
@@ -290,7 +295,7 @@ TALLY_ENTRY(cuLinkComplete_v5050)(CUlinkState state, void** cubinOut, size_t* si
   std::lock_guard<std::mutex> lock(link->mutex);
   const auto started = std::chrono::steady_clock::now();
   std::vector<uint8_t> image;
-  CUresult rc = complete(link->id, link->options.verbose, &image, &link->info, &link->error);
+  CUresult rc = complete(link->id, link->options, &image, &link->info, &link->error);
   link->wall_ms += std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - started).count();
   publish_logs(link);
   if (rc != CUDA_SUCCESS) return rc;

@@ -1312,18 +1312,18 @@ static_assert(offsetof(LinkAddMsg, staged) == 24);
 static_assert(offsetof(LinkAddMsg, _pad0) == 28);
 constexpr uint32_t kLinkAddSize = 32;  // bytes on the wire (0: empty)
 
-// cuLinkComplete: link the inputs added to `link` into one PTX module; `verbose` is CU_JIT_LOG_VERBOSE; answered by LinkReply
+// cuLinkComplete: link the inputs added to `link` into one PTX module; `verbose` is CU_JIT_LOG_VERBOSE, `max_registers` CU_JIT_MAX_REGISTERS (0: none; every kernel of the image gets .maxnreg at most that); answered by LinkReply
 struct LinkCompleteMsg {
   static constexpr MessageKind kKind = MessageKind::LinkComplete;
   static constexpr bool kHasTail = false;
   uint64_t link;
   uint32_t verbose;
-  uint32_t _pad0;
+  uint32_t max_registers;
 };
 static_assert(sizeof(LinkCompleteMsg) == 16, "LinkCompleteMsg layout differs from the Python codec");
 static_assert(offsetof(LinkCompleteMsg, link) == 0);
 static_assert(offsetof(LinkCompleteMsg, verbose) == 8);
-static_assert(offsetof(LinkCompleteMsg, _pad0) == 12);
+static_assert(offsetof(LinkCompleteMsg, max_registers) == 12);
 constexpr uint32_t kLinkCompleteSize = 16;  // bytes on the wire (0: empty)
 
 // answer to LinkComplete: `status` is CUDA_SUCCESS or why the link failed; the image (NUL-terminated PTX), the info log and the error log lie back to back in the download-arena chunk at `arena_offset` (`size` bytes; 0: no chunk), which the client releases

@@ -8,8 +8,9 @@ that never spills needs: in the instruction order of each function, a register
 is live from its first to its last mention (stretched to the end of a loop it is
 live across), and the count is the most 32-bit registers live at once (64-bit
 ones count two, predicates none: they have their own file), over the kernel and
-every function it reaches, at least 1 and at most 255. It is meant to be
-plausible (the occupancy calculator reads it), not what ptxas would pick.
+every function it reaches, at least 1 and at most 255 or the kernel's `.maxnreg`
+(which ptxas keeps to by spilling). It is meant to be plausible (the occupancy
+calculator reads it), not what ptxas would pick.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def kernel_resources(module: ir.Module, entry: ir.Function) -> KernelResources:
         static_shared_bytes=shared_layout(module, functions).static_bytes,
         const_bytes=const_bytes,
         local_bytes=local_bytes,
-        registers=min(max(registers, 1), MAX_REGISTERS),
+        registers=min(max(registers, 1), _register_cap(entry)),
         max_threads=_thread_bound(entry),
         ptx_version=_target_arch(module),
         required_cluster=_dims(entry, "reqnctapercluster"),
@@ -74,6 +75,11 @@ def _dims(fn: ir.Function, name: str) -> tuple[int, int, int] | None:
         return None
     values = [int(a) for a in d.args] + [1, 1]
     return tuple(values[:3])
+
+
+def _register_cap(fn: ir.Function) -> int:
+    d = fn.directive("maxnreg")
+    return min(int(d.args[0]), MAX_REGISTERS) if d is not None and d.args else MAX_REGISTERS
 
 
 def _thread_bound(fn: ir.Function) -> int | None:

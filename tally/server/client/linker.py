@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 
 import arpy
 
+from ptx_passes import ir
 from ptx_passes.errors import PtxParseError
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
 from ptx_passes.parser import parse_module
+from ptx_passes.printer import print_module
 from ptx_passes.text_memo import memo_by_ptx_bytes
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_IMAGE,
@@ -87,17 +89,33 @@ class LinkState:
                 raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
         self.bytes += len(data)
 
-    def complete(self, verbose: bool) -> LinkResult:
-        """Link what was added (cuLinkComplete); a failed link is a result, not an exception."""
+    def complete(self, verbose: bool, max_registers: int = 0) -> LinkResult:
+        """Link what was added (cuLinkComplete); a failed link is a result, not an exception.
+        `max_registers` (CU_JIT_MAX_REGISTERS, 0: none) caps every kernel's registers."""
         started = time.monotonic()
         try:
             linked = link_inputs(self.inputs, verbose)
         except LinkError as e:
             return LinkResult(CUDA_ERROR_INVALID_IMAGE, b"", "", "\n".join([*e.problems, *self.notes]))
         info = [*self.notes, *linked.log]
+        text = linked.text if not max_registers else cap_registers(linked.text, max_registers)
         if verbose:
             info.append(f"link took {(time.monotonic() - started) * 1000:.1f} ms")
-        return LinkResult(CUDA_SUCCESS, linked.text.encode() + b"\0", "\n".join(info), "")
+        return LinkResult(CUDA_SUCCESS, text.encode() + b"\0", "\n".join(info), "")
+
+
+def cap_registers(text: str, limit: int) -> str:
+    """The image with every kernel's `.maxnreg` at most `limit` (what the JIT's
+    CU_JIT_MAX_REGISTERS asks of ptxas; a lower `.maxnreg` of the kernel's own stays)."""
+    module = parse_module(text, "linked")
+    for fn in module.functions():
+        if not fn.is_entry or fn.body is None:
+            continue
+        own = fn.directive("maxnreg")
+        if own is not None and own.args and int(own.args[0]) <= limit:
+            continue
+        fn.directives = [d for d in fn.directives if d.name != "maxnreg"] + [ir.FunctionDirective("maxnreg", (limit,))]
+    return print_module(module)
 
 
 class NothingForThisDevice(Exception):

@@ -32,7 +32,7 @@ def link_complete(job: Job, msg: LinkComplete, tag: int):
 
     def complete():
         # Off the session thread: a large link takes a while, and the job's other threads go on.
-        _send_result(job, tag, link.complete(verbose))
+        _send_result(job, tag, link.complete(verbose, msg.max_registers))
         return ANSWERS_ITSELF
 
     job.client.blocking.run(tag, complete)
