@@ -657,3 +657,115 @@ def test_generic_pointers_to_every_space(device):
         assert list(out[4 * t:4 * t + 4]) == want, t
     # shared pointer: isShared; local: isLocal; global: isGlobal
     np.testing.assert_array_equal(flags, np.full(64, 0b100_010_001))
+
+
+# Two `{ }` blocks declaring the same labels (what inline asm of CUTLASS's barrier
+# waits leaves in every kernel: LAB_WAIT / DONE in each block), and an outer label of
+# the same name as an inner one. A branch goes to the label of its own block (or the
+# nearest enclosing one), never to a same-named label elsewhere in the function.
+SCOPED_LABELS_PTX = r""".version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry scoped_labels(.param .u64 out)
+{
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<3>;
+	.reg .pred %p<2>;
+	ld.param.u64 	%rd1, [out];
+	mov.u32 	%r1, %tid.x;
+	mov.u32 	%r2, 0;
+	bra 	DONE;
+	mov.u32 	%r2, 1000;
+DONE:
+	{
+	.reg .b32 n;
+	mov.u32 	n, 0;
+	LAB_WAIT:
+	add.u32 	n, n, 1;
+	setp.ge.u32 	%p1, n, 3;
+	@%p1 bra 	DONE;
+	bra 	LAB_WAIT;
+	DONE:
+	add.u32 	%r2, %r2, n;
+	}
+	{
+	.reg .b32 n;
+	mov.u32 	n, 0;
+	LAB_WAIT:
+	add.u32 	n, n, 10;
+	setp.ge.u32 	%p1, n, 50;
+	@%p1 bra 	DONE;
+	bra 	LAB_WAIT;
+	DONE:
+	add.u32 	%r2, %r2, n;
+	}
+	add.u32 	%r2, %r2, %r1;
+	mul.wide.u32 	%rd2, %r1, 4;
+	add.s64 	%rd2, %rd1, %rd2;
+	st.global.u32 	[%rd2], %r2;
+	ret;
+}
+"""
+
+
+def test_labels_are_scoped_to_their_block(ptxas, tmp_path):
+    path = tmp_path / "scoped_labels.ptx"
+    path.write_text(SCOPED_LABELS_PTX)
+    result = subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "s.cubin")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr   # the same names in sibling blocks are legal PTX
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    try:
+        module = backend.module_load(ModuleSource(original=SCOPED_LABELS_PTX.encode(), ptx=SCOPED_LABELS_PTX))
+        (out,), _ = run((backend, module), "scoped_labels", (1, 1, 1), (32, 1, 1), [], [np.zeros(32, np.int32)])
+        np.testing.assert_array_equal(out, [3 + 50 + t for t in range(32)])
+    finally:
+        backend.close()
+
+
+# An mbarrier whose bytes landed (complete_tx) and whose arrival came before the
+# expect_tx that announces those bytes: the expect_tx brings the count back to 0 and
+# so completes the phase (out[0] = 1: the phase with parity 0 completed).
+EXPECT_AFTER_LANDING_PTX = r""".version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry expect_after_landing(.param .u64 out)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<3>;
+	.reg .pred %p<2>;
+	.shared .align 8 .b64 bar;
+	ld.param.u64 	%rd1, [out];
+	mov.u32 	%r1, 1;
+	mbarrier.init.shared::cta.b64 	[bar], %r1;
+	mov.u32 	%r2, 64;
+	mbarrier.complete_tx.shared::cta.b64 	[bar], %r2;
+	mbarrier.arrive.shared::cta.b64 	%rd2, [bar];
+	mbarrier.test_wait.parity.shared::cta.b64 	%p1, [bar], 0;
+	selp.u32 	%r3, 1, 0, %p1;
+	st.global.u32 	[%rd1+4], %r3;
+	mbarrier.expect_tx.shared::cta.b64 	[bar], %r2;
+	mbarrier.test_wait.parity.shared::cta.b64 	%p1, [bar], 0;
+	selp.u32 	%r3, 1, 0, %p1;
+	st.global.u32 	[%rd1], %r3;
+	ret;
+}
+"""
+
+
+def test_expect_tx_after_the_bytes_landed_completes_the_phase(ptxas, tmp_path):
+    path = tmp_path / "expect_after.ptx"
+    path.write_text(EXPECT_AFTER_LANDING_PTX)
+    result = subprocess.run([ptxas, "-arch=sm_90", str(path), "-o", str(tmp_path / "e.cubin")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
+    try:
+        module = backend.module_load(ModuleSource(original=EXPECT_AFTER_LANDING_PTX.encode(),
+                                                  ptx=EXPECT_AFTER_LANDING_PTX))
+        (out,), _ = run((backend, module), "expect_after_landing", (1, 1, 1), (1, 1, 1), [], [np.zeros(2, np.int32)])
+        assert out.tolist() == [1, 0]   # not complete while bytes were owed; complete once announced
+    finally:
+        backend.close()

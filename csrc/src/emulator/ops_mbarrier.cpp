@@ -132,7 +132,7 @@ template <int S, int kSign> EMU_HANDLER(h_tx) {
     int64_t tx = count_operand(e, in.op[1], l, "transaction count");
     update(object<S>(e, in, l), [&](ArriveWait& b) {
       b.tx += kSign * tx;
-      if (kSign < 0) b.complete_if_done();
+      b.complete_if_done();   // expect_tx may meet bytes that landed first (the count back at 0)
     });
   });
 }

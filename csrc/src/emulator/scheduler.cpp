@@ -311,15 +311,28 @@ std::string Runner::where(int32_t pc) const {
   return "line " + std::to_string(prog_.code[pc].line) + " (" + prog_.text[pc] + ")";
 }
 
+// Where the block's live threads are, grouped by instruction (a kernel that spins,
+// e.g. on a barrier phase that never completes, shows which waits and which moved on).
 std::string Runner::where_running() const {
+  std::map<int32_t, std::vector<uint32_t>> at;
   for (const Warp& w : L_.warps) {
-    if (w.runnable) {
-      int l = first_lane(w.runnable);
-      int32_t pc = (w.group >> l) & 1 ? w.gpc : w.pc[l];
-      return where(pc);
-    }
+    for_lanes(w.live, [&](int l) {
+      at[(w.group >> l) & 1 ? w.gpc : w.pc[l]].push_back(w.index * kWarpSize + l);
+    });
   }
-  return "an unknown instruction";
+  if (at.empty()) return "an unknown instruction";
+  if (at.size() == 1) return where(at.begin()->first);
+  std::string out;
+  constexpr size_t kShown = 6;
+  size_t shown = 0;
+  for (auto& [pc, ids] : at) {
+    if (shown == kShown) {
+      out += "; and " + std::to_string(at.size() - kShown) + " more places";
+      break;
+    }
+    out += (shown++ ? "; threads " : "threads ") + thread_ranges(ids) + " at " + where(pc);
+  }
+  return out;
 }
 
 std::string Runner::thread_name(const Warp& w, int lane) const {

@@ -179,8 +179,14 @@ class FunctionLowering:
         self.frame = frame
         self.scopes: list[dict[str, Binding]] = []
         self.registers = 0
+        # Labels are scoped like registers: one declared inside a `{ }` block (inline asm
+        # blocks each declare their own LAB_WAIT / DONE) is seen only there and shadows
+        # outer ones. label_scopes maps the names a block declares to keys unique in the
+        # function; labels and the fixups are by key.
+        self.label_scopes: list[dict[str, str]] = []
         self.labels: dict[str, int] = {}
         self.label_fixups: list[tuple[int, str]] = []
+        self.labels_opened: list[int] = []
         self.jump_table_fixups: list[tuple[int, tuple[str, ...]]] = []
         self.ins: ir.Instruction | None = None
         self._carry_slot: int | None = None
@@ -241,6 +247,19 @@ class FunctionLowering:
         if self._carry_slot is None:
             self._carry_slot = self.temp()
         return self._carry_slot
+
+    def open_label_scope(self, names: list[str]) -> None:
+        """Labels a block declares (called before lowering the block)."""
+        depth = len(self.label_scopes)
+        self.label_scopes.append({n: n if depth == 0 else f"{n}#{depth}.{len(self.labels_opened)}" for n in names})
+        self.labels_opened.append(depth)
+
+    def label_key(self, name: str) -> str:
+        """The key of the label `name` as seen from where lowering is (innermost scope first)."""
+        for scope in reversed(self.label_scopes):
+            if name in scope:
+                return scope[name]
+        return name   # undefined: the fixup reports it
 
     # ------------------------------------------------------------------ operands
 
@@ -382,7 +401,7 @@ class FunctionLowering:
         if not ok:
             raise self.unsupported(f"the instruction form {key!r}")
         if label is not None:
-            self.label_fixups.append((pc, label))
+            self.label_fixups.append((pc, self.label_key(label)))
         return pc
 
 

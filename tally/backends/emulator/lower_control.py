@@ -40,7 +40,7 @@ def lower_brx(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if decl is None:
         raise cx.unsupported(f"brx.idx with the unknown target list {table.name}")
     table_id = cx.kernel.program.add_jump_table([0] * len(decl.labels))
-    cx.jump_table_fixups.append((table_id, decl.labels))
+    cx.jump_table_fixups.append((table_id, tuple(cx.label_key(label) for label in decl.labels)))
     cx.emit("brx.idx", [cx.src(index, "u32")], imm=table_id)
 
 

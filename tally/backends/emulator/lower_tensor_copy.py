@@ -1,8 +1,8 @@
 """Lowering of TMA tensor copies (csrc/src/emulator/ops_tensor_copy.cpp runs them):
 
-    cp.async.bulk.tensor.<n>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+    cp.async.bulk.tensor.<n>d.shared::cluster.global{.tile}.mbarrier::complete_tx::bytes
         {.multicast::cluster}{.L2::cache_hint} [dst], [map, {c0, ...}], [mbar]{, ctaMask}{, policy}
-    cp.async.bulk.tensor.<n>d.global.shared::cta.tile.bulk_group{.L2::cache_hint} [map, {c0, ...}], [src]{, policy}
+    cp.async.bulk.tensor.<n>d.global.shared::cta{.tile}.bulk_group{.L2::cache_hint} [map, {c0, ...}], [src]{, policy}
     cp.async.bulk.prefetch.tensor...: no effect
 
 The map operand is the tensor map's generic address (a __grid_constant__
@@ -46,7 +46,9 @@ def lower_tensor_copy(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if ins.has("prefetch"):
         cx.emit("nop", [])
         return
-    if ins.has("reduce") or not ins.has("tile"):
+    # The load mode is .tile unless the instruction names another (CUTLASS leaves it out).
+    other_modes = [q for q in ins.modifiers if q.startswith(("im2col", "tile::"))]
+    if ins.has("reduce") or other_modes:
         raise cx.unsupported(f"{ins.full_opcode} (the emulator copies tensors in tile mode)")
     rank = _rank(cx, ins)
     ops = list(ins.operands)

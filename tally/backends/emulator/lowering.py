@@ -71,10 +71,10 @@ def lower_function_body(lowering: FunctionLowering) -> None:
     for pc, label in lowering.label_fixups:
         target = lowering.labels.get(label)
         if target is None:
-            raise LoweringError(f"branch to the undefined label {label} in {fn.name}")
+            raise LoweringError(f"branch to the undefined label {label.split('#')[0]} in {fn.name}")
         lowering.kernel.program.patch_target(pc, target)
     for table, labels in lowering.jump_table_fixups:
-        missing = [label for label in labels if label not in lowering.labels]
+        missing = [label.split("#")[0] for label in labels if label not in lowering.labels]
         if missing:
             raise LoweringError(f"brx.idx targets undefined labels {', '.join(missing)} in {fn.name}")
         lowering.kernel.program.set_jump_table(table, [lowering.labels[label] for label in labels])
@@ -82,6 +82,7 @@ def lower_function_body(lowering: FunctionLowering) -> None:
 
 def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
     lowering.scopes.append({})
+    lowering.open_label_scope([s.name for s in block.statements if isinstance(s, ir.Label)])
     try:
         for s in block.statements:
             if isinstance(s, ir.Instruction):
@@ -103,12 +104,13 @@ def _lower_block(lowering: FunctionLowering, block: ir.Block) -> None:
                 except LayoutError as e:
                     raise LoweringError(f"{e} (in {lowering.fn.name})") from None
             elif isinstance(s, ir.Label):
-                lowering.labels[s.name] = len(lowering.kernel.program)
+                lowering.labels[lowering.label_scopes[-1][s.name]] = len(lowering.kernel.program)
             elif isinstance(s, ir.Block):
                 _lower_block(lowering, s)
             # Pragma, Loc, BranchTargets, CallTargets, CallPrototype: nothing to run
     finally:
         lowering.scopes.pop()
+        lowering.label_scopes.pop()
 
 
 def _lower_instruction(lowering: FunctionLowering, s: ir.Instruction) -> None:
