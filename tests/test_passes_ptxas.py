@@ -31,11 +31,18 @@ class Case:
     arch: str = "sm_80"
     flags: tuple[str, ...] = ()
     expect_all_variants: bool = True   # no kernel may be refused
+    cutlass: bool = False              # built with the CUTLASS headers (found when first needed)
+
+    def compile_flags(self) -> tuple[str, ...]:
+        if not self.cutlass:
+            return self.flags
+        from cutlass_headers import cutlass_include_dir
+        return (*self.flags, "-std=c++17", "--expt-relaxed-constexpr", f"-I{cutlass_include_dir()}")
 
     def ptx(self) -> str:
         if self.source.suffix == ".ptx":
             return self.source.read_text()
-        return compile_ptx(self.source, self.arch, self.flags)
+        return compile_ptx(self.source, self.arch, self.compile_flags())
 
 
 def _cases() -> list[Case]:
@@ -48,6 +55,8 @@ def _cases() -> list[Case]:
     # Hopper programs (TMA, mbarriers, wgmma, setmaxnreg): their PTX for sm_90a
     cases += [Case(f"hopper.{name}", HOPPER_PROGRAMS / f"{name}.cu", "sm_90a", expect_all_variants=False)
               for name in ("tma_pipeline", "tma_wgmma_gemm")]
+    cases += [Case("hopper.cutlass_sm90_gemm", HOPPER_PROGRAMS / "cutlass_sm90_gemm.cu", "sm_90a",
+                   expect_all_variants=False, cutlass=True)]
     cases += [Case(f"passes.{key}", PASS_SOURCES / source, arch, flags,
                    expect_all_variants=key == "sync_reductions")
               for key, (source, arch, flags) in PASS_KERNELS.items()]
@@ -61,7 +70,7 @@ CASES = _cases()
 def assembled(tmp_path_factory):
     """case name -> (TransformResult, [(arch, PtxasRun, cubin path or None)]), all ptxas runs
     of the module done in parallel."""
-    compile_many([(c.source, c.arch, c.flags) for c in CASES if c.source.suffix == ".cu"])
+    compile_many([(c.source, c.arch, c.compile_flags()) for c in CASES if c.source.suffix == ".cu"])
     out_dir = tmp_path_factory.mktemp("passes_ptxas")
     results, jobs, owners = {}, [], []
     for case in CASES:
