@@ -74,6 +74,25 @@ class FatbinEntry:
     def filename_suffix(self) -> str:
         return f"sm_{self.arch}.{self.kind}"
 
+    @property
+    def arch_specific(self) -> bool:
+        """Code for sm_XXa / compute_XXa (PTX `.target sm_90a`): it runs on exactly that
+        architecture only, and may use its architecture-specific instructions (wgmma, setmaxnreg)."""
+        return bool(self.flags & ARCH_SPECIFIC_FLAG)
+
+    def usable_on(self, device_arch: int) -> bool:
+        """PTX the device can JIT, or a cubin it can run (same major, minor not newer)."""
+        if self.arch_specific:
+            return self.arch == device_arch
+        if self.kind == "ptx":
+            return self.arch <= device_arch
+        return self.arch // 10 == device_arch // 10 and self.arch % 10 <= device_arch % 10
+
+
+# The entry flag nvcc sets on arch-specific code (seen on nvcc 13.0's -arch=sm_90a output,
+# whose compute_90a PTX says `.target sm_90a`; its plain compute_90 PTX lacks the bit).
+ARCH_SPECIFIC_FLAG = 0x100000
+
 
 def read_fatbin_entries(data: BinaryLike | str | Path) -> list[FatbinEntry]:
     """Entries of a fatbin (one or several concatenated), host ELF, bare cubin or PTX file.
@@ -130,13 +149,16 @@ def wrapped_fatbins(elf: BinaryLike | str | Path) -> list[bytes]:
 
 
 def ptx_of(entries: list[FatbinEntry], prefer_arch: int | None = None) -> str | None:
-    """The PTX to JIT: highest arch <= prefer_arch, else the highest there is; None without PTX."""
+    """The PTX to JIT: highest arch <= prefer_arch, else the highest there is; None without PTX.
+    Of a generic and an arch-specific PTX of that arch (nvcc -arch=sm_90a writes both), the
+    arch-specific one when the device is that arch (or none is named), else the generic one."""
     ptx = [e for e in entries if e.kind == "ptx"]
     if not ptx:
         return None
     fitting = [e for e in ptx if prefer_arch is None or e.arch <= prefer_arch] or ptx
     best_arch = max(e.arch for e in fitting)
-    chosen = _one_payload([e for e in fitting if e.arch == best_arch], "PTX")
+    group = _one_kind([e for e in fitting if e.arch == best_arch], prefer_arch in (None, best_arch))
+    chosen = _one_payload(group, "PTX")
     try:
         return chosen.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -149,7 +171,7 @@ def cubins_of(entries: list[FatbinEntry]) -> dict[int, bytes]:
     for e in entries:
         if e.kind == "cubin":
             by_arch.setdefault(e.arch, []).append(e)
-    return {arch: _one_payload(group, "cubin") for arch, group in sorted(by_arch.items())}
+    return {arch: _one_payload(_one_kind(group, True), "cubin") for arch, group in sorted(by_arch.items())}
 
 
 def extract(path: str | Path, out_dir: str | Path) -> list[Path]:
@@ -328,6 +350,12 @@ def _decompress(method: str, data: bytes, expected: int, name: str) -> bytes:
     if len(out) != expected:
         raise FatbinError(f"{name}: {method} data decompressed to {len(out):#x} bytes, header says {expected:#x}")
     return out
+
+
+def _one_kind(group: list[FatbinEntry], arch_specific: bool) -> list[FatbinEntry]:
+    """The arch-specific or the generic entries of one arch's group, as asked, when it has both."""
+    chosen = [e for e in group if e.arch_specific == arch_specific]
+    return chosen if chosen and len(chosen) < len(group) else group
 
 
 def _one_payload(group: list[FatbinEntry], what: str) -> bytes:

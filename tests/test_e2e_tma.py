@@ -74,6 +74,19 @@ def test_a_store_writes_the_box_and_nothing_outside_the_tensor(program, emulator
     assert got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("x,y", [(8, 4), (40, 36)])
+def test_a_tensor_reduction_adds_into_the_box_and_takes_the_max_of_a_row(program, emulator_server, x, y):
+    got = np.array(values(run_job(emulator_server.socket, program, "reduce", x, y)), np.float32).reshape(ROWS, COLS)
+    want = tensor().copy()
+    for i in range(8):
+        for j in range(16):
+            if y + i < ROWS and x + j < COLS:
+                want[y + i, x + j] += 1000000 + i * 16 + j
+                if i == 0:
+                    want[y, x + j] = max(want[y, x + j], 2000000 + j)
+    assert got.tolist() == want.tolist()
+
+
 def test_encodings_the_driver_refuses(program, emulator_server):
     job = run_job(emulator_server.socket, program, "bad")
     assert job.returncode == 0, job.stdout + job.stderr

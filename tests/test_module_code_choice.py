@@ -85,3 +85,37 @@ def test_nvcc_ptx_for_a_newer_target_on_the_emulator():
         assert backend.describe().compute_capability == (12, 0)
     finally:
         backend.close()
+
+
+def specific(entry: FatbinEntry) -> FatbinEntry:
+    """The same entry marked arch-specific (sm_XXa / compute_XXa), as nvcc's flags mark it."""
+    from dataclasses import replace
+    from ptx_passes.fatbin import ARCH_SPECIFIC_FLAG
+    return replace(entry, flags=entry.flags | ARCH_SPECIFIC_FLAG)
+
+
+def test_arch_specific_code_runs_on_exactly_its_architecture():
+    # nvcc -arch=sm_90a writes a generic compute_90 PTX and a compute_90a one
+    both = [ptx(90, "generic"), specific(ptx(90, "sm_90a")), specific(cubin(90))]
+    assert choose_code(both, device(9, 0)).ptx == "sm_90a"
+    assert sorted(choose_code(both, device(9, 0)).cubins) == [90]
+    # on another architecture the arch-specific code is not usable; the generic PTX JITs
+    assert choose_code(both, device(10, 0)).ptx == "generic"
+    assert choose_code(both, device(10, 0)).cubins == {}
+    with pytest.raises(DeviceError) as e:
+        choose_code([specific(ptx(90, "sm_90a"))], device(10, 0))
+    assert e.value.code == CUDA_ERROR_NO_BINARY_FOR_GPU
+
+
+def test_nvcc_arch_sm_90a_output_loads(nvcc, tmp_path):
+    """What `nvcc -arch=sm_90a` builds (sm_90a cubin, compute_90 and compute_90a PTX)
+    loads on an emulated 9.0 device, from its compute_90a PTX."""
+    import subprocess
+
+    from ptx_passes.fatbin import read_fatbin_entries
+    out = tmp_path / "saxpy.fatbin"
+    subprocess.run([nvcc, "-fatbin", "-arch=sm_90a", str(CORPUS_DIR / "saxpy.cu"), "-o", str(out)], check=True)
+    entries = read_fatbin_entries(out)
+    assert {(e.kind, e.arch_specific) for e in entries} >= {("ptx", True), ("ptx", False)}
+    chosen = choose_code(entries, device(9, 0))
+    assert ".target sm_90a" in chosen.ptx

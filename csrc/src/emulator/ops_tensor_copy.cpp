@@ -13,6 +13,9 @@
 // Elements of the box outside the tensor read as zero (or, with the NaN fill
 // mode, a NaN) and are not written by stores.
 //
+// Reductions (cp.reduce.async.bulk.tensor) combine the box into the tensor element by
+// element with the atomics' arithmetic, the element type being the map's.
+//
 // Operands: loads op[0] the shared destination, op[1] the map's generic address,
 // op[2] the mbarrier (flag kMulticast: its address | the CTA mask << 32), op[3..]
 // the coordinates; stores op[0] the map, op[1] the shared source, op[3..] the
@@ -197,9 +200,42 @@ EMU_HANDLER(h_tensor_store) {
   });
 }
 
+// CUtensorMapDataType -> the type code of the element atomics (kTypeCount: none).
+uint32_t reduction_type(uint32_t type) {
+  static constexpr uint32_t kCodes[] = {kTypeCount, kU16, kU32, kS32, kU64, kS64, kF16, kF32, kF64, kBF16, kF32};
+  return type < sizeof kCodes / sizeof kCodes[0] ? kCodes[type] : kTypeCount;
+}
+
+// cp.reduce.async.bulk.tensor: each element of the box inside the tensor combined
+// into the tensor's (an element-wise atomic, as the bulk reductions do); flags: the
+// atom operation.
+EMU_HANDLER(h_tensor_reduce) {
+  const uint64_t* map_at = e.lanes(in.op[0]);
+  const uint64_t* src = e.lanes(in.op[1]);
+  const uint32_t op = (in.flags >> flag::kAtomOpShift) & 0xf;
+  for_lanes(m, [&](int l) {
+    Map map = read_map(e, map_at[l], in.size, l);
+    const uint32_t type = reduction_type(map.type);
+    if (type == kTypeCount) {
+      fault(kIllegalInstruction, "cp.reduce.async.bulk.tensor on a tensor map of element type " +
+                                     std::to_string(map.type) + ", which has no reduction", l);
+    }
+    int64_t at[kTensorMapMaxRank];
+    read_coordinates(e, in, l, at);
+    for_box(map, at, [&](uint64_t to, uint64_t offset) {
+      if (!to) return;   // outside the tensor: not touched
+      const uint8_t* p = e.shared(swizzled(src[l] + offset, map.swizzle), map.elem, l);
+      uint64_t v = 0;
+      std::memcpy(&v, p, map.elem);
+      reduce_in_memory(e.global(to, map.elem, l), type, op, v);
+    });
+  });
+}
+
 const HandlerRegistrar registrar{
     EMU_ENTRY("cp.async.bulk.tensor.shared.global", h_tensor_load),
     EMU_ENTRY("cp.async.bulk.tensor.global.shared", h_tensor_store),
+    EMU_ENTRY("cp.reduce.async.bulk.tensor.global.shared", h_tensor_reduce),
 };
 
 }  // namespace

@@ -22,7 +22,7 @@ from ptx_passes.ir import TYPE_SIZES
 from tally._core import emulator as core
 from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering, Lowerers
 from tally.backends.emulator.lower_memory import ATOM_TYPE_CODES
-from tally.backends.emulator.lower_tensor_copy import lower_tensor_copy
+from tally.backends.emulator.lower_tensor_copy import REDUCE_OPS, lower_tensor_copy
 
 # This family's instructions by opcode (lowering.py joins the families).
 ASYNC_COPY = Lowerers()
@@ -75,9 +75,6 @@ def lower_bulk(cx: FunctionLowering, ins: ir.Instruction) -> None:
         mask = cx.src(ops[4], "u16")
     source = "global" if src_space == "global" else "shared"
     cx.emit(f"cp.async.bulk.shared.{source}", [dst, src, size, bar, mask])
-
-
-REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 
 
 def _lower_reduce(cx: FunctionLowering, ins: ir.Instruction, ops: list[ir.Operand], dst_space: str,

@@ -3,16 +3,20 @@
     cp.async.bulk.tensor.<n>d.shared::cluster.global{.tile}.mbarrier::complete_tx::bytes
         {.multicast::cluster}{.L2::cache_hint} [dst], [map, {c0, ...}], [mbar]{, ctaMask}{, policy}
     cp.async.bulk.tensor.<n>d.global.shared::cta{.tile}.bulk_group{.L2::cache_hint} [map, {c0, ...}], [src]{, policy}
+    cp.reduce.async.bulk.tensor.<n>d.global.shared::cta.<op>{.tile}.bulk_group{.L2::cache_hint} [map, {c...}], [src]
+        (op: add, min, max, inc, dec, and, or, xor; the element type is the map's)
     cp.async.bulk.prefetch.tensor...: no effect
 
 The map operand is the tensor map's generic address (a __grid_constant__
-parameter's, or global memory's). im2col mode and tensor reductions are refused
-with the instruction named.
+parameter's, or global memory's). im2col mode is refused with the instruction named.
 """
 from __future__ import annotations
 
 from ptx_passes import ir
-from tally.backends.emulator.context import NO_SLOT, FunctionLowering
+from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering
+
+# The reductions of cp.reduce.async.bulk{.tensor} (atom's operations).
+REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 
 MULTICAST = 1
 
@@ -48,12 +52,21 @@ def lower_tensor_copy(cx: FunctionLowering, ins: ir.Instruction) -> None:
         return
     # The load mode is .tile unless the instruction names another (CUTLASS leaves it out).
     other_modes = [q for q in ins.modifiers if q.startswith(("im2col", "tile::"))]
-    if ins.has("reduce") or other_modes:
+    if other_modes:
         raise cx.unsupported(f"{ins.full_opcode} (the emulator copies tensors in tile mode)")
     rank = _rank(cx, ins)
     ops = list(ins.operands)
     if ins.has("L2::cache_hint"):
         ops = ops[:-1]
+    if ins.has("reduce"):      # shared -> global, combined into the tensor's elements
+        op = next((o for o in REDUCE_OPS if ins.has(o)), None)
+        if op is None or not ins.has("bulk_group"):
+            raise cx.unsupported(f"the tensor reduction {ins.full_opcode}")
+        map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
+        src = cx.address_slot(ops[1], "shared::cta")
+        cx.emit("cp.reduce.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates,
+                flags=FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"], size=rank)
+        return
     if ins.has("bulk_group"):   # shared -> global
         map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
         src = cx.address_slot(ops[1], "shared::cta")

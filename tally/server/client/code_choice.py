@@ -63,9 +63,9 @@ def choose_code(entries: list[FatbinEntry], device: DeviceDescription, image: by
                 runs_cubins: bool = True) -> ModuleSource:
     """What of `entries` (an image's, as ptx_passes reads them) the device can use."""
     arch = device.compute_capability[0] * 10 + device.compute_capability[1]
-    ptx_for_device = [e for e in entries if e.kind == "ptx" and e.arch <= arch]
+    ptx_for_device = [e for e in entries if e.kind == "ptx" and e.usable_on(arch)]
     usable_ptx = [e for e in ptx_for_device if ptx_version_supported(e.version, device.driver_version)]
-    usable_cubins = [e for e in entries if e.kind == "cubin" and cubin_runs_on(e.arch, arch)]
+    usable_cubins = [e for e in entries if e.kind == "cubin" and e.usable_on(arch)]
     if not usable_ptx and not (runs_cubins and usable_cubins):
         held = _held(entries, device, runs_cubins)
         if ptx_for_device:
@@ -75,15 +75,11 @@ def choose_code(entries: list[FatbinEntry], device: DeviceDescription, image: by
                               f"driver ({_driver(device.driver_version)}) loads; {held}")
         raise DeviceError(CUDA_ERROR_NO_BINARY_FOR_GPU, f"no code in the module runs on this device: {held}")
     try:
-        ptx = ptx_of(usable_ptx) if usable_ptx else None
+        ptx = ptx_of(usable_ptx, prefer_arch=arch) if usable_ptx else None
         cubins = cubins_of(usable_cubins)
     except FatbinError as e:
         raise DeviceError(CUDA_ERROR_INVALID_IMAGE, f"module image not understood: {e}") from None
     return ModuleSource(original=image, ptx=ptx, cubins=cubins)
-
-
-def cubin_runs_on(cubin_arch: int, device_arch: int) -> bool:
-    return cubin_arch // 10 == device_arch // 10 and cubin_arch % 10 <= device_arch % 10
 
 
 def ptx_version_supported(version: tuple[int, int], driver_version: int) -> bool:

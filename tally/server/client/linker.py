@@ -139,7 +139,7 @@ def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, 
         device_arch = compute_capability[0] * 10 + compute_capability[1]
         try:
             entries = read_fatbin_entries(data)
-            fitting = [e for e in entries if e.kind == "ptx" and e.arch <= device_arch]
+            fitting = [e for e in entries if e.kind == "ptx" and e.usable_on(device_arch)]
             ptx = ptx_of(fitting, prefer_arch=device_arch)
             cubins = cubins_of(entries)
         except FatbinError as e:

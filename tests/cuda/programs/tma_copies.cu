@@ -53,6 +53,32 @@ __global__ void store_box(const __grid_constant__ CUtensorMap map, int x, int y)
   }
 }
 
+// cp.reduce.async.bulk.tensor: adds the box (value 1000000 + i) into the tensor, then
+// takes the max with 2,000,000 + i on the first row only (a second map of one row).
+__global__ void reduce_box(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap row, int x,
+                           int y) {
+  __shared__ alignas(128) float box[128];
+  for (int i = threadIdx.x; i < 128; i += blockDim.x) box[i] = 1000000.0f + i;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(&map), "r"(x), "r"(y), "r"(smem(box)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16; i += blockDim.x) box[i] = 2000000.0f + i;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.max.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(&row), "r"(x), "r"(y), "r"(smem(box)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
+
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 
 static CUresult encode(CUtensorMap* map, void* base, int swizzle, unsigned box_cols, unsigned box_rows) {
@@ -100,6 +126,16 @@ int main(int argc, char** argv) {
     CUresult rc = encode(&map, tensor, CU_TENSOR_MAP_SWIZZLE_NONE, 16, 8);
     if (rc != CUDA_SUCCESS) { printf("error encode -> %d\n", (int)rc); return 1; }
     store_box<<<1, 64>>>(map, x, y);
+    RT(cudaGetLastError());
+    RT(cudaMemcpy(host, tensor, sizeof host, cudaMemcpyDeviceToHost));
+    print_floats(host, kRows * kCols);
+  } else if (!strcmp(argv[1], "reduce")) {
+    int x = atoi(argv[2]), y = atoi(argv[3]);
+    CUtensorMap row __attribute__((aligned(64)));
+    CUresult rc = encode(&map, tensor, CU_TENSOR_MAP_SWIZZLE_NONE, 16, 8);
+    if (rc == CUDA_SUCCESS) rc = encode(&row, tensor, CU_TENSOR_MAP_SWIZZLE_NONE, 16, 1);
+    if (rc != CUDA_SUCCESS) { printf("error encode -> %d\n", (int)rc); return 1; }
+    reduce_box<<<1, 64>>>(map, row, x, y);
     RT(cudaGetLastError());
     RT(cudaMemcpy(host, tensor, sizeof host, cudaMemcpyDeviceToHost));
     print_floats(host, kRows * kCols);
