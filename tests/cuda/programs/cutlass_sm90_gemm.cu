@@ -9,6 +9,9 @@
 // Built from the headers of the PyPI package nvidia-cutlass (4.2.0.0):
 //   nvcc -std=c++17 -arch=sm_90a --expt-relaxed-constexpr \
 //        -I<site-packages>/cutlass_library/source/include cutlass_sm90_gemm.cu
+// (nvcc 13's -arch=sm_90a also embeds a generic compute_90 PTX, in which CUTLASS compiles
+// the kernel to an error printf: a loader must take the compute_90a PTX on a 9.0 device.
+// tests/test_e2e_cutlass.py builds PTX only: -gencode arch=compute_90a,code=compute_90a.)
 //
 // Small integers in A, B and C keep every product and sum exact in float, so the result
 // is compared exactly with a float reference computed on the host. Prints
@@ -32,7 +35,7 @@
 #include "runtime_check.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED)
-#error "needs sm_90a (CUTLASS_ARCH_MMA_SM90_SUPPORTED): compile with -arch=sm_90a"
+#error "CUTLASS's SM90 kernels need CUDA 12 or newer (CUTLASS_ARCH_MMA_SM90_SUPPORTED)"
 #endif
 
 namespace {
