@@ -15,13 +15,14 @@ from ptx_passes.pipeline import transform_module
 
 EVERY = set(ALL_PASSES)
 UNIFYING = {"unified-sync", "ptb"}
+NOT_SLICING = EVERY - {"slicing"}   # cluster features: slices keep clusters whole, PTB cannot
 BLOCK_INDEX = {"slicing", "ptb", "ptb-raw"}
 
 # (pass-test source, kernel) -> (passes that must refuse it, words every reason line has)
 EXPECTED_REFUSALS = {
     ("grid_sync", "grid_sum"): (EVERY, "grid-wide synchronization"),
     ("cluster", "cluster_exchange"): (EVERY, "clusters"),
-    ("cluster", "cluster_id"): (EVERY, "%clusterid.x"),
+    ("cluster", "cluster_id"): (NOT_SLICING, "%clusterid.x"),
     ("dynamic_parallelism", "parent"): (EVERY, "dynamic parallelism"),
     ("dynamic_parallelism", "child"): (set(), ""),
     ("external_call", "call_external"): (EVERY, "external function defined_elsewhere"),

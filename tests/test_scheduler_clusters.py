@@ -121,3 +121,74 @@ def test_cluster_launches_of_a_best_effort_job(device, be_transform):
         assert [cluster for _n, _g, cluster in saxpy_launches] == [(4, 1, 1)] * 3
     assert ("vector_add", (8, 2, 1), (2, 2, 1)) in recorder.calls
     ex.close()
+
+
+CLUSTER_FACTS = r"""#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+// out[4b..4b+3] = %clusterid.x, %cluster_ctarank, %nclusterid.x, and the partner block's
+// index read from its shared memory after a cluster barrier. Launched with (2, 1, 1) clusters.
+extern "C" __global__ void cluster_facts(unsigned* out) {
+  __shared__ unsigned v;
+  cg::cluster_group cluster = cg::this_cluster();
+  unsigned id, n;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(id));
+  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(n));
+  if (threadIdx.x == 0) v = blockIdx.x;
+  cluster.sync();
+  unsigned* other = cluster.map_shared_rank(&v, cluster.block_rank() ^ 1);
+  if (threadIdx.x == 0) {
+    unsigned* o = out + 4 * blockIdx.x;
+    o[0] = id; o[1] = cluster.block_rank(); o[2] = n; o[3] = *other;
+  }
+  cluster.sync();
+}
+"""
+
+
+def test_a_kernel_using_its_cluster_is_sliced_on_cluster_boundaries(device):
+    """Cluster registers, a cluster barrier and distributed shared memory in a best-effort
+    kernel: sliced (the pass rebuilds %clusterid and %nclusterid), every slice launched with
+    the 2-block clusters, and each block sees what it sees when the grid runs whole."""
+    from ptx_corpus import compile_source_ptx
+    variants = PtxVariantProvider()
+    registry = ModuleRegistry(device, variants)
+    module = registry.load(compile_source_ptx("scheduler_cluster_facts.cu", CLUSTER_FACTS, "sm_90").encode())
+    facts = registry.function(module.module_id, "cluster_facts").backend_function
+    saxpy, vector_add = _functions(device, variants)
+    ex = StreamExecutor(device, make_policy("priority", idle_grace_ms=0), variants,
+                        TransparentProfiler(device.describe().sm_count), be_transform="slice")
+    ex.add_client("hp", "high")
+    ex.add_client("be")
+    recorder = RecordingLaunches(device)
+    blocks = 64
+    out = device.mem_alloc(16 * blocks)
+    a, b, c = (device.mem_alloc(4 * 1024) for _ in range(3))
+    stop = threading.Event()
+
+    def high_priority():
+        while not stop.is_set():
+            ex.submit("hp", 0, Launch(vector_add, (8, 1, 1), (128, 1, 1), 0, struct.pack("<QQQi", a, b, c, 1024)))
+            ex.synchronize_stream("hp", 0)
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=high_priority)
+    thread.start()
+    got = bytearray(16 * blocks)
+    try:
+        for _ in range(3):
+            ex.submit("be", 0, Launch(facts, (blocks, 1, 1), (64, 1, 1), 0, struct.pack("<Q", out),
+                                      cluster=(2, 1, 1)))
+        ex.submit("be", 0, MemcpyDtoH(memoryview(got), out, 16 * blocks))
+        ex.synchronize_stream("be", 0)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        recorder.restore()
+    seen = np.frombuffer(got, np.uint32).reshape(blocks, 4)
+    want = np.array([[blk // 2, blk % 2, blocks // 2, blk ^ 1] for blk in range(blocks)], np.uint32)
+    np.testing.assert_array_equal(seen, want)
+    assert ex.counters()["kernels_sliced"] >= 1
+    launches = [(grid, cluster) for name, grid, cluster in recorder.calls if "cluster_facts" in name]
+    assert any(grid[0] < blocks for grid, _c in launches), launches          # slices, not only whole runs
+    assert all(cluster == (2, 1, 1) and grid[0] % 2 == 0 for grid, cluster in launches), launches
+    ex.close()

@@ -62,7 +62,7 @@ from .callgraph import reachable_functions
 from .special_regs import BLOCK_INDEX_REGS, special_regs_in
 from .warp_sync import UnknownLabel, unsafe_mask_syncs
 
-VERSION = 1
+VERSION = 2
 
 PASS_NAMES = ("slicing", "unified-sync", "ptb", "ptb-raw")
 PTB_BARRIER_ID = 15
@@ -72,9 +72,16 @@ _DYNAMIC_PARALLELISM = re.compile(r"^(__cudaCDP|cudaCDP|cudaLaunchDevice|cudaGet
 _GRID_SYNC_FUNCTIONS = re.compile(r"^(cudaCGSynchronizeGrid|cudaCGGetIntrinsicHandle|cudaCGSynchronize)")
 _CLUSTER_REGS = frozenset({"%clusterid", "%nclusterid", "%cluster_ctaid", "%cluster_nctaid",
                            "%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster"})
-_CLUSTER_DIRECTIVES = frozenset({"explicitcluster", "reqnctapercluster", "maxclusterrank",
-                                 "blocksareclusters"})
-_CLUSTER_OPCODES = frozenset({"mapa", "getctarank", "clusterlaunchcontrol"})
+# Cluster features a slice keeps working: the scheduler slices a launch with (w, 1, 1)
+# clusters on cluster boundaries and launches each slice with the same clusters, so a
+# block's cluster is the same blocks as before (slicing.py re-bases %clusterid and
+# %nclusterid). PTB, whose workers take blocks one at a time, keeps none of them.
+_CLUSTER_DIRECTIVES = frozenset({"explicitcluster", "maxclusterrank"})
+# Compile-time cluster shapes and "blocks are clusters" are not given to the scheduler
+# with the launch, so it could not cut slices on their boundaries.
+_UNSLICEABLE_CLUSTER_DIRECTIVES = frozenset({"reqnctapercluster", "blocksareclusters"})
+_CLUSTER_OPCODES = frozenset({"mapa", "getctarank"})
+_CLUSTER_ID_REGS = frozenset({"%clusterid", "%nclusterid"})
 _SMEM_SIZE_REGS = frozenset({"%total_smem_size", "%aggr_smem_size"})
 _MIN_SM = 70
 _MIN_PTX = (6, 0)
@@ -87,6 +94,7 @@ class KernelFacts:
 
     name: str
     every_pass: list[str] = field(default_factory=list)
+    cluster_uses: list[str] = field(default_factory=list)   # every pass but slicing
     block_index_in_functions: list[str] = field(default_factory=list)
     barrier_problems: list[str] = field(default_factory=list)
     exit_in_functions: list[str] = field(default_factory=list)
@@ -102,8 +110,10 @@ def kernel_facts(module: Module, kernel: Function, functions: dict[str, Function
     facts = KernelFacts(kernel.name)
     _check_module(module, facts)
     for d in kernel.directives:
-        if d.name in _CLUSTER_DIRECTIVES:
+        if d.name in _UNSLICEABLE_CLUSTER_DIRECTIVES:
             _add(facts.every_pass, f"clusters: the kernel declares .{d.name}")
+        elif d.name in _CLUSTER_DIRECTIVES:
+            _add(facts.cluster_uses, f"clusters: the kernel declares .{d.name}")
     reach = reachable_functions(kernel, functions)
     for ins in reach.indirect:
         _add(facts.every_pass, f"indirect call `{_show(ins)}`: the called function cannot be known")
@@ -138,6 +148,8 @@ def refusal_reasons(facts: KernelFacts, pass_name: str) -> list[str]:
     if pass_name not in PASS_NAMES:
         raise ValueError(f"unknown pass {pass_name!r}; passes are {', '.join(PASS_NAMES)}")
     reasons = list(facts.every_pass)
+    if pass_name != "slicing":
+        reasons += facts.cluster_uses
     uses_block_index_rewrite = pass_name != "unified-sync"
     unifies = pass_name == "ptb" or (pass_name == "unified-sync" and facts.has_barriers)
     is_ptb = pass_name in ("ptb", "ptb-raw")
@@ -226,11 +238,13 @@ def _check_instruction(ins: Instruction, where: str, in_kernel: bool, facts: Ker
                                       "at the synchronization point")
     elif op == "griddepcontrol":
         _add(facts.every_pass, f"programmatic dependent launch: `{_show(ins)}` in {where}")
+    elif op == "clusterlaunchcontrol":
+        _add(facts.every_pass, f"clusters: `{_show(ins)}` in {where} (cluster launch control)")
     elif op in _CLUSTER_OPCODES or (op == "barrier" and "cluster" in ins.modifiers[:1]):
-        _add(facts.every_pass, f"clusters: `{_show(ins)}` in {where}")
+        _add(facts.cluster_uses, f"clusters: `{_show(ins)}` in {where}")
     elif any(m == "multicast::cluster" for m in ins.modifiers) or (
             op in ("ld", "st", "atom", "red", "mbarrier") and "shared::cluster" in ins.modifiers):
-        _add(facts.every_pass, f"clusters (distributed shared memory): `{_show(ins)}` in {where}")
+        _add(facts.cluster_uses, f"clusters (distributed shared memory): `{_show(ins)}` in {where}")
     barrier = cta_barrier(ins)
     if barrier is None:
         return
@@ -252,7 +266,10 @@ def _check_special(special: SpecialReg, where: str, in_kernel: bool, facts: Kern
         _add(facts.every_pass, f"grid-wide synchronization: {where} reads {name} (cooperative "
                                "groups' grid workspace), and grid.sync() needs every block resident")
     elif name in _CLUSTER_REGS:
-        _add(facts.every_pass, f"clusters: {where} reads {special}")
+        _add(facts.cluster_uses, f"clusters: {where} reads {special}")
+        if name in _CLUSTER_ID_REGS and not in_kernel:
+            _add(facts.block_index_in_functions, f"{where} reads {special}; only the kernel body's "
+                                                 "cluster index is rewritten")
     elif name == "%gridid":
         _add(facts.every_pass, f"{where} reads %gridid, which differs between the launches "
                                "a sliced or preempted kernel is split into")

@@ -20,6 +20,10 @@ from ..ir import (Block, Instruction, NameAllocator, Register, SpecialReg, Vecto
 CTAID = tuple(SpecialReg("%ctaid", c) for c in "xyz")
 NCTAID = tuple(SpecialReg("%nctaid", c) for c in "xyz")
 BLOCK_INDEX_REGS = frozenset(CTAID + NCTAID)
+CLUSTERID = tuple(SpecialReg("%clusterid", c) for c in "xyz")
+NCLUSTERID = tuple(SpecialReg("%nclusterid", c) for c in "xyz")
+CLUSTER_NCTAID = tuple(SpecialReg("%cluster_nctaid", c) for c in "xyz")
+CLUSTER_INDEX_REGS = frozenset(CLUSTERID + NCLUSTERID)
 
 
 def special_regs_in(ins: Instruction) -> list[SpecialReg]:
@@ -69,6 +73,30 @@ def rebuild_block_index(names: NameAllocator, linear: Register, grid: tuple[Regi
             values[ctaid_z] = names.new_register("b32", "ctaid_z")
             code.append(instr("div.u32", values[ctaid_z], plane, grid[1]))
     return code, values
+
+
+def cluster_index_reads(body: Block) -> set[SpecialReg]:
+    return special_reg_reads(body) & CLUSTER_INDEX_REGS
+
+
+def rebuild_cluster_index(names: NameAllocator, values: dict[SpecialReg, Register],
+                          needed: set[SpecialReg]) -> list[Instruction]:
+    """Code computing the %clusterid / %nclusterid components in `needed` from the original
+    block index and grid already in `values` and the launch's own %cluster_nctaid (a slice is
+    launched with the kernel's clusters): clusterid = ctaid / cluster_nctaid, nclusterid =
+    nctaid / cluster_nctaid. Adds their registers to `values`."""
+    code: list[Instruction] = []
+    for axis, (cid, ncid, ctaid, nctaid, width) in enumerate(zip(CLUSTERID, NCLUSTERID, CTAID, NCTAID,
+                                                                    CLUSTER_NCTAID)):
+        if cid not in needed and ncid not in needed:
+            continue
+        w = names.new_register("b32", f"cluster_nctaid_{'xyz'[axis]}")
+        code.append(instr("mov.u32", w, width))
+        for wanted, source, label in ((cid, ctaid, "clusterid"), (ncid, nctaid, "nclusterid")):
+            if wanted in needed:
+                values[wanted] = names.new_register("b32", f"{label}_{'xyz'[axis]}")
+                code.append(instr("div.u32", values[wanted], values[source], w))
+    return code
 
 
 def replace_special_regs(body: Block, values: dict[SpecialReg, Register]) -> int:

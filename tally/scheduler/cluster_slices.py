@@ -5,9 +5,11 @@ consecutive linear indices starting at a multiple of cx (the grid's x is a multi
 of cx), so slices that start and end on multiples of cx, launched with cluster
 (cx, 1, 1), run exactly the job's clusters, co-scheduled. The blocks of a cluster
 that spans y or z are not consecutive: such a launch runs whole. PTB never applies:
-its workers take blocks one at a time. (A kernel whose code uses clusters, its
-registers, barrier or distributed shared memory, has no variants at all:
-ptx_passes/passes/safety.py.)"""
+its workers take blocks one at a time. A kernel whose code uses its cluster (cluster
+registers, barrier.cluster, mapa, distributed shared memory, multicast copies) is sliced
+the same way: the slicing pass rebuilds %clusterid and %nclusterid, and the rest sees
+the same cluster (ptx_passes/passes/slicing.py); one whose cluster shape is compiled in
+(.reqnctapercluster) has no variants, as the launch does not say its shape."""
 from __future__ import annotations
 
 from ptx_passes.launch_plan import SliceLaunch

@@ -1,5 +1,7 @@
-// Refused by every pass (sm_90): thread-block clusters. Cluster membership follows the
-// hardware block index, which slicing and PTB renumber.
+// Thread-block clusters (sm_90). PTB refuses every kernel using them (its workers take
+// blocks one at a time). Slicing keeps clusters whole (the scheduler cuts launches with
+// (w, 1, 1) clusters on cluster boundaries and rebuilds %clusterid), except where the
+// cluster shape is compiled in, which the scheduler is not told: cluster_exchange.
 
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;

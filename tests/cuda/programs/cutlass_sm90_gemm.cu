@@ -16,7 +16,7 @@
 // Small integers in A, B and C keep every product and sum exact in float, so the result
 // is compared exactly with a float reference computed on the host. Prints
 // "cutlass_sm90_gemm ok M=... N=... K=..." and returns 0, or the first mismatch and 1.
-// Optional arguments M N K (multiples of 256, 128 and 64; defaults 256 128 256: one
+// Optional arguments M N K [runs] (multiples of 256, 128 and 64; defaults 256 128 256: one
 // cluster of two CTAs, four k-tiles through the two pipeline stages, so each stage's
 // full/empty barriers go round twice).
 #include <cstdio>
@@ -130,12 +130,13 @@ const char* status_name(cutlass::Status s) { return cutlassGetStatusString(s); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  int M = kClusterM * kTileM, N = kTileN, K = 4 * kTileK;
-  if (argc == 4) {
+  int M = kClusterM * kTileM, N = kTileN, K = 4 * kTileK, runs = 1;
+  if (argc >= 4) {
     M = atoi(argv[1]);
     N = atoi(argv[2]);
     K = atoi(argv[3]);
   }
+  if (argc >= 5) runs = atoi(argv[4]);   // the same GEMM again (D does not change)
   if (M <= 0 || N <= 0 || K <= 0 || M % (kClusterM * kTileM) || N % kTileN || K % kTileK) {
     printf("bad sizes M=%d N=%d K=%d\n", M, N, K);
     return 1;
@@ -194,11 +195,13 @@ int main(int argc, char** argv) {
            cudaGetErrorName(cudaGetLastError()));
     return 1;
   }
-  st = gemm.run();
-  if (st != cutlass::Status::kSuccess) {
-    printf("gemm.run failed: %d %s (last CUDA error %s)\n", int(st), status_name(st),
-           cudaGetErrorName(cudaGetLastError()));
-    return 1;
+  for (int r = 0; r < runs; ++r) {
+    st = gemm.run();
+    if (st != cutlass::Status::kSuccess) {
+      printf("gemm.run failed: %d %s (last CUDA error %s)\n", int(st), status_name(st),
+             cudaGetErrorName(cudaGetLastError()));
+      return 1;
+    }
   }
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
