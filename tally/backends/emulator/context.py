@@ -186,7 +186,7 @@ class FunctionLowering:
         self.label_scopes: list[dict[str, str]] = []
         self.labels: dict[str, int] = {}
         self.label_fixups: list[tuple[int, str]] = []
-        self.labels_opened: list[int] = []
+        self._label_blocks = 0          # nested blocks that declared labels so far (keys' suffix)
         self.jump_table_fixups: list[tuple[int, tuple[str, ...]]] = []
         self.ins: ir.Instruction | None = None
         self._carry_slot: int | None = None
@@ -250,9 +250,10 @@ class FunctionLowering:
 
     def open_label_scope(self, names: list[str]) -> None:
         """Labels a block declares (called before lowering the block)."""
-        depth = len(self.label_scopes)
-        self.label_scopes.append({n: n if depth == 0 else f"{n}#{depth}.{len(self.labels_opened)}" for n in names})
-        self.labels_opened.append(depth)
+        nested = bool(self.label_scopes)     # the function's own block keeps the plain names
+        if nested and names:
+            self._label_blocks += 1
+        self.label_scopes.append({n: f"{n}#{self._label_blocks}" if nested else n for n in names})
 
     def label_key(self, name: str) -> str:
         """The key of the label `name` as seen from where lowering is (innermost scope first)."""
