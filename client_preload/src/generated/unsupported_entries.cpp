@@ -373,14 +373,6 @@ CUresult tally_entry_cuGraphKernelNodeSetAttribute_v11000(CUgraphNode hNode, CUk
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
 }
-CUresult tally_entry_cuGraphNodeSetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeSetEnabled", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphNodeGetEnabled_v11060(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeGetEnabled", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuGraphNodeSetParams_v12020(CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");

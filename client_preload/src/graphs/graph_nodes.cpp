@@ -322,7 +322,7 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
   // The server's copy takes the new launch (launches sent before keep the old one);
   // where it cannot, the client replays the updated graph from now on.
-  if (!update_kernel_on_server(e->server_graph.load(), static_cast<uint32_t>(at->second), k))
+  if (!update_kernel_on_server(e->server_graph.load(), static_cast<uint32_t>(at->second), k, entry.enabled))
     forget_on_server(e->server_graph.exchange(0));
   return CUDA_SUCCESS;
 }

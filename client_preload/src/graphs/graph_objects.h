@@ -118,12 +118,15 @@ struct ExecNode {
   CopyNodeShape copy;
   MemsetNodeShape memset;
   const GraphAllocation* allocation = nullptr;   // memory nodes: what they allocate or free
+  bool enabled = true;                // cuGraphNodeSetEnabled: a disabled node runs as an empty one
   std::shared_ptr<const std::vector<ExecNode>> child;  // child-graph nodes: the child's nodes
 };
 
 struct GraphExecObject {
   std::atomic<ObjectTag> tag{ObjectTag::kGraphExec};
   std::shared_ptr<const ReplayList> ops;  // swapped whole by updates; a launch replays the list it loaded
+  // Which of `ops` belong to disabled nodes (cuGraphNodeSetEnabled; null: none), swapped whole too.
+  std::shared_ptr<const std::vector<bool>> skipped;
   // The server's copy (server_graphs.h; 0: none): launches go there until an update
   // drops it, after which the client replays `ops`.
   std::atomic<uint64_t> server_graph{0};

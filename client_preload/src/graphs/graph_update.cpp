@@ -7,6 +7,11 @@
 // changes shape. A kernel node may change function (the driver allows it within a
 // context, and a job has one). The updated graph runs from its next launch; a
 // launch already issued keeps what it had.
+//
+// cuGraphNodeSetEnabled / GetEnabled: a kernel, memset or memcpy node of an
+// instantiated graph is disabled (it runs as an empty node) or enabled again from
+// the next launch; the client skips its operations, the server's copy is defined
+// again with the node's flag. An exec update keeps each node's flag.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -81,6 +86,15 @@ UpdateOutcome compare(const std::vector<ExecNode>& was, const std::vector<ExecNo
   return UpdateOutcome{};
 }
 
+// The operations of disabled nodes (null: none), for the exec's current ops. Call with e->mutex held.
+std::shared_ptr<const std::vector<bool>> skipped_ops(const GraphExecObject* e, size_t op_count) {
+  if (std::all_of(e->nodes.begin(), e->nodes.end(), [](const ExecNode& n) { return n.enabled; })) return nullptr;
+  auto skipped = std::make_shared<std::vector<bool>>(op_count, false);
+  for (const ExecNode& n : e->nodes)
+    for (size_t i = n.first_op; !n.enabled && i < n.first_op + n.op_count && i < op_count; ++i) (*skipped)[i] = true;
+  return skipped;
+}
+
 CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) {
   outcome->result = CU_GRAPH_EXEC_UPDATE_ERROR;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
@@ -96,11 +110,13 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   // The server's copy becomes the new graph (read from its nodes, before the exec's
   // entries are pointed back at the nodes it was instantiated from); where it cannot
   // keep it, the client replays the updated graph from now on.
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].enabled = e->nodes[i].enabled;   // disabled stay disabled
   if (!redefine_on_server(nodes, e->server_graph.load())) forget_on_server(e->server_graph.exchange(0));
   // Node-level calls on the exec keep naming the nodes it was instantiated from.
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
   collect_graph_memory(g, e);
+  std::atomic_store(&e->skipped, skipped_ops(e, ops->size()));
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(ops)));
   // The exec now holds the new graph's user objects, and lets go of the old
   // graph's once the launches that ran it are done.
@@ -111,10 +127,45 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   return CUDA_SUCCESS;
 }
 
+CUresult set_enabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned isEnabled) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  GraphNode* node = as_graph_node(hNode);
+  if (e == nullptr || node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(e->mutex);
+  auto at = e->index.find(node);
+  if (at == e->index.end()) return CUDA_ERROR_INVALID_VALUE;   // not a node of the instantiated graph
+  ExecNode& entry = e->nodes[at->second];
+  if (entry.type != CU_GRAPH_NODE_TYPE_KERNEL && entry.type != CU_GRAPH_NODE_TYPE_MEMSET &&
+      entry.type != CU_GRAPH_NODE_TYPE_MEMCPY)
+    return CUDA_ERROR_INVALID_VALUE;
+  const bool enabled = isEnabled != 0;
+  if (entry.enabled == enabled) return CUDA_SUCCESS;
+  entry.enabled = enabled;
+  std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
+  std::atomic_store(&e->skipped, skipped_ops(e, ops == nullptr ? 0 : ops->size()));
+  if (!redefine_on_server(e->nodes, e->server_graph.load())) forget_on_server(e->server_graph.exchange(0));
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 }  // namespace tally::client
 
 using namespace tally::client;
+
+TALLY_ENTRY(cuGraphNodeSetEnabled_v11060)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
+  return set_enabled(hGraphExec, hNode, isEnabled);
+}
+TALLY_ENTRY(cuGraphNodeGetEnabled_v11060)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int* isEnabled) {
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  GraphNode* node = as_graph_node(hNode);
+  if (e == nullptr || node == nullptr || isEnabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(e->mutex);
+  auto at = e->index.find(node);
+  if (at == e->index.end()) return CUDA_ERROR_INVALID_VALUE;
+  *isEnabled = e->nodes[at->second].enabled ? 1 : 0;
+  return CUDA_SUCCESS;
+}
 
 TALLY_ENTRY(cuGraphExecUpdate_v12000)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo* resultInfo) {
   if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -70,9 +70,11 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
   if (CUresult rc = begin_graph_memory(e); rc != CUDA_SUCCESS) return rc;
   if (uint64_t kept = e->server_graph.load(); kept != 0) return launch_on_server(kept, id);   // one message
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
+  std::shared_ptr<const std::vector<bool>> skipped = std::atomic_load(&e->skipped);
   if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (const Replay& op : *ops) {
-    if (CUresult rc = op(id); rc != CUDA_SUCCESS) return rc;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    if (skipped != nullptr && i < skipped->size() && (*skipped)[i]) continue;   // a disabled node's
+    if (CUresult rc = (*ops)[i](id); rc != CUDA_SUCCESS) return rc;
   }
   return CUDA_SUCCESS;
 }

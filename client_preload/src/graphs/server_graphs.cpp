@@ -36,13 +36,13 @@ void append(std::vector<uint8_t>* out, const T& value) {
 // A kernel node's record and parameters; false for one the server does not keep
 // (cooperative launches and launches given a cluster keep the client's path: the
 // record has no room for LaunchKernel's flags and cluster).
-bool append_kernel(const KernelNodeLaunch& k, CUfunction function, std::vector<uint8_t>* tail) {
+bool append_kernel(const KernelNodeLaunch& k, CUfunction function, bool enabled, std::vector<uint8_t>* tail) {
   const FunctionObject* fn = as_function(function);
   if (fn == nullptr || k.cooperative || k.function != function) return false;
   if (k.cluster[0] != 0 || k.cluster[1] != 0 || k.cluster[2] != 0) return false;
   NodeRecord r{};
   r.type = 1;
-  r.enabled = 1;
+  r.enabled = enabled ? 1 : 0;
   r.function = fn->id;
   std::memcpy(r.grid, k.grid, sizeof r.grid);
   std::memcpy(r.block, k.block, sizeof r.block);
@@ -62,12 +62,12 @@ struct MemsetRecord {
 static_assert(sizeof(MemsetRecord) == 24, "a graph memset's parameters are 24 bytes");
 
 // A 1-D memset node (or a 2-D one whose rows touch); false for another.
-bool append_memset(const MemsetNodeShape& m, std::vector<uint8_t>* tail) {
+bool append_memset(const MemsetNodeShape& m, bool enabled, std::vector<uint8_t>* tail) {
   const size_t height = m.height == 0 ? 1 : m.height;
   if (height > 1 && m.pitch != m.width * m.element_size) return false;
   NodeRecord r{};
   r.type = 2;
-  r.enabled = 1;
+  r.enabled = enabled ? 1 : 0;
   r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
   r.param_bytes = sizeof(MemsetRecord);
   append(tail, r);
@@ -79,9 +79,9 @@ bool append_memset(const MemsetNodeShape& m, std::vector<uint8_t>* tail) {
 bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* edges) {
   for (const ExecNode& n : nodes) {
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      if (!append_kernel(n.source->kernel, n.function, tail)) return false;
+      if (!append_kernel(n.source->kernel, n.function, n.enabled, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
-      if (!append_memset(n.memset, tail)) return false;
+      if (!append_memset(n.memset, n.enabled, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
                n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch
@@ -147,10 +147,10 @@ bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id) {
   return send_define(nodes, id, &kept) == CUDA_SUCCESS && kept;
 }
 
-bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k) {
+bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k, bool enabled) {
   if (id == 0) return false;
   std::vector<uint8_t> tail;
-  if (!append_kernel(k, k.function, &tail)) return false;
+  if (!append_kernel(k, k.function, enabled, &tail)) return false;
   protocol::GraphNodeUpdateMsg msg{};
   msg.graph = id;
   msg.node = index;

@@ -23,7 +23,7 @@ CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id);
 // when the server cannot keep the result or refused it: the caller then forgets
 // the server's copy and the client replays the graph itself.
 bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id);
-bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k);
+bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k, bool enabled);
 
 // The server forgets graph `id` (0: nothing to forget).
 void forget_on_server(uint64_t id);
