@@ -401,3 +401,17 @@ def test_wrong_operand_count_is_an_unsupported_instruction(backend, stream):
     module = backend.module_load(ModuleSource(original=text.encode(), ptx=text))
     error = _launch_fails(backend, module, stream, "spin_forever", block=(32, 1, 1))
     assert error.code == CUDA_ERROR_ILLEGAL_INSTRUCTION and "shl.b32" in error.message
+
+
+def test_a_kernel_may_touch_the_rest_of_its_allocations_granule(backend, faults, vector_add, stream):
+    """As on a GPU, where allocations are 256-byte granules: a store a few elements past the
+    end of a 64-byte allocation (numba's own tests do it) lands in the granule's padding; the
+    first byte of the next granule is an illegal address."""
+    out = backend.mem_alloc(64)
+    backend.launch(backend.module_function(faults, "store_index"), (1, 1, 1), (1, 1, 1), 0, stream,
+                   struct.pack("<QI", out, 63))       # bytes 252..255
+    backend.stream_synchronize(stream)
+    error = _launch_fails(backend, faults, stream, "store_index", block=(1, 1, 1), params=struct.pack("<QI", out, 64))
+    assert error.code == CUDA_ERROR_ILLEGAL_ADDRESS and f"0x{out + 256:x}" in error.message
+    backend.mem_free(out)
+    _vector_add_works(backend, vector_add, stream)

@@ -15,7 +15,7 @@ std::string hex(uint64_t v) {
 
 uint8_t* Exec::global_slow(uint64_t addr, uint32_t n, int lane) {
   DeviceMemory::Range r;
-  if (!launch->mem.find(addr, r)) {
+  if (!launch->mem.find(addr, r, true)) {
     std::string where = "no live allocation there";
     if (addr - kSharedWindow < 3 * kWindowSize) where = "a generic shared/local/param window address used as global";
     fault(kIllegalAddress, "illegal address " + hex(addr) + " (" + std::to_string(n) + "-byte global access: " +

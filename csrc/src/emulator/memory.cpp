@@ -212,16 +212,22 @@ void DeviceMemory::end_use() {
   graveyard_maps_.clear();
 }
 
-bool DeviceMemory::find(uint64_t addr, Range& out) const {
+bool DeviceMemory::find(uint64_t addr, Range& out, bool whole_granules) const {
   std::shared_lock guard(lock_);
   auto it = allocations_.upper_bound(addr);
   if (it == allocations_.begin()) return false;
   --it;
   const Allocation& a = it->second;
-  if (addr >= it->first + a.size) return false;
+  // A kernel may touch the rest of an allocation's 256-byte granule (backed, and never
+  // another allocation's), as a GPU lets it: programs that read a few elements past
+  // the end of a small array run there without a fault. Past the granule it faults;
+  // copies and memsets the job asks for keep to the size it allocated.
+  const bool granule = whole_granules && !a.reservation && !a.shared;
+  const uint64_t granule_end = it->first + (granule ? align_up(a.size, kAlignment) : a.size);
+  if (addr >= granule_end) return false;
   if (!a.reservation) {
     out.base = it->first;
-    out.end = it->first + a.size;
+    out.end = granule_end;
     out.host = a.host;
     return true;
   }

@@ -53,8 +53,9 @@ class DeviceMemory {
     uint64_t end = 0;
     uint8_t* host = nullptr;
   };
-  // The live allocation containing `addr`; false if none.
-  bool find(uint64_t addr, Range& out) const;
+  // The live allocation containing `addr`; false if none. With `whole_granules` (a
+  // kernel's access) an allocation's range runs to the end of its last 256-byte granule.
+  bool find(uint64_t addr, Range& out, bool whole_granules = false) const;
 
   // Host pointer of [addr, addr + n) if it lies inside one live allocation,
   // else MemoryError(CUDA_ERROR_INVALID_VALUE) naming `what`. Only valid while a
