@@ -155,36 +155,55 @@ inline MatrixCoord mma_c_coord(int lane, uint32_t i) {
   return {g + 8 * ((i % 4) / 2), 8 * (i / 4) + 2 * q + i % 2};
 }
 
-// Accumulator tile of `rows` x `cols`: doubles for floating-point forms, 64-bit
-// integers for integer ones (one of the two is used).
-struct Accumulator {
+// A `rows` x `cols` row-major matrix of an instruction (A, B or the accumulator):
+// doubles for floating-point forms, 64-bit integers for integer ones (one is used).
+struct MmaMatrix {
   uint32_t rows = 0, cols = 0;
   bool integer = false;
   std::vector<double> f;
   std::vector<int64_t> i;
-  Accumulator(uint32_t r, uint32_t c, bool is_int) : rows(r), cols(c), integer(is_int) {
+  MmaMatrix(uint32_t r, uint32_t c, bool is_int) : rows(r), cols(c), integer(is_int) {
     if (is_int) i.assign(static_cast<size_t>(r) * c, 0); else f.assign(static_cast<size_t>(r) * c, 0.0);
+  }
+  // Element (r, c) from its raw bits in type t; `scale` (wgmma's -1) applies to floats.
+  void set(uint32_t r, uint32_t c, MmaType t, uint64_t raw, double scale = 1.0) {
+    size_t at = static_cast<size_t>(r) * cols + c;
+    if (integer) i[at] = mma_int(t, raw); else f[at] = scale * mma_float(t, raw);
   }
 };
 
-// Reads the accumulator fragment of `count` elements from registers `regs`
-// (row offset `row0`) of every lane into `acc`.
-inline void mma_read_c(Exec& e, const uint32_t* regs, MmaType t, uint32_t count, uint32_t row0, Accumulator& acc) {
+// Reads `nregs` registers of an A or B fragment (elements of type t, `coord` one of
+// mma_a_coord / mma_b_coord) of every lane into `into`.
+template <class Coord>
+void mma_read_fragment(Exec& e, const uint32_t* regs, uint32_t nregs, MmaType t, Coord coord, MmaMatrix& into,
+                       double scale = 1.0) {
+  const uint32_t per = mma_per_register(t);
+  for (uint32_t r = 0; r < nregs; ++r) {
+    const uint64_t* reg = e.lanes(regs[r]);
+    for (int lane = 0; lane < kWarpSize; ++lane)
+      for (uint32_t j = 0; j < per; ++j) {
+        MatrixCoord at = coord(lane, r, j, per);
+        into.set(at.row, at.col, t, mma_field(reg[lane], mma_bits(t), j), scale);
+      }
+  }
+}
+
+// Reads the accumulator fragment of `count` elements from registers `regs` of every
+// lane into `acc`.
+inline void mma_read_c(Exec& e, const uint32_t* regs, MmaType t, uint32_t count, MmaMatrix& acc) {
   const uint32_t per = t == MmaType::kF16 ? 2 : 1;
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t* reg = e.lanes(regs[i / per]);
     for (int lane = 0; lane < kWarpSize; ++lane) {
       MatrixCoord at = mma_c_coord(lane, i);
-      size_t index = static_cast<size_t>(at.row + row0) * acc.cols + at.col;
-      uint64_t raw = mma_field(reg[lane], per == 2 ? 16 : mma_bits(t), i % per);
-      if (acc.integer) acc.i[index] = mma_int(MmaType::kS32, raw); else acc.f[index] = mma_float(t, raw);
+      acc.set(at.row, at.col, t, mma_field(reg[lane], per == 2 ? 16 : mma_bits(t), i % per));
     }
   }
 }
 
-// Writes `acc` back as the destination fragment (type t, row offset row0).
-inline void mma_write_d(Exec& e, const uint32_t* regs, MmaType t, uint32_t count, uint32_t row0,
-                        const Accumulator& acc, bool satfinite) {
+// Writes `acc` back as the destination fragment (type t).
+inline void mma_write_d(Exec& e, const uint32_t* regs, MmaType t, uint32_t count, const MmaMatrix& acc,
+                        bool satfinite) {
   const uint32_t per = t == MmaType::kF16 ? 2 : 1;
   for (uint32_t r = 0; r < count / per; ++r) {
     uint64_t values[kWarpSize] = {};
@@ -192,7 +211,7 @@ inline void mma_write_d(Exec& e, const uint32_t* regs, MmaType t, uint32_t count
       uint32_t i = r * per + h;
       for (int lane = 0; lane < kWarpSize; ++lane) {
         MatrixCoord at = mma_c_coord(lane, i);
-        size_t index = static_cast<size_t>(at.row + row0) * acc.cols + at.col;
+        size_t index = static_cast<size_t>(at.row) * acc.cols + at.col;
         uint64_t raw = acc.integer ? mma_encode_int(acc.i[index], satfinite) : mma_encode_float(t, acc.f[index]);
         values[lane] |= raw << (16 * h);
       }
@@ -203,19 +222,19 @@ inline void mma_write_d(Exec& e, const uint32_t* regs, MmaType t, uint32_t count
   }
 }
 
-// acc (M x N) += a (M x K, row major) * b (K x N, row major), in K order.
-inline void mma_accumulate(Accumulator& acc, const std::vector<double>& af, const std::vector<double>& bf,
-                           const std::vector<int64_t>& ai, const std::vector<int64_t>& bi, uint32_t k) {
+// acc (M x N) += a (M x K) * b (K x N), each sum in K order.
+inline void mma_accumulate(MmaMatrix& acc, const MmaMatrix& a, const MmaMatrix& b) {
+  const uint32_t k = a.cols;
   for (uint32_t r = 0; r < acc.rows; ++r) {
     for (uint32_t c = 0; c < acc.cols; ++c) {
       size_t at = static_cast<size_t>(r) * acc.cols + c;
       if (acc.integer) {
         int64_t sum = 0;
-        for (uint32_t x = 0; x < k; ++x) sum += ai[r * k + x] * bi[static_cast<size_t>(x) * acc.cols + c];
+        for (uint32_t x = 0; x < k; ++x) sum += a.i[r * k + x] * b.i[static_cast<size_t>(x) * acc.cols + c];
         acc.i[at] += sum;
       } else {
         double sum = 0;
-        for (uint32_t x = 0; x < k; ++x) sum += af[r * k + x] * bf[static_cast<size_t>(x) * acc.cols + c];
+        for (uint32_t x = 0; x < k; ++x) sum += a.f[r * k + x] * b.f[static_cast<size_t>(x) * acc.cols + c];
         acc.f[at] += sum;
       }
     }

@@ -31,37 +31,12 @@ EMU_HANDLER(h_mma_sync) {
   const uint32_t* c = b + nb;
 
   const bool integer = mma_integer(s.a);
-  std::vector<double> af, bf;
-  std::vector<int64_t> ai, bi;
-  (integer ? ai.assign(s.m * s.k, 0) : af.assign(s.m * s.k, 0.0));
-  (integer ? bi.assign(s.k * s.n, 0) : bf.assign(s.k * s.n, 0.0));
-  const uint32_t pa = mma_per_register(s.a), pb = mma_per_register(s.b);
-  for (uint32_t r = 0; r < na; ++r) {
-    const uint64_t* reg = e.lanes(a[r]);
-    for (int lane = 0; lane < kWarpSize; ++lane) {
-      for (uint32_t j = 0; j < pa; ++j) {
-        MatrixCoord at = mma_a_coord(lane, r, j, pa);
-        uint64_t raw = mma_field(reg[lane], mma_bits(s.a), j);
-        size_t index = static_cast<size_t>(at.row) * s.k + at.col;
-        if (integer) ai[index] = mma_int(s.a, raw); else af[index] = mma_float(s.a, raw);
-      }
-    }
-  }
-  for (uint32_t r = 0; r < nb; ++r) {
-    const uint64_t* reg = e.lanes(b[r]);
-    for (int lane = 0; lane < kWarpSize; ++lane) {
-      for (uint32_t j = 0; j < pb; ++j) {
-        MatrixCoord at = mma_b_coord(lane, r, j, pb);
-        uint64_t raw = mma_field(reg[lane], mma_bits(s.b), j);
-        size_t index = static_cast<size_t>(at.row) * s.n + at.col;
-        if (integer) bi[index] = mma_int(s.b, raw); else bf[index] = mma_float(s.b, raw);
-      }
-    }
-  }
-  Accumulator acc(s.m, s.n, integer);
-  mma_read_c(e, c, s.c, c_count, 0, acc);
-  mma_accumulate(acc, af, bf, ai, bi, s.k);
-  mma_write_d(e, d, s.d, c_count, 0, acc, s.satfinite);
+  MmaMatrix ma(s.m, s.k, integer), mb(s.k, s.n, integer), acc(s.m, s.n, integer);
+  mma_read_fragment(e, a, na, s.a, mma_a_coord, ma);
+  mma_read_fragment(e, b, nb, s.b, mma_b_coord, mb);
+  mma_read_c(e, c, s.c, c_count, acc);
+  mma_accumulate(acc, ma, mb);
+  mma_write_d(e, d, s.d, c_count, acc, s.satfinite);
 }
 
 const HandlerRegistrar registrar{{"mma.sync", HandlerInfo{h_mma_sync, Control::kWarpSync}}};

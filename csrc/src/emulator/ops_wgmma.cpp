@@ -96,39 +96,19 @@ EMU_HANDLER(h_wgmma) {
   const int lead = 0;  // every lane is here; descriptors and scale-d are uniform
 
   const bool integer = mma_integer(s.a);
-  std::vector<double> af, bf;
-  std::vector<int64_t> ai, bi;
-  (integer ? ai.assign(rows * s.k, 0) : af.assign(rows * s.k, 0.0));
-  (integer ? bi.assign(s.k * s.n, 0) : bf.assign(s.k * s.n, 0.0));
   const double sa = s.negate_a ? -1.0 : 1.0, sb = s.negate_b ? -1.0 : 1.0;
-  auto put_a = [&](uint32_t r, uint32_t x, uint64_t raw) {
-    size_t i = static_cast<size_t>(r) * s.k + x;
-    if (integer) ai[i] = mma_int(s.a, raw); else af[i] = sa * mma_float(s.a, raw);
-  };
+  MmaMatrix ma(rows, s.k, integer), mb(s.k, s.n, integer), acc(rows, s.n, integer);
   if (s.a_registers) {
-    const uint32_t pa = mma_per_register(s.a);
-    for (uint32_t r = 0; r < 4; ++r) {
-      const uint64_t* reg = e.lanes(a[r]);
-      for (int lane = 0; lane < kWarpSize; ++lane)
-        for (uint32_t j = 0; j < pa; ++j) {
-          MatrixCoord at = mma_a_coord(lane, r, j, pa);
-          put_a(at.row, at.col, mma_field(reg[lane], mma_bits(s.a), j));
-        }
-    }
+    mma_read_fragment(e, a, 4, s.a, mma_a_coord, ma, sa);
   } else {
-    SharedMatrix sm = SharedMatrix::of(e.lanes(a[0])[lead]);
-    read_shared(e, sm, s.a, s.transpose_a, rows, s.k, row0, put_a);
+    read_shared(e, SharedMatrix::of(e.lanes(a[0])[lead]), s.a, s.transpose_a, rows, s.k, row0,
+                [&](uint32_t r, uint32_t x, uint64_t raw) { ma.set(r, x, s.a, raw, sa); });
   }
-  SharedMatrix smb = SharedMatrix::of(e.lanes(b_slot)[lead]);
-  read_shared(e, smb, s.b, s.transpose_b, s.n, s.k, 0, [&](uint32_t n, uint32_t x, uint64_t raw) {
-    size_t i = static_cast<size_t>(x) * s.n + n;
-    if (integer) bi[i] = mma_int(s.b, raw); else bf[i] = sb * mma_float(s.b, raw);
-  });
-
-  Accumulator acc(rows, s.n, integer);
-  if (e.lanes(scale_d)[lead] & 1) mma_read_c(e, d, s.d, c_count, 0, acc);
-  mma_accumulate(acc, af, bf, ai, bi, s.k);
-  mma_write_d(e, d, s.d, c_count, 0, acc, s.satfinite);
+  read_shared(e, SharedMatrix::of(e.lanes(b_slot)[lead]), s.b, s.transpose_b, s.n, s.k, 0,
+              [&](uint32_t n, uint32_t x, uint64_t raw) { mb.set(x, n, s.b, raw, sb); });
+  if (e.lanes(scale_d)[lead] & 1) mma_read_c(e, d, s.d, c_count, acc);
+  mma_accumulate(acc, ma, mb);
+  mma_write_d(e, d, s.d, c_count, acc, s.satfinite);
 }
 
 // fence, commit_group, wait_group: the work they order is done at the issue.
