@@ -63,6 +63,10 @@ class Fp8:
         best = min(self.finite, key=lambda c: (abs(self.finite[c] - a), c & 1))
         return sign | best
 
+    def encode_array(self, values: np.ndarray) -> np.ndarray:
+        """encode_satfinite of every element, as uint8 codes of the same shape."""
+        return np.array([self.encode_satfinite(float(v)) for v in values.flat], np.uint8).reshape(values.shape)
+
     def to_half_bits(self, code: int, relu: bool = False) -> int:
         v = self.decode(code)
         if v is None:

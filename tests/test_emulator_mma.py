@@ -15,6 +15,7 @@ import struct
 
 import numpy as np
 import pytest
+from narrow_float_reference import E4M3, E5M2
 from ptx_corpus import compile_source_ptx
 
 from tally.backends.base import ModuleSource
@@ -189,23 +190,6 @@ def run(device, kernel: str, inputs: list[np.ndarray], out: np.ndarray) -> np.nd
     return out
 
 
-def _fp8_e4m3(values: np.ndarray) -> np.ndarray:
-    """Encodings of small integers (|v| <= 8) in e4m3: exact by construction."""
-    out = np.zeros(values.shape, np.uint8)
-    for index, v in np.ndenumerate(values):
-        if v == 0:
-            continue
-        e = int(np.floor(np.log2(abs(v))))
-        mantissa = int(abs(v) / 2.0 ** e * 8) - 8
-        out[index] = (0x80 if v < 0 else 0) | ((e + 7) << 3) | mantissa
-    return out
-
-
-def _fp8_e5m2(values: np.ndarray) -> np.ndarray:
-    """e5m2 is the top byte of an f16."""
-    return (values.astype(np.float16).view(np.uint16) >> 8).astype(np.uint8)
-
-
 def _f32_bits(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float32).view(np.uint32)
 
@@ -310,7 +294,7 @@ def test_fp8_e4m3_times_e5m2(device):
     rng = np.random.default_rng(8)
     a, b = rng.integers(-4, 5, (16, 32)), rng.integers(-4, 5, (32, 8))
     c = rng.integers(-50, 50, (16, 8))
-    out = run(device, "e4m3e5m2_m16n8k32", [_fp8_e4m3(a), _fp8_e5m2(b), _f32_bits(c)], np.zeros((16, 8), np.uint32))
+    out = run(device, "e4m3e5m2_m16n8k32", [E4M3.encode_array(a), E5M2.encode_array(b), _f32_bits(c)], np.zeros((16, 8), np.uint32))
     assert out.view(np.float32).astype(np.int64).tolist() == (a @ b + c).tolist()
 
 
