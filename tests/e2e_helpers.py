@@ -133,6 +133,37 @@ def run_job(socket: Path, program: Path, *args, timeout: float = 120, priority: 
     return Job(r.returncode, r.stdout, r.stderr)
 
 
+@dataclass
+class BesideInference:
+    best_effort: str       # the best-effort job's stdout and stderr, together
+    scheduler: dict        # the server's scheduler counters once both jobs ended
+    log: str               # the server's log
+
+
+def best_effort_beside_inference(nvcc: str, tmp_path: Path, be_transform: str, program: Path, *args,
+                                 timeout: float = 300) -> BesideInference:
+    """`program args` at best effort next to the demo's inference job (high priority), on an
+    emulator server of its own run with --be-transform; the best-effort job and the inference
+    job must both exit 0, and the inference job print "results correct"."""
+    from tally.bench.demo import compile_example
+    inference = compile_example(nvcc, "inference", tmp_path)
+    server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", be_transform))
+
+    def start(priority: str, *argv) -> subprocess.Popen:
+        return subprocess.Popen(job_command(server.socket_path, *argv, priority=priority), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=job_env())
+    try:
+        be = start("best-effort", program, *args)
+        hp = start("high", inference, 100)
+        hp_out, _ = hp.communicate(timeout=timeout)
+        be_out, _ = be.communicate(timeout=timeout)
+        assert hp.returncode == 0 and "results correct" in hp_out, hp_out
+        assert be.returncode == 0, be_out
+        return BesideInference(be_out, query_status(server.socket_path)["server"]["scheduler"], server.log())
+    finally:
+        server.stop()
+
+
 def start_job(socket: Path, program: Path, *args, priority: str | None = None,
               sm_percent: float | None = None) -> subprocess.Popen:
     return subprocess.Popen(job_command(socket, program, *args, priority=priority, sm_percent=sm_percent),

@@ -7,12 +7,9 @@ descriptors, swizzles, barriers and cluster code are NVIDIA's, not tally's, so a
 exact result checks the emulator's Hopper path against code neither side wrote."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from cutlass_headers import cutlass_include_dir
-from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import best_effort_beside_inference, build_cuda, emulator_server, run_job  # noqa: F401
 
 
 def build(nvcc, *defines: str):
@@ -43,26 +40,8 @@ def test_cutlass_gemm_best_effort_next_to_a_high_priority_job(nvcc, tmp_path, ge
     """Best effort beside the demo's inference job, with slicing on: the cluster kernel
     (multicast, remote mbarrier arrives, cluster barriers) is sliced on cluster boundaries
     and stays exact, and the high-priority job's results are exact too."""
-    from server_harness import ServerProcess
-    from tally.bench.demo import compile_example
-    from tally.cli.server_main import query_status
-
-    inference = compile_example(nvcc, "inference", tmp_path)
-    server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", "slice"))
-
-    def start(priority, *argv):
-        return subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
-                                 "--priority", priority, "--", *map(str, argv)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        be = start("best-effort", gemm, 1024, 256, 192, 20)   # 16 CTAs: more than the 8 SMs
-        hp = start("high", inference, 100)
-        hp_out, _ = hp.communicate(timeout=600)
-        be_out, _ = be.communicate(timeout=600)
-        assert hp.returncode == 0 and "results correct" in hp_out, hp_out
-        assert be.returncode == 0 and "cutlass_sm90_gemm ok" in be_out, be_out
-        scheduler = query_status(server.socket_path)["server"]["scheduler"]
-        # sliced on cluster boundaries, each slice launched with the 2-CTA clusters
-        assert scheduler["kernels_sliced"] > 0 and scheduler["slice_launches"] > 0, scheduler
-    finally:
-        server.stop()
+    # 1024 x 256 x 192: 16 CTAs, more than the emulator's 8 SMs; 20 runs of it
+    run = best_effort_beside_inference(nvcc, tmp_path, "slice", gemm, 1024, 256, 192, 20, timeout=600)
+    assert "cutlass_sm90_gemm ok" in run.best_effort, run.best_effort
+    # sliced on cluster boundaries, each slice launched with the 2-CTA clusters
+    assert run.scheduler["kernels_sliced"] > 0 and run.scheduler["slice_launches"] > 0, run.scheduler

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import best_effort_beside_inference, build_cuda, emulator_server, run_job  # noqa: F401
 
 ROWS, COLS = 40, 48
 CUDA_ERROR_INVALID_VALUE = 1
@@ -103,33 +103,11 @@ def test_a_warp_specialized_tma_kernel_best_effort_next_to_a_high_priority_job(n
     computes whole. PTB refuses it (its consumers' warp shuffles follow a branch that the
     producer warp leaves by another way), so under --be-transform ptb it runs whole with
     the reason in the server's log, and is still exact."""
-    import subprocess
-    import sys
-
-    from server_harness import ServerProcess
-    from tally.bench.demo import compile_example
-    from tally.cli.server_main import query_status
-
     pipeline = build_cuda(nvcc, "tma_pipeline.cu", flags=("-gencode", "arch=compute_90a,code=compute_90a"))
-    inference = compile_example(nvcc, "inference", tmp_path)
-    server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", mode))
-
-    def start(priority, *argv):
-        return subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
-                                 "--priority", priority, "--", *map(str, argv)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        be = start("best-effort", pipeline, 150)
-        hp = start("high", inference, 100)
-        hp_out, _ = hp.communicate(timeout=300)
-        be_out, _ = be.communicate(timeout=300)
-        assert hp.returncode == 0 and "results correct" in hp_out, hp_out
-        assert be.returncode == 0 and "results correct" in be_out, be_out
-        scheduler = query_status(server.socket_path)["server"]["scheduler"]
-        if mode == "slice":
-            assert scheduler["kernels_sliced"] > 0 and scheduler["slice_launches"] > 0, scheduler
-        else:
-            assert scheduler["kernels_ptb"] == 0 and scheduler["untransformable"] > 0, scheduler
-            assert "row_sums14CUtensorMap_stPff has no ptb variant" in server.log()
-    finally:
-        server.stop()
+    run = best_effort_beside_inference(nvcc, tmp_path, mode, pipeline, 150)
+    assert "results correct" in run.best_effort, run.best_effort
+    if mode == "slice":
+        assert run.scheduler["kernels_sliced"] > 0 and run.scheduler["slice_launches"] > 0, run.scheduler
+    else:
+        assert run.scheduler["kernels_ptb"] == 0 and run.scheduler["untransformable"] > 0, run.scheduler
+        assert "row_sums14CUtensorMap_stPff has no ptb variant" in run.log

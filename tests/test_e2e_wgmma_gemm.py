@@ -6,11 +6,8 @@ and best effort next to a high-priority job: sliced, or whole with the reason lo
 where PTB cannot apply (the producer warpgroup returns early)."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import best_effort_beside_inference, build_cuda, emulator_server, run_job  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -30,29 +27,10 @@ def test_gemm_refuses_a_bad_size_before_any_cuda_call(emulator_server, gemm):
 
 @pytest.mark.parametrize("mode", ["slice", "ptb"])
 def test_gemm_best_effort_next_to_a_high_priority_job(nvcc, tmp_path, gemm, mode):
-    from server_harness import ServerProcess
-    from tally.bench.demo import compile_example
-    from tally.cli.server_main import query_status
-
-    inference = compile_example(nvcc, "inference", tmp_path)
-    server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", mode))
-
-    def start(priority, *argv):
-        return subprocess.Popen([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
-                                 "--priority", priority, "--", *map(str, argv)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        be = start("best-effort", gemm, 4, 1024)
-        hp = start("high", inference, 100)
-        hp_out, _ = hp.communicate(timeout=300)
-        be_out, _ = be.communicate(timeout=300)
-        assert hp.returncode == 0 and "results correct" in hp_out, hp_out
-        assert be.returncode == 0 and "gemm correct" in be_out, be_out
-        scheduler = query_status(server.socket_path)["server"]["scheduler"]
-        if mode == "slice":
-            assert scheduler["kernels_sliced"] > 0 and scheduler["slice_launches"] > 0, scheduler
-        else:
-            assert scheduler["kernels_ptb"] == 0 and scheduler["untransformable"] > 0, scheduler
-            assert "gemm14CUtensorMap_stS_Pf has no ptb variant" in server.log()
-    finally:
-        server.stop()
+    run = best_effort_beside_inference(nvcc, tmp_path, mode, gemm, 4, 1024)
+    assert "gemm correct" in run.best_effort, run.best_effort
+    if mode == "slice":
+        assert run.scheduler["kernels_sliced"] > 0 and run.scheduler["slice_launches"] > 0, run.scheduler
+    else:
+        assert run.scheduler["kernels_ptb"] == 0 and run.scheduler["untransformable"] > 0, run.scheduler
+        assert "gemm14CUtensorMap_stS_Pf has no ptb variant" in run.log
