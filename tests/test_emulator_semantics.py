@@ -606,19 +606,26 @@ $L_store:
 """
 
 
-def test_indexed_branch_jump_table(ptxas, tmp_path):
-    path = tmp_path / "jump_table.ptx"
-    path.write_text(JUMP_TABLE_PTX)
-    result = subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "j.cubin")],
+def run_hand_written(ptxas, tmp_path, ptx: str, arch: str, kernel: str, block: int, output: np.ndarray) -> np.ndarray:
+    """Hand-written PTX that ptxas must accept, run on an emulator of its own (one block of
+    `block` threads, `output` its only parameter); returns what the kernel left in `output`."""
+    path = tmp_path / f"{kernel}.ptx"
+    path.write_text(ptx)
+    result = subprocess.run([ptxas, f"-arch={arch}", str(path), "-o", str(tmp_path / f"{kernel}.cubin")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    backend = EmulatorBackend(printf_to_stdout=False)
+    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
     try:
-        module = backend.module_load(ModuleSource(original=JUMP_TABLE_PTX.encode(), ptx=JUMP_TABLE_PTX))
-        (out,), _ = run((backend, module), "jump_table", (1, 1, 1), (64, 1, 1), [], [np.zeros(64, np.int32)])
-        np.testing.assert_array_equal(out, [100 * (t % 3 + 1) + t for t in range(64)])
+        module = backend.module_load(ModuleSource(original=ptx.encode(), ptx=ptx))
+        (out,), _ = run((backend, module), kernel, (1, 1, 1), (block, 1, 1), [], [output])
+        return out
     finally:
         backend.close()
+
+
+def test_indexed_branch_jump_table(ptxas, tmp_path):
+    out = run_hand_written(ptxas, tmp_path, JUMP_TABLE_PTX, "sm_80", "jump_table", 64, np.zeros(64, np.int32))
+    np.testing.assert_array_equal(out, [100 * (t % 3 + 1) + t for t in range(64)])
 
 
 def test_async_copies_and_integer_dot_products(device):
@@ -710,18 +717,9 @@ DONE:
 
 
 def test_labels_are_scoped_to_their_block(ptxas, tmp_path):
-    path = tmp_path / "scoped_labels.ptx"
-    path.write_text(SCOPED_LABELS_PTX)
-    result = subprocess.run([ptxas, "-arch=sm_80", str(path), "-o", str(tmp_path / "s.cubin")],
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr   # the same names in sibling blocks are legal PTX
-    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
-    try:
-        module = backend.module_load(ModuleSource(original=SCOPED_LABELS_PTX.encode(), ptx=SCOPED_LABELS_PTX))
-        (out,), _ = run((backend, module), "scoped_labels", (1, 1, 1), (32, 1, 1), [], [np.zeros(32, np.int32)])
-        np.testing.assert_array_equal(out, [3 + 50 + t for t in range(32)])
-    finally:
-        backend.close()
+    # ptxas accepts it: the same names in sibling blocks are legal PTX
+    out = run_hand_written(ptxas, tmp_path, SCOPED_LABELS_PTX, "sm_80", "scoped_labels", 32, np.zeros(32, np.int32))
+    np.testing.assert_array_equal(out, [3 + 50 + t for t in range(32)])
 
 
 # An mbarrier whose bytes landed (complete_tx) and whose arrival came before the
@@ -756,16 +754,6 @@ EXPECT_AFTER_LANDING_PTX = r""".version 8.0
 
 
 def test_expect_tx_after_the_bytes_landed_completes_the_phase(ptxas, tmp_path):
-    path = tmp_path / "expect_after.ptx"
-    path.write_text(EXPECT_AFTER_LANDING_PTX)
-    result = subprocess.run([ptxas, "-arch=sm_90", str(path), "-o", str(tmp_path / "e.cubin")],
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=60)
-    try:
-        module = backend.module_load(ModuleSource(original=EXPECT_AFTER_LANDING_PTX.encode(),
-                                                  ptx=EXPECT_AFTER_LANDING_PTX))
-        (out,), _ = run((backend, module), "expect_after_landing", (1, 1, 1), (1, 1, 1), [], [np.zeros(2, np.int32)])
-        assert out.tolist() == [1, 0]   # not complete while bytes were owed; complete once announced
-    finally:
-        backend.close()
+    out = run_hand_written(ptxas, tmp_path, EXPECT_AFTER_LANDING_PTX, "sm_90", "expect_after_landing", 1,
+                           np.zeros(2, np.int32))
+    assert out.tolist() == [1, 0]   # not complete while bytes were owed; complete once announced
