@@ -21,7 +21,7 @@ struct Registry {
   std::mutex mutex;
   std::unordered_map<CUdeviceptr, std::weak_ptr<GraphAllocation>> by_address;
   uint64_t reserved = 0, reserved_high = 0;   // bytes of every allocation that exists
-  uint64_t used_high = 0;                     // highest sum of live allocations seen
+  uint64_t used = 0, used_high = 0;           // bytes of the live ones (set_live keeps it)
 };
 
 Registry& registry() {
@@ -29,11 +29,16 @@ Registry& registry() {
   return *r;
 }
 
-uint64_t used_bytes_locked(Registry& r) {
-  uint64_t used = 0;
-  for (auto& [address, weak] : r.by_address)
-    if (auto a = weak.lock(); a != nullptr && a->live.load()) used += a->bytes;
-  return used;
+// Marks `a` live or freed; returns whether it was live.
+bool set_live(GraphAllocation& a, bool live) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const bool was = a.live.exchange(live);
+  if (was != live) {
+    r.used = live ? r.used + a.bytes : r.used - a.bytes;
+    r.used_high = std::max(r.used_high, r.used);
+  }
+  return was;
 }
 
 CUresult check_params(const CUDA_MEM_ALLOC_NODE_PARAMS& p) {
@@ -90,6 +95,7 @@ GraphAllocation::~GraphAllocation() {
     std::lock_guard<std::mutex> lock(r.mutex);
     r.by_address.erase(dptr);
     r.reserved -= bytes;
+    if (live.load()) r.used -= bytes;
   }
   if (free_device_memory(dptr) != CUDA_SUCCESS)
     log_error("graph memory at 0x%llx (%zu bytes) could not be given back", static_cast<unsigned long long>(dptr),
@@ -125,7 +131,7 @@ std::shared_ptr<GraphAllocation> find_graph_allocation(CUdeviceptr dptr) {
 bool free_graph_allocation(CUdeviceptr dptr, CUresult* rc) {
   std::shared_ptr<GraphAllocation> a = find_graph_allocation(dptr);
   if (a == nullptr) return false;
-  if (!a->live.exchange(false)) {
+  if (!set_live(*a, false)) {
     log_error("free of graph memory 0x%llx that is not allocated now (freed already, or its graph has not run) "
               "(CUDA_ERROR_INVALID_VALUE)", static_cast<unsigned long long>(dptr));
     *rc = CUDA_ERROR_INVALID_VALUE;
@@ -197,11 +203,8 @@ CUresult begin_graph_memory(GraphExecObject* exec) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
-  for (const auto& a : exec->allocates) a->live.store(true);
-  for (const auto& f : exec->frees) f->live.store(false);
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.used_high = std::max(r.used_high, used_bytes_locked(r));
+  for (const auto& a : exec->allocates) set_live(*a, true);
+  for (const auto& f : exec->frees) set_live(*f, false);
   return CUDA_SUCCESS;
 }
 
@@ -247,8 +250,8 @@ TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_att
   std::lock_guard<std::mutex> lock(r.mutex);
   auto* out = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *out = used_bytes_locked(r); return CUDA_SUCCESS;
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *out = std::max(r.used_high, used_bytes_locked(r)); return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *out = r.used; return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *out = std::max(r.used_high, r.used); return CUDA_SUCCESS;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *out = r.reserved; return CUDA_SUCCESS;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *out = r.reserved_high; return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
