@@ -12,8 +12,8 @@ real driver's JIT, ptxas). Symbols follow PTX's linking directives:
 * `.extern` declarations (and bodiless `.visible`/`.weak` function prototypes)
   are references: each must resolve to a global definition in some input, or
   name one of PTX's system calls (vprintf, malloc, free, __assertfail), which
-  the device provides. An unresolved reference is an error naming the symbol
-  and the input that uses it.
+  the device provides, or the driver's cudaGraphSetConditional. An unresolved
+  reference is an error naming the symbol and the input that uses it.
 * Symbols without a linking directive are local to their input. When two inputs
   use the same local name (or a local name equals a global one), the later
   input's symbol is renamed, so nothing is captured by accident.
@@ -50,8 +50,10 @@ from .parser import parse_module
 from .printer import print_module
 from .reachability import reachable_items
 
-# Functions the device itself provides (PTX ISA, "System calls"); they stay external.
-SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+# Functions the device itself provides (PTX ISA, "System calls"), and the driver's
+# cudaGraphSetConditional (which tally's server defines: passes/graph_conditions.py);
+# they stay external.
+SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail", "cudaGraphSetConditional"})
 # ptxas treats every function named with this prefix as a system call of the driver
 # (libcudadevrt's cooperative-groups functions call __cuda_syscall_CGS_*).
 SYSTEM_CALL_PREFIX = "__cuda_syscall"

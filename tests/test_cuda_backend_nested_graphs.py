@@ -58,3 +58,14 @@ def test_memset_nodes_are_the_drivers_too(nvcc, cuda_server):
     assert job.ints("replays_ok", "nodes") == [1, 5]
     assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
     assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_conditional_nodes_through_the_cuda_backend(nvcc, cuda_server, priority):
+    # the cuda backend JIT-compiles the module with tally's cudaGraphSetConditional
+    # (its driver, tally's libcuda, takes the PTX) and the client's conditional
+    # replays read the values through it
+    from test_e2e_graph_conditional import REPLAYS, check_conditional_job
+    program = build_cuda(nvcc, "graph_conditional.cu")
+    job = run_job(cuda_server.socket, program, str(REPLAYS), priority=priority, timeout=300)
+    check_conditional_job(job)

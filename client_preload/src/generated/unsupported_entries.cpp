@@ -197,10 +197,6 @@ CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_at
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuPointerSetAttribute", "not yet: setting pointer attributes (SYNC_MEMOPS)");
 }
-CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
@@ -380,10 +376,6 @@ CUresult tally_entry_cuGraphNodeSetParams_v12020(CUgraphNode hNode, CUgraphNodeP
 CUresult tally_entry_cuGraphExecNodeSetParams_v12020(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphConditionalHandleCreate_v12030(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphConditionalHandleCreate", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuTexRefSetArray_v2000(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;
@@ -652,10 +644,6 @@ CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000(const CUexternalSema
 CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
-}
-CUresult tally_entry_cuStreamBeginCaptureToGraph_v12030(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamBeginCaptureToGraph", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
   static tally::client::OnceFlag logged;

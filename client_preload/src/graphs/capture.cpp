@@ -24,6 +24,7 @@ struct Capture {
   uint64_t origin = 0;  // the stream that began it; only it may end it
   bool invalidated = false;
   GraphObject* graph = nullptr;  // what cuStreamGetCaptureInfo names, and cuStreamEndCapture returns
+  bool owns_graph = true;        // false: the job's graph (cuStreamBeginCaptureToGraph)
   // Per stream in the capture: the nodes its next operation depends on.
   std::unordered_map<uint64_t, std::vector<GraphNode*>> tips;
   // Per event recorded in it (not since re-recorded elsewhere): the tips of its stream then.
@@ -153,6 +154,11 @@ bool captured_stream_wait(uint64_t stream, const EventObject* handle, CUresult* 
 }
 
 CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode) {
+  return begin_capture_to_graph(stream, nullptr, {}, mode);
+}
+
+CUresult begin_capture_to_graph(uint64_t stream, GraphObject* graph, const std::vector<GraphNode*>& after,
+                                CUstreamCaptureMode mode) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
     return CUDA_ERROR_INVALID_VALUE;
@@ -160,12 +166,17 @@ CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode) {
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
   if (all.of_stream(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (graph != nullptr) {
+    bool idle = false;
+    if (!graph->capturing.compare_exchange_strong(idle, true)) return CUDA_ERROR_ILLEGAL_STATE;  // captured already
+  }
   auto capture = std::make_shared<Capture>();
   capture->id = all.next_id++;
   capture->origin = stream;
-  capture->graph = new GraphObject();
+  capture->owns_graph = graph == nullptr;
+  capture->graph = graph != nullptr ? graph : new GraphObject();
   capture->graph->capturing.store(true);
-  capture->tips[stream];
+  capture->tips[stream] = after;
   all.by_stream[stream] = capture;
   g_active.fetch_add(1, std::memory_order_release);
   return CUDA_SUCCESS;
@@ -181,7 +192,11 @@ CUresult end_capture(uint64_t stream, GraphObject** graph) {
   for (const auto& [e, tips] : capture->event_tips) all.by_event.erase(e);
   g_active.fetch_sub(1, std::memory_order_release);
   if (capture->invalidated) {
-    destroy_graph(capture->graph);
+    if (capture->owns_graph) {
+      destroy_graph(capture->graph);
+    } else {
+      capture->graph->capturing.store(false, std::memory_order_release);   // the job's graph stays its own
+    }
     *graph = nullptr;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }

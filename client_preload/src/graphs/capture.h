@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "driver_headers.h"
 #include "graphs/graph_objects.h"
@@ -63,8 +64,12 @@ bool captured_stream_wait(uint64_t stream, const EventObject* event, CUresult* r
 // replays (and copy or memset shape) as the stream operation it stands for.
 CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue, GraphNode* into);
 
-// Capture control, for the entry points in graphs.cpp.
+// Capture control, for the entry points in graphs.cpp. begin_capture_to_graph
+// (cuStreamBeginCaptureToGraph) adds to the job's `graph` instead of a new one,
+// the first operation after the nodes `after`; end_capture then returns `graph`.
 CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode);
+CUresult begin_capture_to_graph(uint64_t stream, GraphObject* graph, const std::vector<GraphNode*>& after,
+                                CUstreamCaptureMode mode);
 CUresult end_capture(uint64_t stream, GraphObject** graph);
 struct CaptureInfo {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

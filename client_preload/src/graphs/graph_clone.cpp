@@ -7,6 +7,7 @@
 
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
+#include "graphs/conditional_nodes.h"
 #include "graphs/graph_nodes.h"
 
 namespace tally::client {
@@ -61,7 +62,12 @@ void destroy_graph(GraphObject* graph) {
       node->kernel = KernelNodeLaunch();
       node->allocation.reset();   // instantiations keep their own reference
       if (node->child != nullptr) destroy_graph(node->child);
+      if (node->conditional != nullptr) {
+        for (GraphObject* body : node->conditional->bodies) destroy_graph(body);
+        node->conditional.reset();
+      }
     }
+    graph->conditions.clear();   // their values go once no instantiation runs them
   }
   // The graph itself runs nothing (its instantiations hold their own references).
   graph->user_objects->release_all();
@@ -76,6 +82,7 @@ TALLY_ENTRY(cuGraphClone_v10000)(CUgraph* phGraphClone, CUgraph originalGraph) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   GraphObject* g = as_graph(originalGraph);
   if (g == nullptr || g->capturing.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
+  if (has_conditional_nodes(g)) return CUDA_ERROR_INVALID_VALUE;   // CUDA clones no graph with conditionals
   *phGraphClone = handle_of(clone_graph(g));
   return CUDA_SUCCESS;
 }

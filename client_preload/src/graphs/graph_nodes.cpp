@@ -6,8 +6,9 @@
 // A node holds the replays its stream operation would have recorded in a capture
 // (capture.h: record_on_private_stream issues the operation on a stream only the
 // client knows, so every check of the direct call applies and nothing is sent).
-// Conditional and external-semaphore nodes stay unsupported; batch-memop nodes'
-// own entry points are batch_mem_op_nodes.cpp, memory nodes' memory_nodes.cpp.
+// External-semaphore nodes stay unsupported; batch-memop nodes' own entry points
+// are batch_mem_op_nodes.cpp, memory nodes' memory_nodes.cpp, conditional nodes'
+// conditional_nodes.cpp.
 #include "graphs/graph_nodes.h"
 #include "graphs/server_graphs.h"
 
@@ -18,6 +19,7 @@
 #include <queue>
 
 #include "graphs/capture.h"
+#include "graphs/conditional_nodes.h"
 #include "graphs/memory_nodes.h"
 #include "connection/connection.h"
 #include "contexts/contexts.h"
@@ -185,6 +187,7 @@ CUresult add_child(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, siz
   GraphObject* c = as_graph(child);
   if (c == nullptr || c == as_graph(graph) || c->capturing.load(std::memory_order_acquire))
     return CUDA_ERROR_INVALID_VALUE;
+  if (has_conditional_nodes(c)) return CUDA_ERROR_INVALID_VALUE;   // CUDA takes no such child
   return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, [&](GraphNode* node) {
     // The node runs a copy of the child as it is now (CUDA clones it); later changes to the child do not count.
     node->child = clone_graph(c);
@@ -220,8 +223,10 @@ CUresult add_generic(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
       return add_memory_node(out, graph, deps, n, p);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return add_conditional_node(out, graph, deps, n, p);
     default:
-      return CUDA_ERROR_NOT_SUPPORTED;  // conditional, semaphores
+      return CUDA_ERROR_NOT_SUPPORTED;  // external semaphores
   }
 }
 
@@ -366,6 +371,7 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
     if (waiting[i] == 0) ready.push(i);
   ops->clear();
   first_op->clear();
+  assign_condition_defaults(graph, ops);
   size_t placed = 0;
   while (!ready.empty()) {
     const size_t i = ready.top();
@@ -377,6 +383,10 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
       std::unordered_map<const GraphNode*, size_t> unused;
       if (CUresult rc = order_graph(child, &child_ops, &unused); rc != CUDA_SUCCESS) return rc;
       ops->insert(ops->end(), child_ops.begin(), child_ops.end());
+    } else if (nodes[i]->conditional != nullptr) {  // runs its bodies as they are now
+      Replay chosen;
+      if (CUresult rc = conditional_replay(nodes[i], &chosen); rc != CUDA_SUCCESS) return rc;
+      ops->push_back(std::move(chosen));
     } else {
       ops->insert(ops->end(), nodes[i]->ops.begin(), nodes[i]->ops.end());
     }

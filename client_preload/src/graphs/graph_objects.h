@@ -66,6 +66,8 @@ struct MemsetNodeShape {
 
 struct GraphObject;
 struct GraphAllocation;   // memory_nodes.h
+struct ConditionValue;    // conditional_nodes.h
+struct ConditionalNode;
 
 struct GraphNode {
   std::atomic<ObjectTag> tag{ObjectTag::kGraphNode};
@@ -85,6 +87,7 @@ struct GraphNode {
   CUcontext mem_op_context = nullptr;              // and context, as given
   // Memory-allocation nodes: the allocation they make; memory-free nodes: the one they free.
   std::shared_ptr<GraphAllocation> allocation;
+  std::shared_ptr<ConditionalNode> conditional;   // conditional nodes: handle, type, bodies
   const GraphNode* original = nullptr; // in a clone: the node it was copied from
 };
 
@@ -97,6 +100,8 @@ struct GraphObject {
   std::mutex mutex;
   std::vector<GraphNode*> nodes;       // in the order they were added
   const GraphObject* cloned_from = nullptr;
+  // The conditional handles made for it (cuGraphConditionalHandleCreate), under `mutex`.
+  std::vector<std::shared_ptr<ConditionValue>> conditions;
   // cuGraphRetainUserObject's references (released when the graph is destroyed)
   const std::shared_ptr<UserObjectRefs> user_objects = std::make_shared<UserObjectRefs>();
 

@@ -21,6 +21,25 @@ CUresult begin(CUstream stream, CUstreamCaptureMode mode, bool per_thread) {
   return begin_capture(id, mode);
 }
 
+CUresult begin_to_graph(CUstream stream, CUgraph graph, const CUgraphNode* deps, size_t n,
+                        CUstreamCaptureMode mode, bool per_thread) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphObject* g = as_graph(graph);
+  if (g == nullptr || (n > 0 && deps == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<GraphNode*> after;
+  {
+    std::lock_guard<std::mutex> lock(g->mutex);
+    for (size_t i = 0; i < n; ++i) {
+      GraphNode* d = as_graph_node(deps[i]);
+      if (d == nullptr || d->graph != g) return CUDA_ERROR_INVALID_VALUE;
+      after.push_back(d);
+    }
+  }
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  return begin_capture_to_graph(id, g, after, mode);
+}
+
 CUresult end(CUstream stream, CUgraph* graph, bool per_thread) {
   if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
@@ -102,6 +121,20 @@ TALLY_ENTRY(cuStreamBeginCapture_v10010)(CUstream hStream, CUstreamCaptureMode m
 }
 TALLY_ENTRY(cuStreamBeginCapture_v10010_ptsz)(CUstream hStream, CUstreamCaptureMode mode) {
   return begin(hStream, mode, true);
+}
+// Edge data only refines programmatic launches: every edge is a full dependency here.
+TALLY_ENTRY(cuStreamBeginCaptureToGraph_v12030)(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                                                const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                                CUstreamCaptureMode mode) {
+  (void)dependencyData;
+  return begin_to_graph(hStream, hGraph, dependencies, numDependencies, mode, false);
+}
+TALLY_ENTRY(cuStreamBeginCaptureToGraph_v12030_ptsz)(CUstream hStream, CUgraph hGraph,
+                                                     const CUgraphNode* dependencies,
+                                                     const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                                     CUstreamCaptureMode mode) {
+  (void)dependencyData;
+  return begin_to_graph(hStream, hGraph, dependencies, numDependencies, mode, true);
 }
 TALLY_ENTRY(cuStreamEndCapture_v10000)(CUstream hStream, CUgraph* phGraph) { return end(hStream, phGraph, false); }
 TALLY_ENTRY(cuStreamEndCapture_v10000_ptsz)(CUstream hStream, CUgraph* phGraph) {

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from ptx_passes.variants import VariantsResult
 from tally.scheduler.variants import PTBVariant, SlicedVariant
 from tally.server.client.code_choice import module_source, module_source_with_record
+from tally.server.client.graph_conditions import with_own_set_conditional
 from tally.backends.base import KernelParam, ModuleSource
 from tally.protocol.errors import (
     CUDA_ERROR_INVALID_HANDLE,
@@ -141,7 +142,12 @@ class ModuleRegistry:
             self._ids = itertools.count(next_id)
 
     def _source(self, image: bytes, jit_record: bytes = b"") -> tuple[ModuleSource, str]:
-        """The module's source and where its PTX came from ("image", "jit", "none")."""
+        """The module's source and where its PTX came from ("image", "jit", "none"),
+        with tally's cudaGraphSetConditional where its kernels set graph conditions."""
+        source, origin = self._chosen_source(image, jit_record)
+        return with_own_set_conditional(source, self.backend.traits.runs_cubins), origin
+
+    def _chosen_source(self, image: bytes, jit_record: bytes) -> tuple[ModuleSource, str]:
         device, runs_cubins = self.backend.describe(), self.backend.traits.runs_cubins
         try:
             if not jit_record:
