@@ -48,14 +48,14 @@ def test_replays_are_the_drivers_graph_launches(nvcc, cuda_server, priority):
         assert forwarded(cuda_server, "GraphLaunch") == launches_before
 
 
-def test_memset_nodes_are_the_drivers_too(nvcc, cuda_server):
-    # the nested server builds its CUgraphExec with cuGraphAddMemsetNode as well
+def test_memset_and_copy_nodes_are_the_drivers_too(nvcc, cuda_server):
+    # the nested server builds its CUgraphExec with cuGraphAddMemsetNode and cuGraphAddMemcpyNode as well
     program = build_cuda(nvcc, "graph_memset_replay.cu")
     before = cuda_server.status()["server"]["scheduler"]["graph_launches"]
     launches_before = forwarded(cuda_server, "GraphLaunch")
     job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("replays_ok", "nodes") == [1, 5]
+    assert job.ints("replays_ok", "nodes") == [1, 6]
     assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
     assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3
 

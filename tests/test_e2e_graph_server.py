@@ -35,12 +35,12 @@ def test_captured_kernel_graph_replays_from_the_servers_copy(nvcc, emulator_serv
 
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
-def test_a_captured_graph_with_memsets_replays_from_the_servers_copy(nvcc, emulator_server, priority):
+def test_a_captured_graph_with_memsets_and_a_copy_replays_from_the_servers_copy(nvcc, emulator_server, priority):
     program = build_cuda(nvcc, "graph_memset_replay.cu")
     units, nodes = counts(emulator_server)
     job = run_job(emulator_server.socket, program, "4", priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("replays_ok", "nodes") == [1, 5]
+    assert job.ints("replays_ok", "nodes") == [1, 6]
     units_after, nodes_after = counts(emulator_server)
     # four replays, each one unit (high) or its three kernels one by one (best effort)
     assert (units_after - units, nodes_after - nodes) == ((4, 0) if priority == "high" else (0, 4 * 3))

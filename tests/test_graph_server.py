@@ -22,7 +22,7 @@ INVALID_VALUE, INVALID_HANDLE = 1, 400
 LEGACY = 0
 N = 64
 KERNELS = Path(__file__).parent / "cuda" / "graph_server_kernels.cu"
-EMPTY, KERNEL, MEMSET = 0, 1, 2
+EMPTY, KERNEL, MEMSET, MEMCPY = 0, 1, 2, 3
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +226,33 @@ def test_memset_nodes_replay_with_the_kernels_in_edge_order(server, priority):
         assert define(client, 4, [memset(A, N, 0, element_size=3)], [])[1]["status"] == INVALID_VALUE
         assert define(client, 4, [memset(A, 2 * N + 2, 0, element_size=2)], [])[1]["status"] == INVALID_VALUE
         assert define(client, 4, [node(0, struct.pack("<QQ", A, 1), kind=MEMSET)], [])[1]["status"] == INVALID_VALUE
+        assert client.status_of("CtxSynchronize") == 0
+    finally:
+        client.close()
+
+
+def memcpy(dst, src, nbytes) -> bytes:
+    return node(0, struct.pack("<QQQ", dst, src, nbytes), kind=MEMCPY)
+
+
+@pytest.mark.parametrize("priority", [Priority.HIGH, Priority.BEST_EFFORT])
+def test_copy_nodes_replay_with_the_kernels_in_edge_order(server, priority):
+    # memset(A, 7) -> affine(A: 3A + 1) -> B = A -> affine(A: 2A): A is [44] * N, B [22] * N.
+    client = Client(server.socket, priority=priority)
+    try:
+        fa, _ = functions(client)
+        A, B = client.alloc(4 * N), client.alloc(4 * N)
+        nodes = [memset(A, N, 7), affine(fa, A, 3, 1), memcpy(B, A, 4 * N), affine(fa, A, 2, 0)]
+        assert define(client, 5, nodes, [(0, 1), (1, 2), (2, 3)]) == ("Done", {})
+        client.send("GraphLaunch", graph=5, stream=LEGACY)
+        assert client.status_of("CtxSynchronize") == 0
+        assert (ints(client, A), ints(client, B)) == ([44] * N, [22] * N)
+        # A copy reaching outside the job's memory on either side, of no bytes, or of
+        # the wrong record size is refused at instantiate.
+        assert define(client, 6, [memcpy(B, A, 4 * N + 4)], [])[1]["status"] == INVALID_VALUE
+        assert define(client, 6, [memcpy(B + 8, A, 4 * N)], [])[1]["status"] == INVALID_VALUE
+        assert define(client, 6, [memcpy(B, A, 0)], [])[1]["status"] == INVALID_VALUE
+        assert define(client, 6, [node(0, struct.pack("<QQ", B, A), kind=MEMCPY)], [])[1]["status"] == INVALID_VALUE
         assert client.status_of("CtxSynchronize") == 0
     finally:
         client.close()

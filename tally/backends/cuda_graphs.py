@@ -1,6 +1,6 @@
-"""A job's graph as a real CUgraphExec: the server builds it from the job's kernel
-and memset nodes with its own function handles (cuGraphCreate, cuGraphAddMemsetNode,
-cuGraphAddKernelNode with the
+"""A job's graph as a real CUgraphExec: the server builds it from the job's kernel,
+memset and device-to-device memcpy nodes with its own function handles (cuGraphCreate,
+cuGraphAddMemsetNode, cuGraphAddMemcpyNode, cuGraphAddKernelNode with the
 parameter buffer as `extra`, cuGraphInstantiate, which binds cuGraphInstantiateWithFlags)
 and launches each replay with one cuGraphLaunch, so the driver's graph path (one
 submission, no per-kernel launch on the host) is what the job gets.
@@ -19,7 +19,7 @@ from cuda.bindings import driver as cu
 
 from tally.backends.cuda_clusters import allow_cluster
 from tally.backends.cuda_launch_params import LaunchExtra
-from tally.backends.graph_launch import GraphMemset, KernelGraph, StreamOrderedGraphs
+from tally.backends.graph_launch import GraphCopy, GraphMemset, KernelGraph, StreamOrderedGraphs
 
 
 @dataclass(eq=False)
@@ -45,6 +45,10 @@ class CudaGraphs:
                 deps = [nodes[a] for a, b in graph.edges if b == i]
                 if isinstance(k, GraphMemset):
                     nodes.append(check(cu.cuGraphAddMemsetNode(handle, deps, len(deps), _memset_params(k),
+                                                               self._context.handle)))
+                    continue
+                if isinstance(k, GraphCopy):
+                    nodes.append(check(cu.cuGraphAddMemcpyNode(handle, deps, len(deps), _copy_params(k),
                                                                self._context.handle)))
                     continue
                 nodes.append(check(cu.cuGraphAddKernelNode(handle, deps, len(deps), _node_params(k, keep))))
@@ -83,6 +87,14 @@ def _memset_params(m: GraphMemset) -> "cu.CUDA_MEMSET_NODE_PARAMS":
     p.elementSize = m.element_size
     p.width = m.count
     p.height = 1
+    return p
+
+
+def _copy_params(c: GraphCopy) -> "cu.CUDA_MEMCPY3D":
+    p = cu.CUDA_MEMCPY3D()
+    p.srcMemoryType = p.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.dstDevice = c.src, c.dst
+    p.WidthInBytes, p.Height, p.Depth = c.nbytes, 1, 1
     return p
 
 

@@ -1,4 +1,4 @@
-"""Graphs of kernels (and memsets) the backend runs as one launch
+"""Graphs of kernels (and memsets and device-to-device copies) the backend runs as one launch
 (DeviceBackend.graph_create, graph_launch, graph_destroy).
 
 The executor hands a backend a job's CUDA graph once (its kernels and memsets, and
@@ -41,11 +41,23 @@ class GraphMemset:
 
 
 @dataclass(frozen=True, eq=False)
+class GraphCopy:
+    """One memcpy node of a graph: `nbytes` bytes from device address `src` to `dst`."""
+
+    dst: int
+    src: int
+    nbytes: int
+
+
+GraphNode = GraphKernel | GraphMemset | GraphCopy
+
+
+@dataclass(frozen=True, eq=False)
 class KernelGraph:
     """A graph as the backends take it: its nodes in a topological order (each edge
     runs forward in the list) and the edges between them, as indices."""
 
-    nodes: tuple[GraphKernel | GraphMemset, ...]
+    nodes: tuple[GraphNode, ...]
     edges: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -69,6 +81,9 @@ class StreamOrderedGraphs:
         for n in graph.nodes:
             if isinstance(n, GraphMemset):
                 self.memset_async(n.dst, n.value, n.element_size, n.count, stream)
+                continue
+            if isinstance(n, GraphCopy):
+                self.memcpy_dtod_async(n.dst, n.src, n.nbytes, stream)
                 continue
             asked = {} if n.cluster is None else {"cluster": n.cluster}
             self.launch(n.function, n.grid, n.block, n.shared_bytes, stream, n.params, sm_cap=sm_cap, **asked)

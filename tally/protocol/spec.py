@@ -81,7 +81,7 @@ ENUMS = (
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
     Enum("LaunchFlag", "Bits of LaunchKernel.flags.", (("COOPERATIVE", 1),)),
     Enum("GraphNodeType", "GraphNode.type: what a node of a GraphDefine does.",
-         (("EMPTY", 0), ("KERNEL", 1), ("MEMSET", 2))),
+         (("EMPTY", 0), ("KERNEL", 1), ("MEMSET", 2), ("MEMCPY", 3))),
 )
 
 # One node of a GraphDefine/GraphNodeUpdate tail: this header (little-endian), then
@@ -90,9 +90,12 @@ ENUMS = (
 # u64 function (a GetFunction id), u32 grid[3], u32 block[3], u32 shared_bytes,
 # u32 param_bytes. A MEMSET node's "parameters" are GRAPH_MEMSET_FORMAT (a 1-D
 # memset: u64 dst, u64 count of elements, u32 value, u32 element size 1, 2 or 4);
-# its function, grid, block and shared_bytes are 0 or 1 and mean nothing.
+# its function, grid, block and shared_bytes are 0 or 1 and mean nothing; a MEMCPY
+# node's are GRAPH_MEMCPY_FORMAT (a 1-D device-to-device copy: u64 dst, u64 src,
+# u64 bytes), likewise.
 GRAPH_NODE_FORMAT = "<IIQ3I3III"
 GRAPH_MEMSET_FORMAT = "<QQII"
+GRAPH_MEMCPY_FORMAT = "<QQQ"
 
 # ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
 # Handles: device pointers are the server's real addresses. Streams, events and

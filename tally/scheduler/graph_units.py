@@ -19,17 +19,23 @@ import threading
 import weakref
 
 from tally.backends.base import DeviceBackend
-from tally.backends.graph_launch import GraphKernel, GraphMemset, KernelGraph
+from tally.backends.graph_launch import GraphCopy, GraphKernel, GraphMemset, GraphNode, KernelGraph
 from tally.protocol.errors import DeviceError
-from tally.scheduler.ops import Launch, ReplayGraph
+from tally.scheduler.ops import Launch, MemcpyDtoD, Memset, ReplayGraph
 
 log = logging.getLogger(__name__)
 
 
 def kernel_graph(graph: ReplayGraph) -> KernelGraph:
-    return KernelGraph(tuple(GraphKernel(op.function, op.grid, op.block, op.shared_bytes, op.params, op.cluster)
-                             if isinstance(op, Launch) else GraphMemset(op.dst, op.value, op.element_size, op.count)
-                             for op in graph.nodes), graph.edges)
+    return KernelGraph(tuple(_backend_node(op) for op in graph.nodes), graph.edges)
+
+
+def _backend_node(op: Launch | Memset | MemcpyDtoD) -> GraphNode:
+    if isinstance(op, Launch):
+        return GraphKernel(op.function, op.grid, op.block, op.shared_bytes, op.params, op.cluster)
+    if isinstance(op, Memset):
+        return GraphMemset(op.dst, op.value, op.element_size, op.count)
+    return GraphCopy(op.dst, op.src, op.nbytes)
 
 
 class BackendGraphs:

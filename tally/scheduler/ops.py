@@ -128,13 +128,13 @@ class StreamAccessPolicy:
 
 @dataclass(frozen=True, eq=False)
 class ReplayGraph:
-    """A job's CUDA graph as the executor replays it: its enabled kernels and memsets
-    in an order its edges allow, and the edges between them (indices into `nodes`,
+    """A job's CUDA graph as the executor replays it: its enabled kernels, memsets and
+    device-to-device copies in an order its edges allow, and the edges between them (indices into `nodes`,
     each running forward). Never changed once made: an update of the job's graph
     makes a new one, so a replay queued before the update runs the graph it was
     launched as. Checked once, when made (ValueError), so that a replay costs
     nothing per node."""
-    nodes: tuple["Launch | Memset", ...]
+    nodes: tuple["Launch | Memset | MemcpyDtoD", ...]
     edges: tuple[tuple[int, int], ...] = ()
     name: str = "graph"
     max_blocks: int = field(init=False)     # the largest grid of its kernels, in blocks
@@ -144,8 +144,9 @@ class ReplayGraph:
         if not self.nodes:
             raise ValueError("a graph replayed as one unit needs at least one node")
         for node in self.nodes:
-            if not isinstance(node, (Launch, Memset)):
-                raise ValueError(f"a replayed graph's nodes are kernels and memsets, not {type(node).__name__}")
+            if not isinstance(node, (Launch, Memset, MemcpyDtoD)):
+                raise ValueError(f"a replayed graph's nodes are kernels, memsets and copies, not "
+                                 f"{type(node).__name__}")
             validate_op(node)
         for a, b in self.edges:
             if not 0 <= a < b < len(self.nodes):

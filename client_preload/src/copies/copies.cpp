@@ -213,6 +213,8 @@ CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, siz
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
         describe_copy(&node, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE, width, height);
+        node.copy.dst = dst.address, node.copy.src = src.address;
+        node.copy.dst_pitch = dst.pitch, node.copy.src_pitch = src.pitch;
         node.ops.push_back([=](uint64_t s) { return copy_device_to_device(dst, src, width, height, s, true); });
       }))
     return rc;

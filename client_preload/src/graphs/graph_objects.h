@@ -55,6 +55,9 @@ struct CopyNodeShape {
   CUmemorytype from = CU_MEMORYTYPE_DEVICE;
   CUmemorytype to = CU_MEMORYTYPE_DEVICE;
   size_t width = 0, height = 0;
+  // A device-to-device copy's rectangles (what the server's copy of the graph runs).
+  uint64_t dst = 0, src = 0;
+  size_t dst_pitch = 0, src_pitch = 0;
 };
 
 struct MemsetNodeShape {

@@ -75,6 +75,28 @@ bool append_memset(const MemsetNodeShape& m, bool enabled, std::vector<uint8_t>*
   return true;
 }
 
+// GRAPH_MEMCPY_FORMAT in tally/protocol/spec.py.
+struct CopyRecord {
+  uint64_t dst, src, bytes;
+};
+static_assert(sizeof(CopyRecord) == 24, "a graph copy's parameters are 24 bytes");
+
+// A device-to-device memcpy node of one contiguous span (1-D, or rows that touch on
+// both sides); false for another.
+bool append_copy(const CopyNodeShape& c, bool enabled, std::vector<uint8_t>* tail) {
+  if (c.from != CU_MEMORYTYPE_DEVICE || c.to != CU_MEMORYTYPE_DEVICE || c.dst == 0 || c.src == 0) return false;
+  const size_t height = c.height == 0 ? 1 : c.height;
+  if (height > 1 && (c.dst_pitch != c.width || c.src_pitch != c.width)) return false;
+  NodeRecord r{};
+  r.type = 3;
+  r.enabled = enabled ? 1 : 0;
+  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+  r.param_bytes = sizeof(CopyRecord);
+  append(tail, r);
+  append(tail, CopyRecord{c.dst, c.src, c.width * height});
+  return true;
+}
+
 // False when a node is of a kind the server does not keep.
 bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* edges) {
   for (const ExecNode& n : nodes) {
@@ -82,6 +104,8 @@ bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, u
       if (!append_kernel(n.source->kernel, n.function, n.enabled, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
       if (!append_memset(n.memset, n.enabled, tail)) return false;
+    } else if (n.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+      if (!append_copy(n.copy, n.enabled, tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
                n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch

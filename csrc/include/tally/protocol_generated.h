@@ -54,6 +54,7 @@ enum class GraphNodeType : uint32_t {
   EMPTY = 0,
   KERNEL = 1,
   MEMSET = 2,
+  MEMCPY = 3,
 };
 
 enum class MessageKind : uint32_t {

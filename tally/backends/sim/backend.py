@@ -49,7 +49,7 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.backends.clusters import KernelCluster, launch_cluster
-from tally.backends.graph_launch import GraphMemset, KernelGraph
+from tally.backends.graph_launch import GraphCopy, GraphMemset, KernelGraph
 from tally.backends.sim.device import SimDevice
 from tally.backends.sim.loop import SimClock, SimLoop
 from tally.backends.sim.memory import SimMemory
@@ -243,13 +243,16 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
         return graph
 
     def graph_launch(self, graph: KernelGraph, stream: SimStream, sm_cap: int | None = None) -> None:
-        ops = [n if isinstance(n, GraphMemset) else self._kernel_op(n.function, n.grid, n.block, n.params, sm_cap,
-                                                                    n.cluster) for n in graph.nodes]
+        ops = [n if isinstance(n, (GraphMemset, GraphCopy)) else
+               self._kernel_op(n.function, n.grid, n.block, n.params, sm_cap, n.cluster) for n in graph.nodes]
         cost = self.host_launch_us if self.host_graph_launch_us is None else self.host_graph_launch_us
         issued = self._host_call(stream, cost)
         for i, op in enumerate(ops):
             if isinstance(op, GraphMemset):
                 self.memset_async(op.dst, op.value, op.element_size, op.count, stream)
+                continue
+            if isinstance(op, GraphCopy):
+                self.memcpy_dtod_async(op.dst, op.src, op.nbytes, stream)
                 continue
             op.issued_ns = issued
             if i:

@@ -4,7 +4,8 @@ The client sends an instantiated graph once; each replay is then one
 GraphLaunch. Everything a replay needs is checked here, at instantiate, the way
 cuGraphInstantiate would refuse it: a node naming a function the job never
 resolved (CUDA_ERROR_INVALID_HANDLE), parameters of the wrong size, an empty
-grid or block, a memset outside the job's memory or of a bad element size, an
+grid or block, a memset or copy outside the job's memory, a memset of a bad
+element size, an
 edge naming no node, a cycle (CUDA_ERROR_INVALID_VALUE). A replay then only
 walks `order`, so it cannot fail on the graph's shape.
 """
@@ -17,11 +18,12 @@ from typing import Callable
 
 from tally.protocol import GraphNodeType
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
-from tally.protocol.spec import GRAPH_MEMSET_FORMAT, GRAPH_NODE_FORMAT
+from tally.protocol.spec import GRAPH_MEMCPY_FORMAT, GRAPH_MEMSET_FORMAT, GRAPH_NODE_FORMAT
 from tally.scheduler import ops
 
 _NODE = struct.Struct(GRAPH_NODE_FORMAT)
 _MEMSET = struct.Struct(GRAPH_MEMSET_FORMAT)
+_MEMCPY = struct.Struct(GRAPH_MEMCPY_FORMAT)
 _EDGE = struct.Struct("<II")
 
 
@@ -32,11 +34,14 @@ class GraphNode:
     launch: ops.Launch | None       # a kernel node's launch, checked against its function
     function: int = 0               # the job's function id: a replay finds it again (its module may be gone)
     memset: ops.Memset | None = None    # a memset node's, checked against the job's memory
+    copy: ops.MemcpyDtoD | None = None  # a memcpy node's, both sides checked likewise
 
     @property
-    def work(self) -> ops.Launch | ops.Memset | None:
+    def work(self) -> ops.Launch | ops.Memset | ops.MemcpyDtoD | None:
         """What the node does when it is enabled (None: an empty node)."""
-        return self.launch if self.launch is not None else self.memset
+        if self.launch is not None:
+            return self.launch
+        return self.memset if self.memset is not None else self.copy
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class JobGraph:
     edges: tuple[tuple[int, int], ...] = ()
 
     def work(self) -> list[GraphNode]:
-        """The enabled kernel and memset nodes, in an order the edges allow."""
+        """The enabled kernel, memset and memcpy nodes, in an order the edges allow."""
         return [self.nodes[i] for i in self._work_indices()]
 
     def work_edges(self) -> tuple[tuple[int, int], ...]:
@@ -80,7 +85,7 @@ def _pad8(n: int) -> int:
 def parse_node(modules, tail, offset: int, where: str,
                check_range: Callable[[int, int, str], object] | None = None) -> tuple[GraphNode, int]:
     """One GraphNode record at `offset` of `tail`; returns it and the next offset.
-    `check_range(ptr, nbytes, what)` refuses a memset outside the job's memory."""
+    `check_range(ptr, nbytes, what)` refuses a memset or copy outside the job's memory."""
     if offset + _NODE.size > len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: the record is cut short")
     type_, enabled, function, g0, g1, g2, b0, b1, b2, shared, nparams = _NODE.unpack_from(tail, offset)
@@ -92,6 +97,8 @@ def parse_node(modules, tail, offset: int, where: str,
         return GraphNode(type_, bool(enabled), None), end
     if type_ == GraphNodeType.MEMSET:
         return GraphNode(type_, bool(enabled), None, memset=_memset(tail, offset, nparams, where, check_range)), end
+    if type_ == GraphNodeType.MEMCPY:
+        return GraphNode(type_, bool(enabled), None, copy=_memcpy(tail, offset, nparams, where, check_range)), end
     if type_ != GraphNodeType.KERNEL:
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{where}: node type {type_} is not one the server keeps")
     fn = modules.launchable(function)          # CUDA_ERROR_INVALID_HANDLE for a function never resolved
@@ -117,6 +124,19 @@ def _memset(tail, offset: int, nparams: int, where: str, check_range) -> ops.Mem
     if check_range is not None:
         check_range(dst, count * element_size, f"{where}: memset destination")
     return ops.Memset(dst, value, element_size, count)
+
+
+def _memcpy(tail, offset: int, nparams: int, where: str, check_range) -> ops.MemcpyDtoD:
+    if nparams != _MEMCPY.size:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: a memcpy node carries {_MEMCPY.size} parameter "
+                                                    f"bytes, not {nparams}")
+    dst, src, nbytes = _MEMCPY.unpack_from(tail, offset)
+    if nbytes < 1:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: a copy of {nbytes} bytes")
+    if check_range is not None:
+        check_range(dst, nbytes, f"{where}: copy destination")
+        check_range(src, nbytes, f"{where}: copy source")
+    return ops.MemcpyDtoD(dst, src, nbytes)
 
 
 def topological_order(count: int, edges: list[tuple[int, int]]) -> tuple[int, ...]:
@@ -170,6 +190,11 @@ def serialize_graph(graph: JobGraph) -> bytes:
             out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, _MEMSET.size)
             out += _MEMSET.pack(m.dst, m.count, m.value, m.element_size)
             continue
+        if n.copy is not None:
+            c = n.copy
+            out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, _MEMCPY.size)
+            out += _MEMCPY.pack(c.dst, c.src, c.nbytes)
+            continue
         if launch is None:
             out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, 0)
             continue
@@ -193,10 +218,10 @@ class JobGraphs:
 
     def replay(self, graph_id: int, version: int,
                resolve: Callable[[list[GraphNode]], list]) -> ops.ReplayGraph | None:
-        """What the executor runs for one replay of the graph: its kernels and memsets,
+        """What the executor runs for one replay of the graph: its kernels, memsets and copies,
         the kernels with the backend functions `resolve(kernel nodes)` gives (raising
         for one that is gone), and the edges between them; None for a graph with no
-        enabled kernel or memset. The
+        enabled node that does work. The
         same ReplayGraph as last time while neither the graph nor the job's functions
         (their `version`) changed: a replay then costs no work per node, and the
         backend's executable of it is reused."""
@@ -209,7 +234,7 @@ class JobGraphs:
         if not work:
             return None
         functions = iter(resolve([node for node in work if node.launch is not None]))
-        nodes = tuple(node.memset if node.launch is None else replace(node.launch, function=next(functions))
+        nodes = tuple(node.work if node.launch is None else replace(node.launch, function=next(functions))
                       for node in work)
         made = ops.ReplayGraph(nodes, graph.work_edges(), f"graph-{graph_id}")
         with self._lock:
