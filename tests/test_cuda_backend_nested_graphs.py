@@ -69,3 +69,15 @@ def test_conditional_nodes_through_the_cuda_backend(nvcc, cuda_server, priority)
     program = build_cuda(nvcc, "graph_conditional.cu")
     job = run_job(cuda_server.socket, program, str(REPLAYS), priority=priority, timeout=300)
     check_conditional_job(job)
+
+
+def test_child_graphs_are_the_drivers_too(nvcc, cuda_server):
+    # the flattened child graphs become kernel and empty nodes of one CUgraphExec
+    program = build_cuda(nvcc, "graph_child_replay.cu")
+    before = cuda_server.status()["server"]["scheduler"]["graph_launches"]
+    launches_before = forwarded(cuda_server, "GraphLaunch")
+    job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("replays_ok", "nodes") == [1, 3]
+    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
+    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3

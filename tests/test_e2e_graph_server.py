@@ -44,3 +44,16 @@ def test_a_captured_graph_with_memsets_and_a_copy_replays_from_the_servers_copy(
     units_after, nodes_after = counts(emulator_server)
     # four replays, each one unit (high) or its three kernels one by one (best effort)
     assert (units_after - units, nodes_after - nodes) == ((4, 0) if priority == "high" else (0, 4 * 3))
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_child_graphs_replay_from_the_servers_copy(nvcc, emulator_server, priority):
+    # a child graph holding a grandchild, flattened into the server's copy: one unit
+    # per replay at high priority, its five kernels one by one at best effort
+    program = build_cuda(nvcc, "graph_child_replay.cu")
+    units, nodes = counts(emulator_server)
+    job = run_job(emulator_server.socket, program, "3", priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("replays_ok", "nodes") == [1, 3]
+    units_after, nodes_after = counts(emulator_server)
+    assert (units_after - units, nodes_after - nodes) == ((3, 0) if priority == "high" else (0, 3 * 5))

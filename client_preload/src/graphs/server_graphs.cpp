@@ -97,34 +97,78 @@ bool append_copy(const CopyNodeShape& c, bool enabled, std::vector<uint8_t>* tai
   return true;
 }
 
-// False when a node is of a kind the server does not keep.
-bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* edges) {
+void append_empty(std::vector<uint8_t>* tail) {
+  NodeRecord r{};
+  r.enabled = 1;
+  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+  append(tail, r);
+}
+
+// A graph being flattened into GraphDefine's records: node records in `tail`,
+// `count` of them so far, and the edges between them.
+struct FlatGraph {
+  std::vector<uint8_t>* tail;
+  uint32_t count = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> edges;
+};
+
+// Appends `nodes` as records base, base + 1, ... (so the exec's own nodes keep their
+// indices, which GraphNodeUpdate names), then each child graph's nodes after them:
+// a child-graph node's record is an empty node that waits for all of its child's
+// nodes, which wait for an empty node standing for the child's start, which waits
+// for what the child-graph node waits for. False when a node is of a kind the
+// server does not keep.
+bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
+  const uint32_t base = g->count;
+  g->count += static_cast<uint32_t>(nodes.size());
   for (const ExecNode& n : nodes) {
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      if (!append_kernel(n.source->kernel, n.function, n.enabled, tail)) return false;
+      if (!append_kernel(n.source->kernel, n.function, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
-      if (!append_memset(n.memset, n.enabled, tail)) return false;
+      if (!append_memset(n.memset, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
-      if (!append_copy(n.copy, n.enabled, tail)) return false;
+      if (!append_copy(n.copy, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
-               n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+               n.type == CU_GRAPH_NODE_TYPE_MEM_FREE || (n.type == CU_GRAPH_NODE_TYPE_GRAPH && n.child != nullptr)) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch
-      NodeRecord r{};
-      r.enabled = 1;
-      r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-      append(tail, r);
+      append_empty(g->tail);
     } else {
       return false;
     }
   }
-  *edges = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    for (size_t from : nodes[i].depends_on) {
-      append(tail, static_cast<uint32_t>(from));
-      append(tail, static_cast<uint32_t>(i));
-      ++*edges;
+    const uint32_t self = base + static_cast<uint32_t>(i);
+    if (nodes[i].type != CU_GRAPH_NODE_TYPE_GRAPH) {
+      for (size_t from : nodes[i].depends_on) g->edges.emplace_back(base + static_cast<uint32_t>(from), self);
+      continue;
     }
+    const uint32_t start = g->count++;
+    append_empty(g->tail);
+    for (size_t from : nodes[i].depends_on) g->edges.emplace_back(base + static_cast<uint32_t>(from), start);
+    const std::vector<ExecNode>& child = *nodes[i].child;
+    const uint32_t child_base = g->count;
+    if (!flatten(child, g)) return false;
+    for (size_t c = 0; c < child.size(); ++c) {
+      const uint32_t node = child_base + static_cast<uint32_t>(c);
+      if (child[c].depends_on.empty()) g->edges.emplace_back(start, node);
+      g->edges.emplace_back(node, self);
+    }
+    if (child.empty()) g->edges.emplace_back(start, self);
   }
+  return true;
+}
+
+// GraphDefine's tail for `nodes`: *node_count records, then *edge_count edges.
+bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* node_count,
+               uint32_t* edge_count) {
+  FlatGraph g{tail};
+  if (!flatten(nodes, &g)) return false;
+  for (const auto& [from, to] : g.edges) {
+    append(tail, from);
+    append(tail, to);
+  }
+  *node_count = g.count;
+  *edge_count = static_cast<uint32_t>(g.edges.size());
   return tail->size() <= kMaxGraphBytes;
 }
 
@@ -133,11 +177,11 @@ bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, u
 CUresult send_define(const std::vector<ExecNode>& nodes, uint64_t id, bool* kept) {
   *kept = false;
   std::vector<uint8_t> tail;
-  uint32_t edges = 0;
-  if (nodes.empty() || !serialize(nodes, &tail, &edges)) return CUDA_SUCCESS;
+  uint32_t node_count = 0, edges = 0;
+  if (nodes.empty() || !serialize(nodes, &tail, &node_count, &edges)) return CUDA_SUCCESS;
   protocol::GraphDefineMsg msg{};
   msg.graph = id;
-  msg.node_count = static_cast<uint32_t>(nodes.size());
+  msg.node_count = node_count;
   msg.edge_count = edges;
   if (tail.size() <= kInlineRequestBytes) {
     if (CUresult rc = Connection::instance().request_done(msg, tail.data(), static_cast<uint32_t>(tail.size()));

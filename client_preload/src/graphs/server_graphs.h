@@ -1,5 +1,6 @@
 // Instantiated graphs the server keeps (tally/server/client/graphs.py): a graph
-// of kernel, memset (1-D), device-to-device memcpy (1-D) and empty nodes is sent once at instantiate (GraphDefine, through the
+// of kernel, memset (1-D), device-to-device memcpy (1-D), empty and child-graph nodes
+// (flattened) is sent once at instantiate (GraphDefine, through the
 // staging buffer when it is big) and each launch is then one GraphLaunch message;
 // exec updates change the server's copy. Other graphs, and an exec once it is
 // updated, replay their operations from the client as before.
