@@ -1,6 +1,8 @@
 """Conditional graph nodes (tests/cuda/programs/graph_conditional.cu): a WHILE loop
 whose count a kernel decides from device memory that changes between replays, a
-SWITCH choosing one of three bodies (one filled by stream capture into it), an IF with an else body holding a nested WHILE
+SWITCH choosing one of three bodies (one filled by stream capture into it),
+a WHILE added to a graph while it is being captured (cudaStreamGetCaptureInfo,
+cudaStreamUpdateCaptureDependencies), an IF with an else body holding a nested WHILE
 with a handle of its own, and default values assigned at each launch; what CUDA
 refuses (a handle of another graph, a WHILE with two bodies, such a graph as a
 child or cloned) is refused here. Under tally-run on the emulator at both
@@ -22,6 +24,8 @@ def check_conditional_job(job) -> None:
     for r in range(REPLAYS):
         want = 1 + 2 * r
         assert f"replay{r} count={want} chosen={100 * (want % 3 + 1)} flag=2 bumps=3 trace_ok=1" in job.stdout
+    # a WHILE added to a graph under capture, its body captured into: 6 -> 0, then the end mark
+    assert job.ints("captured_while_left", "captured_end") == [0, 40]
     assert job.ints("foreign_handle", "while_of_two", "as_child", "clone") == [CUDA_ERROR_INVALID_VALUE] * 4
 
 

@@ -41,6 +41,8 @@ DEFAULT_SAMPLES = (
     "scalarProd", "deviceQuery", "deviceQueryDrv",
     # cooperative launches: a grid-wide reduction through grid.sync() (~45 s on the emulator)
     "reductionMultiBlockCG",
+    # conditional graph nodes (IF/else, WHILE, SWITCH, capture into bodies)
+    "graphConditionalNodes",
 )
 GENCODE = ("-gencode", "arch=compute_80,code=compute_80")
 NVCC_FLAGS = ("-std=c++17", "--extended-lambda", "-Wno-deprecated-gpu-targets", "-O2")

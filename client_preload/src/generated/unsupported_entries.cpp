@@ -197,14 +197,6 @@ CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_at
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuPointerSetAttribute", "not yet: setting pointer attributes (SYNC_MEMOPS)");
 }
-CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2_ptsz", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuImportExternalMemory_v10000(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 *memHandleDesc) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuImportExternalMemory", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
@@ -644,14 +636,6 @@ CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000(const CUexternalSema
 CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuWaitExternalSemaphoresAsync", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
-}
-CUresult tally_entry_cuStreamUpdateCaptureDependencies_v11030(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuStreamUpdateCaptureDependencies_v12030(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuStreamUpdateCaptureDependencies_v2", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;

@@ -232,6 +232,20 @@ CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue
   return CUDA_SUCCESS;
 }
 
+CUresult update_capture_dependencies(uint64_t stream, const std::vector<GraphNode*>& nodes, bool replace) {
+  Captures& all = Captures::instance();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  std::shared_ptr<Capture> capture = all.of_stream(stream);
+  if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  for (GraphNode* node : nodes)
+    if (node->graph != capture->graph) return CUDA_ERROR_INVALID_VALUE;   // not a node of the capture's graph
+  std::vector<GraphNode*>& tips = capture->tips[stream];
+  if (replace) tips.clear();
+  merge_tips(&tips, nodes);
+  return CUDA_SUCCESS;
+}
+
 CaptureInfo capture_info(uint64_t stream) {
   CaptureInfo info;
   if (g_active.load(std::memory_order_acquire) == 0) return info;
@@ -241,6 +255,7 @@ CaptureInfo capture_info(uint64_t stream) {
     info.status = capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     info.id = capture->id;
     info.graph = capture->graph;
+    info.into_job_graph = !capture->owns_graph;
     const std::vector<GraphNode*>& tips = capture->tips[stream];
     info.dependencies = reinterpret_cast<const CUgraphNode*>(tips.data());
     info.dependency_count = tips.size();

@@ -75,11 +75,16 @@ struct CaptureInfo {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   uint64_t id = 0;
   GraphObject* graph = nullptr;
+  bool into_job_graph = false;   // cuStreamBeginCaptureToGraph's: the graph is the job's own
   // The nodes the stream's next operation will depend on (valid until the stream's
   // next captured operation, as CUDA documents).
   const CUgraphNode* dependencies = nullptr;
   size_t dependency_count = 0;
 };
 CaptureInfo capture_info(uint64_t stream);
+
+// cuStreamUpdateCaptureDependencies: what the stream's next captured operation
+// depends on becomes `nodes` (replace) or gains them.
+CUresult update_capture_dependencies(uint64_t stream, const std::vector<GraphNode*>& nodes, bool replace);
 
 }  // namespace tally::client

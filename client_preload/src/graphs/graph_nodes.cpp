@@ -61,7 +61,7 @@ CUresult copy_launch(const KernelNodeFields& f, KernelNodeLaunch* out) {
     size_t size = 0;
     if (CUresult rc = read_launch_extra(f.extra, &buffer, &size); rc != CUDA_SUCCESS) return rc;
     if (size != fn->param_total) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(k.params.data(), buffer, size);
+    if (size > 0) std::memcpy(k.params.data(), buffer, size);
   } else if (!fn->params.empty()) {
     if (f.kernel_params == nullptr) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < fn->params.size(); ++i)

@@ -40,14 +40,30 @@ CUresult begin_to_graph(CUstream stream, CUgraph graph, const CUgraphNode* deps,
   return begin_capture_to_graph(id, g, after, mode);
 }
 
+CUresult update_dependencies(CUstream stream, CUgraphNode* deps, size_t n, unsigned flags, bool per_thread) {
+  if ((n > 0 && deps == nullptr) ||
+      (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::vector<GraphNode*> nodes;
+  for (size_t i = 0; i < n; ++i) {
+    GraphNode* node = as_graph_node(deps[i]);
+    if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    nodes.push_back(node);
+  }
+  uint64_t id = 0;
+  if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  return update_capture_dependencies(id, nodes, flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+}
+
 CUresult end(CUstream stream, CUgraph* graph, bool per_thread) {
-  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
+  // A capture into the job's own graph may be ended without asking for it back.
+  if (graph == nullptr && !capture_info(id).into_job_graph) return CUDA_ERROR_INVALID_VALUE;
   GraphObject* made = nullptr;
   CUresult rc = end_capture(id, &made);
-  *graph = reinterpret_cast<CUgraph>(made);
+  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(made);
   return rc;
 }
 
@@ -135,6 +151,26 @@ TALLY_ENTRY(cuStreamBeginCaptureToGraph_v12030_ptsz)(CUstream hStream, CUgraph h
                                                      CUstreamCaptureMode mode) {
   (void)dependencyData;
   return begin_to_graph(hStream, hGraph, dependencies, numDependencies, mode, true);
+}
+TALLY_ENTRY(cuStreamUpdateCaptureDependencies_v11030)(CUstream hStream, CUgraphNode* dependencies,
+                                                     size_t numDependencies, unsigned int flags) {
+  return update_dependencies(hStream, dependencies, numDependencies, flags, false);
+}
+TALLY_ENTRY(cuStreamUpdateCaptureDependencies_v11030_ptsz)(CUstream hStream, CUgraphNode* dependencies,
+                                                          size_t numDependencies, unsigned int flags) {
+  return update_dependencies(hStream, dependencies, numDependencies, flags, true);
+}
+TALLY_ENTRY(cuStreamUpdateCaptureDependencies_v12030)(CUstream hStream, CUgraphNode* dependencies,
+                                                     const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                                     unsigned int flags) {
+  (void)dependencyData;
+  return update_dependencies(hStream, dependencies, numDependencies, flags, false);
+}
+TALLY_ENTRY(cuStreamUpdateCaptureDependencies_v12030_ptsz)(CUstream hStream, CUgraphNode* dependencies,
+                                                          const CUgraphEdgeData* dependencyData,
+                                                          size_t numDependencies, unsigned int flags) {
+  (void)dependencyData;
+  return update_dependencies(hStream, dependencies, numDependencies, flags, true);
 }
 TALLY_ENTRY(cuStreamEndCapture_v10000)(CUstream hStream, CUgraph* phGraph) { return end(hStream, phGraph, false); }
 TALLY_ENTRY(cuStreamEndCapture_v10000_ptsz)(CUstream hStream, CUgraph* phGraph) {

@@ -236,6 +236,12 @@ CUresult read_launch_extra(void** extra, const void** buffer, size_t* size) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
+  // No buffer, or an empty one at no address: a launch of a kernel without parameters.
+  if (ptr == nullptr && (bytes == nullptr || *bytes == 0)) {
+    *buffer = nullptr;
+    *size = 0;
+    return CUDA_SUCCESS;
+  }
   if (ptr == nullptr || bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *buffer = ptr;
   *size = *bytes;

@@ -30,6 +30,7 @@ __global__ void arm(cudaGraphConditionalHandle inner) { cudaGraphSetConditional(
 __global__ void bump(cudaGraphConditionalHandle inner, int* bumps) {
   cudaGraphSetConditional(inner, ++*bumps < 3 ? 1 : 0);
 }
+__global__ void countdown(cudaGraphConditionalHandle h, int* n) { cudaGraphSetConditional(h, --*n > 0 ? 1 : 0); }
 
 static cudaError_t add_kernel(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t n,
                               void* fn, void** args) {
@@ -141,6 +142,48 @@ int main(int argc, char** argv) {
     ok &= got_count == want && trace_ok && got_chosen == 100 * (want % 3 + 1) && got_flag == 2 && got_bumps == 3;
   }
   printf("replays_ok=%d\n", ok);
+
+  // A WHILE node added to a graph being captured (cudaStreamGetCaptureInfo's graph and
+  // dependencies, cudaStreamUpdateCaptureDependencies after it), its body captured into
+  // (cudaStreamEndCapture with no graph asked back): 6 -> 0 in six iterations, then
+  // the kernel captured after the node marks the end.
+  {
+    cudaStream_t cap;
+    CHECK(cudaStreamCreate(&cap));
+    CHECK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureStatus status;
+    cudaGraph_t captured_graph;
+    const cudaGraphNode_t* deps;
+    size_t ndeps;
+    CHECK(cudaStreamGetCaptureInfo(cap, &status, nullptr, &captured_graph, &deps, nullptr, &ndeps));
+    cudaGraphConditionalHandle down;
+    CHECK(cudaGraphConditionalHandleCreate(&down, captured_graph, 1, cudaGraphCondAssignDefault));
+    int* n;
+    CHECK(cudaMalloc(&n, sizeof(int)));
+    mark<<<1, 1, 0, cap>>>(n, 6);
+    CHECK(cudaStreamGetCaptureInfo(cap, &status, nullptr, &captured_graph, &deps, nullptr, &ndeps));
+    cudaGraphNode_t n_down;
+    CHECK(add_conditional(&n_down, captured_graph, deps, ndeps, down, cudaGraphCondTypeWhile, 1, &bodies));
+    CHECK(cudaStreamUpdateCaptureDependencies(cap, &n_down, nullptr, 1, cudaStreamSetCaptureDependencies));
+    mark<<<1, 1, 0, cap>>>(flag, 40);
+    cudaGraph_t whole;
+    CHECK(cudaStreamEndCapture(cap, &whole));
+    cudaStream_t body_stream;
+    CHECK(cudaStreamCreate(&body_stream));
+    CHECK(cudaStreamBeginCaptureToGraph(body_stream, bodies[0], nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+    countdown<<<1, 1, 0, body_stream>>>(down, n);
+    CHECK(cudaStreamEndCapture(body_stream, nullptr));
+    cudaGraphExec_t whole_exec;
+    CHECK(cudaGraphInstantiate(&whole_exec, whole, 0));
+    CHECK(cudaGraphLaunch(whole_exec, cap));
+    CHECK(cudaStreamSynchronize(cap));
+    int left, end_mark;
+    CHECK(cudaMemcpy(&left, n, sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&end_mark, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    printf("captured_while_left=%d captured_end=%d\n", left, end_mark);
+    CHECK(cudaGraphExecDestroy(whole_exec));
+    CHECK(cudaGraphDestroy(whole));
+  }
 
   // What CUDA refuses: a handle made for another graph, a WHILE with two bodies, a
   // graph with conditional nodes as a child graph or cloned.
