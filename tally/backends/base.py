@@ -199,6 +199,9 @@ class DataPlaneDevice:
     # (the plane's writer, tally/scheduler/plane_owner.py: its add_function or
     # add_emulator_function; function id, backend Function, parameter bytes) -> registered
     register_function: Callable[[object, int, object, int], bool]
+    # The native handle the issuer launches a graph executable (DeviceBackend.graph_create's)
+    # by, or None where graph replays always go through Python.
+    graph_handle: Callable[[object], int | None] = lambda executable: None
 
 
 class DeviceBackend(Protocol):

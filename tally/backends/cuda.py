@@ -491,7 +491,8 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
             return True
 
         self._issuer = data_plane.CudaIssuer(int(self._context.handle))
-        return DataPlaneDevice(self._issuer, lambda stream: int(stream), register)
+        return DataPlaneDevice(self._issuer, lambda stream: int(stream), register,
+                               lambda executable: int(executable.exec))      # a CudaGraph's CUgraphExec
 
     def close(self) -> None:
         try:

@@ -351,7 +351,7 @@ class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrdere
             table.add_function(function_id, param_bytes)
             return True
 
-        return DataPlaneDevice(data_plane.NullIssuer(), lambda stream: 0, register)
+        return DataPlaneDevice(data_plane.NullIssuer(), lambda stream: 0, register, lambda executable: 0)
 
     def close(self) -> None:
         pass

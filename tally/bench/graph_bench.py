@@ -5,12 +5,14 @@ and node by node, and what that does to an LLM decode step next to training.
 
 1. Server cost per replay. tally/bench/jobs/graph_replay.cu captures a graph of
    `nodes` empty kernels (a fork/join across two streams) and times back-to-back
-   replays to their synchronization, under tally-run against two null-backend
-   servers started side by side, `--graph-replay units` and `--graph-replay nodes`,
-   the runs alternating. Nothing runs on the null backend, so a replay's time is
-   the server's cost for it (the job's own launch call is reported too). Goal
-   (issue 29): as one unit at most 2 us + 0.05 us per node, at least 10x less
-   than node by node.
+   replays to their synchronization, under tally-run against three null-backend
+   servers started side by side, `--graph-replay units` (replays after the first
+   launched by the C++ data plane), the same with `--data-plane python` (each
+   replay through the server's Python) and `--graph-replay nodes`, the runs
+   alternating. Nothing runs on the null backend, so a replay's time is the
+   server's cost for it (the job's own launch call is reported too). Goal (issue
+   29): as one unit at most 2 us + 0.05 us per node, at least 10x less than node
+   by node.
 2. The decode model (tally/bench/graph_decode.py) on the sim, its per-call host
    costs taken from part 1: p50/p99 of a decode step alone and next to training,
    graph replays as units and node by node.
@@ -31,7 +33,9 @@ from tally.bench.process_group import ProcessGroup, wait_for
 from tally.bench.process_jobs import build_cuda_job, printed_figures
 from tally.cli import commands
 
-MODES = ("units", "nodes")
+# mode -> the server's flags
+MODES = {"units": ("--graph-replay", "units"), "units-python-plane": ("--graph-replay", "units", "--data-plane", "python"),
+         "nodes": ("--graph-replay", "nodes")}
 JOB_TIMEOUT_S = 600.0
 
 
@@ -64,13 +68,13 @@ def server_cost(config: GraphBenchConfig, directory: Path) -> dict:
         sockets = {}
         for mode in MODES:
             sockets[mode] = directory / f"server-{mode}.sock"
-            server = group.start(f"tally-server --graph-replay {mode}",
-                                 [*commands.tool("tally-server"), "--backend", "null", "--graph-replay", mode,
+            server = group.start(f"tally-server {' '.join(MODES[mode])}",
+                                 [*commands.tool("tally-server"), "--backend", "null", *MODES[mode],
                                   "--socket", str(sockets[mode])], f"server-{mode}.log")
             wait_for(sockets[mode].exists, 60.0, server, "listening on its socket")
         for run in range(config.runs):
             for mode in MODES:
-                replays = config.replays if mode == "units" else config.node_replays
+                replays = config.node_replays if mode == "nodes" else config.replays
                 job = group.start(f"graph_replay ({mode}, run {run + 1})",
                                   [*commands.tool("tally-run"), "--server", str(sockets[mode]), "--priority", "high",
                                    "--", str(program), "--nodes", str(config.nodes), "--replays", str(replays),
@@ -86,6 +90,7 @@ def server_cost(config: GraphBenchConfig, directory: Path) -> dict:
     return {
         "nodes": nodes,
         "units_us_per_replay": medians["units"],
+        "units_python_plane_us_per_replay": medians["units-python-plane"],
         "nodes_us_per_replay": medians["nodes"],
         "nodes_us_per_kernel": medians["nodes"] / nodes,
         "ratio": medians["nodes"] / medians["units"],
@@ -117,7 +122,8 @@ def summary(report: dict) -> str:
     c = report["server_cost"]
     lines = [f"server cost per replay of a {c['nodes']}-kernel graph (null backend, medians of "
              f"{len(c['runs_us_per_replay']['units'])} runs): as one unit {c['units_us_per_replay']:.1f} us "
-             f"(goal <= {c['goal_us_per_replay']:.1f}: {'met' if c['targets']['units_us_per_replay']['met'] else 'NOT met'}), "
+             f"(goal <= {c['goal_us_per_replay']:.1f}: {'met' if c['targets']['units_us_per_replay']['met'] else 'NOT met'}; "
+             f"through the server's Python {c['units_python_plane_us_per_replay']:.1f} us), "
              f"node by node {c['nodes_us_per_replay']:.0f} us ({c['nodes_us_per_kernel']:.2f} us a kernel): "
              f"{c['ratio']:.0f}x (goal >= 10x: {'met' if c['targets']['ratio']['met'] else 'NOT met'})"]
     model = report.get("decode_model")

@@ -103,6 +103,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self.hooks = hooks or Hooks()
         self.device = DeviceUnits(backend, self.clock, on_done=self._unit_done)
         self.graphs = BackendGraphs(backend)
+        self.graph_units = graph_units
         self._in_flight = UnitsInFlight()
         self._counters = dict.fromkeys(COUNTER_NAMES, 0)
         # how long high-priority kernels waited here, from the head of their queue to their launch

@@ -91,6 +91,9 @@ class FastLanes:
         self._unit_ids = itertools.count(-1, -1)    # never an id of the device layer's units
         self.gate = _core.data_plane.BestEffortGate()
         self._best_effort_holder: Hashable | None = None   # the job whose best-effort lanes are granted
+        # What closed lanes issued (kernels, operations, graph replays): the server's
+        # counters keep it after the plane resets the lane.
+        self._closed = {"kernels": 0, "ops_submitted": 0, "graph_launches": 0}
 
     def attach(self, client_id: Hashable, owner, device) -> None:
         """The client's requests go through a C++ plane that may be given lanes;
@@ -195,6 +198,10 @@ class FastLanes:
             if lane.busy:       # its work drained (the stream is released after it)
                 lane.busy = False
                 self._activity.completed(lane, self._lane_sms(lane), self._clock.now())
+            launches, issued, _, graph_launches = self._counts(lane)
+            self._closed["kernels"] += launches
+            self._closed["ops_submitted"] += issued
+            self._closed["graph_launches"] += graph_launches
             lane.attached.owner.close_lane(stream.key)
 
     def launches(self, stream) -> int:
@@ -215,7 +222,7 @@ class FastLanes:
             return ()
         busy = []
         for lane in self._lanes.values():
-            _launches, issued, last_ns = self._counts(lane)
+            _launches, issued, last_ns, _graphs = self._counts(lane)
             lane.seen = issued
             if issued == lane.drained:
                 continue
@@ -242,27 +249,35 @@ class FastLanes:
 
     def _refresh(self, lane: _Lane) -> tuple[int, int]:
         """The lane's (launches, operations) issued so far; what of it is quiet counts as drained."""
-        launches, issued, _ = self._counts(lane)
+        launches, issued, _, _ = self._counts(lane)
         if issued != lane.drained and (lane.attached.completes_at_issue
                                        or lane.attached.owner.lane_quiet(lane.stream.key)):
             lane.drained, lane.launches_done = issued, launches
         return launches, issued
 
     def add_counters(self, out: dict) -> None:
-        """Add the lanes' launches and operations to the executor's counters, and
-        `lanes_busy`: lanes whose issued work may still be on the device."""
+        """Add the lanes' launches (graph replays' kernels among them), graph
+        replays and operations to the executor's counters, and `lanes_busy`: lanes
+        whose issued work may still be on the device."""
         out.setdefault("lanes_busy", 0)
+        out["ops_submitted"] += self._closed["ops_submitted"]
+        out["kernels"] += self._closed["kernels"]
+        out["kernels_whole"] += self._closed["kernels"]
+        out["graph_launches"] += self._closed["graph_launches"]
         for lane in self._lanes.values():
             launches, issued = self._refresh(lane)
+            graph_launches = self._counts(lane)[3]
             out["lanes_busy"] += issued != lane.drained
             client_id = lane.stream.client.client_id
             out["ops_submitted"] += issued
             out["kernels"] += launches
             out["kernels_whole"] += launches
+            out["graph_launches"] += graph_launches
             client = out["clients"].get(client_id)
             if client is not None:
                 client["kernels"] += launches
                 client["kernels_completed"] += lane.launches_done
+                client["graph_launches"] += graph_launches
 
     # internals --------------------------------------------------------------------------
     def _lane_sms(self, lane: _Lane) -> int:
@@ -278,7 +293,7 @@ class FastLanes:
         stream's notify stream. Counted before the event is recorded, so the
         event follows every operation counted."""
         b, stream = self._backend, lane.stream
-        launches, issued, _ = self._counts(lane)
+        launches, issued, _, _ = self._counts(lane)
         event = b.event_create(False)
         b.event_record(event, stream.backend_stream)
         b.stream_wait_event(stream.lane.notify, event)

@@ -36,6 +36,12 @@ class PlaneOwner:
     def remove_function(self, function_id: int) -> None:
         self._plane.remove_function(function_id)       # and its whole shapes
 
+    def add_graph(self, graph_id: int, native: int, kernels: int) -> None:
+        self._plane.add_graph(graph_id, native, kernels)
+
+    def remove_graph(self, graph_id: int) -> None:
+        self._plane.remove_graph(graph_id)
+
     def add_whole_shape(self, function_id: int, grid, block, shared_bytes: int) -> None:
         self._plane.add_whole_shape(function_id, grid, block, shared_bytes)
 
@@ -79,7 +85,7 @@ class PlaneOwner:
     def lane_quiet(self, key: int) -> bool:
         return self._plane.lane_quiet(key)
 
-    def lane_counts(self, key: int) -> tuple[int, int, int]:
+    def lane_counts(self, key: int) -> tuple[int, int, int, int]:
         return self._plane.lane_counts(key)
 
     # ---- the session loop (tally/server/data_plane.py) -------------------------------

@@ -35,6 +35,7 @@ struct CudaIssuer::Driver {
   decltype(&::cuMemcpyDtoDAsync) copy_dtod;
   decltype(&::cuMemcpyHtoDAsync) copy_htod;
   decltype(&::cuStreamQuery) stream_query;
+  decltype(&::cuGraphLaunch) graph_launch;
 };
 
 CudaIssuer::CudaIssuer(uint64_t context) : context_(context), driver_(new Driver) {
@@ -52,6 +53,7 @@ CudaIssuer::CudaIssuer(uint64_t context) : context_(context), driver_(new Driver
   d.copy_dtod = symbol<decltype(d.copy_dtod)>(library_, "cuMemcpyDtoDAsync_v2");
   d.copy_htod = symbol<decltype(d.copy_htod)>(library_, "cuMemcpyHtoDAsync_v2");
   d.stream_query = symbol<decltype(d.stream_query)>(library_, "cuStreamQuery");
+  d.graph_launch = symbol<decltype(d.graph_launch)>(library_, "cuGraphLaunch");
 }
 
 CudaIssuer::~CudaIssuer() {
@@ -122,6 +124,12 @@ bool CudaIssuer::copy_htod(uint64_t stream, uint64_t dst, const uint8_t* src, ui
   // From memory the driver has not registered: it stages the bytes before it
   // returns, so the ring or arena slot may be reused at once.
   return driver_->copy_htod(dst, src, nbytes, reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
+}
+
+bool CudaIssuer::launch_graph(uint64_t stream, const GraphEntry& graph, uint32_t sm_cap) {
+  if (sm_cap != 0 || graph.native == 0 || !current()) return false;
+  return driver_->graph_launch(reinterpret_cast<CUgraphExec>(graph.native), reinterpret_cast<CUstream>(stream)) ==
+         CUDA_SUCCESS;
 }
 
 bool CudaIssuer::stream_quiet(uint64_t stream) {

@@ -23,6 +23,9 @@ class CudaIssuer final : public DeviceIssuer {
   bool memset(uint64_t stream, uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count) override;
   bool copy_dtod(uint64_t stream, uint64_t dst, uint64_t src, uint64_t nbytes) override;
   bool copy_htod(uint64_t stream, uint64_t dst, const uint8_t* src, uint64_t nbytes) override;
+  // cuGraphLaunch of the backend's CUgraphExec; a capped replay stays Python's (it
+  // runs node by node on the share's stream: tally/backends/cuda_graphs.py).
+  bool launch_graph(uint64_t stream, const GraphEntry& graph, uint32_t sm_cap) override;
   bool stream_quiet(uint64_t stream) override;
   bool completes_at_issue() const override { return false; }
   // A capped launch goes to a green-context partition's stream, which the Python

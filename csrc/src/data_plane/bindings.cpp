@@ -133,8 +133,9 @@ void bind_data_plane(py::module_& parent) {
            }, py::arg("key"))
       .def("lane_counts", [](PyClientPlane& p, uint64_t key) {
              const ClientPlane::LaneCounts c = p.plane->lane_counts(key);
-             return py::make_tuple(c.launches, c.issued, c.last_issue_ns);
-           }, py::arg("key"), "(kernels launched, operations issued, steady-clock ns of the last) on the lane")
+             return py::make_tuple(c.launches, c.issued, c.last_issue_ns, c.graph_launches);
+           }, py::arg("key"), "(kernels launched, operations issued, steady-clock ns of the last, graph replays "
+                              "launched as one unit) on the lane")
       .def("lane_quiet", [](PyClientPlane& p, uint64_t key) {
              py::gil_scoped_release nogil;
              return p.plane->lane_quiet(key);
@@ -187,6 +188,15 @@ void bind_data_plane(py::module_& parent) {
            "A launch shape of a best-effort job's kernel that the planner runs whole.")
       .def("remove_function", [](PyClientPlane& p, uint64_t id) { p.plane->remove_function(id); },
            py::arg("function_id"))
+      .def("add_graph", [](PyClientPlane& p, uint64_t id, uint64_t native, uint32_t kernels) {
+             GraphEntry e;
+             e.native = native;
+             e.kernels = kernels;
+             p.plane->add_graph(id, e);
+           }, py::arg("graph_id"), py::arg("native"), py::arg("kernels"),
+           "A graph the job's replays may launch as one unit: the backend's executable (a CUgraphExec, 0 "
+           "for the null device) and its kernel count.")
+      .def("remove_graph", [](PyClientPlane& p, uint64_t id) { p.plane->remove_graph(id); }, py::arg("graph_id"))
       .def("add_allocation", [](PyClientPlane& p, uint64_t base, uint64_t size) {
              p.plane->add_allocation(base, size);
            }, py::arg("base"), py::arg("size"))

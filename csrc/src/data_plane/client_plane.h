@@ -1,8 +1,8 @@
 // One job's data plane: the session thread's request loop in C++.
 //
 // The loop waits on the request ring's futex, pops each record and either
-// handles it here (the fast path: launches, memsets, device and inline/arena
-// host copies on a stream the executor has opened to it, synchronizations of a
+// handles it here (the fast path: launches, graph replays, memsets, device and
+// inline/arena host copies on a stream the executor has opened to it, synchronizations of a
 // job known to be idle, pings) or hands it to the Python handlers (everything
 // else), one record after another, so requests take effect in the order the job
 // sent them. See docs/data-plane.md for what Python decides and how the two
@@ -40,7 +40,8 @@ struct Lane {
   uint32_t sm_cap = 0;     // its launches run on at most this many SMs (0: the whole device)
   bool has_native = false;
   uint64_t native = 0;     // the executor's backend stream for it
-  std::atomic<uint64_t> launches{0};       // kernels among them
+  std::atomic<uint64_t> launches{0};       // kernels among them (a graph's, each)
+  std::atomic<uint64_t> graph_launches{0}; // graph replays among them, as one unit each
   std::atomic<uint64_t> issued{0};         // operations the data plane issued on it
   std::atomic<int64_t> last_issue_ns{0};   // steady clock
 };
@@ -114,6 +115,7 @@ class ClientPlane {
   struct LaneCounts {
     uint64_t launches, issued;
     int64_t last_issue_ns;
+    uint64_t graph_launches;
   };
   LaneCounts lane_counts(uint64_t key);
   bool lane_quiet(uint64_t key);                                // issuer's stream_quiet
@@ -131,6 +133,10 @@ class ClientPlane {
 
   void add_function(uint64_t id, FunctionEntry entry);
   void remove_function(uint64_t id);
+  // A graph the job instantiated (the client's id) whose replays a high-priority
+  // lane may launch as one unit; removed before any request that changes it.
+  void add_graph(uint64_t id, GraphEntry entry);
+  void remove_graph(uint64_t id);
   void add_allocation(uint64_t base, uint64_t size);
   void remove_allocation(uint64_t base);
   void clear_allocations();
@@ -157,6 +163,7 @@ class ClientPlane {
   bool fast_memset(const transport::RecordView& v);
   bool fast_copy_dtod(const transport::RecordView& v);
   bool fast_copy_htod(const transport::RecordView& v);
+  bool fast_graph_launch(const transport::RecordView& v);
   bool fast_synchronize(const transport::RecordView& v);
   Lane* usable_lane(uint64_t key);   // under mu_
   bool best_effort_may_launch(const WholeShape& shape);   // under mu_
@@ -170,6 +177,7 @@ class ClientPlane {
   std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Lane>> lanes_;
   std::unordered_map<uint64_t, FunctionEntry> functions_;
+  std::unordered_map<uint64_t, GraphEntry> graphs_;
   std::shared_ptr<BestEffortGate> gate_;
   bool closes_gate_ = false;
   bool needs_gate_ = false;

@@ -26,6 +26,13 @@ struct FunctionEntry {
   bool explicit_cluster = false;              // .explicitcluster: a launch must name a cluster
 };
 
+// A job's CUDA graph as the backend runs it whole (registered by Python after a
+// replay of it went through the handlers as one unit).
+struct GraphEntry {
+  uint64_t native = 0;               // the backend's executable (a CUgraphExec)
+  uint32_t kernels = 0;              // its kernel nodes, for the counters
+};
+
 struct LaunchShape {
   uint32_t grid[3];
   uint32_t block[3];
@@ -44,6 +51,12 @@ class DeviceIssuer {
   virtual bool copy_dtod(uint64_t stream, uint64_t dst, uint64_t src, uint64_t nbytes) = 0;
   // `src` is valid only during the call (the ring or arena slot is reused afterwards).
   virtual bool copy_htod(uint64_t stream, uint64_t dst, const uint8_t* src, uint64_t nbytes) = 0;
+  // One replay of a graph as one unit; `sm_cap` as for launch(). Issuers without a
+  // graph object of their own decline.
+  virtual bool launch_graph(uint64_t stream, const GraphEntry& graph, uint32_t sm_cap) {
+    (void)stream, (void)graph, (void)sm_cap;
+    return false;
+  }
   // The stream has finished everything issued to it and holds no error or device
   // output for the job; false when it is busy or in doubt (Python then looks).
   virtual bool stream_quiet(uint64_t stream) = 0;
@@ -64,6 +77,7 @@ class NullIssuer final : public DeviceIssuer {
   bool memset(uint64_t, uint64_t, uint32_t, uint32_t, uint64_t) override { return true; }
   bool copy_dtod(uint64_t, uint64_t, uint64_t, uint64_t) override { return true; }
   bool copy_htod(uint64_t, uint64_t, const uint8_t*, uint64_t) override { return true; }
+  bool launch_graph(uint64_t, const GraphEntry&, uint32_t) override { return true; }
   bool stream_quiet(uint64_t) override { return true; }
   bool completes_at_issue() const override { return true; }
   bool carries_sm_cap() const override { return true; }   // the null backend accepts a cap and ignores it

@@ -30,6 +30,9 @@ class FastPath:
         # planner runs whole, in the plane's table too.
         self._best_effort = job.priority == Priority.BEST_EFFORT
         self._whole_shapes: set[tuple] = set()
+        # Graphs in the plane's table, by the client's id: the ReplayGraph each was
+        # registered as (held, so its backend executable lives while the plane may launch it).
+        self._graphs: dict[int, object] = {}
 
     # ---- kernels -------------------------------------------------------------------
 
@@ -52,10 +55,42 @@ class FastPath:
                 self._whole_shapes.add(shape)
                 self._owner.add_whole_shape(*shape)
 
+    # ---- graphs --------------------------------------------------------------------
+
+    def learn_graph(self, graph_id: int, replay) -> None:
+        """A graph replay Python submitted (an ops.ReplayGraph): a high-priority job's
+        later replays of it may go to the device as one graph launch without Python,
+        where the backend's issuer launches graphs (and the server runs replays as
+        units: not under --graph-replay nodes). Best-effort jobs' replays stay the
+        policy's (whole or node by node)."""
+        executor = self._job.services.executor
+        if (self._device is None or self._best_effort or not executor.graph_units
+                or self._graphs.get(graph_id) is replay):
+            return
+        native = self._device.graph_handle(executor.graphs.executable(replay))
+        if native is None:
+            return
+        with self._lock:
+            self._graphs[graph_id] = replay
+            self._owner.add_graph(graph_id, native, replay.kernel_count)
+
+    def forget_graph(self, graph_id: int) -> None:
+        """The job's graph changed or is gone: its next replay goes through Python."""
+        with self._lock:
+            if self._graphs.pop(graph_id, None) is not None:
+                self._owner.remove_graph(graph_id)
+
+    def _forget_graphs(self) -> None:   # under _lock
+        for graph_id in self._graphs:
+            self._owner.remove_graph(graph_id)
+        self._graphs.clear()
+
     def forget_functions(self, function_ids) -> None:
-        """The ids no longer name kernels (their module was unloaded)."""
+        """The ids no longer name kernels (their module was unloaded); graphs made of
+        the job's kernels are learned again from their next replay."""
         function_ids = set(function_ids)
         with self._lock:
+            self._forget_graphs()
             for function_id in function_ids:
                 if function_id in self._functions:
                     self._functions.discard(function_id)

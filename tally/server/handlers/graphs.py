@@ -5,7 +5,9 @@ the cuGraphExec*SetParams family, forgotten at cuGraphExecDestroy.
 A replay is one message and one unit of work for the executor (ops.GraphReplay):
 one backend graph launch when the policy starts it whole, its kernels one by
 one (each sliced or PTB like any best-effort launch) when it must stay
-preemptible; scheduler.graph_launches and graph_nodes_replayed count which."""
+preemptible; scheduler.graph_launches and graph_nodes_replayed count which. After
+a high-priority job's first replay of a graph, the C++ data plane launches its
+later replays itself where the backend's issuer can (docs/data-plane.md)."""
 from __future__ import annotations
 
 from tally.protocol.messages_generated import GraphDefine, GraphDestroy, GraphLaunch, GraphNodeUpdate
@@ -21,6 +23,7 @@ def graph_define(job: Job, msg: GraphDefine, tag: int) -> None:
         tail, client.staging = bytes(client.staging), bytearray()
     else:
         tail = msg.tail
+    forget_in_data_plane(job, msg.graph)
     client.graphs.define(msg.graph, parse_graph(client.modules, msg.node_count, msg.edge_count, tail,
                                                 client.check_device_range))
 
@@ -31,6 +34,7 @@ def graph_node_update(job: Job, msg: GraphNodeUpdate, tag: int) -> None:
     node, end = parse_node(client.modules, msg.tail, 0, where, client.check_device_range)
     if end != len(msg.tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: {len(msg.tail) - end} bytes after the node")
+    forget_in_data_plane(job, msg.graph)
     client.graphs.update_node(msg.graph, msg.node, node)
 
 
@@ -49,10 +53,19 @@ def graph_launch(job: Job, msg: GraphLaunch, tag: int) -> None:
     replay = client.graphs.replay(msg.graph, client.modules.version, resolve)
     if replay is not None:
         client.streams.submit(msg.stream, GraphReplay(replay))
+        if client.fast is not None:
+            client.fast.learn_graph(msg.graph, replay)
 
 
 def graph_destroy(job: Job, msg: GraphDestroy, tag: int) -> None:
+    forget_in_data_plane(job, msg.graph)
     job.client.graphs.destroy(msg.graph)
+
+
+def forget_in_data_plane(job: Job, graph_id: int) -> None:
+    """Before the job's graph changes: the C++ plane stops launching the old one."""
+    if job.client.fast is not None:
+        job.client.fast.forget_graph(graph_id)
 
 
 HANDLERS = {GraphDefine: graph_define, GraphNodeUpdate: graph_node_update, GraphLaunch: graph_launch,
