@@ -3,7 +3,7 @@ disabled kernel and memset nodes of an instantiated graph run as empty nodes fro
 next launch, and run again once enabled; an empty node cannot be disabled
 (CUDA_ERROR_INVALID_VALUE). Both where the server keeps the graph (its copy is
 defined again with the nodes' flags; every replay one graph launch) and where the
-client replays it (a host node keeps it there)."""
+client replays it (a copy from pageable host memory keeps it there)."""
 from __future__ import annotations
 
 import pytest
@@ -16,7 +16,7 @@ EXPECTED = {"all_x": 11, "all_y": 7, "b_enabled": 0, "disabled_x": 1, "disabled_
 @pytest.mark.parametrize("where", ["server", "client"])
 def test_disabled_nodes_run_as_empty_ones(nvcc, server, where):
     program = build_cuda(nvcc, "graph_node_enable.cu")
-    args = ("host",) if where == "client" else ()
+    args = ("client",) if where == "client" else ()
     job = run_job(server.socket, program, *args, priority="high")
     assert job.returncode == 0 and "done" in job.stdout, job.stdout + job.stderr
     assert dict(zip(EXPECTED, job.ints(*EXPECTED))) == EXPECTED

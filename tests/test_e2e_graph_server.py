@@ -57,3 +57,16 @@ def test_child_graphs_replay_from_the_servers_copy(nvcc, emulator_server, priori
     assert job.ints("replays_ok", "nodes") == [1, 3]
     units_after, nodes_after = counts(emulator_server)
     assert (units_after - units, nodes_after - nodes) == ((3, 0) if priority == "high" else (0, 3 * 5))
+
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_host_and_event_nodes_are_steps_of_the_servers_replay(nvcc, emulator_server, priority):
+    # wait(go) -> add -> host node -> twice -> record(done): each replay two units (or
+    # two kernels node by node), the host function run in the job between them
+    program = build_cuda(nvcc, "graph_host_event_replay.cu")
+    units, nodes = counts(emulator_server)
+    job = run_job(emulator_server.socket, program, "3", priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("replays_ok", "host_calls") == [1, 3]
+    units_after, nodes_after = counts(emulator_server)
+    assert (units_after - units, nodes_after - nodes) == ((6, 0) if priority == "high" else (0, 6))

@@ -256,3 +256,25 @@ def test_copy_nodes_replay_with_the_kernels_in_edge_order(server, priority):
         assert client.status_of("CtxSynchronize") == 0
     finally:
         client.close()
+
+
+HOST, EVENT_RECORD, EVENT_WAIT = 4, 5, 6
+
+
+def test_event_and_host_nodes_are_checked_at_instantiate_and_launch(server, client):
+    fa, _ = functions(client)
+    A = client.alloc(4 * N)
+    # an event node naming an event the job never created
+    kind, values = define(client, 7, [node(0, struct.pack("<Q", 999), kind=EVENT_RECORD)], [])
+    assert values["status"] == INVALID_HANDLE
+    # an event node with the wrong parameter size, a host node with parameters
+    assert define(client, 7, [node(0, b"\0" * 4, kind=EVENT_WAIT)], [])[1]["status"] == INVALID_VALUE
+    assert define(client, 7, [node(0, b"\0" * 8, kind=HOST)], [])[1]["status"] == INVALID_VALUE
+    # a host node between two kernels: a launch must name one callback for it
+    assert define(client, 8, [affine(fa, A, 1, 1), node(0, kind=HOST), affine(fa, A, 1, 1)],
+                  [(0, 1), (1, 2)]) == ("Done", {})
+    kind, values, _ = client.call("GraphLaunch", graph=8, stream=LEGACY)
+    assert values["status"] == INVALID_VALUE
+    kind, values, _ = client.call("GraphLaunch", struct.pack("<QQ", 1, 2), graph=8, stream=LEGACY)
+    assert values["status"] == INVALID_VALUE
+    assert client.status_of("CtxSynchronize") == 0        # the server carries on

@@ -2689,24 +2689,25 @@ _GraphLaunch = struct.Struct('<QQ')
 
 @dataclass(frozen=True, slots=True)
 class GraphLaunch:
-    """cuGraphLaunch: async; one replay of `graph` on `stream`"""
+    """cuGraphLaunch: async; one replay of `graph` on `stream`. Tail: u64 host-function callback ids, one
+    per host node of the graph in node order (as LaunchHostFunc's; none for a graph without host nodes).
+    """
 
     KIND: ClassVar[int] = 271
     SIZE: ClassVar[int] = 16  # bytes before the tail
     graph: int = 0
     stream: int = 0
+    tail: bytes | memoryview = b""
 
     @classmethod
     def decode(cls, payload) -> GraphLaunch:
-        if len(payload) != 16:
-            if len(payload) < 16:
-                raise _short('GraphLaunch', len(payload), 16)
-            raise _trailing('GraphLaunch', len(payload) - 16)
+        if len(payload) < 16:
+            raise _short('GraphLaunch', len(payload), 16)
         v0, v1 = _GraphLaunch.unpack_from(payload)
-        return cls(v0, v1)
+        return cls(v0, v1, memoryview(payload)[16:])
 
     def encode(self) -> bytes:
-        return _GraphLaunch.pack(self.graph, self.stream)
+        return _GraphLaunch.pack(self.graph, self.stream) + self.tail
 
 
 _GraphDestroy = struct.Struct('<Q')

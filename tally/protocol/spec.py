@@ -81,7 +81,8 @@ ENUMS = (
     Enum("CopyDest", "Where MemcpyDtoH's bytes go.", (("ARENA", DEST_ARENA), ("PINNED", DEST_PINNED))),
     Enum("LaunchFlag", "Bits of LaunchKernel.flags.", (("COOPERATIVE", 1),)),
     Enum("GraphNodeType", "GraphNode.type: what a node of a GraphDefine does.",
-         (("EMPTY", 0), ("KERNEL", 1), ("MEMSET", 2), ("MEMCPY", 3))),
+         (("EMPTY", 0), ("KERNEL", 1), ("MEMSET", 2), ("MEMCPY", 3), ("HOST", 4), ("EVENT_RECORD", 5),
+          ("EVENT_WAIT", 6))),
 )
 
 # One node of a GraphDefine/GraphNodeUpdate tail: this header (little-endian), then
@@ -92,10 +93,13 @@ ENUMS = (
 # memset: u64 dst, u64 count of elements, u32 value, u32 element size 1, 2 or 4);
 # its function, grid, block and shared_bytes are 0 or 1 and mean nothing; a MEMCPY
 # node's are GRAPH_MEMCPY_FORMAT (a 1-D device-to-device copy: u64 dst, u64 src,
-# u64 bytes), likewise.
+# u64 bytes), likewise; an EVENT_RECORD or EVENT_WAIT node's GRAPH_EVENT_FORMAT (u64:
+# the job's event id); a HOST node has none (its function stays in the job: each
+# GraphLaunch names a callback id per host node).
 GRAPH_NODE_FORMAT = "<IIQ3I3III"
 GRAPH_MEMSET_FORMAT = "<QQII"
 GRAPH_MEMCPY_FORMAT = "<QQQ"
+GRAPH_EVENT_FORMAT = "<Q"
 
 # ---- the driver API on the rings (client_preload <-> tally/server/handlers) --------
 # Handles: device pointers are the server's real addresses. Streams, events and
@@ -331,7 +335,9 @@ DRIVER_MESSAGES = (
                  "to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs; in the staging buffer "
                  "instead when `staged` (a graph too big for one record)"),
     Message("GraphLaunch", 271, "cuGraphLaunch: async; one replay of `graph` on `stream`",
-            (F("graph", "u64"), F("stream", "u64"))),
+            (F("graph", "u64"), F("stream", "u64")),
+            tail="u64 host-function callback ids, one per host node of the graph in node order (as "
+                 "LaunchHostFunc's; none for a graph without host nodes)"),
     Message("GraphDestroy", 272, "cuGraphExecDestroy: async; the server forgets `graph` (queued replays "
             "still run)", (F("graph", "u64"),)),
     Message("GraphNodeUpdate", 273, "cuGraphExec*SetParams / cuGraphNodeSetEnabled: node `node` of `graph` "

@@ -67,6 +67,14 @@ struct MemsetNodeShape {
   size_t width = 0, height = 0;
 };
 
+// A host node's function, as cuLaunchHostFunc takes it (what a launch of a graph
+// the server keeps names a callback for: server_graphs.h).
+struct GraphHostCall {
+  CUhostFn fn;
+  void* data;
+};
+using HostCalls = std::shared_ptr<const std::vector<GraphHostCall>>;
+
 struct GraphObject;
 struct GraphAllocation;   // memory_nodes.h
 struct ConditionValue;    // conditional_nodes.h
@@ -138,6 +146,9 @@ struct GraphExecObject {
   // The server's copy (server_graphs.h; 0: none): launches go there until an update
   // drops it, after which the client replays `ops`.
   std::atomic<uint64_t> server_graph{0};
+  // The host nodes' functions of the server's copy, in its order (server_graphs.h),
+  // swapped whole by updates.
+  HostCalls server_hosts;
   std::mutex mutex;                       // serializes updates
   std::vector<ExecNode> nodes;            // the graph's nodes in the order they were added
   std::unordered_map<const GraphNode*, size_t> index;  // source node -> its entry in `nodes`

@@ -111,7 +111,11 @@ CUresult update(CUgraphExec hGraphExec, CUgraph hGraph, UpdateOutcome* outcome) 
   // entries are pointed back at the nodes it was instantiated from); where it cannot
   // keep it, the client replays the updated graph from now on.
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].enabled = e->nodes[i].enabled;   // disabled stay disabled
-  if (!redefine_on_server(nodes, e->server_graph.load())) forget_on_server(e->server_graph.exchange(0));
+  if (HostCalls hosts; redefine_on_server(nodes, e->server_graph.load(), &hosts)) {
+    std::atomic_store(&e->server_hosts, hosts);
+  } else {
+    forget_on_server(e->server_graph.exchange(0));
+  }
   // Node-level calls on the exec keep naming the nodes it was instantiated from.
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].source = e->nodes[i].source;
   e->nodes = std::move(nodes);
@@ -144,7 +148,11 @@ CUresult set_enabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned isEnabl
   entry.enabled = enabled;
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
   std::atomic_store(&e->skipped, skipped_ops(e, ops == nullptr ? 0 : ops->size()));
-  if (!redefine_on_server(e->nodes, e->server_graph.load())) forget_on_server(e->server_graph.exchange(0));
+  if (HostCalls hosts; redefine_on_server(e->nodes, e->server_graph.load(), &hosts)) {
+    std::atomic_store(&e->server_hosts, hosts);
+  } else {
+    forget_on_server(e->server_graph.exchange(0));
+  }
   return CUDA_SUCCESS;
 }
 

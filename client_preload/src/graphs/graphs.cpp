@@ -82,9 +82,11 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
   std::vector<ExecNode> nodes;
   if (CUresult rc = instantiate_graph(g, ops.get(), &nodes); rc != CUDA_SUCCESS) return rc;
   uint64_t server_graph = 0;
-  if (CUresult rc = define_on_server(nodes, &server_graph); rc != CUDA_SUCCESS) return rc;
+  HostCalls hosts;
+  if (CUresult rc = define_on_server(nodes, &server_graph, &hosts); rc != CUDA_SUCCESS) return rc;
   auto* made = new GraphExecObject();
   made->server_graph = server_graph;
+  made->server_hosts = std::move(hosts);
   made->ops = std::move(ops);
   made->nodes = std::move(nodes);
   for (size_t i = 0; i < made->nodes.size(); ++i) made->index[made->nodes[i].source] = i;
@@ -103,7 +105,8 @@ CUresult launch(CUgraphExec exec, CUstream stream, bool per_thread) {
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
   if (CUresult rc = begin_graph_memory(e); rc != CUDA_SUCCESS) return rc;
-  if (uint64_t kept = e->server_graph.load(); kept != 0) return launch_on_server(kept, id);   // one message
+  if (uint64_t kept = e->server_graph.load(); kept != 0)   // one message
+    return launch_on_server(kept, id, std::atomic_load(&e->server_hosts));
   std::shared_ptr<const ReplayList> ops = std::atomic_load(&e->ops);
   std::shared_ptr<const std::vector<bool>> skipped = std::atomic_load(&e->skipped);
   if (ops == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -9,6 +9,7 @@
 #include "connection/connection.h"
 #include "connection/staged_bytes.h"
 #include "driver_objects.h"
+#include "streams/host_functions.h"
 
 namespace tally::client {
 namespace {
@@ -110,7 +111,22 @@ struct FlatGraph {
   std::vector<uint8_t>* tail;
   uint32_t count = 0;
   std::vector<std::pair<uint32_t, uint32_t>> edges;
+  std::vector<GraphHostCall> hosts;   // host nodes' functions, in record order
 };
+
+// GRAPH_EVENT_FORMAT in tally/protocol/spec.py: the node's event by the job's id.
+bool append_event(uint32_t type, CUevent event, std::vector<uint8_t>* tail) {
+  const EventObject* e = as_event(event);
+  if (e == nullptr) return false;
+  NodeRecord r{};
+  r.type = type;
+  r.enabled = 1;
+  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+  r.param_bytes = 8;
+  append(tail, r);
+  append(tail, e->id);
+  return true;
+}
 
 // Appends `nodes` as records base, base + 1, ... (so the exec's own nodes keep their
 // indices, which GraphNodeUpdate names), then each child graph's nodes after them:
@@ -128,6 +144,15 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
       if (!append_memset(n.memset, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
       if (!append_copy(n.copy, n.enabled, g->tail)) return false;
+    } else if (n.type == CU_GRAPH_NODE_TYPE_HOST) {
+      NodeRecord r{};
+      r.type = 4;
+      r.enabled = 1;
+      r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+      append(g->tail, r);
+      g->hosts.push_back({n.source->host_fn, n.source->host_data});
+    } else if (n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || n.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
+      if (!append_event(n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? 5 : 6, n.source->event, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
                n.type == CU_GRAPH_NODE_TYPE_MEM_FREE || (n.type == CU_GRAPH_NODE_TYPE_GRAPH && n.child != nullptr)) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch
@@ -160,9 +185,10 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
 
 // GraphDefine's tail for `nodes`: *node_count records, then *edge_count edges.
 bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, uint32_t* node_count,
-               uint32_t* edge_count) {
+               uint32_t* edge_count, HostCalls* hosts) {
   FlatGraph g{tail};
   if (!flatten(nodes, &g)) return false;
+  *hosts = std::make_shared<const std::vector<GraphHostCall>>(std::move(g.hosts));
   for (const auto& [from, to] : g.edges) {
     append(tail, from);
     append(tail, to);
@@ -174,11 +200,11 @@ bool serialize(const std::vector<ExecNode>& nodes, std::vector<uint8_t>* tail, u
 
 // Defines graph `id` on the server; *kept is false (and nothing is sent) when the
 // server cannot keep these nodes.
-CUresult send_define(const std::vector<ExecNode>& nodes, uint64_t id, bool* kept) {
+CUresult send_define(const std::vector<ExecNode>& nodes, uint64_t id, bool* kept, HostCalls* hosts) {
   *kept = false;
   std::vector<uint8_t> tail;
   uint32_t node_count = 0, edges = 0;
-  if (nodes.empty() || !serialize(nodes, &tail, &node_count, &edges)) return CUDA_SUCCESS;
+  if (nodes.empty() || !serialize(nodes, &tail, &node_count, &edges, hosts)) return CUDA_SUCCESS;
   protocol::GraphDefineMsg msg{};
   msg.graph = id;
   msg.node_count = node_count;
@@ -199,20 +225,20 @@ CUresult send_define(const std::vector<ExecNode>& nodes, uint64_t id, bool* kept
 
 }  // namespace
 
-CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id) {
+CUresult define_on_server(const std::vector<ExecNode>& nodes, uint64_t* id, HostCalls* hosts) {
   static std::atomic<uint64_t> ids{1};
   *id = 0;
   const uint64_t candidate = ids.fetch_add(1, std::memory_order_relaxed);
   bool kept = false;
-  if (CUresult rc = send_define(nodes, candidate, &kept); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = send_define(nodes, candidate, &kept, hosts); rc != CUDA_SUCCESS) return rc;
   if (kept) *id = candidate;
   return CUDA_SUCCESS;
 }
 
-bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id) {
+bool redefine_on_server(const std::vector<ExecNode>& nodes, uint64_t id, HostCalls* hosts) {
   if (id == 0) return false;
   bool kept = false;
-  return send_define(nodes, id, &kept) == CUDA_SUCCESS && kept;
+  return send_define(nodes, id, &kept, hosts) == CUDA_SUCCESS && kept;
 }
 
 bool update_kernel_on_server(uint64_t id, uint32_t index, const KernelNodeLaunch& k, bool enabled) {
@@ -232,11 +258,19 @@ void forget_on_server(uint64_t id) {
   Connection::instance().send(msg);
 }
 
-CUresult launch_on_server(uint64_t id, uint64_t stream) {
+CUresult launch_on_server(uint64_t id, uint64_t stream, const HostCalls& hosts) {
   protocol::GraphLaunchMsg msg{};
   msg.graph = id;
   msg.stream = stream;
-  return Connection::instance().send(msg);
+  if (hosts == nullptr || hosts->empty()) return Connection::instance().send(msg);
+  // A callback id per host node, waited for before the server can post it.
+  std::vector<uint64_t> callbacks;
+  callbacks.reserve(hosts->size());
+  for (const GraphHostCall& h : *hosts) callbacks.push_back(expect_host_function(h.fn, h.data));
+  CUresult rc = Connection::instance().send(msg, callbacks.data(), static_cast<uint32_t>(8 * callbacks.size()));
+  if (rc != CUDA_SUCCESS)
+    for (uint64_t c : callbacks) forget_host_function(c);
+  return rc;
 }
 
 }  // namespace tally::client

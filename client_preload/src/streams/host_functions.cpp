@@ -15,6 +15,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "streams/host_functions.h"
+
 #include "graphs/capture.h"
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
@@ -52,15 +54,14 @@ class HostFunctionRunner {
     return launch_on(id, callback);
   }
 
- private:
-  CUresult launch_on(uint64_t stream, const PendingCallback& callback) {
+  // A callback the server will post HostFuncReady for (its id), waited for from now on.
+  uint64_t expect(const PendingCallback& callback) {
     Connection& c = Connection::instance();
-    protocol::LaunchHostFuncMsg m{};
-    m.stream = stream;
+    uint64_t id = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      m.callback = next_id_++;
-      pending_.emplace(m.callback, callback);
+      id = next_id_++;
+      pending_.emplace(id, callback);
       if (!started_) {
         started_ = true;
         c.set_unsolicited_handler(&HostFunctionRunner::on_unsolicited);
@@ -68,12 +69,22 @@ class HostFunctionRunner {
       }
     }
     c.hold_reader();
-    CUresult rc = c.send(m);
-    if (rc != CUDA_SUCCESS) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.erase(m.callback);
-      c.release_reader();
-    }
+    return id;
+  }
+
+  // The server will never post it (its request was not sent).
+  void forget(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_.erase(id) != 0) Connection::instance().release_reader();
+  }
+
+ private:
+  CUresult launch_on(uint64_t stream, const PendingCallback& callback) {
+    protocol::LaunchHostFuncMsg m{};
+    m.stream = stream;
+    m.callback = expect(callback);
+    CUresult rc = Connection::instance().send(m);
+    if (rc != CUDA_SUCCESS) forget(m.callback);
     return rc;
   }
 
@@ -134,6 +145,13 @@ CUresult add_callback(CUstream stream, CUstreamCallback fn, void* user_data, uns
 }
 
 }  // namespace
+
+uint64_t expect_host_function(CUhostFn fn, void* user_data) {
+  return HostFunctionRunner::instance().expect({fn, nullptr, nullptr, user_data});
+}
+
+void forget_host_function(uint64_t callback) { HostFunctionRunner::instance().forget(callback); }
+
 }  // namespace tally::client
 
 using namespace tally::client;

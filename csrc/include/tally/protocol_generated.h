@@ -55,6 +55,9 @@ enum class GraphNodeType : uint32_t {
   KERNEL = 1,
   MEMSET = 2,
   MEMCPY = 3,
+  HOST = 4,
+  EVENT_RECORD = 5,
+  EVENT_WAIT = 6,
 };
 
 enum class MessageKind : uint32_t {
@@ -1615,10 +1618,10 @@ static_assert(offsetof(GraphDefineMsg, staged) == 16);
 static_assert(offsetof(GraphDefineMsg, _pad0) == 20);
 constexpr uint32_t kGraphDefineSize = 24;  // bytes on the wire (0: empty)
 
-// cuGraphLaunch: async; one replay of `graph` on `stream`
+// cuGraphLaunch: async; one replay of `graph` on `stream`; tail: u64 host-function callback ids, one per host node of the graph in node order (as LaunchHostFunc's; none for a graph without host nodes)
 struct GraphLaunchMsg {
   static constexpr MessageKind kKind = MessageKind::GraphLaunch;
-  static constexpr bool kHasTail = false;
+  static constexpr bool kHasTail = true;
   uint64_t graph;
   uint64_t stream;
 };

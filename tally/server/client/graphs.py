@@ -5,7 +5,8 @@ GraphLaunch. Everything a replay needs is checked here, at instantiate, the way
 cuGraphInstantiate would refuse it: a node naming a function the job never
 resolved (CUDA_ERROR_INVALID_HANDLE), parameters of the wrong size, an empty
 grid or block, a memset or copy outside the job's memory, a memset of a bad
-element size, an
+element size, an event node naming an event the job does not have
+(CUDA_ERROR_INVALID_HANDLE), an
 edge naming no node, a cycle (CUDA_ERROR_INVALID_VALUE). A replay then only
 walks `order`, so it cannot fail on the graph's shape.
 """
@@ -18,12 +19,15 @@ from typing import Callable
 
 from tally.protocol import GraphNodeType
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
-from tally.protocol.spec import GRAPH_MEMCPY_FORMAT, GRAPH_MEMSET_FORMAT, GRAPH_NODE_FORMAT
+from tally.protocol.spec import GRAPH_EVENT_FORMAT, GRAPH_MEMCPY_FORMAT, GRAPH_MEMSET_FORMAT, GRAPH_NODE_FORMAT
 from tally.scheduler import ops
+from tally.server.client.graph_steps import Barrier, Step, replay_steps
 
 _NODE = struct.Struct(GRAPH_NODE_FORMAT)
 _MEMSET = struct.Struct(GRAPH_MEMSET_FORMAT)
 _MEMCPY = struct.Struct(GRAPH_MEMCPY_FORMAT)
+_EVENT = struct.Struct(GRAPH_EVENT_FORMAT)
+_EVENT_KINDS = {GraphNodeType.EVENT_RECORD: "record", GraphNodeType.EVENT_WAIT: "wait"}
 _EDGE = struct.Struct("<II")
 
 
@@ -35,13 +39,16 @@ class GraphNode:
     function: int = 0               # the job's function id: a replay finds it again (its module may be gone)
     memset: ops.Memset | None = None    # a memset node's, checked against the job's memory
     copy: ops.MemcpyDtoD | None = None  # a memcpy node's, both sides checked likewise
+    barrier: Barrier | None = None      # a host or event node's (graph_steps.py)
 
     @property
-    def work(self) -> ops.Launch | ops.Memset | ops.MemcpyDtoD | None:
+    def work(self) -> ops.Launch | ops.Memset | ops.MemcpyDtoD | Barrier | None:
         """What the node does when it is enabled (None: an empty node)."""
         if self.launch is not None:
             return self.launch
-        return self.memset if self.memset is not None else self.copy
+        if self.memset is not None:
+            return self.memset
+        return self.copy if self.copy is not None else self.barrier
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class JobGraph:
     edges: tuple[tuple[int, int], ...] = ()
 
     def work(self) -> list[GraphNode]:
-        """The enabled kernel, memset and memcpy nodes, in an order the edges allow."""
+        """The enabled kernel, memset, memcpy, host and event nodes, in an order the edges allow."""
         return [self.nodes[i] for i in self._work_indices()]
 
     def work_edges(self) -> tuple[tuple[int, int], ...]:
@@ -83,9 +90,12 @@ def _pad8(n: int) -> int:
 
 
 def parse_node(modules, tail, offset: int, where: str,
-               check_range: Callable[[int, int, str], object] | None = None) -> tuple[GraphNode, int]:
+               check_range: Callable[[int, int, str], object] | None = None,
+               check_event: Callable[[int], object] | None = None) -> tuple[GraphNode, int]:
     """One GraphNode record at `offset` of `tail`; returns it and the next offset.
-    `check_range(ptr, nbytes, what)` refuses a memset or copy outside the job's memory."""
+    `check_range(ptr, nbytes, what)` refuses a memset or copy outside the job's memory,
+    `check_event(id)` an event the job does not have. A host node's place among the
+    graph's host nodes is parse_graph's to set."""
     if offset + _NODE.size > len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: the record is cut short")
     type_, enabled, function, g0, g1, g2, b0, b1, b2, shared, nparams = _NODE.unpack_from(tail, offset)
@@ -99,6 +109,18 @@ def parse_node(modules, tail, offset: int, where: str,
         return GraphNode(type_, bool(enabled), None, memset=_memset(tail, offset, nparams, where, check_range)), end
     if type_ == GraphNodeType.MEMCPY:
         return GraphNode(type_, bool(enabled), None, copy=_memcpy(tail, offset, nparams, where, check_range)), end
+    if type_ == GraphNodeType.HOST:
+        if nparams:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: a host node carries no parameters, not {nparams}")
+        return GraphNode(type_, True, None, barrier=Barrier("host")), end
+    if type_ in _EVENT_KINDS:
+        if nparams != _EVENT.size:
+            raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{where}: an event node carries {_EVENT.size} parameter "
+                                                        f"bytes, not {nparams}")
+        (event,) = _EVENT.unpack_from(tail, offset)
+        if check_event is not None:
+            check_event(event)            # CUDA_ERROR_INVALID_HANDLE for an event the job does not have
+        return GraphNode(type_, True, None, barrier=Barrier(_EVENT_KINDS[type_], event=event)), end
     if type_ != GraphNodeType.KERNEL:
         raise DeviceError(CUDA_ERROR_NOT_SUPPORTED, f"{where}: node type {type_} is not one the server keeps")
     fn = modules.launchable(function)          # CUDA_ERROR_INVALID_HANDLE for a function never resolved
@@ -164,11 +186,16 @@ def topological_order(count: int, edges: list[tuple[int, int]]) -> tuple[int, ..
 
 
 def parse_graph(modules, node_count: int, edge_count: int, tail,
-                check_range: Callable[[int, int, str], object] | None = None) -> JobGraph:
+                check_range: Callable[[int, int, str], object] | None = None,
+                check_event: Callable[[int], object] | None = None) -> JobGraph:
     nodes: list[GraphNode] = []
     offset = 0
+    hosts = 0
     for i in range(node_count):
-        node, offset = parse_node(modules, tail, offset, f"graph node {i}", check_range)
+        node, offset = parse_node(modules, tail, offset, f"graph node {i}", check_range, check_event)
+        if node.type == GraphNodeType.HOST:
+            node = replace(node, barrier=Barrier("host", host=hosts))
+            hosts += 1
         nodes.append(node)
     if offset + edge_count * _EDGE.size != len(tail):
         raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"the graph's tail holds {len(tail) - offset} bytes of "
@@ -195,6 +222,10 @@ def serialize_graph(graph: JobGraph) -> bytes:
             out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, _MEMCPY.size)
             out += _MEMCPY.pack(c.dst, c.src, c.nbytes)
             continue
+        if n.barrier is not None and n.barrier.kind != "host":
+            out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, _EVENT.size)
+            out += _EVENT.pack(n.barrier.event)
+            continue
         if launch is None:
             out += _NODE.pack(n.type, int(n.enabled), 0, 1, 1, 1, 1, 1, 1, 0, 0)
             continue
@@ -213,18 +244,18 @@ class JobGraphs:
     def __init__(self) -> None:
         self._lock = threading.RLock()   # update_node reads through get()
         self._graphs: dict[int, JobGraph] = {}
-        # id -> (the JobGraph, the job's function version, the ReplayGraph made of them)
-        self._replays: dict[int, tuple[JobGraph, int, ops.ReplayGraph]] = {}
+        # id -> (the JobGraph, the job's function version, the steps made of them)
+        self._replays: dict[int, tuple[JobGraph, int, tuple[Step, ...]]] = {}
 
     def replay(self, graph_id: int, version: int,
-               resolve: Callable[[list[GraphNode]], list]) -> ops.ReplayGraph | None:
-        """What the executor runs for one replay of the graph: its kernels, memsets and copies,
-        the kernels with the backend functions `resolve(kernel nodes)` gives (raising
-        for one that is gone), and the edges between them; None for a graph with no
-        enabled node that does work. The
-        same ReplayGraph as last time while neither the graph nor the job's functions
-        (their `version`) changed: a replay then costs no work per node, and the
-        backend's executable of it is reused."""
+               resolve: Callable[[list[GraphNode]], list]) -> tuple[Step, ...]:
+        """What one replay of the graph submits (graph_steps.py): its kernels, memsets
+        and copies as ReplayGraphs, the kernels with the backend functions
+        `resolve(kernel nodes)` gives (raising for one that is gone), with the edges
+        between them, cut at its host and event nodes; () for a graph with no enabled
+        node that does anything. The same steps as last time while neither the graph
+        nor the job's functions (their `version`) changed: a replay then costs no work
+        per node, and the backend's executables of it are reused."""
         with self._lock:
             graph = self.get(graph_id)
             cached = self._replays.get(graph_id)
@@ -232,11 +263,11 @@ class JobGraphs:
                 return cached[2]
         work = graph.work()
         if not work:
-            return None
+            return ()
         functions = iter(resolve([node for node in work if node.launch is not None]))
         nodes = tuple(node.work if node.launch is None else replace(node.launch, function=next(functions))
                       for node in work)
-        made = ops.ReplayGraph(nodes, graph.work_edges(), f"graph-{graph_id}")
+        made = replay_steps(nodes, graph.work_edges(), f"graph-{graph_id}")
         with self._lock:
             if self._graphs.get(graph_id) is graph:
                 self._replays[graph_id] = (graph, version, made)
@@ -262,6 +293,8 @@ class JobGraphs:
             if graph.nodes[index].type != node.type:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"node {index} of graph {graph_id} is of type "
                                                             f"{graph.nodes[index].type}, not {node.type}")
+            if node.type == GraphNodeType.HOST:
+                node = replace(node, barrier=graph.nodes[index].barrier)    # its place among the host nodes
             nodes = list(graph.nodes)
             nodes[index] = node
             self._graphs[graph_id] = replace(graph, nodes=tuple(nodes))

@@ -1,8 +1,9 @@
 // cudaGraphNodeSetEnabled / GetEnabled on an instantiated graph of two kernel nodes
 // and a memset node (x += 1; y = 7; x += 10): disabling a node makes it an empty one
 // from the next launch, enabling it brings it back, and the graph it came from is not
-// changed. With the argument "host" the graph also has a host node (so the client
-// replays it instead of the server). Prints key=value lines.   graph_node_enable [host]
+// changed. With the argument "client" the graph also has a copy from pageable host
+// memory (so the client replays it instead of the server). Prints key=value lines.
+//   graph_node_enable [client]
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,10 +12,9 @@
   printf("error %s -> %d\n", #call, (int)e); return 1; } } while (0)
 
 __global__ void add(int* x, int v) { *x += v; }
-static void CUDART_CB noop(void*) {}
 
 int main(int argc, char** argv) {
-  const bool host = argc > 1 && !strcmp(argv[1], "host");
+  const bool client = argc > 1 && !strcmp(argv[1], "client");
   int *x, *y;
   CHECK(cudaMalloc(&x, sizeof(int)));
   CHECK(cudaMalloc(&y, sizeof(int)));
@@ -40,9 +40,11 @@ int main(int argc, char** argv) {
   kp.kernelParams = args10;
   CHECK(cudaGraphAddKernelNode(&b, g, &m, 1, &kp));
   CHECK(cudaGraphAddEmptyNode(&empty, g, &b, 1));
-  if (host) {
-    cudaHostNodeParams hp = {noop, nullptr};
-    CHECK(cudaGraphAddHostNode(&h, g, &empty, 1, &hp));
+  static int from_host = 5;
+  int* scratch = nullptr;
+  if (client) {
+    CHECK(cudaMalloc(&scratch, sizeof(int)));
+    CHECK(cudaGraphAddMemcpyNode1D(&h, g, &empty, 1, scratch, &from_host, sizeof(int), cudaMemcpyHostToDevice));
   }
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, g, 0));
