@@ -269,30 +269,6 @@ CUresult tally_entry_cuParamSetTexRef_v2000(CUfunction hfunc, int texunit, CUtex
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuParamSetTexRef", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
-CUresult tally_entry_cuGraphMemcpyNodeGetParams_v10000(CUgraphNode hNode, CUDA_MEMCPY3D_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeGetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphMemcpyNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemcpyNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphMemsetNodeSetParams_v10000(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphMemsetNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphHostNodeSetParams_v10000(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphHostNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphEventRecordNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventRecordNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphEventWaitNodeSetEvent_v11010(CUgraphNode hNode, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphEventWaitNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuGraphAddExternalSemaphoresSignalNode_v11020(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphAddExternalSemaphoresSignalNode", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
@@ -317,29 +293,9 @@ CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNo
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
-CUresult tally_entry_cuGraphExecMemcpyNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D_v2 *copyParams, CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecMemcpyNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphExecMemsetNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS_v1 *memsetParams, CUcontext ctx) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecMemsetNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphExecHostNodeSetParams_v10020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS_v1 *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecHostNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuGraphExecChildGraphNodeSetParams_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecChildGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphExecEventRecordNodeSetEvent_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecEventRecordNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphExecEventWaitNodeSetEvent_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecEventWaitNodeSetEvent", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuGraphExecExternalSemaphoresSignalNodeSetParams_v11020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
@@ -360,14 +316,6 @@ CUresult tally_entry_cuGraphKernelNodeGetAttribute_v11000(CUgraphNode hNode, CUk
 CUresult tally_entry_cuGraphKernelNodeSetAttribute_v11000(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue_v1 *value) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphKernelNodeSetAttribute", "not yet: kernel-node attributes (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphNodeSetParams_v12020(CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
-CUresult tally_entry_cuGraphExecNodeSetParams_v12020(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
 }
 CUresult tally_entry_cuTexRefSetArray_v2000(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   static tally::client::OnceFlag logged;

@@ -134,53 +134,26 @@ CUresult add_kernel(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, si
   });
 }
 
-CUresult add_memset(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUdeviceptr dst, size_t pitch,
-                    unsigned value, unsigned element_size, size_t width, size_t height) {
-  if (element_size != 1 && element_size != 2 && element_size != 4) return CUDA_ERROR_INVALID_VALUE;
-  if (width == 0 || height == 0 || (height > 1 && pitch < width * element_size)) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_MEMSET, [&](GraphNode* node) {
-    return record_on_private_stream(
-        [&](CUstream s) {
-          uint64_t id = 0;
-          if (CUresult rc = stream_id(s, false, &id); rc != CUDA_SUCCESS) return rc;
-          return memset_device({dst, pitch}, value, element_size, width, height, id, true);
-        },
-        node);
-  });
+CUresult add_memset(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n,
+                    const CUDA_MEMSET_NODE_PARAMS& p) {
+  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_MEMSET,
+                  [&](GraphNode* node) { return record_memset(p, node); });
 }
 
 CUresult add_memcpy(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, const CUDA_MEMCPY3D* copy) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const CUDA_MEMCPY3D params = *copy;
-  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, [&](GraphNode* node) {
-    return record_on_private_stream([&](CUstream s) { return tally_entry_cuMemcpy3DAsync_v3020(&params, s); },
-                                    node);
-  });
+  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY,
+                  [&](GraphNode* node) { return record_memcpy(*copy, node); });
 }
 
 CUresult add_host(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUhostFn fn, void* data) {
-  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_HOST, [&](GraphNode* node) {
-    node->host_fn = fn;
-    node->host_data = data;
-    return record_on_private_stream([&](CUstream s) { return tally_entry_cuLaunchHostFunc_v10000(s, fn, data); },
-                                    node);
-  });
+  return add_node(out, graph, deps, n, CU_GRAPH_NODE_TYPE_HOST,
+                  [&](GraphNode* node) { return record_host(fn, data, node); });
 }
 
 CUresult add_event(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUevent event, bool record) {
-  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return add_node(out, graph, deps, n, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT,
-                  [&](GraphNode* node) {
-                    node->event = event;
-                    return record_on_private_stream(
-                        [&](CUstream s) {
-                          // A record node records each time it runs: an "external" record in capture terms.
-                          return record ? tally_entry_cuEventRecordWithFlags_v11010(event, s, CU_EVENT_RECORD_EXTERNAL)
-                                        : tally_entry_cuStreamWaitEvent_v3020(s, event, 0);
-                        },
-                        node);
-                  });
+                  [&](GraphNode* node) { return record_event(event, record, node); });
 }
 
 CUresult add_child(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t n, CUgraph child) {
@@ -205,8 +178,9 @@ CUresult add_generic(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
       if (p->memcpy.flags != 0 || p->memcpy.reserved != 0) return CUDA_ERROR_INVALID_VALUE;
       return add_memcpy(out, graph, deps, n, &p->memcpy.copyParams);
     case CU_GRAPH_NODE_TYPE_MEMSET:
-      return add_memset(out, graph, deps, n, p->memset.dst, p->memset.pitch, p->memset.value,
-                        p->memset.elementSize, p->memset.width, p->memset.height);
+      return add_memset(out, graph, deps, n,
+                        CUDA_MEMSET_NODE_PARAMS{p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize,
+                                                p->memset.width, p->memset.height});
     case CU_GRAPH_NODE_TYPE_HOST:
       return add_host(out, graph, deps, n, p->host.fn, p->host.userData);
     case CU_GRAPH_NODE_TYPE_GRAPH:
@@ -246,6 +220,48 @@ CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNod
     node->mem_op_context = p->ctx;
     return record_batch_mem_ops(node);
   });
+}
+
+CUresult record_memset(const CUDA_MEMSET_NODE_PARAMS& p, GraphNode* into) {
+  if (p.elementSize != 1 && p.elementSize != 2 && p.elementSize != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (p.width == 0 || p.height == 0 || (p.height > 1 && p.pitch < p.width * p.elementSize))
+    return CUDA_ERROR_INVALID_VALUE;
+  return record_on_private_stream(
+      [&](CUstream s) {
+        uint64_t id = 0;
+        if (CUresult rc = stream_id(s, false, &id); rc != CUDA_SUCCESS) return rc;
+        return memset_device({p.dst, p.pitch}, p.value, p.elementSize, p.width, p.height, id, true);
+      },
+      into);
+}
+
+CUresult record_memcpy(const CUDA_MEMCPY3D& p, GraphNode* into) {
+  if (CUresult rc = record_on_private_stream([&](CUstream s) { return tally_entry_cuMemcpy3DAsync_v3020(&p, s); },
+                                             into);
+      rc != CUDA_SUCCESS)
+    return rc;
+  into->copy.params = std::make_shared<const CUDA_MEMCPY3D>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult record_host(CUhostFn fn, void* data, GraphNode* into) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  into->host_fn = fn;
+  into->host_data = data;
+  return record_on_private_stream([&](CUstream s) { return tally_entry_cuLaunchHostFunc_v10000(s, fn, data); },
+                                  into);
+}
+
+CUresult record_event(CUevent event, bool record, GraphNode* into) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  into->event = event;
+  return record_on_private_stream(
+      [&](CUstream s) {
+        // A record node records each time it runs: an "external" record in capture terms.
+        return record ? tally_entry_cuEventRecordWithFlags_v11010(event, s, CU_EVENT_RECORD_EXTERNAL)
+                      : tally_entry_cuStreamWaitEvent_v3020(s, event, 0);
+      },
+      into);
 }
 
 CUresult record_batch_mem_ops(GraphNode* node) {
@@ -325,6 +341,7 @@ CUresult set_exec_kernel_params(CUgraphExec exec, CUgraphNode n, const Params* p
   auto updated = std::make_shared<ReplayList>(*old);
   (*updated)[entry.first_op] = ops.front();
   std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
+  e->nodes[at->second].kernel = std::make_shared<const KernelNodeLaunch>(k);   // what a later redefine sends
   // The server's copy takes the new launch (launches sent before keep the old one);
   // where it cannot, the client replays the updated graph from now on.
   if (!update_kernel_on_server(e->server_graph.load(), static_cast<uint32_t>(at->second), k, entry.enabled))
@@ -415,6 +432,9 @@ std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_ma
     e.copy = node->copy;
     e.memset = node->memset;
     e.allocation = node->allocation.get();
+    e.host_fn = node->host_fn;
+    e.host_data = node->host_data;
+    e.event = node->event;
     if (node->child != nullptr) e.child = std::make_shared<const std::vector<ExecNode>>(describe_nodes(node->child, {}));
     out.push_back(std::move(e));
   }
@@ -463,9 +483,7 @@ TALLY_ENTRY(cuGraphAddMemsetNode_v10000)(CUgraphNode* phGraphNode, CUgraph hGrap
                                          CUcontext ctx) {
   (void)ctx;
   if (memsetParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const CUDA_MEMSET_NODE_PARAMS_v1& m = *memsetParams;
-  return add_memset(phGraphNode, hGraph, dependencies, numDependencies, m.dst, m.pitch, m.value, m.elementSize,
-                    m.width, m.height);
+  return add_memset(phGraphNode, hGraph, dependencies, numDependencies, *memsetParams);
 }
 TALLY_ENTRY(cuGraphAddHostNode_v10000)(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                        size_t numDependencies, const CUDA_HOST_NODE_PARAMS_v1* nodeParams) {

@@ -46,6 +46,20 @@ CUresult add_batch_mem_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNod
 // Records a batch-mem-op node's operations again from its mem_ops (their replay).
 CUresult record_batch_mem_ops(GraphNode* node);
 
+// What a memset, memcpy, host or event node runs (its ops) and reports (its shape,
+// function, event), recorded into `into` from the parameters CUDA takes, checked as
+// the stream call they stand for checks them.
+CUresult record_memset(const CUDA_MEMSET_NODE_PARAMS& p, GraphNode* into);
+CUresult record_memcpy(const CUDA_MEMCPY3D& p, GraphNode* into);
+CUresult record_host(CUhostFn fn, void* data, GraphNode* into);
+CUresult record_event(CUevent event, bool record, GraphNode* into);
+
+// An exec-level update of node `index` of `e` (the caller holds e->mutex; the entry's
+// own fields are already the new ones): from the next launch the node runs `ops`,
+// and the server's copy of the graph is defined again, or dropped where it cannot
+// keep it (graph_update.cpp).
+void replace_exec_node_ops(GraphExecObject* e, size_t index, ReplayList ops);
+
 // The name of a node type as the driver's DOT output and tally's messages write it.
 const char* node_type_name(CUgraphNodeType type);
 

@@ -58,6 +58,9 @@ struct CopyNodeShape {
   // A device-to-device copy's rectangles (what the server's copy of the graph runs).
   uint64_t dst = 0, src = 0;
   size_t dst_pitch = 0, src_pitch = 0;
+  // The parameters of a node made or set with them (cuGraphMemcpyNodeGetParams; null
+  // for a captured copy).
+  std::shared_ptr<const CUDA_MEMCPY3D> params;
 };
 
 struct MemsetNodeShape {
@@ -136,6 +139,11 @@ struct ExecNode {
   const GraphAllocation* allocation = nullptr;   // memory nodes: what they allocate or free
   bool enabled = true;                // cuGraphNodeSetEnabled: a disabled node runs as an empty one
   std::shared_ptr<const std::vector<ExecNode>> child;  // child-graph nodes: the child's nodes
+  // What exec-level updates gave the node (cuGraphExec*SetParams); as the source's until then.
+  std::shared_ptr<const KernelNodeLaunch> kernel;   // kernel nodes (null: the source's launch)
+  CUhostFn host_fn = nullptr;         // host nodes
+  void* host_data = nullptr;
+  CUevent event = nullptr;            // event record and wait nodes
 };
 
 struct GraphExecObject {

@@ -157,6 +157,31 @@ CUresult set_enabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned isEnabl
 }
 
 }  // namespace
+
+void replace_exec_node_ops(GraphExecObject* e, size_t index, ReplayList ops) {
+  ExecNode& entry = e->nodes[index];
+  std::shared_ptr<const ReplayList> old = std::atomic_load(&e->ops);
+  auto updated = std::make_shared<ReplayList>();
+  if (old != nullptr) {
+    updated->assign(old->begin(), old->begin() + static_cast<std::ptrdiff_t>(entry.first_op));
+    updated->insert(updated->end(), ops.begin(), ops.end());
+    updated->insert(updated->end(), old->begin() + static_cast<std::ptrdiff_t>(entry.first_op + entry.op_count),
+                    old->end());
+  }
+  // the nodes after it in the replay order move with the difference
+  const size_t first = entry.first_op, before = entry.op_count;
+  for (ExecNode& n : e->nodes)
+    if (n.first_op > first) n.first_op = n.first_op - before + ops.size();
+  entry.op_count = ops.size();
+  std::atomic_store(&e->skipped, skipped_ops(e, updated->size()));
+  std::atomic_store(&e->ops, std::shared_ptr<const ReplayList>(std::move(updated)));
+  if (HostCalls hosts; redefine_on_server(e->nodes, e->server_graph.load(), &hosts)) {
+    std::atomic_store(&e->server_hosts, hosts);
+  } else {
+    forget_on_server(e->server_graph.exchange(0));
+  }
+}
+
 }  // namespace tally::client
 
 using namespace tally::client;

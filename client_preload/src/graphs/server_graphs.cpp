@@ -139,7 +139,8 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
   g->count += static_cast<uint32_t>(nodes.size());
   for (const ExecNode& n : nodes) {
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      if (!append_kernel(n.source->kernel, n.function, n.enabled, g->tail)) return false;
+      if (!append_kernel(n.kernel != nullptr ? *n.kernel : n.source->kernel, n.function, n.enabled, g->tail))
+        return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMSET) {
       if (!append_memset(n.memset, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
@@ -150,9 +151,9 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
       r.enabled = 1;
       r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
       append(g->tail, r);
-      g->hosts.push_back({n.source->host_fn, n.source->host_data});
+      g->hosts.push_back({n.host_fn, n.host_data});
     } else if (n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || n.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
-      if (!append_event(n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? 5 : 6, n.source->event, g->tail)) return false;
+      if (!append_event(n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? 5 : 6, n.event, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
                n.type == CU_GRAPH_NODE_TYPE_MEM_FREE || (n.type == CU_GRAPH_NODE_TYPE_GRAPH && n.child != nullptr)) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch

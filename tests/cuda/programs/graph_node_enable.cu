@@ -76,6 +76,16 @@ int main(int argc, char** argv) {
   printf("enabled_again=%u again_x=%d again_y=%d\n", enabled, xv, yv);
   printf("empty_node=%d\n", (int)cudaGraphNodeSetEnabled(exec, empty, 0));
   cudaGetLastError();
+  // an exec update of a kernel node, then a disabled memset: the graph is defined again
+  // with the kernel's new parameters, not the ones it was instantiated with
+  int hundred = 100;
+  void* args100[] = {&x, &hundred};
+  kp.func = (void*)add;
+  kp.kernelParams = args100;
+  CHECK(cudaGraphExecKernelNodeSetParams(exec, a, &kp));
+  CHECK(cudaGraphNodeSetEnabled(exec, m, 0));
+  if (run(&xv, &yv)) return 1;
+  printf("updated_x=%d updated_y=%d\n", xv, yv);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
   printf("done\n");
