@@ -78,9 +78,9 @@ def test_child_graphs_are_the_drivers_too(nvcc, cuda_server):
     launches_before = forwarded(cuda_server, "GraphLaunch")
     job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("replays_ok", "nodes") == [1, 3]
-    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
-    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3
+    assert job.ints("replays_ok", "nodes", "new_child_ok") == [1, 3, 1]
+    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 4
+    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 4
 
 
 def test_host_and_event_nodes_between_the_drivers_graph_launches(nvcc, cuda_server):

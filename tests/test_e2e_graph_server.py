@@ -54,9 +54,10 @@ def test_child_graphs_replay_from_the_servers_copy(nvcc, emulator_server, priori
     units, nodes = counts(emulator_server)
     job = run_job(emulator_server.socket, program, "3", priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("replays_ok", "nodes") == [1, 3]
+    # ... and an exec update gives the child node a new child of the same shape
+    assert job.ints("replays_ok", "nodes", "new_child_ok", "other_shape") == [1, 3, 1, 1]
     units_after, nodes_after = counts(emulator_server)
-    assert (units_after - units, nodes_after - nodes) == ((3, 0) if priority == "high" else (0, 3 * 5))
+    assert (units_after - units, nodes_after - nodes) == ((4, 0) if priority == "high" else (0, 4 * 5))
 
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])

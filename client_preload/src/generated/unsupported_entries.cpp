@@ -293,10 +293,6 @@ CUresult tally_entry_cuGraphExternalSemaphoresWaitNodeSetParams_v11020(CUgraphNo
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExternalSemaphoresWaitNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");
 }
-CUresult tally_entry_cuGraphExecChildGraphNodeSetParams_v11010(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuGraphExecChildGraphNodeSetParams", "not yet: this graph node form or update (planned with CUDA graphs as units)");
-}
 CUresult tally_entry_cuGraphExecExternalSemaphoresSignalNodeSetParams_v11020(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 *nodeParams) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");

@@ -370,7 +370,8 @@ KernelNodeLaunch& KernelNodeLaunch::operator=(const KernelNodeLaunch& other) {
   return *this;
 }
 
-CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op) {
+CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op,
+                     std::unordered_map<const GraphNode*, size_t>* op_counts) {
   std::lock_guard<std::mutex> lock(graph->mutex);
   const std::vector<GraphNode*>& nodes = graph->nodes;
   std::unordered_map<const GraphNode*, size_t> index;
@@ -395,6 +396,7 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
     ready.pop();
     ++placed;
     (*first_op)[nodes[i]] = ops->size();
+    const size_t before = ops->size();
     if (GraphObject* child = nodes[i]->child) {  // runs the child as it is now
       ReplayList child_ops;
       std::unordered_map<const GraphNode*, size_t> unused;
@@ -407,6 +409,7 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
     } else {
       ops->insert(ops->end(), nodes[i]->ops.begin(), nodes[i]->ops.end());
     }
+    if (op_counts != nullptr) (*op_counts)[nodes[i]] = ops->size() - before;
     for (size_t j : dependents[i])
       if (--waiting[j] == 0) ready.push(j);
   }
@@ -415,7 +418,8 @@ CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<con
 
 namespace {
 
-std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_map<const GraphNode*, size_t>& first_op) {
+std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_map<const GraphNode*, size_t>& first_op,
+                                     const std::unordered_map<const GraphNode*, size_t>& op_counts) {
   std::lock_guard<std::mutex> lock(graph->mutex);
   std::unordered_map<const GraphNode*, size_t> index;
   for (size_t i = 0; i < graph->nodes.size(); ++i) index[graph->nodes[i]] = i;
@@ -427,7 +431,8 @@ std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_ma
     for (const GraphNode* d : node->depends_on) e.depends_on.push_back(index.at(d));
     auto at = first_op.find(node);
     e.first_op = at == first_op.end() ? 0 : at->second;
-    e.op_count = node->ops.size();
+    auto counted = op_counts.find(node);
+    e.op_count = counted == op_counts.end() ? node->ops.size() : counted->second;
     e.function = node->kernel.function;
     e.copy = node->copy;
     e.memset = node->memset;
@@ -435,7 +440,8 @@ std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_ma
     e.host_fn = node->host_fn;
     e.host_data = node->host_data;
     e.event = node->event;
-    if (node->child != nullptr) e.child = std::make_shared<const std::vector<ExecNode>>(describe_nodes(node->child, {}));
+    if (node->child != nullptr)
+      e.child = std::make_shared<const std::vector<ExecNode>>(describe_nodes(node->child, {}, {}));
     out.push_back(std::move(e));
   }
   return out;
@@ -445,9 +451,9 @@ std::vector<ExecNode> describe_nodes(GraphObject* graph, const std::unordered_ma
 
 CUresult instantiate_graph(GraphObject* graph, ReplayList* ops, std::vector<ExecNode>* nodes) {
   if (graph->capturing.load(std::memory_order_acquire)) return CUDA_ERROR_INVALID_VALUE;
-  std::unordered_map<const GraphNode*, size_t> first_op;
-  if (CUresult rc = order_graph(graph, ops, &first_op); rc != CUDA_SUCCESS) return rc;
-  *nodes = describe_nodes(graph, first_op);
+  std::unordered_map<const GraphNode*, size_t> first_op, op_counts;
+  if (CUresult rc = order_graph(graph, ops, &first_op, &op_counts); rc != CUDA_SUCCESS) return rc;
+  *nodes = describe_nodes(graph, first_op, op_counts);
   return CUDA_SUCCESS;
 }
 

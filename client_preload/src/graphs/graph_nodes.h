@@ -13,9 +13,11 @@
 namespace tally::client {
 
 // A graph's operations in an order that respects every dependency (nodes that
-// could run side by side run in the order they were added), and where each
-// node's operations start in that list. CUDA_ERROR_INVALID_VALUE for a cycle.
-CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op);
+// could run side by side run in the order they were added), where each node's
+// operations start in that list and (when asked) how many there are (a child
+// graph's all of its own). CUDA_ERROR_INVALID_VALUE for a cycle.
+CUresult order_graph(GraphObject* graph, ReplayList* ops, std::unordered_map<const GraphNode*, size_t>* first_op,
+                     std::unordered_map<const GraphNode*, size_t>* op_counts = nullptr);
 
 // What instantiating `graph` makes: its operations in order (order_graph) and its
 // nodes as the instantiation sees them (graph_objects.h: ExecNode), in the order

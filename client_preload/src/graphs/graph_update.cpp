@@ -19,6 +19,7 @@
 
 #include "connection/connection.h"
 #include "entry_points/entry_point.h"
+#include "graphs/conditional_nodes.h"
 #include "graphs/graph_nodes.h"
 #include "graphs/memory_nodes.h"
 #include "graphs/server_graphs.h"
@@ -158,6 +159,35 @@ CUresult set_enabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned isEnabl
 
 }  // namespace
 
+namespace {
+
+// cuGraphExecChildGraphNodeSetParams: the child-graph node runs a copy of `child`
+// (of the same topology as the one it ran, as CUDA requires) from the next launch.
+CUresult set_child(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph hChild) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  GraphExecObject* e = as_graph_exec(hGraphExec);
+  GraphNode* node = as_graph_node(hNode);
+  GraphObject* child = as_graph(hChild);
+  if (e == nullptr || node == nullptr || child == nullptr || node->type != CU_GRAPH_NODE_TYPE_GRAPH ||
+      child->capturing.load(std::memory_order_acquire) || has_conditional_nodes(child))
+    return CUDA_ERROR_INVALID_VALUE;
+  GraphObject* copy = clone_graph(child);   // what the exec runs, whatever becomes of `child`
+  ReplayList ops;
+  std::vector<ExecNode> nodes;
+  if (CUresult rc = instantiate_graph(copy, &ops, &nodes); rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(e->mutex);
+  auto at = e->index.find(node);
+  if (at == e->index.end()) return CUDA_ERROR_INVALID_VALUE;   // not a node of the instantiated graph
+  ExecNode& entry = e->nodes[at->second];
+  if (entry.child == nullptr || compare(*entry.child, nodes).result != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  entry.child = std::make_shared<const std::vector<ExecNode>>(std::move(nodes));
+  replace_exec_node_ops(e, at->second, std::move(ops));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 void replace_exec_node_ops(GraphExecObject* e, size_t index, ReplayList ops) {
   ExecNode& entry = e->nodes[index];
   std::shared_ptr<const ReplayList> old = std::atomic_load(&e->ops);
@@ -200,6 +230,10 @@ TALLY_ENTRY(cuGraphNodeGetEnabled_v11060)(CUgraphExec hGraphExec, CUgraphNode hN
   return CUDA_SUCCESS;
 }
 
+TALLY_ENTRY(cuGraphExecChildGraphNodeSetParams_v11010)(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       CUgraph childGraph) {
+  return set_child(hGraphExec, hNode, childGraph);
+}
 TALLY_ENTRY(cuGraphExecUpdate_v12000)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo* resultInfo) {
   if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;
   UpdateOutcome outcome;

@@ -69,6 +69,31 @@ int main(int argc, char** argv) {
   size_t count = 0;
   CHECK(cudaGraphGetNodes(parent, nullptr, &count));
   printf("replays_ok=%d nodes=%zu\n", ok, count);
+
+  // the instantiated child node takes a new child of the same shape (+1 and +2 side by
+  // side, then the grandchild): v -> (2v + 3) * 3 + 1 from the next replay
+  cudaGraph_t other;
+  CHECK(cudaGraphCreate(&other, 0));
+  cudaGraphNode_t p1, p2, g2;
+  add_kernel(other, &p1, nullptr, 0, (void*)add, v, 1);
+  add_kernel(other, &p2, nullptr, 0, (void*)add, v, 2);
+  cudaGraphNode_t pair[] = {p1, p2};
+  CHECK(cudaGraphAddChildGraphNode(&g2, other, pair, 2, grandchild));
+  CHECK(cudaGraphExecChildGraphNodeSetParams(exec, sub, other));
+  CHECK(cudaGraphDestroy(other));            // the exec runs its own copy
+  CHECK(cudaGraphLaunch(exec, s));
+  for (auto& w : want) w = (2 * w + 3) * 3 + 1;
+  // a child of another shape is refused
+  cudaGraph_t lone;
+  CHECK(cudaGraphCreate(&lone, 0));
+  add_kernel(lone, &p1, nullptr, 0, (void*)add, v, 1);
+  printf("other_shape=%d\n", (int)cudaGraphExecChildGraphNodeSetParams(exec, sub, lone));
+  cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(got.data(), v, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  ok = 1;
+  for (int i = 0; i < kN; ++i) ok &= got[i] == static_cast<int>(want[i]);
+  printf("new_child_ok=%d\n", ok);
   CHECK(cudaGraphExecDestroy(exec));
   return 0;
 }
