@@ -34,9 +34,9 @@ def test_default_heap_many_threads_and_exhaustion(nvcc, server, priority):
     # 64 KiB blocks until NULL: the whole heap, and all of it again after freeing
     assert job.ints("chunks", "chunks_again", "too_big") == [128, 128, 0]
     assert job.ints("set_other", "set_same", "done") == [CUDA_ERROR_INVALID_VALUE, 0, 1]
-    # the job is gone: its heap went with it
-    server.wait_for(lambda s: not s["clients"], what="the job to leave")
-    assert server.status()["server"]["memory_free"] == free_before
+    # the job is gone: its heap went with it (once the server finished releasing it)
+    server.wait_for(lambda s: not s["clients"] and s["server"]["memory_free"] == free_before,
+                    what="the job to leave and its memory, heap included, to be free")
 
 
 def test_set_heap_size_is_allocated_and_counted_at_once(nvcc, server):

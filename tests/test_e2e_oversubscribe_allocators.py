@@ -43,7 +43,11 @@ def test_an_allocation_through_any_allocator_waits_for_a_time_slice(nvcc, alloca
         first = finish(holder, timeout=300)
         assert first.returncode == 0 and first.value("wrong") == "0", first.stdout + first.stderr
         status = server.wait_for(idle, what="both jobs to leave")
-        assert status["server"]["mobility"]["resumes"] == status["server"]["mobility"]["suspensions"]
+        # every suspension resumed, but one of a job that left while suspended: the
+        # slicer may suspend the second job (its slice over) between its last request
+        # and its exit, as seen once on a loaded 2-core machine
+        mobility = status["server"]["mobility"]
+        assert 1 <= mobility["resumes"] <= mobility["suspensions"] <= mobility["resumes"] + 1
     finally:
         server.stop()
 
