@@ -2,11 +2,16 @@
 // which runtime asks for which). Unknown UUIDs (cudart 13 also asks for
 // f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 and copes without it) get
 // CUDA_ERROR_NOT_FOUND, which is what cudart was measured to accept.
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "entry_points/entry_point.h"
 #include "export_tables/export_tables.h"
+#include "logging/log.h"
 #include "logging/trace.h"
 
 namespace tally::client::export_tables {
@@ -33,7 +38,25 @@ const Known kKnown[] = {
      "integrity check", &integrity_check},
     {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
      "tools context", &tools_context},
+    {{0x7c, 0xb6, 0x3f, 0x9b, 0x9c, 0xa4, 0x8e, 0x42, 0xa4, 0x84, 0xbe, 0xb6, 0x6e, 0x6a, 0xed, 0x7f},
+     "CUPTI", &tools_cupti},
 };
+
+// Asked for by cudart 12.9 on, which carries on without it: not worth a log line.
+const unsigned char kOptional[16] = {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
+                                     0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9};
+
+// Whether `id` is an unknown table not asked for before (each is logged once).
+bool first_time_unknown(const unsigned char* id) {
+  static std::mutex mutex;
+  static std::vector<std::array<unsigned char, 16>> seen;
+  std::array<unsigned char, 16> key;
+  std::memcpy(key.data(), id, key.size());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::find(seen.begin(), seen.end(), key) != seen.end() || seen.size() >= 64) return false;
+  seen.push_back(key);
+  return true;
+}
 
 void format_uuid(const unsigned char* b, char (&out)[37]) {
   std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
@@ -59,10 +82,12 @@ TALLY_ENTRY(cuGetExportTable_v3000)(const void** ppExportTable, const CUuuid* pE
     }
   }
   *ppExportTable = nullptr;
-  if (tally::client::trace_calls()) {
-    char text[37];
-    format_uuid(id, text);
-    tally::client::trace_line("cuGetExportTable %s -> not found", text);
+  char text[37];
+  format_uuid(id, text);
+  if (tally::client::trace_calls()) tally::client::trace_line("cuGetExportTable %s -> not found", text);
+  if (std::memcmp(id, kOptional, sizeof kOptional) != 0 && first_time_unknown(id)) {
+    tally::client::log_error("a library asked the driver for its private table %s, which tally does not have "
+                             "(docs/export-tables.md); answering CUDA_ERROR_NOT_FOUND", text);
   }
   return CUDA_ERROR_NOT_FOUND;
 }
