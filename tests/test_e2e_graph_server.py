@@ -9,7 +9,9 @@ also runs from there, with the new parameters."""
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import build_cuda, emulator_server, finish, run_job, server, start_job  # noqa: F401
+
+from tally.bench.process_jobs import build_cuda_job
 
 KERNEL_NODES = 4
 
@@ -71,3 +73,25 @@ def test_host_and_event_nodes_are_steps_of_the_servers_replay(nvcc, emulator_ser
     assert job.ints("replays_ok", "host_calls") == [1, 3]
     units_after, nodes_after = counts(emulator_server)
     assert (units_after - units, nodes_after - nodes) == ((6, 0) if priority == "high" else (0, 6))
+
+
+def test_a_high_priority_replay_is_not_held_behind_a_best_effort_graph(server):  # noqa: F811
+    # two jobs replaying graphs on one emulator server: the best-effort job's replays go
+    # node by node (each kernel preemptible), the high-priority job's as units, and the
+    # high-priority job is done while the best-effort one still replays
+    program = build_cuda_job("graph_replay.cu")
+    background = start_job(server.socket, program, "--nodes", "32", "--replays", "40", "--rounds", "40",
+                           "--warmup", "1", priority="best-effort")
+    try:
+        server.wait_for(lambda s: s["server"]["scheduler"]["graph_nodes_replayed"] > 0,
+                        what="the best-effort job's first replays")
+        hp = finish(start_job(server.socket, program, "--nodes", "16", "--replays", "5", "--rounds", "3",
+                              "--warmup", "1", priority="high"), timeout=300)
+        assert hp.returncode == 0, hp.stdout + hp.stderr
+        assert background.poll() is None, "the best-effort job ended first: the test shows nothing"
+        scheduler = server.status()["server"]["scheduler"]
+        # the high-priority job's (1 + 5 x 3) replays were units; the best-effort job's none
+        assert scheduler["graph_launches"] == 16 and scheduler["graph_nodes_replayed"] > 0, scheduler
+    finally:
+        background.kill()
+        background.communicate()
