@@ -23,6 +23,13 @@ struct NodeRecord {
 };
 static_assert(sizeof(NodeRecord) == 48, "GraphNode records are 48 bytes");
 
+// GraphNodeType in tally/protocol/spec.py.
+enum RecordType : uint32_t { kEmpty = 0, kKernel = 1, kMemset = 2, kMemcpy = 3, kHost = 4, kEventRecord = 5,
+                             kEventWait = 6 };
+
+// The record of a node that launches no kernel, `param_bytes` of its parameters to follow.
+void append_record(RecordType type, bool enabled, uint32_t param_bytes, std::vector<uint8_t>* tail);
+
 // Graphs up to kInlineRequestBytes travel in the GraphDefine record; bigger ones
 // through the staging buffer first (staged_bytes.h), up to this size: a graph past
 // it (a million nodes) stays with the client.
@@ -42,7 +49,7 @@ bool append_kernel(const KernelNodeLaunch& k, CUfunction function, bool enabled,
   if (fn == nullptr || k.cooperative || k.function != function) return false;
   if (k.cluster[0] != 0 || k.cluster[1] != 0 || k.cluster[2] != 0) return false;
   NodeRecord r{};
-  r.type = 1;
+  r.type = kKernel;
   r.enabled = enabled ? 1 : 0;
   r.function = fn->id;
   std::memcpy(r.grid, k.grid, sizeof r.grid);
@@ -66,12 +73,7 @@ static_assert(sizeof(MemsetRecord) == 24, "a graph memset's parameters are 24 by
 bool append_memset(const MemsetNodeShape& m, bool enabled, std::vector<uint8_t>* tail) {
   const size_t height = m.height == 0 ? 1 : m.height;
   if (height > 1 && m.pitch != m.width * m.element_size) return false;
-  NodeRecord r{};
-  r.type = 2;
-  r.enabled = enabled ? 1 : 0;
-  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-  r.param_bytes = sizeof(MemsetRecord);
-  append(tail, r);
+  append_record(kMemset, enabled, sizeof(MemsetRecord), tail);
   append(tail, MemsetRecord{m.dst, m.width * height, m.value, m.element_size});
   return true;
 }
@@ -88,20 +90,17 @@ bool append_copy(const CopyNodeShape& c, bool enabled, std::vector<uint8_t>* tai
   if (c.from != CU_MEMORYTYPE_DEVICE || c.to != CU_MEMORYTYPE_DEVICE || c.dst == 0 || c.src == 0) return false;
   const size_t height = c.height == 0 ? 1 : c.height;
   if (height > 1 && (c.dst_pitch != c.width || c.src_pitch != c.width)) return false;
-  NodeRecord r{};
-  r.type = 3;
-  r.enabled = enabled ? 1 : 0;
-  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-  r.param_bytes = sizeof(CopyRecord);
-  append(tail, r);
+  append_record(kMemcpy, enabled, sizeof(CopyRecord), tail);
   append(tail, CopyRecord{c.dst, c.src, c.width * height});
   return true;
 }
 
-void append_empty(std::vector<uint8_t>* tail) {
+void append_record(RecordType type, bool enabled, uint32_t param_bytes, std::vector<uint8_t>* tail) {
   NodeRecord r{};
-  r.enabled = 1;
+  r.type = type;
+  r.enabled = enabled ? 1 : 0;
   r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
+  r.param_bytes = param_bytes;
   append(tail, r);
 }
 
@@ -115,15 +114,10 @@ struct FlatGraph {
 };
 
 // GRAPH_EVENT_FORMAT in tally/protocol/spec.py: the node's event by the job's id.
-bool append_event(uint32_t type, CUevent event, std::vector<uint8_t>* tail) {
+bool append_event(RecordType type, CUevent event, std::vector<uint8_t>* tail) {
   const EventObject* e = as_event(event);
   if (e == nullptr) return false;
-  NodeRecord r{};
-  r.type = type;
-  r.enabled = 1;
-  r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-  r.param_bytes = 8;
-  append(tail, r);
+  append_record(type, true, sizeof e->id, tail);
   append(tail, e->id);
   return true;
 }
@@ -146,18 +140,15 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
     } else if (n.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
       if (!append_copy(n.copy, n.enabled, g->tail)) return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_HOST) {
-      NodeRecord r{};
-      r.type = 4;
-      r.enabled = 1;
-      r.grid[0] = r.grid[1] = r.grid[2] = r.block[0] = r.block[1] = r.block[2] = 1;
-      append(g->tail, r);
+      append_record(kHost, true, 0, g->tail);
       g->hosts.push_back({n.host_fn, n.host_data});
     } else if (n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || n.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
-      if (!append_event(n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? 5 : 6, n.event, g->tail)) return false;
+      if (!append_event(n.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? kEventRecord : kEventWait, n.event, g->tail))
+        return false;
     } else if (n.type == CU_GRAPH_NODE_TYPE_EMPTY || n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
                n.type == CU_GRAPH_NODE_TYPE_MEM_FREE || (n.type == CU_GRAPH_NODE_TYPE_GRAPH && n.child != nullptr)) {
       // memory nodes run nothing on the device: the client marks their allocations at each launch
-      append_empty(g->tail);
+      append_record(kEmpty, true, 0, g->tail);
     } else {
       return false;
     }
@@ -169,7 +160,7 @@ bool flatten(const std::vector<ExecNode>& nodes, FlatGraph* g) {
       continue;
     }
     const uint32_t start = g->count++;
-    append_empty(g->tail);
+    append_record(kEmpty, true, 0, g->tail);
     for (size_t from : nodes[i].depends_on) g->edges.emplace_back(base + static_cast<uint32_t>(from), start);
     const std::vector<ExecNode>& child = *nodes[i].child;
     const uint32_t child_base = g->count;
