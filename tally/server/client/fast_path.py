@@ -31,8 +31,9 @@ class FastPath:
         self._best_effort = job.priority == Priority.BEST_EFFORT
         self._whole_shapes: set[tuple] = set()
         # Graphs in the plane's table, by the client's id: the ReplayGraph each was
-        # registered as (held, so its backend executable lives while the plane may launch it).
-        self._graphs: dict[int, object] = {}
+        # registered as (held, so its backend executable lives while the plane may
+        # launch it) and that executable's native handle.
+        self._graphs: dict[int, tuple[object, int]] = {}
 
     # ---- kernels -------------------------------------------------------------------
 
@@ -64,14 +65,16 @@ class FastPath:
         units: not under --graph-replay nodes). Best-effort jobs' replays stay the
         policy's (whole or node by node)."""
         executor = self._job.services.executor
-        if (self._device is None or self._best_effort or not executor.graph_units
-                or self._graphs.get(graph_id) is replay):
+        if self._device is None or self._best_effort or not executor.graph_units:
             return
+        # (the executable is made again after a device fault: a replay that reached
+        # Python because the plane's one failed registers the new one)
         native = self._device.graph_handle(executor.graphs.executable(replay))
-        if native is None:
+        known = self._graphs.get(graph_id)
+        if native is None or (known is not None and known[0] is replay and known[1] == native):
             return
         with self._lock:
-            self._graphs[graph_id] = replay
+            self._graphs[graph_id] = (replay, native)
             self._owner.add_graph(graph_id, native, replay.kernel_count)
 
     def forget_graph(self, graph_id: int) -> None:
