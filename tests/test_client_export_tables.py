@@ -25,5 +25,5 @@ def test_unknown_slots_answer_success_and_log_once_each():
     # Runtime-interface slot 12 is known (cudart 13.2 calls it at every start) and silent.
     assert len(logged) == len(called) - 1, "each unknown slot logs exactly once"
     assert not [line for line in logged if "slot 12 of the runtime interface" in line]
-    assert ("tally: cudart called slot 13 of the runtime interface export table, which tally does not "
+    assert ("tally: a library called slot 13 of the runtime interface export table, which tally does not "
             "implement (arguments 0x1 0x2 0x3); answering CUDA_SUCCESS") in logged
