@@ -96,6 +96,13 @@ def test_wrapper_command_line_reading(tmp_path):
     assert output_file(["a.ptx", "-o", "out.cubin"]) == "out.cubin"
     assert output_file(["a.ptx", "--output-file=out.cubin"]) == "out.cubin"
     assert output_file(["a.ptx"]) is None
+    # XLA's input is a temporary file without a suffix: found by what it holds
+    xla = tmp_path / "tempfile-vm-1234"
+    xla.write_text(".version 8.7\n.target sm_90a\n.address_size 64\n")
+    other = tmp_path / "options.txt"
+    other.write_text("not ptx")
+    assert ptx_input([str(xla), "-o", str(tmp_path / "out"), "-arch=sm_90a", "--warn-on-spills"]) == str(xla)
+    assert ptx_input([str(other), "-o", str(tmp_path / "out")]) is None
 
 
 def test_wrapper_runs_real_ptxas_and_records_the_ptx(tmp_path, vadd_ptx, ptxas):
@@ -193,6 +200,34 @@ def test_tally_run_environment(tmp_path, monkeypatch):
     assert "TRITON_PTXAS_PATH" not in off and "TRITON_PTXAS_BLACKWELL_PATH" not in off
     untouched = job_env.capture_environment({"TRITON_PTXAS_PATH": "/opt/my/ptxas"}, enabled=False)
     assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}       # nothing set, CuPy's switch neither
+
+
+def test_xla_assembles_through_the_wrapper_in_a_cuda_root_of_tallys(tmp_path, monkeypatch):
+    fake = tmp_path / "venv" / "bin" / "tally-ptxas"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("")
+    toolkit = tmp_path / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "nvvm" / "libdevice").mkdir(parents=True)
+    (toolkit / "bin" / "ptxas").write_text("")
+    monkeypatch.setattr(job_env, "wrapper_path", lambda: fake)
+    env = job_env.capture_environment({"CUDA_HOME": str(toolkit), "XLA_FLAGS": "--xla_dump_to=/x"}, enabled=True,
+                                      directory=tmp_path)
+    root = Path(env[job_env.CUDA_ROOT_VAR])
+    assert job_env.XLA_ROOT in root.parts
+    assert (root / "bin" / "ptxas").resolve() == fake.resolve()
+    assert (root / "bin" / "real-ptxas").resolve() == (toolkit / "bin" / "ptxas").resolve()
+    assert (root / "nvvm").resolve() == (toolkit / "nvvm").resolve()
+    assert env["XLA_FLAGS"] == "--xla_dump_to=/x --xla_gpu_enable_libnvptxcompiler=false"
+    # a job's own choice of XLA's assembler stays; without capture nothing of this is left
+    own = job_env.capture_environment({"CUDA_HOME": str(toolkit), "XLA_FLAGS": "--xla_gpu_enable_libnvptxcompiler=true"},
+                                      enabled=True, directory=tmp_path)
+    assert own["XLA_FLAGS"] == "--xla_gpu_enable_libnvptxcompiler=true"
+    off = job_env.capture_environment(env, enabled=False)
+    assert job_env.CUDA_ROOT_VAR not in off and off["XLA_FLAGS"] == "--xla_dump_to=/x"
+    # no toolkit: XLA is left alone
+    none = job_env.capture_environment({"CUDA_HOME": str(tmp_path / "nowhere")}, enabled=True, directory=tmp_path)
+    assert job_env.CUDA_ROOT_VAR not in none and "XLA_FLAGS" not in none
 
 
 class SeesSources(NullBackend):

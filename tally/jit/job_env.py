@@ -10,19 +10,33 @@ its documented switch to PTX: tally-run sets it to 1 (a job that set it keeps it
 own value), so CuPy's kernels reach tally as PTX (the driver, or tally's
 emulator, compiles them at load; CuPy's cache keys on the target, so cubins it
 cached before are not reused for them).
+XLA (JAX) assembles its kernels with libnvptxcompiler inside its plugin, where no
+wrapper can see them; with `--xla_gpu_enable_libnvptxcompiler=false` (added to
+XLA_FLAGS unless the job says otherwise) it runs `<cuda root>/bin/ptxas` instead,
+and JAX takes its cuda root from CUDA_ROOT: tally-run points that at a folder of
+its own (in tally's cache) whose `bin/ptxas` is tally-ptxas and whose `nvvm` and
+`bin/nvlink` are the CUDA toolkit's ($CUDA_HOME, else /usr/local/cuda), or those of
+the job's own CUDA_ROOT when it set one. Where there is no toolkit, XLA is left alone.
 With --no-jit-capture none of this is set, so nothing is written and no record is read.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import sys
 from pathlib import Path
 
+from tally import paths
 from tally.jit import records
-from tally.jit.ptxas_wrapper import REAL_ENV
+from tally.jit.ptxas_wrapper import REAL_BESIDE, REAL_ENV
 
 TRITON_ASSEMBLER_VARS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")
 CUPY_PTX_VAR = "CUPY_COMPILE_WITH_PTX"
+XLA_FLAGS_VAR = "XLA_FLAGS"
+XLA_ASSEMBLER_FLAG = "--xla_gpu_enable_libnvptxcompiler"
+CUDA_ROOT_VAR = "CUDA_ROOT"
+XLA_ROOT = "jit-cuda-root"          # the folder tally-run names in CUDA_ROOT, in tally's cache
 WRAPPER = "tally-ptxas"
 
 
@@ -44,6 +58,13 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
         for var in TRITON_ASSEMBLER_VARS:
             if Path(out.get(var, "")).name == WRAPPER:
                 out.pop(var)
+        if XLA_ROOT in Path(out.get(CUDA_ROOT_VAR, "")).parts:     # and no XLA routing it set
+            out.pop(CUDA_ROOT_VAR)
+            flags = out.get(XLA_FLAGS_VAR, "").replace(f"{XLA_ASSEMBLER_FLAG}=false", "").strip()
+            if flags:
+                out[XLA_FLAGS_VAR] = flags
+            else:
+                out.pop(XLA_FLAGS_VAR, None)
         return out
     out[records.DIR_ENV] = str(directory or records.default_dir())
     own = [env[v] for v in TRITON_ASSEMBLER_VARS if env.get(v) and Path(env[v]).name != WRAPPER]
@@ -52,4 +73,27 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
     for var in TRITON_ASSEMBLER_VARS:
         out[var] = str(wrapper)
     out.setdefault(CUPY_PTX_VAR, "1")
+    _route_xla_through(wrapper, env, out)
     return out
+
+
+def _route_xla_through(wrapper: Path, env: dict, out: dict) -> None:
+    """XLA's assembler becomes `wrapper` (see the module docstring)."""
+    toolkit = Path(env.get(CUDA_ROOT_VAR) or env.get("CUDA_HOME") or "/usr/local/cuda")
+    real_ptxas = toolkit / "bin" / "ptxas"
+    if not real_ptxas.is_file() or not (toolkit / "nvvm").is_dir():
+        return
+    root = paths.cache_dir() / XLA_ROOT / hashlib.sha256(f"{toolkit}\0{wrapper}".encode()).hexdigest()[:16]
+    try:
+        (root / "bin").mkdir(parents=True, exist_ok=True)
+        for link, target in ((root / "bin" / "ptxas", wrapper), (root / "bin" / REAL_BESIDE, real_ptxas),
+                             (root / "bin" / "nvlink", toolkit / "bin" / "nvlink"), (root / "nvvm", toolkit / "nvvm")):
+            if not link.is_symlink() or Path(os.readlink(link)) != target:
+                link.unlink(missing_ok=True)
+                link.symlink_to(target)
+    except OSError:
+        return                          # a cache we cannot write: XLA keeps its own assembler
+    out[CUDA_ROOT_VAR] = str(root)
+    flags = env.get(XLA_FLAGS_VAR, "")
+    if XLA_ASSEMBLER_FLAG not in flags:
+        out[XLA_FLAGS_VAR] = f"{flags} {XLA_ASSEMBLER_FLAG}=false".strip()

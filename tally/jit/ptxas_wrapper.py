@@ -9,7 +9,9 @@ fails because of tally. The real assembler is, in order:
    the job named one);
 2. the ptxas Triton ships, when the process that runs us has Triton loaded (its
    libtriton.so in /proc/<parent>/maps: that is the ptxas Triton would have run);
-3. ptxas on PATH, then /usr/local/cuda/bin/ptxas.
+3. `real-ptxas` beside the name it was run under (the CUDA root tally-run makes
+   for XLA names the toolkit's ptxas so: job_env.py);
+4. ptxas on PATH, then /usr/local/cuda/bin/ptxas.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from tally.jit import records
 
 REAL_ENV = "TALLY_REAL_PTXAS"
+REAL_BESIDE = "real-ptxas"      # beside the name we run under: the assembler to run (job_env.py's CUDA_ROOT)
 CUDA_PTXAS = Path("/usr/local/cuda/bin/ptxas")
 TRITON_LIBRARY = "/triton/_C/libtriton.so"
 
@@ -57,9 +60,23 @@ def record(args: list[str]) -> Path | None:
 
 
 def ptx_input(args: list[str]) -> str | None:
-    """The PTX file on the command line (Triton and XLA pass one `*.ptx` path)."""
-    found = [a for a in args if not a.startswith("-") and a.endswith(".ptx") and os.path.isfile(a)]
+    """The PTX file on the command line: its one `*.ptx` path (Triton's), else its one
+    input file that reads as PTX (XLA names a temporary file without a suffix)."""
+    files = [a for a in args if not a.startswith("-") and a != output_file(args) and os.path.isfile(a)]
+    named = [a for a in files if a.endswith(".ptx")]
+    if named:
+        return named[0] if len(named) == 1 else None
+    found = [a for a in files if _reads_as_ptx(a)]
     return found[0] if len(found) == 1 else None
+
+
+def _reads_as_ptx(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b".version" in head and b".target" in head
 
 
 def output_file(args: list[str]) -> str | None:
@@ -79,6 +96,10 @@ def real_ptxas() -> Path | None:
     triton = _triton_ptxas(os.getppid())
     if triton is not None:
         return triton
+    if sys.argv and sys.argv[0]:
+        beside = Path(sys.argv[0]).parent / REAL_BESIDE
+        if beside.is_file():
+            return beside
     me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     for d in os.environ.get("PATH", "").split(os.pathsep):
         found = shutil.which("ptxas", path=d) if d else None
