@@ -205,6 +205,17 @@ class Server:
         self.process.stop()
 
 
+def python_that_imports(env_var: str, modules: str, install: str) -> str:
+    """The interpreter named in `env_var` (else this one) when it can `import modules`;
+    otherwise the calling opt-in test skips, saying how to get one."""
+    python = os.environ.get(env_var, sys.executable)
+    probe = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True, timeout=300,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"{python} cannot import {modules}; set {env_var} ({install})")
+    return python
+
+
 def emulator_server_process(*extra_args: str) -> Server:
     """A server on the CPU emulator (with these tally-server flags). The emulator is
     part of every build, so a missing one is a failure, never a skip."""

@@ -48,16 +48,24 @@ def test_replays_are_the_drivers_graph_launches(nvcc, cuda_server, priority):
         assert forwarded(cuda_server, "GraphLaunch") == launches_before
 
 
-def test_memset_and_copy_nodes_are_the_drivers_too(nvcc, cuda_server):
-    # the nested server builds its CUgraphExec with cuGraphAddMemsetNode and cuGraphAddMemcpyNode as well
-    program = build_cuda(nvcc, "graph_memset_replay.cu")
+def run_high_priority(nvcc, cuda_server, source: str) -> tuple:
+    """A high-priority job of `source` replaying its graph 3 times on the nested server:
+    (the job, graph launches the nested server counted, GraphLaunch messages its driver
+    forwarded to the emulator server), both counts for this job alone."""
+    program = build_cuda(nvcc, source)
     before = cuda_server.status()["server"]["scheduler"]["graph_launches"]
     launches_before = forwarded(cuda_server, "GraphLaunch")
     job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr
+    return (job, cuda_server.status()["server"]["scheduler"]["graph_launches"] - before,
+            forwarded(cuda_server, "GraphLaunch") - launches_before)
+
+
+def test_memset_and_copy_nodes_are_the_drivers_too(nvcc, cuda_server):
+    # the nested server builds its CUgraphExec with cuGraphAddMemsetNode and cuGraphAddMemcpyNode as well
+    job, units, launches = run_high_priority(nvcc, cuda_server, "graph_memset_replay.cu")
     assert job.ints("replays_ok", "nodes") == [1, 6]
-    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 3
-    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 3
+    assert (units, launches) == (3, 3)
 
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
@@ -73,22 +81,14 @@ def test_conditional_nodes_through_the_cuda_backend(nvcc, cuda_server, priority)
 
 def test_child_graphs_are_the_drivers_too(nvcc, cuda_server):
     # the flattened child graphs become kernel and empty nodes of one CUgraphExec
-    program = build_cuda(nvcc, "graph_child_replay.cu")
-    before = cuda_server.status()["server"]["scheduler"]["graph_launches"]
-    launches_before = forwarded(cuda_server, "GraphLaunch")
-    job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job, units, launches = run_high_priority(nvcc, cuda_server, "graph_child_replay.cu")
     assert job.ints("replays_ok", "nodes", "new_child_ok") == [1, 3, 1]
-    assert cuda_server.status()["server"]["scheduler"]["graph_launches"] - before == 4
-    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 4
+    assert (units, launches) == (4, 4)
 
 
 def test_host_and_event_nodes_between_the_drivers_graph_launches(nvcc, cuda_server):
     # each replay: a wait, a CUgraphExec of one kernel, the host function in the job,
     # another CUgraphExec, a record
-    program = build_cuda(nvcc, "graph_host_event_replay.cu")
-    launches_before = forwarded(cuda_server, "GraphLaunch")
-    job = run_job(cuda_server.socket, program, "3", priority="high", timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job, _units, launches = run_high_priority(nvcc, cuda_server, "graph_host_event_replay.cu")
     assert job.ints("replays_ok", "host_calls") == [1, 3]
-    assert forwarded(cuda_server, "GraphLaunch") - launches_before == 6
+    assert launches == 6

@@ -22,7 +22,6 @@ and every result is right."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from server_harness import ServerProcess
-from e2e_helpers import PROGRAMS, job_env
+from e2e_helpers import PROGRAMS, job_env, python_that_imports
 
 pytestmark = pytest.mark.cupy
 
@@ -40,12 +39,7 @@ CUB_REFUSED = "cannot load a module (CUresult 209): no code in the module runs o
 
 
 def cupy_python() -> str:
-    python = os.environ.get("TALLY_CUPY_PYTHON", sys.executable)
-    probe = subprocess.run([python, "-c", "import cupy, cupy_backends"], capture_output=True, text=True,
-                           timeout=300, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import cupy; set TALLY_CUPY_PYTHON (pip install -e '.[cupy]')")
-    return python
+    return python_that_imports("TALLY_CUPY_PYTHON", "cupy, cupy_backends", "pip install -e '.[cupy]'")
 
 
 def run_cupy(*server_args: str) -> tuple[dict, str, str]:

@@ -14,12 +14,10 @@ through tally-ptxas (tally/jit/job_env.py), so each cubin comes with its PTX and
 the emulator runs the jitted function: the result is numpy's."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
-from e2e_helpers import job_command, server  # noqa: F401
+from e2e_helpers import job_command, python_that_imports, server  # noqa: F401
 
 pytestmark = pytest.mark.jax
 
@@ -34,12 +32,7 @@ except Exception as e:
 
 
 def jax_python() -> str:
-    python = os.environ.get("TALLY_JAX_PYTHON", sys.executable)
-    probe = subprocess.run([python, "-c", "import jax_plugins.xla_cuda13"], capture_output=True, text=True,
-                           timeout=300, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import JAX's CUDA plugin; set TALLY_JAX_PYTHON (pip install 'jax[cuda13]')")
-    return python
+    return python_that_imports("TALLY_JAX_PYTHON", "jax_plugins.xla_cuda13", "pip install 'jax[cuda13]'")
 
 
 def test_jax_sees_the_cuda_device_and_runs_a_jitted_function_on_the_emulator(server):

@@ -247,13 +247,14 @@ class FastLanes:
         return any(self._refresh(lane)[1] != lane.drained for lane in self._lanes.values()
                    if lane.stream.client.client_id == client_id)
 
-    def _refresh(self, lane: _Lane) -> tuple[int, int]:
-        """The lane's (launches, operations) issued so far; what of it is quiet counts as drained."""
-        launches, issued, _, _ = self._counts(lane)
+    def _refresh(self, lane: _Lane) -> tuple[int, int, int]:
+        """The lane's (launches, operations, graph replays) issued so far; what of it is
+        quiet counts as drained."""
+        launches, issued, _, graph_launches = self._counts(lane)
         if issued != lane.drained and (lane.attached.completes_at_issue
                                        or lane.attached.owner.lane_quiet(lane.stream.key)):
             lane.drained, lane.launches_done = issued, launches
-        return launches, issued
+        return launches, issued, graph_launches
 
     def add_counters(self, out: dict) -> None:
         """Add the lanes' launches (graph replays' kernels among them), graph
@@ -265,8 +266,7 @@ class FastLanes:
         out["kernels_whole"] += self._closed["kernels"]
         out["graph_launches"] += self._closed["graph_launches"]
         for lane in self._lanes.values():
-            launches, issued = self._refresh(lane)
-            graph_launches = self._counts(lane)[3]
+            launches, issued, graph_launches = self._refresh(lane)
             out["lanes_busy"] += issued != lane.drained
             client_id = lane.stream.client.client_id
             out["ops_submitted"] += issued
