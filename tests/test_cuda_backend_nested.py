@@ -147,6 +147,17 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
     assert scheduler["untransformable"] == 0, scheduler
 
 
+
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_launches_over_the_default_shared_memory(nvcc, cuda_server, priority):
+    # Found on the first GPU run (cuDNN's kernels in ResNet-50 training): the job's
+    # cudaFuncSetAttribute stays in its client, so the cuda backend opens each kernel
+    # to the device's opt-in limit itself, or the driver refuses the launch. Here the
+    # driver underneath is tally's client, which refuses as a GPU's driver does.
+    job = run_job(cuda_server.socket, build_cuda(nvcc, "big_shared.cu"), priority=priority)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.ints("refused_before_opt_in", "wrong_blocks") == [1, 0]
+
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
 def test_cooperative_and_dependent_launches(nvcc, cuda_server, priority):
     # The cuda backend launches each cooperative kernel with cuLaunchKernelEx and the

@@ -144,6 +144,16 @@ def test_steps_are_stopped_at_their_budget_and_skipped_past_the_deadline(tmp_pat
     assert (tmp_path / "01-quick" / "output.log").read_text() == "done\n"
 
 
+
+def test_steps_run_from_their_own_folder_never_the_repository(tmp_path, monkeypatch):
+    # Found on the first GPU run: from the repository root, the gpu tests' servers
+    # (`python -m tally.cli.server_main`) imported the source tree's tally, which has no
+    # built C++, and every test that starts a server errored.
+    monkeypatch.chdir(ROOT)
+    results = run_steps((_step("where", "import os; print(os.getcwd())", 10),), rehearse=True, quick=True,
+                        repo=ROOT, out=tmp_path, deadline_s=20, on_result=lambda rs: None)
+    assert results[0].figures == {"said": [str(tmp_path / "01-where")]}
+
 def test_the_comparison_sets_the_figures_beside_tallys():
     colocate = StepResult(3, "colocate", "co-location", PASSED, 150, figures={"bert-resnet": {"policies": {
         "priority": {"p99_vs_alone": 1.09, "system_throughput": 1.52}}}})

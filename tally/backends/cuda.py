@@ -102,6 +102,29 @@ class CudaFunction:
     name: str
     handle: object
     params: tuple[KernelParam, ...]
+    # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before the backend opened it to
+    # the device's limit: what the job is told until it opts in itself.
+    default_dynamic_shared: int | None = None
+
+
+def _open_dynamic_shared(function, device) -> int | None:
+    """Let every launch of `function` use up to the device's opt-in shared memory per
+    block; answer the limit the driver had before. A job's cuFuncSetAttribute stays in
+    its client, which checks each launch against the job's own opt-in, so the driver
+    never hears it: without this, a launch over the default 48 KiB (cuDNN's and
+    cuBLAS's kernels, found on the first GPU run) failed in the driver with
+    CUDA_ERROR_INVALID_VALUE. The limit changes no launch's occupancy."""
+    err, before = cu.cuFuncGetAttribute(
+        cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return None
+    err, static = cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function)
+    err2, optin = cu.cuDeviceGetAttribute(
+        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+    if err == cu.CUresult.CUDA_SUCCESS and err2 == cu.CUresult.CUDA_SUCCESS and optin - static > before:
+        cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              optin - static)
+    return int(before)
 
 
 @dataclass
@@ -307,7 +330,7 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
             if err != cu.CUresult.CUDA_SUCCESS:
                 break
             params.append(KernelParam(int(offset), int(size)))
-        return CudaFunction(name, handle, tuple(params))
+        return CudaFunction(name, handle, tuple(params), _open_dynamic_shared(handle, self._device))
 
     def function_attributes(self, fn: CudaFunction) -> dict[FuncAttribute, int]:
         """Every CU_FUNC_ATTRIBUTE_* the driver answers for the kernel (its cubin, or
@@ -318,6 +341,8 @@ class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTen
             err, value = cu.cuFuncGetAttribute(cu.CUfunction_attribute(int(attribute)), fn.handle)
             if err == cu.CUresult.CUDA_SUCCESS:
                 out[attribute] = int(value)
+        if fn.default_dynamic_shared is not None:
+            out[FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES] = fn.default_dynamic_shared
         return out
 
     def module_global(self, module: CudaModule, name: str) -> tuple[int, int]:

@@ -63,8 +63,12 @@ class BenchServer:
     def __init__(self, directory: Path, name: str, backend: str):
         self.socket = directory / f"{name}.sock"
         self.log = open(directory / f"{name}.log", "w")
+        # A GPU's jobs move only between servers that back their memory with
+        # reservations (the emulator's always can).
+        mobile = ["--suspendable"] if backend == "cuda" else []
         self.proc = subprocess.Popen([*commands.python_module("tally.cli.server_main"), "--backend", backend,
-                                      "--socket", str(self.socket)], stdout=self.log, stderr=subprocess.STDOUT)
+                                      "--socket", str(self.socket), *mobile],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while not self.socket.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -40,12 +40,15 @@ class StepResult:
         return asdict(self)
 
 
-def _run_command(argv: list[str], env: dict, log, limit_s: float) -> tuple[int | None, float]:
+def _run_command(argv: list[str], env: dict, log, limit_s: float, cwd: Path) -> tuple[int | None, float]:
     """(exit code, or None when stopped at the limit; seconds). Output goes to the log
-    and, line by line, to this process's stdout (what a device call shows)."""
+    and, line by line, to this process's stdout (what a device call shows). `cwd`: the
+    step's own folder, never the repository, whose source tree (without its built C++)
+    a `python -m` there, the tests' servers' included, would import instead of the
+    installed tally."""
     begin = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                               env={**os.environ, **env}, start_new_session=True)
+                               env={**os.environ, **env}, start_new_session=True, cwd=cwd)
 
     def copy() -> None:
         for line in process.stdout:
@@ -90,7 +93,7 @@ def run_step(index: int, step: Step, mode: Mode, left_s: float) -> StepResult:
     limit = min(budget * OVERRUN, left_s)
     with (mode.out / "output.log").open("w") as log:
         for argv in argvs:
-            code, took = _run_command(argv, step.env(mode), log, limit - result.wall_s)
+            code, took = _run_command(argv, step.env(mode), log, limit - result.wall_s, mode.out)
             result.wall_s += took
             if code is None:
                 result.status = TIMED_OUT
