@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--eager", action="store_true", help="serve without a CUDA graph (the same kernels, "
+                                                             "launched one by one): tells graph faults from others")
 
 
 def build(args: argparse.Namespace) -> Gpt2Decoder:
@@ -105,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         expected = [reference(x) for x in inputs]
     del reference
-    if device.type == "cuda":
+    graphs = device.type == "cuda" and not args.eager
+    if graphs:
         static_in, static_out, replay = graphed(model, inputs[0].to(device))
-    else:                                      # no graphs on the CPU: the same steps, run eagerly
-        static_in = inputs[0].clone()
+    else:                                      # the same steps, run eagerly (always on the CPU)
+        static_in = inputs[0].clone().to(device)
         static_out = None
 
         def replay() -> None:
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     report["job"] = "torch-gpt2-graphs"
     job_protocol.write_report(args.out, report)
     print(f"torch_decode: gpt2 batch {args.batch} context {args.context} on {device}"
-          f"{' (CUDA graph replay)' if device.type == 'cuda' else ''}: {len(report['end_s'])} of {len(arrivals)} "
+          f"{' (CUDA graph replay)' if graphs else ''}: {len(report['end_s'])} of {len(arrivals)} "
           f"requests served, {report['check']}", flush=True)
     return 0 if report["ok"] else 1
 
