@@ -2,6 +2,7 @@
 // cuDNN's and cuBLAS's are: the program opts in with cudaFuncSetAttribute, as CUDA
 // requires, then checks each block's sum. Refused before the opt-in, as a driver refuses.
 #include <cstdio>
+#include <string>
 #include "runtime_check.h"
 
 constexpr int kSharedBytes = 100 * 1024;
@@ -18,7 +19,9 @@ __global__ void block_sums(const float* in, float* out) {
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // `graph`: opt in, then only the graph replays
+  const bool graph_only = argc > 1 && std::string(argv[1]) == "graph";
   const int blocks = 64;
   float *in, *out;
   CHECK(cudaMalloc(&in, size_t(blocks) * kSharedBytes));
@@ -28,19 +31,46 @@ int main() {
     for (int i = 0; i < kFloats; ++i) host[size_t(b) * kFloats + i] = float((b + i) % 4);
   CHECK(cudaMemcpy(in, host, size_t(blocks) * kSharedBytes, cudaMemcpyHostToDevice));
 
-  block_sums<<<blocks, 256, kSharedBytes>>>(in, out);
-  const cudaError_t before_opt_in = cudaGetLastError();
-  CHECK(cudaFuncSetAttribute(block_sums, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  for (int round = 0; round < 3; ++round) block_sums<<<blocks, 256, kSharedBytes>>>(in, out);
-  CHECK(cudaGetLastError());
-  float sums[blocks];
-  CHECK(cudaMemcpy(sums, out, sizeof(sums), cudaMemcpyDeviceToHost));
-  int wrong = 0;
-  for (int b = 0; b < blocks; ++b) {
-    float want = 0;
-    for (int i = 0; i < kFloats; ++i) want += float((b + i) % 4);
-    wrong += sums[b] != want;
+  cudaError_t before_opt_in = cudaErrorInvalidValue;
+  if (!graph_only) {
+    block_sums<<<blocks, 256, kSharedBytes>>>(in, out);
+    before_opt_in = cudaGetLastError();
   }
-  printf("refused_before_opt_in=%d\nwrong_blocks=%d\n", before_opt_in == cudaErrorInvalidValue, wrong);
+  CHECK(cudaFuncSetAttribute(block_sums, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  float sums[blocks];
+  int wrong = 0;
+  if (!graph_only) {
+    for (int round = 0; round < 3; ++round) block_sums<<<blocks, 256, kSharedBytes>>>(in, out);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(sums, out, sizeof(sums), cudaMemcpyDeviceToHost));
+    for (int b = 0; b < blocks; ++b) {
+      float want = 0;
+      for (int i = 0; i < kFloats; ++i) want += float((b + i) % 4);
+      wrong += sums[b] != want;
+    }
+  }
+  // The same launch replayed from a CUDA graph (PyTorch's CUDA-graph serving path).
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  block_sums<<<blocks, 256, kSharedBytes, stream>>>(in, out);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  int graph_wrong = 0;
+  for (int round = 0; round < 2; ++round) {
+    CHECK(cudaMemsetAsync(out, 0, blocks * sizeof(float), stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaMemcpyAsync(sums, out, sizeof(sums), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    for (int b = 0; b < blocks; ++b) {
+      float want = 0;
+      for (int i = 0; i < kFloats; ++i) want += float((b + i) % 4);
+      graph_wrong += sums[b] != want;
+    }
+  }
+  printf("refused_before_opt_in=%d\nwrong_blocks=%d\ngraph_wrong_blocks=%d\n", before_opt_in == cudaErrorInvalidValue,
+         wrong, graph_wrong);
   return 0;
 }
