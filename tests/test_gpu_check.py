@@ -110,6 +110,7 @@ def test_gpu_check_sh_runs_the_kits_install_and_the_kit():
     assert " ".join(install.INSTALL_FLAGS) in script
     assert '-m pip install --no-index --find-links "$wheels" $build_requires' in script
     assert "gpu-check --out /tmp/tally-gpu-check --bundle \"$out\"" in script and "CUDA_HOME" in script
+    assert '-m pip install --no-index --find-links "$wheels" ' + " ".join(install.KIT_TOOLS) in script
     wheels_sh = (ROOT / "tools/gpu_wheels.sh").read_text()
     assert "tally/bench/gpu_check/wheels.txt" in wheels_sh and "--python-version 3.12" in wheels_sh
     for path in ("tools/gpu_check.sh", "tools/gpu_wheels.sh"):
@@ -142,6 +143,11 @@ def test_steps_are_stopped_at_their_budget_and_skipped_past_the_deadline(tmp_pat
     written = json.loads((tmp_path / "02-slow.json").read_text())
     assert written["status"] == TIMED_OUT and "budget 1 s" in written["note"]
     assert (tmp_path / "01-quick" / "output.log").read_text() == "done\n"
+    # the overrun step's processes, named before they were stopped (their threads too, where
+    # py-spy is installed, as the kit installs it on the GPU machine)
+    dump = (tmp_path / "02-slow" / "stall-dump.txt").read_text()
+    assert dump.startswith("processes: ") and "none found" not in dump.splitlines()[0], dump
+    assert "=== pid" in dump or "py-spy is not installed" in dump, dump
 
 
 
@@ -236,6 +242,9 @@ def test_the_quick_rehearsal_runs_every_step_on_the_emulator(tmp_path):
     assert results["launch"]["figures"]["hp_us_per_launch"] > 0
     assert "priority" in results["colocate"]["figures"]["cuda-jobs"]["policies"]
     assert (out / "03-colocate" / "cuda-jobs.png").stat().st_size > 0
+    # each co-location run's server log is kept in the step's folder, which the kit bundles
+    assert list((out / "03-colocate" / "runs-cuda-jobs").glob("run*/server.log"))
+    assert list((out / "04-preemption" / "runs-preemption").glob("run*/server.log"))
     assert results["preemption"]["figures"]["requests"] > 0 and "delay_p99_us" in results["preemption"]["figures"]
     assert set(results["sm-share"]["figures"]["by_share"]) == {"50%", "100%"}
     scenario = results["device-fault"]["figures"]["scenario"]

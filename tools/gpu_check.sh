@@ -41,6 +41,9 @@ if ! { "$python" -m pip install --no-index --find-links "$wheels" $build_require
   echo "gpu_check: the install failed (whole log: install.log); no step ran" >&2
   exit 1
 fi
+# The kit's own tool (a step that overruns gets its servers' threads dumped); optional.
+"$python" -m pip install --no-index --find-links "$wheels" py-spy >>"$log" 2>&1 ||
+  echo "gpu_check: py-spy did not install: an overrunning step will have no thread dumps"
 spent=$(( $(date +%s) - start ))
 echo "gpu_check: installed in ${spent} s"
 

@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     real.add_argument("--be-args", help="extra arguments for each best-effort job, e.g. \"--samples 65536\"")
     real.add_argument("--keep-workdir", action="store_true",
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
+    real.add_argument("--workdir", type=Path, metavar="DIR",
+                      help="keep them in DIR (made if missing; kept also when the run is interrupted): the "
+                           "servers' and jobs' logs of each run")
     c.add_argument("--json", type=Path, help="write the report here")
     c.add_argument("--png", type=Path, help="write the latency-CDF / throughput figure here")
     lb = sub.add_parser("launch", help="what a kernel launch, a synchronization and a wake-up cost tally's server, "
@@ -162,7 +165,10 @@ def colocate_processes(args: argparse.Namespace) -> int:
               "use --backend emulator to run the cuda workload on the CPU", file=sys.stderr)
         return 2
     try:
-        result = run_process_colocate(config, keep_workdir=args.keep_workdir)
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+        result = run_process_colocate(config, workdir=args.workdir,
+                                      keep_workdir=args.keep_workdir or args.workdir is not None)
     except (JobFailed, JobBuildError) as e:
         print(f"tally-bench colocate: {e}", file=sys.stderr)
         return 1

@@ -51,6 +51,14 @@ def install_argv(python: str, wheels: Path, repo: Path) -> list[str]:
     return [python, "-m", "pip", "install", *INSTALL_FLAGS, str(wheels), str(repo)]
 
 
+# Installed beside tally for the kit itself (tools/gpu_check.sh runs tools_argv too).
+KIT_TOOLS = ("py-spy",)
+
+
+def tools_argv(python: str, wheels: Path) -> list[str]:
+    return [python, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), *KIT_TOOLS]
+
+
 def offline_env() -> dict:
     """The environment with no pip configuration: no index, no find-links, no constraints
     but the command's own, as on the GPU machine."""
@@ -83,6 +91,7 @@ def rehearse_install(repo: Path, wheels: Path, image_wheels: Path, python: str, 
               *chosen["image"]],
              build_requirements_argv(str(venv / "bin/python"), wheels, repo),
              install_argv(str(venv / "bin/python"), wheels, repo),
+             tools_argv(str(venv / "bin/python"), wheels),
              # what the GPU run needs first: the C++ core loads and the kit starts
              [str(venv / "bin/python"), "-c", "import tally._core, tally.bench.gpu_check.cli"],
              [str(venv / "bin/tally-bench"), "gpu-check", "--dry-run"]]

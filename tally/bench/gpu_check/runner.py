@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,6 +22,8 @@ from tally.bench.gpu_check.step import Mode, Step, shown_argv
 
 PASSED, FAILED, TIMED_OUT, NOT_STARTED = "passed", "failed", "timed out", "not started"
 INTERRUPT_GRACE_S = 15.0     # after SIGINT, what tally-bench gets to stop its servers and jobs
+STALL_DUMP = "stall-dump.txt"
+STALL_DUMP_BUDGET_S = 20.0   # all the dumps of one overrun together
 
 
 @dataclass
@@ -62,6 +66,8 @@ def _run_command(argv: list[str], env: dict, log, limit_s: float, cwd: Path) -> 
     try:
         code = process.wait(timeout=max(limit_s, 1.0))
     except subprocess.TimeoutExpired:
+        # Where everything waited is what an overrun needs explained; ask before stopping it.
+        dump_stalled(process.pid, cwd / STALL_DUMP)
         # SIGINT first: tally-bench stops every server and job it started (their own sessions).
         _signal_group(process, signal.SIGINT)
         try:
@@ -72,6 +78,59 @@ def _run_command(argv: list[str], env: dict, log, limit_s: float, cwd: Path) -> 
         code = None
     reader.join(timeout=5)
     return code, time.monotonic() - begin
+
+
+def dump_stalled(group: int, target: Path) -> None:
+    """The Python threads (native frames too) of every tally-server on the machine and
+    of the step's own processes, by py-spy (carried to the GPU machine with the wheels),
+    into `target`. The first GPU run's launch and co-location steps overran with no
+    clue where they waited; this is the clue."""
+    spy = shutil.which("py-spy") or str(Path(sysconfig.get_path("scripts")) / "py-spy")
+    pids = _stalled_pids(group)
+    began = time.monotonic()
+    with target.open("w") as out:
+        out.write(f"processes: {' '.join(map(str, pids)) or 'none found'}\n")
+        if not Path(spy).is_file():
+            out.write("py-spy is not installed (tools/gpu_wheels.sh carries it): no thread dumps\n")
+            return
+        for pid in pids:
+            left = STALL_DUMP_BUDGET_S - (time.monotonic() - began)
+            out.write(f"=== pid {pid}: {_cmdline(pid)[:300]}\n")
+            out.flush()
+            if left < 1:
+                out.write("(no time left for its dump)\n")
+                continue
+            try:
+                subprocess.run([spy, "dump", "--native", "--pid", str(pid)], stdout=out, stderr=subprocess.STDOUT,
+                               timeout=min(left, 10.0))
+            except subprocess.TimeoutExpired:
+                out.write("(py-spy took too long)\n")
+
+
+def _stalled_pids(group: int) -> list[int]:
+    """tally-server processes, then the step's process group (the bench and its jobs)."""
+    servers, members = [], []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        argv = _cmdline(pid).split(" ")
+        if any(a.endswith("/tally-server") or a == "tally.cli.server_main" for a in argv):
+            servers.append(pid)
+            continue
+        try:
+            if os.getpgid(pid) == group:
+                members.append(pid)
+        except OSError:
+            pass
+    return sorted(servers) + sorted(members)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -104,7 +104,7 @@ NVML_METRICS = Step(
     key="nvml-metrics", title="NVML readings through /metrics",
     what="tally-server --metrics-port on the device: the DCGM-named gauges NVML fills (utilization, memory, "
          "clocks, temperature, power)",
-    budget_s=15, quick_budget_s=15, commands=_commands, figures=_figures)
+    budget_s=10, quick_budget_s=10, commands=_commands, figures=_figures)
 
 
 if __name__ == "__main__":

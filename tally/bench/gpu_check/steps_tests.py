@@ -90,4 +90,4 @@ def _fault_figures(mode: Mode, output: str) -> dict:
 DEVICE_FAULT = Step(
     key="device-fault", title="a device fault next to a high-priority job",
     what="a best-effort job's illegal address: what each job is told and sees, the server's recovery time",
-    budget_s=30, quick_budget_s=30, commands=_fault_commands, figures=_fault_figures, env=_fault_env)
+    budget_s=20, quick_budget_s=20, commands=_fault_commands, figures=_fault_figures, env=_fault_env)
