@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tally.backends.registry import real_driver_present
-from tally.bench.gpu_check import install, plan, report
+from tally.bench.gpu_check import install, job_matrix, plan, report
 from tally.bench.gpu_check.device import Device
 from tally.bench.gpu_check.step import Step
 from tally.bench.gpu_check.runner import FAILED, NOT_STARTED, PASSED, TIMED_OUT, StepResult, run_steps
@@ -30,7 +30,8 @@ from tally.bench.process_jobs import JOBS_DIR, PROGRAMS
 from tally.cli.bench_main import main as bench_main
 
 ROOT = Path(__file__).resolve().parent.parent
-STEP_KEYS = ("pytest-gpu", "launch", "colocate", "preemption", "sm-share", "device-fault", "nvml-metrics", "migrate")
+STEP_KEYS = ("pytest-gpu", "jobs", "launch", "colocate", "preemption", "sm-share", "device-fault", "nvml-metrics",
+             "migrate")
 
 
 # ---- the plan ------------------------------------------------------------------------------
@@ -66,7 +67,7 @@ def test_dry_run_of_the_rehearsal_shows_the_emulator_commands(capsys):
 def test_unknown_steps_are_refused_with_the_list(capsys):
     assert bench_main(["gpu-check", "--dry-run", "--steps", "launch,warp-drive"]) == 2
     err = capsys.readouterr().err
-    assert "no step warp-drive" in err and "pytest-gpu, launch, colocate" in err
+    assert "no step warp-drive" in err and "pytest-gpu, jobs, launch, colocate" in err
 
 
 @pytest.mark.skipif(real_driver_present(), reason="a GPU is here: gpu-check would run its steps")
@@ -160,6 +161,15 @@ def test_steps_run_from_their_own_folder_never_the_repository(tmp_path, monkeypa
                         repo=ROOT, out=tmp_path, deadline_s=20, on_result=lambda rs: None)
     assert results[0].figures == {"said": [str(tmp_path / "01-where")]}
 
+
+def test_a_job_matrix_cell_whose_server_cannot_start_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(job_matrix.VARIANTS, "broken", ("--no-such-flag",))
+    job = job_matrix.Job("dense-inference", "dense-inference", "cuda", "high", (), ("broken", job_matrix.NATIVE))
+    [broken, native] = job_matrix.run_matrix((job,), "emulator", tmp_path, timeout_s=30)
+    assert broken.result == job_matrix.FAILED and "tally-server did not start" in broken.check
+    assert (native.result, native.check) == (job_matrix.NOT_RUN, "no GPU: nothing runs natively")
+    assert "dense-inference        broken        failed" in job_matrix.format_cells([broken, native])
+
 def test_the_comparison_sets_the_figures_beside_tallys():
     colocate = StepResult(3, "colocate", "co-location", PASSED, 150, figures={"bert-resnet": {"policies": {
         "priority": {"p99_vs_alone": 1.09, "system_throughput": 1.52}}}})
@@ -233,18 +243,22 @@ def _rehearse(tmp_path: Path, *extra: str, timeout: int) -> tuple[subprocess.Com
 def test_the_quick_rehearsal_runs_every_step_on_the_emulator(tmp_path):
     done, out = _rehearse(tmp_path, "--quick", timeout=400)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert done.stdout.startswith("tally gpu-check plan (--quick): 8 steps on the CPU emulator")
+    assert done.stdout.startswith("tally gpu-check plan (--quick): 9 steps on the CPU emulator")
     results = {}
     for i, key in enumerate(STEP_KEYS, 1):
         results[key] = json.loads((out / f"{i:02d}-{key}.json").read_text())
         assert results[key]["status"] == PASSED, results[key]
     assert results["pytest-gpu"]["figures"]["failures"] == 0 and results["pytest-gpu"]["figures"]["tests"] > 0
     assert results["launch"]["figures"]["hp_us_per_launch"] > 0
+    cells = results["jobs"]["figures"]["cells"]
+    assert cells["dense-inference / graph-nodes"].startswith("right") and \
+        cells["long-kernel-training / python-plane"].startswith("right"), cells
+    assert cells["dense-inference / native"] == "not run: no GPU: nothing runs natively"
     assert "priority" in results["colocate"]["figures"]["cuda-jobs"]["policies"]
-    assert (out / "03-colocate" / "cuda-jobs.png").stat().st_size > 0
+    assert (out / "04-colocate" / "cuda-jobs.png").stat().st_size > 0
     # each co-location run's server log is kept in the step's folder, which the kit bundles
-    assert list((out / "03-colocate" / "runs-cuda-jobs").glob("run*/server.log"))
-    assert list((out / "04-preemption" / "runs-preemption").glob("run*/server.log"))
+    assert list((out / "04-colocate" / "runs-cuda-jobs").glob("run*/server.log"))
+    assert list((out / "05-preemption" / "runs-preemption").glob("run*/server.log"))
     assert results["preemption"]["figures"]["requests"] > 0 and "delay_p99_us" in results["preemption"]["figures"]
     assert set(results["sm-share"]["figures"]["by_share"]) == {"50%", "100%"}
     scenario = results["device-fault"]["figures"]["scenario"]

@@ -19,7 +19,7 @@ OVERRUN = 1.25               # a step is stopped at its budget times this
 
 
 def steps() -> tuple[Step, ...]:
-    return (steps_tests.PYTEST_GPU, steps_bench.LAUNCH, steps_bench.COLOCATE_TORCH, steps_bench.PREEMPTION,
+    return (steps_tests.PYTEST_GPU, steps_tests.JOB_MATRIX, steps_bench.LAUNCH, steps_bench.COLOCATE_TORCH, steps_bench.PREEMPTION,
             steps_bench.SM_SHARE, steps_tests.DEVICE_FAULT, steps_metrics.NVML_METRICS, steps_bench.MIGRATION)
 
 

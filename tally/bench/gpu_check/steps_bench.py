@@ -95,9 +95,10 @@ def _colocate_commands(mode: Mode) -> list[list[str]]:
     if mode.quick:
         return [run("bert-resnet", *torch_jobs, "--hp-job", "bert-base", "--be-job", "resnet50-train",
                     "--policies", "priority", "--duration", "4")]
-    # Five runs (calibration, each job alone, two policies) of the first pair, four of the
-    # second; a torch job's start-up (import, model, the CPU's reference) and a drain come on
-    # top of each run's duration. The second pair comes last: a cut step keeps the first.
+    # Five runs (calibration, each job alone, two policies); a torch job's start-up (import,
+    # model, the CPU's reference) and a drain come on top of each run's duration. The GPT-2
+    # graph job's correctness is the jobs step's; its latency next to training, the second
+    # command's, when the first leaves time.
     return [run("bert-resnet", *torch_jobs, "--hp-job", "bert-base", "--be-job", "resnet50-train",
                 "--policies", "priority,time-slice", "--duration", "3"),
             run("gpt2-resnet", *torch_jobs, "--hp-job", "gpt2-graphs", "--be-job", "resnet50-train",
@@ -117,9 +118,10 @@ def _colocate_step_figures(mode: Mode, output: str) -> dict:
 
 COLOCATE_TORCH = Step(
     key="colocate", title="co-location with PyTorch jobs",
-    what="BERT-base and a GPT-2-sized decoder (CUDA graphs) at high priority next to ResNet-50 training, "
+    what="BERT-base (then a GPT-2-sized decoder by CUDA graphs, if time is left) at high priority next to "
+         "ResNet-50 training, "
          "the priority and time-slice policies and alone: p50/p99, normalized and system throughput, a PNG",
-    budget_s=150, quick_budget_s=75, commands=_colocate_commands, figures=_colocate_step_figures)
+    budget_s=120, quick_budget_s=75, commands=_colocate_commands, figures=_colocate_step_figures)
 
 
 # ---- preemption delay ----------------------------------------------------------------------
@@ -204,4 +206,4 @@ def _migration_figures(mode: Mode, output: str) -> dict:
 MIGRATION = Step(
     key="migrate", title="suspend, resume and migrate (--suspendable)",
     what="a job's suspend/resume and migration time between two servers on one GPU against its footprint",
-    budget_s=20, quick_budget_s=15, commands=_migration_commands, figures=_migration_figures)
+    budget_s=15, quick_budget_s=15, commands=_migration_commands, figures=_migration_figures)

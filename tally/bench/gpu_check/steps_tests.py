@@ -66,7 +66,7 @@ PYTEST_GPU = Step(
     key="pytest-gpu", title="pytest -m gpu",
     what="the tests marked gpu (cuda backend, green-context SM shares, NVML, PyTorch under tally-run, "
          "suspend/migrate), each with a timeout",
-    budget_s=90, quick_budget_s=75, commands=_pytest_gpu_commands, figures=pytest_figures)
+    budget_s=80, quick_budget_s=75, commands=_pytest_gpu_commands, figures=pytest_figures)
 
 
 def _fault_commands(mode: Mode) -> list[list[str]]:
@@ -90,4 +90,26 @@ def _fault_figures(mode: Mode, output: str) -> dict:
 DEVICE_FAULT = Step(
     key="device-fault", title="a device fault next to a high-priority job",
     what="a best-effort job's illegal address: what each job is told and sees, the server's recovery time",
-    budget_s=20, quick_budget_s=20, commands=_fault_commands, figures=_fault_figures, env=_fault_env)
+    budget_s=15, quick_budget_s=15, commands=_fault_commands, figures=_fault_figures, env=_fault_env)
+
+
+def _job_matrix_commands(mode: Mode) -> list[list[str]]:
+    return [[*commands.python_module("tally.bench.gpu_check.job_matrix"),
+             "--backend", "emulator" if mode.rehearse else "cuda", "--out", str(mode.out / "cells"),
+             "--timeout", "45"]]
+
+
+def _job_matrix_figures(mode: Mode, output: str) -> dict:
+    try:
+        cells = json.loads((mode.out / "cells" / "matrix.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {"cells": {f"{c['job']} / {c['variant']}": f"{c['result']}: {c['check']}" for c in cells}}
+
+
+JOB_MATRIX = Step(
+    key="jobs", title="the jobs natively and under tally",
+    what="each job program alone (GPT-2 by CUDA graph and eagerly, BERT-base, ResNet-50 training, a CUDA C++ job), "
+         "natively and against its own tally-server (default, graphs node by node, Python data plane), at once: "
+         "right or WRONG by the job's own check",
+    budget_s=50, quick_budget_s=50, commands=_job_matrix_commands, figures=_job_matrix_figures)
