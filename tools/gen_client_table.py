@@ -15,7 +15,7 @@ Outputs (client_preload/src/generated/):
   entry_table.cpp        the table cuGetProcAddress searches, and the traced wrappers
   unsupported_entries.cpp  one logging NOT_SUPPORTED function per unimplemented entry
   exported_symbols.cpp   the C symbols cuda.h exports, each forwarding to its entry
-  result_codes.cpp       every CUresult with its name and cuda.h's description of it
+  result_codes.cpp       every CUresult with its name and the driver's text for it (libcudart's, else cuda.h's)
   ../../../docs/unsupported-entry-points.md  each NOT_SUPPORTED entry with its reason
                          (tools/unsupported_reasons.py; an entry without one fails)
   memset_entries.cpp     the 24 64-bit cuMemsetD* entries (8/16/32-bit, 1-D and 2-D, Async,
@@ -214,27 +214,49 @@ def bind_symbols(entries: dict[str, Entry], symbols: dict[str, list[str]], canon
         raise GenerationError(f"PFN entries with no exported symbol in cuda.h: {unbound}")
 
 
-# cuGetErrorString texts seen from NVIDIA's driver itself, which win over cuda.h's
-# documentation (programs compare them: cuda-bindings' test_cuda.py expects "no error").
-# Only texts observed from a real driver belong here; the rest keep cuda.h's wording
-# until a GPU machine lists the driver's (issue 27).
-DRIVER_TEXTS = {0: "no error"}
+# What cuGetErrorString answers. NVIDIA's driver answers short texts ("invalid argument"),
+# which cuda.h does not publish; the toolkit's CUDA runtime does: since CUDA 10.1 every
+# cudaError_t that the driver also has carries the CUresult's number, and the runtime's
+# cudaGetErrorString (a table lookup that needs no GPU) gives the same text the driver
+# does (cuda-bindings' test_cuda.py checks two: "no error", "invalid device ordinal";
+# tests/test_e2e_gpu.py compares every code with the driver's on a GPU). A CUresult the
+# runtime has no text for keeps cuda.h's documentation of it.
+CUDART = CUDA_INCLUDE.parent / "lib64" / "libcudart.so"
+
+
+def runtime_texts() -> dict[int, str]:
+    import ctypes
+    try:
+        runtime = ctypes.CDLL(str(CUDART))
+    except OSError as e:
+        raise GenerationError(f"cannot load {CUDART} for the driver's error texts: {e}") from None
+    runtime.cudaGetErrorString.restype = ctypes.c_char_p
+    unknown = runtime.cudaGetErrorString(-1)            # the runtime's text for a code it lacks
+    texts = {}
+    for value in range(1000):
+        text = runtime.cudaGetErrorString(value)
+        if text and text != unknown:
+            texts[value] = text.decode()
+    return texts
 
 
 def read_result_codes() -> list[tuple[int, str, str]]:
-    """(value, name, description) for each CUresult, the description being the
-    driver's own text where DRIVER_TEXTS has it, otherwise the doc comment cuda.h
-    puts above the value."""
+    """(value, name, text) for each CUresult, the text being the driver's (the
+    runtime's for the same number) or, where the runtime has none, the doc comment
+    cuda.h puts above the value."""
     text = (CUDA_INCLUDE / "cuda.h").read_text()
     m = re.search(r"typedef enum cudaError_enum \{(.*?)\} CUresult;", text, re.S)
     if not m:
         raise GenerationError("cuda.h has no `typedef enum cudaError_enum {...} CUresult;`")
+    driver_texts = runtime_texts()
     codes = []
     for doc, name, value in re.findall(r"/\*\*(.*?)\*/\s*(CUDA_\w+)\s*=\s*(\d+)", m.group(1), re.S):
         description = " ".join(doc.replace("*", " ").split()).replace("::", "")
-        codes.append((int(value), name, DRIVER_TEXTS.get(int(value), description)))
+        codes.append((int(value), name, driver_texts.get(int(value), description)))
     if len({v for v, _, _ in codes}) != len(codes) or len(codes) < 50:
         raise GenerationError(f"unexpected CUresult list in cuda.h ({len(codes)} documented values)")
+    if driver_texts.get(0) != "no error":
+        raise GenerationError(f"{CUDART} says {driver_texts.get(0)!r} for success, not 'no error'")
     return sorted(codes)
 
 

@@ -1,7 +1,7 @@
-// cuGetErrorName / cuGetErrorString, answered in the client from the table
-// generated from cuda.h. The descriptions are cuda.h's documentation of each
-// value (the driver's own short strings are not published). An unknown value is
-// CUDA_ERROR_INVALID_VALUE with *pStr set to NULL, as the driver documents.
+// cuGetErrorName / cuGetErrorString, answered in the client from the generated
+// table: the driver's short texts, which the toolkit's runtime carries for the same
+// numbers ("invalid argument"), else cuda.h's documentation of the value. An unknown
+// value is CUDA_ERROR_INVALID_VALUE with *pStr set to NULL, as the driver documents.
 #include <algorithm>
 
 #include "entry_points/entry_point.h"

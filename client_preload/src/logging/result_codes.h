@@ -1,5 +1,5 @@
-// Every CUresult with its name and description, generated from cuda.h
-// (generated/result_codes.cpp), for cuGetErrorName and cuGetErrorString.
+// Every CUresult with its name and the driver's text for it (generated/result_codes.cpp,
+// by tools/gen_client_table.py), for cuGetErrorName and cuGetErrorString.
 #pragma once
 
 namespace tally::client {
@@ -7,7 +7,7 @@ namespace tally::client {
 struct ResultCode {
   int value;
   const char* name;         // "CUDA_ERROR_INVALID_VALUE"
-  const char* description;  // cuda.h's documentation of the value
+  const char* description;  // the driver's text (the runtime's for the number), else cuda.h's documentation
 };
 
 extern const ResultCode kResultCodes[];
