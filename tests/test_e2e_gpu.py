@@ -76,6 +76,7 @@ def test_driver_api_on_the_gpu(nvcc, cuda_server):
         for op in ("htod", "dtoh", "memset", "free", "async_sync"):
             assert job.value(f"{prefix}_{op}") == str(CUDA_ERROR_INVALID_VALUE), (prefix, op)
     assert job.value("own_intact") == "1"
+    assert job.value("sync_memops") == "0,1"
 
 
 def test_illegal_address_on_the_gpu(nvcc, cuda_server):

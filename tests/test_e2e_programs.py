@@ -141,6 +141,8 @@ def test_driver_api(nvcc, emulator_server):
     assert job.value("memset16") == "aaaa,aaaa,1234,1234,1234,aaaa"
     assert job.ints("unified_equal", "range_ok", "memory_type", "host_pointer_attribute", "meminfo_ok",
                     "async_alloc_memset") == [1, 1, 2, CUDA_ERROR_INVALID_VALUE, 1, 1]
+    assert job.value("sync_memops") == "0,1"
+    assert job.value("set_attribute_bad") == f"{CUDA_ERROR_INVALID_VALUE},{CUDA_ERROR_INVALID_VALUE}"
 
 
 def test_threads_share_the_connection(nvcc, emulator_server):

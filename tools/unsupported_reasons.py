@@ -78,7 +78,6 @@ RULES = (
          r"|GetFunctionCount)",
          "not yet: enumerating a module's or library's contents"),
     Rule(r"cuDeviceGetHostAtomicCapabilities", "not yet: host atomic capabilities (CUDA 13)"),
-    Rule(r"cuPointerSetAttribute", "not yet: setting pointer attributes (SYNC_MEMOPS)"),
 )
 
 

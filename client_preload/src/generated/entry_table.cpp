@@ -2429,7 +2429,7 @@ const EntryPoint kEntryPoints[] = {
     {"cuParamSetv", 2000, false, false, "cuParamSetv", reinterpret_cast<void*>(&tally_entry_cuParamSetv_v2000), reinterpret_cast<void*>(&tally_traced_cuParamSetv_v2000)},
     {"cuPointerGetAttribute", 4000, false, true, "cuPointerGetAttribute", reinterpret_cast<void*>(&tally_entry_cuPointerGetAttribute_v4000), reinterpret_cast<void*>(&tally_traced_cuPointerGetAttribute_v4000)},
     {"cuPointerGetAttributes", 7000, false, true, "cuPointerGetAttributes", reinterpret_cast<void*>(&tally_entry_cuPointerGetAttributes_v7000), reinterpret_cast<void*>(&tally_traced_cuPointerGetAttributes_v7000)},
-    {"cuPointerSetAttribute", 6000, false, false, "cuPointerSetAttribute", reinterpret_cast<void*>(&tally_entry_cuPointerSetAttribute_v6000), reinterpret_cast<void*>(&tally_traced_cuPointerSetAttribute_v6000)},
+    {"cuPointerSetAttribute", 6000, false, true, "cuPointerSetAttribute", reinterpret_cast<void*>(&tally_entry_cuPointerSetAttribute_v6000), reinterpret_cast<void*>(&tally_traced_cuPointerSetAttribute_v6000)},
     {"cuProfilerInitialize", 4000, false, false, "cuProfilerInitialize", reinterpret_cast<void*>(&tally_entry_cuProfilerInitialize_v4000), reinterpret_cast<void*>(&tally_traced_cuProfilerInitialize_v4000)},
     {"cuProfilerStart", 4000, false, true, "cuProfilerStart", reinterpret_cast<void*>(&tally_entry_cuProfilerStart_v4000), reinterpret_cast<void*>(&tally_traced_cuProfilerStart_v4000)},
     {"cuProfilerStop", 4000, false, true, "cuProfilerStop", reinterpret_cast<void*>(&tally_entry_cuProfilerStop_v4000), reinterpret_cast<void*>(&tally_traced_cuProfilerStop_v4000)},

@@ -193,10 +193,6 @@ CUresult tally_entry_cuMulticastGetGranularity_v12010(size_t *granularity, const
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMulticastGetGranularity", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
-CUresult tally_entry_cuPointerSetAttribute_v6000(const void *value, CUpointer_attribute attribute, CUdeviceptr_v2 ptr) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuPointerSetAttribute", "not yet: setting pointer attributes (SYNC_MEMOPS)");
-}
 CUresult tally_entry_cuImportExternalMemory_v10000(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 *memHandleDesc) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuImportExternalMemory", "memory and semaphores of other APIs (Vulkan, NvSci): memory outside tally's accounting cannot be shared, quota-charged or moved");

@@ -5,6 +5,8 @@
 // only matters once a dump is written. The context settings start as the global ones when
 // first read, as a context created after cuCoredumpSetAttributeGlobal inherits them; one
 // context store per process stands for the process's contexts (tally's jobs use one).
+#include <unistd.h>
+
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -14,13 +16,22 @@
 namespace tally::client {
 namespace {
 
+constexpr size_t kMaxPathChars = 1023;   // FILE and PIPE, as the driver documents them
+
+// The documented defaults: core.cuda.HOSTNAME.PID and corepipe.cuda.HOSTNAME.PID.
+std::string default_path(const char* prefix) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(prefix) + "." + host + "." + std::to_string(getpid());
+}
+
 struct CoredumpSettings {
   bool on_exception = false;
-  bool trigger_host = false;
+  bool trigger_host = true;     // documented default: the host process dumps too
   bool lightweight = false;
   bool user_trigger = false;
-  std::string file = "core.cuda";   // the driver's documented default prefix
-  std::string pipe;
+  std::string file = default_path("core.cuda");
+  std::string pipe = default_path("corepipe.cuda");
   int generation_flags = CU_COREDUMP_DEFAULT_FLAGS;
 };
 
@@ -72,9 +83,11 @@ CUresult set(CoredumpSettings& s, CUcoredumpSettings attrib, void* value, size_t
     if (*size < sizeof(bool)) return CUDA_ERROR_INVALID_VALUE;
     *flag = *static_cast<const bool*>(value);
   } else if (std::string* text = text_of(s, attrib)) {
+    // *size may count the terminator or not: cuda-bindings passes a bytes object's
+    // length, and NVIDIA's driver takes it.
     const char* chars = static_cast<const char*>(value);
     size_t length = strnlen(chars, *size);
-    if (length == 0 || length == *size) return CUDA_ERROR_INVALID_VALUE;   // empty, or no terminator in size
+    if (length == 0 || length > kMaxPathChars) return CUDA_ERROR_INVALID_VALUE;
     text->assign(chars, length);
   } else if (attrib == CU_COREDUMP_GENERATION_FLAGS) {
     if (*size < sizeof(int)) return CUDA_ERROR_INVALID_VALUE;

@@ -63,6 +63,11 @@ enum class DeviceRangeKind { kAllocation, kGlobal, kReservation, kImported, kMan
 // allocation it opened (IPC), or managed memory (also host memory at that address).
 RangeMap<DeviceRangeKind>& device_ranges();
 
+// The job's cuPointerSetAttribute(SYNC_MEMOPS, false) on the device range starting at
+// `start` (pointer_attributes.cpp) goes with the range: every device_ranges().remove
+// calls this, so a later allocation at the same address starts with the default.
+void forget_pointer_settings(uint64_t start);
+
 struct PinnedRegion {
   uint64_t region;     // the server's id
   unsigned flags;      // CU_MEMHOSTALLOC_* / CU_MEMHOSTREGISTER_*

@@ -95,6 +95,7 @@ TALLY_ENTRY(cuIpcCloseMemHandle_v4010)(CUdeviceptr dptr) {
     if (--g_open[dptr] <= 0) {
       g_open.erase(dptr);
       device_ranges().remove(dptr);
+      forget_pointer_settings(dptr);
     }
   }
   return rc;

@@ -37,6 +37,7 @@ void forget_device_memory(CUdeviceptr dptr) {
   forget_context_resource(ContextResource::kDeviceMemory, dptr);
   pool_allocation_freed(dptr);
   auto found = device_ranges().remove(dptr);
+  forget_pointer_settings(dptr);
   if (found && found->value == DeviceRangeKind::kManaged) forget_managed(found->start, found->size);
 }
 

@@ -21,10 +21,17 @@ struct PointerFacts {
   bool device = false;   // device memory (else pinned host memory)
   uint64_t start = 0, size = 0;
   bool managed = false;  // device memory that is host memory at the same address too
+  bool sync_memops = true;
 };
 
+std::mutex g_settings_mutex;
+std::set<uint64_t> g_sync_memops_off;   // device range starts
+
 PointerFacts facts_of(uint64_t ptr) {
-  if (auto d = device_ranges().find(ptr)) return {true, true, d->start, d->size, d->value == DeviceRangeKind::kManaged};
+  if (auto d = device_ranges().find(ptr)) {
+    std::lock_guard lock(g_settings_mutex);
+    return {true, true, d->start, d->size, d->value == DeviceRangeKind::kManaged, !g_sync_memops_off.count(d->start)};
+  }
   if (auto h = pinned_ranges().find(ptr)) return {true, false, h->start, h->size};
   return {};
 }
@@ -66,6 +73,8 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
       put(data, 0u);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+      put(data, f.known && f.sync_memops ? 1u : 0u);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED:
       put(data, f.known ? 1u : 0u);
       return CUDA_SUCCESS;
@@ -96,6 +105,12 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
 }
 
 }  // namespace
+
+void forget_pointer_settings(uint64_t start) {
+  std::lock_guard lock(g_settings_mutex);
+  g_sync_memops_off.erase(start);
+}
+
 }  // namespace tally::client
 
 using namespace tally::client;
@@ -123,6 +138,25 @@ TALLY_ENTRY(cuPointerGetAttributes_v7000)(unsigned int numAttributes, CUpointer_
     CUresult rc = write_attribute(data[i], attributes[i], ptr, f);
     if (rc != CUDA_SUCCESS && attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER) return rc;
     if (rc != CUDA_SUCCESS) put(data[i], static_cast<void*>(nullptr));
+  }
+  return CUDA_SUCCESS;
+}
+
+// Only SYNC_MEMOPS is settable, on device memory, as the driver documents. The value is
+// read by its first byte: a 4-byte unsigned int (cuda.h's examples) and a 1-byte bool
+// (cuda-bindings' conversion of True/False) agree there on a little-endian host.
+TALLY_ENTRY(cuPointerSetAttribute_v6000)(const void* value, CUpointer_attribute attribute, CUdeviceptr_v2 ptr) {
+  if (value == nullptr || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  auto d = device_ranges().find(ptr);
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  unsigned char on = 0;
+  std::memcpy(&on, value, 1);
+  std::lock_guard lock(g_settings_mutex);
+  if (on != 0) {
+    g_sync_memops_off.erase(d->start);
+  } else {
+    g_sync_memops_off.insert(d->start);
   }
   return CUDA_SUCCESS;
 }

@@ -63,7 +63,10 @@ TALLY_ENTRY(cuMemAddressReserve_v10020)(CUdeviceptr* ptr, size_t size, size_t al
 TALLY_ENTRY(cuMemAddressFree_v10020)(CUdeviceptr ptr, size_t size) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   CUresult rc = Connection::instance().request_done(protocol::MemAddressFreeMsg{ptr, size});
-  if (rc == CUDA_SUCCESS) device_ranges().remove(ptr);
+  if (rc == CUDA_SUCCESS) {
+    device_ranges().remove(ptr);
+    forget_pointer_settings(ptr);
+  }
   return rc;
 }
 

@@ -24,6 +24,25 @@ int main(void) {
   size = sizeof(back);
   rc = (int)cuCoredumpGetAttribute(CU_COREDUMP_FILE, back, &size);
   printf("get_file=%d %s %zu\n", rc, back, size);
+  // a length without the terminator, as cuda-bindings passes a bytes object
+  const char pipe[] = "/tmp/tally-pipe";
+  size = strlen(pipe);
+  rc = (int)cuCoredumpSetAttributeGlobal(CU_COREDUMP_PIPE, (void*)pipe, &size);
+  size = sizeof(back);
+  int rc2 = (int)cuCoredumpGetAttributeGlobal(CU_COREDUMP_PIPE, back, &size);
+  printf("pipe_without_terminator=%d %d %s\n", rc, rc2, back);
+  char long_path[1100];
+  memset(long_path, 'a', sizeof(long_path) - 1);
+  long_path[sizeof(long_path) - 1] = '\0';
+  size = sizeof(long_path);
+  printf("set_long_file=%d\n", (int)cuCoredumpSetAttributeGlobal(CU_COREDUMP_FILE, long_path, &size));
+  bool host = false;
+  size = sizeof(bool);
+  rc = (int)cuCoredumpGetAttributeGlobal(CU_COREDUMP_TRIGGER_HOST, &host, &size);
+  printf("trigger_host_default=%d %d\n", rc, (int)host);
+  size = sizeof(back);
+  rc = (int)cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, back, &size);
+  printf("file_default=%d %s\n", rc, back);
   char small[4];
   size = sizeof(small);
   printf("get_file_small=%d\n", (int)cuCoredumpGetAttribute(CU_COREDUMP_FILE, small, &size));

@@ -232,6 +232,16 @@ static void unified_and_queries(void) {
   printf("memory_type=%u\n", type);
   printf("host_pointer_attribute=%d\n", (int)cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                                                      (CUdeviceptr)host));
+  // SYNC_MEMOPS, the one settable attribute: cleared, read back, set again; not on host memory
+  unsigned sync_off = 0, sync_on = 1, sync_read = 7, sync_read_again = 7;
+  CHECK(cuPointerSetAttribute(&sync_off, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, b));
+  CHECK(cuPointerGetAttribute(&sync_read, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, b + 4));
+  CHECK(cuPointerSetAttribute(&sync_on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, b + 4));
+  CHECK(cuPointerGetAttribute(&sync_read_again, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, b));
+  printf("sync_memops=%u,%u\n", sync_read, sync_read_again);
+  printf("set_attribute_bad=%d,%d\n",
+         (int)cuPointerSetAttribute(&sync_off, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)host),
+         (int)cuPointerSetAttribute(&sync_off, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, b));
   size_t free_bytes = 0, total = 0;
   CHECK(cuMemGetInfo(&free_bytes, &total));
   printf("meminfo_ok=%d\n", total > 0 && free_bytes <= total);
