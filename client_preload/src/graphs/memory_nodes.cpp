@@ -21,7 +21,7 @@ struct Registry {
   std::mutex mutex;
   std::unordered_map<CUdeviceptr, std::weak_ptr<GraphAllocation>> by_address;
   uint64_t reserved = 0, reserved_high = 0;   // bytes of every allocation that exists
-  uint64_t used = 0, used_high = 0;           // bytes of the live ones (set_live keeps it)
+  uint64_t used = 0, used_high = 0;           // bytes of those that have run (set_live keeps it)
 };
 
 Registry& registry() {
@@ -29,13 +29,14 @@ Registry& registry() {
   return *r;
 }
 
-// Marks `a` live or freed; returns whether it was live.
+// Marks `a` live or freed; returns whether it was live. Its first run associates its
+// memory with graphs for good (until it goes): what the device's "used" counts.
 bool set_live(GraphAllocation& a, bool live) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   const bool was = a.live.exchange(live);
-  if (was != live) {
-    r.used = live ? r.used + a.bytes : r.used - a.bytes;
+  if (live && !a.ran.exchange(true)) {
+    r.used += a.bytes;
     r.used_high = std::max(r.used_high, r.used);
   }
   return was;
@@ -95,7 +96,7 @@ GraphAllocation::~GraphAllocation() {
     std::lock_guard<std::mutex> lock(r.mutex);
     r.by_address.erase(dptr);
     r.reserved -= bytes;
-    if (live.load()) r.used -= bytes;
+    if (ran.load()) r.used -= bytes;
   }
   if (free_device_memory(dptr) != CUDA_SUCCESS)
     log_error("graph memory at 0x%llx (%zu bytes) could not be given back", static_cast<unsigned long long>(dptr),
@@ -241,8 +242,10 @@ TALLY_ENTRY(cuGraphMemFreeNodeGetParams_v11040)(CUgraphNode hNode, CUdeviceptr* 
   return CUDA_SUCCESS;
 }
 
-// Used: bytes of graph allocations live now; reserved: of every graph allocation
-// that exists (tally backs each for its whole life).
+// Used: bytes of the graph allocations that have run (CUDA keeps an allocation's
+// memory associated with graphs after its free node runs, for the next launch: a graph
+// that allocates and frees reads as using it; cuda-bindings' test_cuda.py checks that);
+// reserved: of every graph allocation that exists (tally backs each for its whole life).
 TALLY_ENTRY(cuDeviceGetGraphMemAttribute_v11040)(CUdevice device, CUgraphMem_attribute attr, void* value) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;

@@ -30,6 +30,7 @@ struct GraphAllocation {
   size_t bytes = 0;
   CUDA_MEM_ALLOC_NODE_PARAMS params{};   // as given (dptr filled in), for GetParams
   std::atomic<bool> live{false};         // allocated in stream order and not freed since
+  std::atomic<bool> ran{false};          // has been allocated by a run at least once
   ~GraphAllocation();                    // gives the memory back to the server
 };
 
