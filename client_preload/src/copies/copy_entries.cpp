@@ -1,6 +1,7 @@
 // cuMemcpy* entry points: each form becomes a rectangle copy (copies.h) on the
 // stream it names. The synchronous forms run on the legacy default stream, or on
 // the thread's per-thread default stream through their _ptds forms.
+#include "arrays/cuda_arrays.h"
 #include "connection/connection.h"
 #include "copies/copies.h"
 #include "entry_points/entry_point.h"
@@ -66,9 +67,12 @@ CUresult resolve_side(CUmemorytype type, const void* host, CUdeviceptr device, C
     case CU_MEMORYTYPE_UNIFIED:
       *out = {is_device_address(device), device + offset, pitch};
       return CUDA_SUCCESS;
-    case CU_MEMORYTYPE_ARRAY:
-      (void)array;
-      return CUDA_ERROR_NOT_SUPPORTED;  // CUDA arrays (textures) are not forwarded
+    case CU_MEMORYTYPE_ARRAY: {      // laid out linearly (arrays/cuda_arrays.h); its own pitch and rows
+      ArrayPlace place{};
+      if (CUresult rc = array_place(array, x, y, z, &place); rc != CUDA_SUCCESS) return rc;
+      *out = {true, place.address, place.row_bytes};
+      return CUDA_SUCCESS;
+    }
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -122,6 +126,35 @@ CUresult copy_3d(const CUDA_MEMCPY3D* p, CUstream stream, bool per_thread, bool 
     if (CUresult rc = copy_rect(dst, src, p->WidthInBytes, p->Height, id, async); rc != CUDA_SUCCESS) return rc;
   }
   return CUDA_SUCCESS;
+}
+
+// The 1-D array forms: a linear span of the array (cuda_arrays.h) on the device side.
+CUresult to_array(CUarray dst, size_t offset, const void* src, size_t n, CUstream stream, bool per_thread,
+                  bool async) {
+  uint64_t address = 0;
+  if (CUresult rc = array_span(dst, offset, n, &address); rc != CUDA_SUCCESS) return rc;
+  return htod(address, src, n, stream, per_thread, async);
+}
+
+CUresult from_array(void* dst, CUarray src, size_t offset, size_t n, CUstream stream, bool per_thread, bool async) {
+  uint64_t address = 0;
+  if (CUresult rc = array_span(src, offset, n, &address); rc != CUDA_SUCCESS) return rc;
+  return dtoh(dst, address, n, stream, per_thread, async);
+}
+
+CUresult array_device(CUarray array, size_t array_offset, CUdeviceptr device, size_t n, bool into_array,
+                      bool per_thread) {
+  uint64_t address = 0;
+  if (CUresult rc = array_span(array, array_offset, n, &address); rc != CUDA_SUCCESS) return rc;
+  return into_array ? dtod(address, device, n, nullptr, per_thread, false)
+                    : dtod(device, address, n, nullptr, per_thread, false);
+}
+
+CUresult array_array(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset, size_t n, bool per_thread) {
+  uint64_t to = 0, from = 0;
+  if (CUresult rc = array_span(dst, dst_offset, n, &to); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = array_span(src, src_offset, n, &from); rc != CUDA_SUCCESS) return rc;
+  return dtod(to, from, n, nullptr, per_thread, false);
 }
 
 // One device serves the job: a peer copy is a device-to-device copy.
@@ -226,4 +259,53 @@ TALLY_ENTRY(cuMemcpyPeerAsync_v4000)(CUdeviceptr_v2 dstDevice, CUcontext dstCont
 TALLY_ENTRY(cuMemcpyPeerAsync_v7000_ptsz)(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice,
                                           CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   return peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream, true, true);
+}
+
+TALLY_ENTRY(cuMemcpyHtoA_v3020)(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount) {
+  return to_array(dstArray, dstOffset, srcHost, ByteCount, nullptr, false, false);
+}
+TALLY_ENTRY(cuMemcpyHtoA_v7000_ptds)(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount) {
+  return to_array(dstArray, dstOffset, srcHost, ByteCount, nullptr, true, false);
+}
+TALLY_ENTRY(cuMemcpyHtoAAsync_v3020)(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount,
+                                     CUstream hStream) {
+  return to_array(dstArray, dstOffset, srcHost, ByteCount, hStream, false, true);
+}
+TALLY_ENTRY(cuMemcpyHtoAAsync_v7000_ptsz)(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount,
+                                          CUstream hStream) {
+  return to_array(dstArray, dstOffset, srcHost, ByteCount, hStream, true, true);
+}
+TALLY_ENTRY(cuMemcpyAtoH_v3020)(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return from_array(dstHost, srcArray, srcOffset, ByteCount, nullptr, false, false);
+}
+TALLY_ENTRY(cuMemcpyAtoH_v7000_ptds)(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return from_array(dstHost, srcArray, srcOffset, ByteCount, nullptr, true, false);
+}
+TALLY_ENTRY(cuMemcpyAtoHAsync_v3020)(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                     CUstream hStream) {
+  return from_array(dstHost, srcArray, srcOffset, ByteCount, hStream, false, true);
+}
+TALLY_ENTRY(cuMemcpyAtoHAsync_v7000_ptsz)(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                          CUstream hStream) {
+  return from_array(dstHost, srcArray, srcOffset, ByteCount, hStream, true, true);
+}
+TALLY_ENTRY(cuMemcpyDtoA_v3020)(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
+  return array_device(dstArray, dstOffset, srcDevice, ByteCount, true, false);
+}
+TALLY_ENTRY(cuMemcpyDtoA_v7000_ptds)(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
+  return array_device(dstArray, dstOffset, srcDevice, ByteCount, true, true);
+}
+TALLY_ENTRY(cuMemcpyAtoD_v3020)(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return array_device(srcArray, srcOffset, dstDevice, ByteCount, false, false);
+}
+TALLY_ENTRY(cuMemcpyAtoD_v7000_ptds)(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return array_device(srcArray, srcOffset, dstDevice, ByteCount, false, true);
+}
+TALLY_ENTRY(cuMemcpyAtoA_v3020)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,
+                                size_t ByteCount) {
+  return array_array(dstArray, dstOffset, srcArray, srcOffset, ByteCount, false);
+}
+TALLY_ENTRY(cuMemcpyAtoA_v7000_ptds)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,
+                                     size_t ByteCount) {
+  return array_array(dstArray, dstOffset, srcArray, srcOffset, ByteCount, true);
 }

@@ -11,7 +11,7 @@ CUresult tally_entry_cuDeviceGetLuid_v10000(char *luid, unsigned int *deviceNode
 }
 CUresult tally_entry_cuDeviceGetTexture1DLinearMaxWidth_v11010(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuDeviceGetHostAtomicCapabilities_v13000(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count, CUdevice dev) {
   static tally::client::OnceFlag logged;
@@ -49,37 +49,9 @@ CUresult tally_entry_cuModuleEnumerateFunctions_v12040(CUfunction *functions, un
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuModuleEnumerateFunctions", "not yet: enumerating a module's or library's contents");
 }
-CUresult tally_entry_cuMemcpyDtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoD_v7000_ptds(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyHtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoH_v7000_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoA_v7000_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2_ptds", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
 CUresult tally_entry_cuMemcpy3DPeer_v7000_ptds(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DPeer_ptds", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
-}
-CUresult tally_entry_cuMemcpyHtoAAsync_v7000_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoHAsync_v7000_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy3DPeerAsync_v7000_ptsz(const CUDA_MEMCPY3D_PEER_v1 *pCopy, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -101,61 +73,41 @@ CUresult tally_entry_cuMemcpy3DBatchAsync_v13000_ptsz(size_t numParams, CUDA_MEM
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2_ptsz", "not yet: batched copies and prefetches (CUDA 12.8+)");
 }
-CUresult tally_entry_cuArrayCreate_v3020(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAllocateArray) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayCreate_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuArrayGetDescriptor_v3020(CUDA_ARRAY_DESCRIPTOR_v2 *pArrayDescriptor, CUarray hArray) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
 CUresult tally_entry_cuArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUarray array) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUmipmappedArray mipmap) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUarray array, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUmipmappedArray mipmap, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetPlane_v11020(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetPlane", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuArrayDestroy_v2000(CUarray hArray) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuArray3DCreate_v3020(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pAllocateArray) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DCreate_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuArray3DGetDescriptor_v3020(CUDA_ARRAY3D_DESCRIPTOR_v2 *pArrayDescriptor, CUarray hArray) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetPlane", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayCreate_v5000(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc, unsigned int numMipmapLevels) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetLevel_v5000(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayDestroy_v5000(CUmipmappedArray hMipmappedArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -427,35 +379,35 @@ CUresult tally_entry_cuSurfRefGetArray_v3000(CUarray *phArray, CUsurfref hSurfRe
 }
 CUresult tally_entry_cuTexObjectCreate_v5000(CUtexObject_v1 *pTexObject, const CUDA_RESOURCE_DESC_v1 *pResDesc, const CUDA_TEXTURE_DESC_v1 *pTexDesc, const CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuTexObjectCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectDestroy_v5000(CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuTexObjectDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetTextureDesc_v5000(CUDA_TEXTURE_DESC_v1 *pTexDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetTextureDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetTextureDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuTexObjectGetResourceViewDesc_v5000(CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc, CUtexObject_v1 texObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceViewDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceViewDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectCreate_v5000(CUsurfObject_v1 *pSurfObject, const CUDA_RESOURCE_DESC_v1 *pResDesc) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectDestroy_v5000(CUsurfObject_v1 surfObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectDestroy", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuSurfObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUsurfObject_v1 surfObject) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned int Flags) {
   static tally::client::OnceFlag logged;
@@ -496,34 +448,6 @@ CUresult tally_entry_cuGraphicsMapResources_v7000_ptsz(unsigned int count, CUgra
 CUresult tally_entry_cuGraphicsUnmapResources_v7000_ptsz(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsUnmapResources_ptsz", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
-}
-CUresult tally_entry_cuMemcpyDtoA_v3020(CUarray dstArray, size_t dstOffset, CUdeviceptr_v2 srcDevice, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoD_v3020(CUdeviceptr_v2 dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyHtoA_v3020(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoH_v3020(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoA_v3020(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyHtoAAsync_v3020(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuMemcpyAtoHAsync_v3020(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync_v2", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemcpy3DPeer_v4000(const CUDA_MEMCPY3D_PEER_v1 *pCopy) {
   static tally::client::OnceFlag logged;
@@ -579,7 +503,7 @@ CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaph
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
   static tally::client::OnceFlag logged;
@@ -691,31 +615,31 @@ CUresult tally_entry_cuMemcpyDtoD_v2000(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1
 }
 CUresult tally_entry_cuMemcpyDtoA_v2000(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyDtoA", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyAtoD_v2000(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoD", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyHtoA_v2000(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoA", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyAtoH_v2000(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoH", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyAtoA_v2000(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoA", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyHtoAAsync_v2000(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyHtoAAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpyAtoHAsync_v2000(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemcpyAtoHAsync", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 7000, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuMemcpy2D_v2000(const CUDA_MEMCPY2D_v1 *pCopy) {
   static tally::client::OnceFlag logged;
@@ -775,19 +699,19 @@ CUresult tally_entry_cuMemsetD2D32_v2000(CUdeviceptr_v1 dstDevice, unsigned int 
 }
 CUresult tally_entry_cuArrayCreate_v2000(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayCreate", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuArrayGetDescriptor_v2000(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetDescriptor", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuArray3DCreate_v2000(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DCreate", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArray3DCreate", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuArray3DGetDescriptor_v2000(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor", "CUDA arrays, textures and surfaces: opaque texture memory tally's devices do not model; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArray3DGetDescriptor", "an older ABI of this function (the 32-bit API of CUDA 2.x): version 3020, which every toolkit since asks cuGetProcAddress for, is implemented");
 }
 CUresult tally_entry_cuTexRefSetAddress_v2000(unsigned int *ByteOffset, CUtexref hTexRef, CUdeviceptr_v1 dptr, unsigned int bytes) {
   static tally::client::OnceFlag logged;
