@@ -164,9 +164,13 @@ def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: 
     # -p no:cacheprovider: the suites' directories may be read-only site-packages
     if module.suite.startswith("numba-"):
         # numba's tests by module name: run from their directory, pytest would import
-        # site-packages' numba_cuda/numba as a top-level `numba` in place of the real one
+        # site-packages' numba_cuda/numba as a top-level `numba` in place of the real one.
+        # consider_namespace_packages: `numba` is a namespace package, and without it the
+        # importlib mode names the module `cuda.tests...`, which the children test_init
+        # spawns cannot import (4 failures of cudadrv that were the harness's, not tally's).
         name = f"numba.cuda.tests.{module.suite.removeprefix('numba-')}.{module.path.stem}"
-        target, cwd = ["--import-mode=importlib", "-p", FIXTURES.stem, "--pyargs", name], work
+        target, cwd = ["--import-mode=importlib", "-o", "consider_namespace_packages=true", "-p", FIXTURES.stem,
+                       "--pyargs", name], work
         (work / FIXTURES.name).write_text(FIXTURES_TEXT)
     else:   # cuda-bindings' tests import their conftest as a top-level module
         target, cwd = [str(module.path)], module.path.parent
