@@ -165,11 +165,14 @@ def _shares(mode: Mode) -> tuple[int, ...]:
 
 
 def _sm_share_commands(mode: Mode) -> list[list[str]]:
-    # On the GPU at load 0.25, not the default 0.5: the first run's 25 % share at 0.5
-    # (2107 requests/s of 0.24 ms) doubled each request's time and the queue grew for the
-    # whole run, so its p99 measured the queue, not the share.
+    # On the GPU: best-effort kernels whole (--be-transform none: the regime of kernels tally
+    # cannot rewrite, which only a green context confines, and of the sim study in
+    # bench/results/sm-share-sim-2026-11-25.md), at load 0.25, not the default 0.5: the first
+    # run's 25 % share at 0.5 (PTB kernels preempted 1551 times in 12 s) doubled each
+    # 0.24 ms request and the queue grew for the whole run, so its p99 measured the queue.
     backend = ["--backend", "emulator", "--duration", "1"] if mode.rehearse else \
-        ["--backend", "cuda", "--be-args", GPU_FILLER_ARGS, "--duration", "2", "--load", "0.25"]
+        ["--backend", "cuda", "--be-args", GPU_FILLER_ARGS, "--duration", "2", "--load", "0.25",
+         "--be-transform", "none"]
     return [bench("colocate", "--workload", "cuda", "--policies", "priority", *backend, "--be-sm-percent", str(s),
                   "--json", str(mode.out / f"share-{s}.json"), *workdir(mode, f"share-{s}")) for s in _shares(mode)]
 
@@ -188,8 +191,8 @@ def _sm_share_figures(mode: Mode, output: str) -> dict:
 
 SM_SHARE = Step(
     key="sm-share", title="best-effort SM shares",
-    what="the best-effort job's throughput and the high-priority p99 at green-context SM shares "
-         "(the SM ids a share's blocks ran on are checked by pytest-gpu)",
+    what="the best-effort job's throughput and the high-priority p99 at green-context SM shares, its kernels "
+         "whole (the SM ids a share's blocks ran on are checked by pytest-gpu)",
     budget_s=60, quick_budget_s=45, commands=_sm_share_commands, figures=_sm_share_figures)
 
 
