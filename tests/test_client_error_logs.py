@@ -6,7 +6,7 @@ from __future__ import annotations
 from client_helpers import build_c, run_client
 
 CUDA_ERROR_INVALID_VALUE = 1
-ARRAY_CREATE = "cuArrayCreate_v2 is not supported by tally (CUDA arrays"
+ARRAY_CREATE = "cuMipmappedArrayCreate is not supported by tally (textures, surfaces, mipmapped"
 
 
 def test_messages_reach_callbacks_and_dumps(tmp_path):

@@ -23,7 +23,7 @@ def test_unsupported_entry_logs_once_and_returns_not_supported():
     assert run.value("results") == "800 not_supported=800 other=1"
     lines = [line for line in run.stderr.splitlines() if line.startswith("tally: ")]
     assert lines == [
-        f"tally: cuArrayCreate_v2 is not supported by tally ({reason('cuArrayCreate')}); it returns "
+        f"tally: cuMipmappedArrayCreate is not supported by tally ({reason('cuMipmappedArrayCreate')}); it returns "
         "CUDA_ERROR_NOT_SUPPORTED (reported once per function)",
         f"tally: cuGraphicsUnregisterResource is not supported by tally ({reason('cuGraphicsUnregisterResource')}); "
         "it returns CUDA_ERROR_NOT_SUPPORTED (reported once per function)",

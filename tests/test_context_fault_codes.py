@@ -23,7 +23,10 @@ def test_server_and_driver_list_the_same_codes():
 
 
 def test_each_is_an_error_cuda_h_calls_sticky():
-    described = {int(code): (name, text) for code, name, text in
-                 re.findall(r'\{(\d+), "(CUDA_ERROR_\w+)", "((?:[^"\\]|\\.)*)"\}', RESULT_CODES.read_text())}
+    # each entry: value, name, the driver's short text, cuda.h's documentation (read here)
+    string = r'"((?:[^"\\]|\\.)*)"'
+    described = {int(code): (name, text) for code, name, _short, text in
+                 re.findall(r'\{(\d+), "(CUDA_ERROR_\w+)", ' + string + ", " + string + r"\}",
+                            RESULT_CODES.read_text())}
     sticky = {code for code, (_name, text) in described.items() if any(w in text for w in STICKY_WORDS)}
     assert errors.CONTEXT_FAULT_CODES == sticky, {described[c][0] for c in sticky ^ errors.CONTEXT_FAULT_CODES}

@@ -240,10 +240,11 @@ def runtime_texts() -> dict[int, str]:
     return texts
 
 
-def read_result_codes() -> list[tuple[int, str, str]]:
-    """(value, name, text) for each CUresult, the text being the driver's (the
-    runtime's for the same number) or, where the runtime has none, the doc comment
-    cuda.h puts above the value."""
+def read_result_codes() -> list[tuple[int, str, str, str]]:
+    """(value, name, text, description) for each CUresult: the text the driver answers
+    (the runtime's for the same number or, where the runtime has none, the doc comment),
+    and the doc comment cuda.h puts above the value (what tally's own messages and the
+    fault-code check read)."""
     text = (CUDA_INCLUDE / "cuda.h").read_text()
     m = re.search(r"typedef enum cudaError_enum \{(.*?)\} CUresult;", text, re.S)
     if not m:
@@ -252,8 +253,8 @@ def read_result_codes() -> list[tuple[int, str, str]]:
     codes = []
     for doc, name, value in re.findall(r"/\*\*(.*?)\*/\s*(CUDA_\w+)\s*=\s*(\d+)", m.group(1), re.S):
         description = " ".join(doc.replace("*", " ").split()).replace("::", "")
-        codes.append((int(value), name, driver_texts.get(int(value), description)))
-    if len({v for v, _, _ in codes}) != len(codes) or len(codes) < 50:
+        codes.append((int(value), name, driver_texts.get(int(value), description), description))
+    if len({c[0] for c in codes}) != len(codes) or len(codes) < 50:
         raise GenerationError(f"unexpected CUresult list in cuda.h ({len(codes)} documented values)")
     if driver_texts.get(0) != "no error":
         raise GenerationError(f"{CUDART} says {driver_texts.get(0)!r} for success, not 'no error'")
@@ -264,7 +265,7 @@ def c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def gen_result_codes(codes: list[tuple[int, str, str]]) -> str:
+def gen_result_codes(codes: list[tuple[int, str, str, str]]) -> str:
     lines = [
         HEADER_NOTE.format(src="cuda.h"),
         '#include "logging/result_codes.h"',
@@ -274,8 +275,8 @@ def gen_result_codes(codes: list[tuple[int, str, str]]) -> str:
         "// Sorted by value.",
         "const ResultCode kResultCodes[] = {",
     ]
-    for value, name, description in codes:
-        lines.append(f"    {{{value}, {c_string(name)}, {c_string(description)}}},")
+    for value, name, text, description in codes:
+        lines.append(f"    {{{value}, {c_string(name)}, {c_string(text)}, {c_string(description)}}},")
     lines += ["};", f"const int kResultCodeCount = {len(codes)};", "", "}  // namespace tally::client", ""]
     return "\n".join(lines)
 

@@ -30,6 +30,6 @@ TALLY_ENTRY(cuGetErrorName_v6000)(CUresult error, const char** pStr) {
 TALLY_ENTRY(cuGetErrorString_v6000)(CUresult error, const char** pStr) {
   if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const tally::client::ResultCode* code = tally::client::find_code(error);
-  *pStr = code != nullptr ? code->description : nullptr;
+  *pStr = code != nullptr ? code->text : nullptr;
   return code != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -7,7 +7,8 @@ namespace tally::client {
 struct ResultCode {
   int value;
   const char* name;         // "CUDA_ERROR_INVALID_VALUE"
-  const char* description;  // the driver's text (the runtime's for the number), else cuda.h's documentation
+  const char* text;         // cuGetErrorString's: the driver's (the runtime's for the number), else cuda.h's
+  const char* description;  // cuda.h's documentation of the value
 };
 
 extern const ResultCode kResultCodes[];

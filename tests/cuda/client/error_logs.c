@@ -23,10 +23,10 @@ int main(int argc, char** argv) {
   printf("current_bad_flags=%d\n", (int)cuLogsCurrent(&start, 1));
   CUlogsCallbackHandle handle = NULL;
   printf("register=%d\n", (int)cuLogsRegisterCallback(on_log, &g_calls, &handle));
-  CUarray array;
-  CUDA_ARRAY_DESCRIPTOR desc = {64, 64, CU_AD_FORMAT_FLOAT, 1};
-  cuArrayCreate(&array, &desc);  // not supported: one message
-  cuArrayCreate(&array, &desc);  // reported once per function: no second message
+  CUmipmappedArray array;
+  CUDA_ARRAY3D_DESCRIPTOR desc = {64, 64, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+  cuMipmappedArrayCreate(&array, &desc, 4);  // not supported: one message
+  cuMipmappedArrayCreate(&array, &desc, 4);  // reported once per function: no second message
   printf("callback_calls=%d data_ok=%d\n", g_calls, g_data == &g_calls);
   printf("callback_message=%s\n", g_last);
 

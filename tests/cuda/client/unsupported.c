@@ -6,23 +6,23 @@
 #include <pthread.h>
 #include <stdio.h>
 
-static PFN_cuArrayCreate_v3020 g_looked_up;
+static PFN_cuMipmappedArrayCreate_v5000 g_looked_up;
 static int g_not_supported[8];
 
 static void* worker(void* p) {
   int index = (int)(long)p;
   for (int i = 0; i < 50; ++i) {
-    CUarray array;
-    CUDA_ARRAY_DESCRIPTOR desc = {64, 64, CU_AD_FORMAT_FLOAT, 1};
-    g_not_supported[index] += cuArrayCreate(&array, &desc) == CUDA_ERROR_NOT_SUPPORTED;
-    g_not_supported[index] += g_looked_up(&array, &desc) == CUDA_ERROR_NOT_SUPPORTED;
+    CUmipmappedArray array;
+    CUDA_ARRAY3D_DESCRIPTOR desc = {64, 64, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+    g_not_supported[index] += cuMipmappedArrayCreate(&array, &desc, 4) == CUDA_ERROR_NOT_SUPPORTED;
+    g_not_supported[index] += g_looked_up(&array, &desc, 4) == CUDA_ERROR_NOT_SUPPORTED;
   }
   return NULL;
 }
 
 int main(void) {
   CUdriverProcAddressQueryResult status;
-  if (cuGetProcAddress("cuArrayCreate", (void**)&g_looked_up, 13000, 0, &status) != CUDA_SUCCESS ||
+  if (cuGetProcAddress("cuMipmappedArrayCreate", (void**)&g_looked_up, 13000, 0, &status) != CUDA_SUCCESS ||
       g_looked_up == NULL)
     return 1;
   pthread_t threads[8];
