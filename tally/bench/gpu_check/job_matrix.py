@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tally import paths
+from tally.bench.process_group import JobFailed, Managed, ProcessGroup, wait_for
 from tally.bench.process_jobs import BEST_EFFORT, HIGH, find_program
 from tally.cli import commands
 
@@ -34,6 +34,7 @@ VARIANTS: dict[str, tuple[str, ...] | None] = {
     NATIVE: None, TALLY: (), GRAPH_NODES: ("--graph-replay", "nodes"), PYTHON_PLANE: ("--data-plane", "python")}
 RIGHT, WRONG, FAILED, NOT_RUN = "right", "WRONG", "failed", "not run"
 SERVER_START_S = 60.0
+STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -76,24 +77,10 @@ class Cell:
 @dataclass
 class _Running:
     cell: Cell
-    job: subprocess.Popen
-    server: subprocess.Popen | None
-    socket: Path | None
+    job: Managed
+    server: Managed | None
     folder: Path
     began: float
-
-
-def _start_server(folder: Path, socket: Path, backend: str, flags: tuple[str, ...]) -> subprocess.Popen:
-    server = subprocess.Popen([*commands.tool("tally-server"), "--backend", backend, "--socket", str(socket), *flags],
-                              stdout=(folder / "server.log").open("w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    deadline = time.monotonic() + SERVER_START_S
-    while not socket.exists():
-        if server.poll() is not None or time.monotonic() > deadline:
-            _stop(server)
-            raise RuntimeError(f"tally-server did not start; see {folder / 'server.log'}")
-        time.sleep(0.05)
-    return server
 
 
 def _job_argv(job: Job, folder: Path) -> list[str]:
@@ -105,44 +92,45 @@ def _job_argv(job: Job, folder: Path) -> list[str]:
     return [*argv, "--stop", str(folder / "stop-never"), *job.args]
 
 
-def _start(job: Job, variant: str, backend: str, out: Path) -> _Running | Cell:
+def _start(group: ProcessGroup, sockets: Path, job: Job, variant: str, backend: str) -> _Running | Cell:
     cell = Cell(job.label, variant)
     if VARIANTS[variant] is None and backend != "cuda":
         cell.check = "no GPU: nothing runs natively"
         return cell
-    folder = out / f"{job.label}-{variant}"
+    name = f"{job.label}-{variant}"
+    folder = group.directory / name
     folder.mkdir(parents=True, exist_ok=True)
-    server = socket = None
+    server = None
     try:
         argv = _job_argv(job, folder)
         if VARIANTS[variant] is not None:
-            # unix socket paths are limited to 107 bytes: each socket in a short folder of its own
-            socket = Path(tempfile.mkdtemp(prefix="jobs-", dir=paths.made_runtime_dir())) / "server.sock"
-            server = _start_server(folder, socket, backend, VARIANTS[variant])
+            socket = sockets / f"{len(group.processes)}.sock"
+            server = group.start(f"tally-server ({name})", [*commands.tool("tally-server"), "--backend", backend,
+                                                            "--socket", str(socket), *VARIANTS[variant]],
+                                 f"{name}/server.log")
+            wait_for(socket.exists, SERVER_START_S, server, "listening on its socket")
             priority = "high" if job.role == HIGH else "best-effort"
             argv = [*commands.tool("tally-run"), "--server", str(socket), "--priority", priority, "--", *argv]
-    except Exception as e:      # a job that cannot be built or a server that cannot start: its cell says so
-        _stop(server)
-        if socket is not None:
-            shutil.rmtree(socket.parent, ignore_errors=True)
+    except JobFailed as e:      # a server that cannot start: its cell says so
+        cell.result, cell.check = FAILED, f"tally-server did not start: {str(e).splitlines()[0]}"
+        return cell
+    except Exception as e:      # a job that cannot be built
         cell.result, cell.check = FAILED, str(e)
         return cell
-    process = subprocess.Popen(argv, stdout=(folder / "job.log").open("w"), stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    return _Running(cell, process, server, socket, folder, time.monotonic())
+    return _Running(cell, group.start(f"{job.label} ({variant})", argv, f"{name}/job.log"), server, folder,
+                    time.monotonic())
 
 
 def _finish(run: _Running, deadline: float) -> Cell:
     cell = run.cell
     try:
-        cell.exit = run.job.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        cell.exit = run.job.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
-        _stop(run.job)
+        run.job.stop(STOP_GRACE_S)
         cell.result, cell.check = FAILED, "did not finish in time"
     cell.seconds = round(time.monotonic() - run.began, 1)
-    _stop(run.server)
-    if run.socket is not None:
-        shutil.rmtree(run.socket.parent, ignore_errors=True)
+    if run.server is not None:
+        run.server.stop(STOP_GRACE_S)
     log = (run.folder / "job.log").read_text(errors="replace").splitlines()
     cell.tail = " / ".join(line.strip() for line in log if line.strip())[-600:]
     if cell.result == FAILED:
@@ -157,29 +145,18 @@ def _finish(run: _Running, deadline: float) -> Cell:
     return cell
 
 
-def _stop(process: subprocess.Popen | None) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def run_matrix(jobs: tuple[Job, ...], backend: str, out: Path, timeout_s: float) -> list[Cell]:
-    """Every (job, variant) at once; each cell's files in out/<job>-<variant>/."""
-    out.mkdir(parents=True, exist_ok=True)
-    started = [_start(job, variant, backend, out) for job in jobs for variant in job.variants]
-    deadline = time.monotonic() + timeout_s
+    """Every (job, variant) at once; each cell's files in out/<job>-<variant>/. Every
+    server and job is stopped on the way out, whatever happens (ProcessGroup)."""
+    # unix socket paths are limited to 107 bytes: the sockets in a short folder of their own
+    sockets = Path(tempfile.mkdtemp(prefix="jobs-", dir=paths.made_runtime_dir()))
     try:
-        return [_finish(s, deadline) if isinstance(s, _Running) else s for s in started]
+        with ProcessGroup(out) as group:
+            started = [_start(group, sockets, job, variant, backend) for job in jobs for variant in job.variants]
+            deadline = time.monotonic() + timeout_s
+            return [_finish(s, deadline) if isinstance(s, _Running) else s for s in started]
     finally:
-        for s in started:
-            if isinstance(s, _Running):
-                _stop(s.job)
-                _stop(s.server)
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def format_cells(cells: list[Cell]) -> str:

@@ -2,6 +2,7 @@
 rehearsal, full or quick), and how its figures are read back."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,3 +39,12 @@ def shown_argv(argv: list[str]) -> list[str]:
     if len(argv) >= 5 and argv[2] == "-c" and "runpy" in argv[3]:
         return ["python", argv[1], "-m", *argv[4:]]
     return argv
+
+
+def read_json(path: Path):
+    """A step's JSON file, or None where the step wrote none or only part of one (a
+    step cut at its limit): its figures are then empty, never an error."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -4,10 +4,9 @@ backend; in a rehearsal the emulator (or the null backend for launch cost) and
 the CUDA C++ job programs stand in, with small sizes."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tally.bench.gpu_check.step import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step, read_json
 from tally.cli import commands
 
 # The best-effort CUDA job filling an H200 (132 SMs): the residual kernel has a thread
@@ -30,12 +29,6 @@ def workdir(mode: Mode, name: str) -> list[str]:
     return ["--workdir", str(mode.out / f"runs-{name}")]
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
 
 # ---- launch cost ---------------------------------------------------------------------------
 
@@ -55,7 +48,7 @@ LAUNCH_KEYS = ("hp_us_per_launch", "be_us_per_launch", "sync_rtt_us", "wake_us",
 
 
 def _launch_figures(mode: Mode, output: str) -> dict:
-    report = _read(mode.out / "launch.json")
+    report = read_json(mode.out / "launch.json")
     if report is None:
         return {}
     figures = {k: report[k] for k in LAUNCH_KEYS if k in report}
@@ -108,7 +101,7 @@ def _colocate_commands(mode: Mode) -> list[list[str]]:
 def _colocate_step_figures(mode: Mode, output: str) -> dict:
     figures = {}
     for path in sorted(mode.out.glob("*.json")):
-        report = _read(path)
+        report = read_json(path)
         if report is not None and "policies" in report:
             figures[path.stem] = colocate_figures(report)
             if (mode.out / f"{path.stem}.png").is_file():
@@ -137,7 +130,7 @@ def _preemption_commands(mode: Mode) -> list[list[str]]:
 
 
 def _preemption_figures(mode: Mode, output: str) -> dict:
-    report = _read(mode.out / "preemption.json")
+    report = read_json(mode.out / "preemption.json")
     if report is None or "priority" not in report.get("policies", {}):
         return {}
     alone, shared = report["alone"], report["policies"]["priority"]
@@ -180,7 +173,7 @@ def _sm_share_commands(mode: Mode) -> list[list[str]]:
 def _sm_share_figures(mode: Mode, output: str) -> dict:
     rows = {}
     for s in _shares(mode):
-        report = _read(mode.out / f"share-{s}.json")
+        report = read_json(mode.out / f"share-{s}.json")
         if report is None or "priority" not in report.get("policies", {}):
             continue
         r = report["policies"]["priority"]
@@ -205,7 +198,7 @@ def _migration_commands(mode: Mode) -> list[list[str]]:
 
 
 def _migration_figures(mode: Mode, output: str) -> dict:
-    rows = _read(mode.out / "migrate.json")       # a list of rows (tally/bench/migrate_report.py)
+    rows = read_json(mode.out / "migrate.json")       # a list of rows (tally/bench/migrate_report.py)
     return {"rows": rows} if isinstance(rows, list) else {}
 
 

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tally.bench.gpu_check.step import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step, read_json
 from tally.cli import commands
 
 SCRAPES, GAP_S, START_TIMEOUT_S = 2, 3.0, 60.0
@@ -94,10 +94,7 @@ def _commands(mode: Mode) -> list[list[str]]:
 
 
 def _figures(mode: Mode, output: str) -> dict:
-    try:
-        return json.loads((mode.out / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    return read_json(mode.out / "metrics.json") or {}
 
 
 NVML_METRICS = Step(

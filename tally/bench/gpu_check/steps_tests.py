@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from tally.bench.gpu_check.step import Mode, Step
+from tally.bench.gpu_check.step import Mode, Step, read_json
 from tally.cli import commands
 
 FAULT_TEST_GPU = "tests/test_e2e_gpu_faults.py"
@@ -100,9 +100,8 @@ def _job_matrix_commands(mode: Mode) -> list[list[str]]:
 
 
 def _job_matrix_figures(mode: Mode, output: str) -> dict:
-    try:
-        cells = json.loads((mode.out / "cells" / "matrix.json").read_text())
-    except (OSError, ValueError):
+    cells = read_json(mode.out / "cells" / "matrix.json")
+    if cells is None:
         return {}
     return {"cells": {f"{c['job']} / {c['variant']}": f"{c['result']}: {c['check']}" for c in cells}}
 
