@@ -1,6 +1,7 @@
 """TMA tensor maps through the cuda backend without a GPU: the nested cuda-backend
 server (tests/test_cuda_backend_nested.py) encodes each of tests/cuda/programs/tma_copies.cu's
-tensor maps with its driver's cuTensorMapEncodeTiled (tally/backends/cuda_tensor_maps.py),
+tensor maps with its driver's cuTensorMapEncodeTiled (tally/backends/cuda_tensor_maps.py), and
+one of tma_im2col.cu's with cuTensorMapEncodeIm2col,
 whose bytes the job's kernels then read; that driver is tally's libcuda in front of an
 emulator server, which encodes and runs the copies. The driver's refusals reach the job."""
 from __future__ import annotations
@@ -37,3 +38,15 @@ def test_tensor_maps_are_the_drivers_and_the_copies_run(nvcc, cuda_server):
     assert bad.ints("misaligned", "box", "swizzle_span", "rank") == [CUDA_ERROR_INVALID_VALUE] * 4
     assert bad.ints("good") == [0]
     assert encodes_forwarded(cuda_server) - before == 1 + 4
+
+
+def test_an_im2col_map_is_the_drivers_and_its_column_is_copied(nvcc, cuda_server):
+    from test_e2e_tma_im2col import COLUMNS, expected_column
+    program = build_cuda(nvcc, "tma_im2col.cu", flags=("-gencode", "arch=compute_90a,code=compute_90a"))
+    before = encodes_forwarded(cuda_server)
+    case = COLUMNS["a strided 3x3 filter tap, 64B swizzle"]
+    rank, swizzle, channels, pixels, coords, offsets, lower, upper, strides = case
+    job = run_job(cuda_server.socket, program, "load", rank, swizzle, channels, pixels, *coords, *offsets, *lower,
+                  *upper, *strides, timeout=300)
+    assert values(job) == expected_column(*case)
+    assert encodes_forwarded(cuda_server) - before == 1

@@ -54,7 +54,7 @@ def _cases() -> list[Case]:
     cases += [Case(f"handwritten.{p.stem}", p, expect_all_variants=False) for p in HANDWRITTEN_PTX]
     # Hopper programs (TMA, mbarriers, wgmma, setmaxnreg): their PTX for sm_90a
     cases += [Case(f"hopper.{name}", HOPPER_PROGRAMS / f"{name}.cu", "sm_90a", expect_all_variants=False)
-              for name in ("tma_pipeline", "tma_wgmma_gemm")]
+              for name in ("tma_pipeline", "tma_wgmma_gemm", "tma_im2col")]
     cases += [Case("hopper.cutlass_sm90_gemm", HOPPER_PROGRAMS / "cutlass_sm90_gemm.cu", "sm_90a",
                    expect_all_variants=False, cutlass=True)]
     cases += [Case(f"passes.{key}", PASS_SOURCES / source, arch, flags,

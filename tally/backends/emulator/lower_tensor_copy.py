@@ -6,9 +6,14 @@
     cp.reduce.async.bulk.tensor.<n>d.global.shared::cta.<op>{.tile}.bulk_group{.L2::cache_hint} [map, {c...}], [src]
         (op: add, min, max, inc, dec, and, or, xor; the element type is the map's)
     cp.async.bulk.prefetch.tensor...: no effect
+    the load mode .im2col on loads ([dst], [map, {c...}], [mbar], {o...}: one 16-bit
+        offset per spatial dimension), .im2col_no_offs on stores and reductions
 
 The map operand is the tensor map's generic address (a __grid_constant__
-parameter's, or global memory's). im2col mode is refused with the instruction named.
+parameter's, or global memory's). The load modes of compute capability 10.0
+(.im2col::w, .im2col::w::128, .tile::gather4, .tile::scatter4) are refused with the
+instruction named. An im2col copy packs its coordinates two to a slot and its offsets
+into the slot after them (the handler's header says why).
 """
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering
 # The reductions of cp.reduce.async.bulk{.tensor} (atom's operations).
 REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 
-MULTICAST = 1
+MULTICAST, IM2COL = 1, 2
+TILE_MODES = {"tile": 0}
+IM2COL_MODES = {"im2col": IM2COL, "im2col_no_offs": IM2COL}
 
 
 def _rank(cx: FunctionLowering, ins: ir.Instruction) -> int:
@@ -26,6 +33,44 @@ def _rank(cx: FunctionLowering, ins: ir.Instruction) -> int:
         if len(m) == 2 and m[1] == "d" and m[0] in "12345":
             return int(m[0])
     raise cx.unsupported(f"{ins.full_opcode} without a dimension (.1d-.5d)")
+
+
+def _load_mode(cx: FunctionLowering, ins: ir.Instruction, loading: bool) -> int:
+    """The copy's mode flag (0: tile, IM2COL); the mode is .tile unless the instruction
+    names another (CUTLASS leaves it out)."""
+    named = [q for q in ins.modifiers if q.startswith(("im2col", "tile"))]
+    if not named:
+        return 0
+    mode = named[0]
+    if mode in TILE_MODES:
+        return TILE_MODES[mode]
+    if mode == ("im2col" if loading else "im2col_no_offs"):
+        return IM2COL
+    raise cx.unsupported(f"{ins.full_opcode} (the emulator copies tensors in tile mode, loads in .im2col mode and "
+                         f"stores and reductions in .im2col_no_offs mode)")
+
+
+def _packed(cx: FunctionLowering, slots: list[int], bits: int) -> int:
+    """One slot holding `slots`' values, `bits` each, the first lowest."""
+    packed = cx.temp()
+    cx.emit("and.b64", [packed, slots[-1], cx.const((1 << bits) - 1)])
+    for slot in reversed(slots[:-1]):
+        part = cx.temp()
+        cx.emit("and.b64", [part, slot, cx.const((1 << bits) - 1)])
+        cx.emit("shl.b64", [packed, packed, cx.const(bits)])
+        cx.emit("or.b64", [packed, packed, part])
+    return packed
+
+
+def _im2col_operands(cx: FunctionLowering, coordinates: list[int], offsets: ir.Operand | None) -> list[int]:
+    """Coordinates two to a slot, then the im2col offsets (zeros without them) in one."""
+    slots = [_packed(cx, coordinates[i:i + 2], 32) for i in range(0, len(coordinates), 2)]
+    if offsets is None:
+        return slots + [cx.const(0)]
+    elements = offsets.elements if isinstance(offsets, ir.Vector) else (offsets,)
+    if len(elements) != len(coordinates) - 2:
+        raise cx.unsupported(f"{len(elements)} im2col offsets for a {len(coordinates)}-D copy")
+    return slots + [_packed(cx, [cx.src(o, "u16") for o in elements], 16)]
 
 
 def _map_and_coordinates(cx: FunctionLowering, op: ir.Operand, rank: int) -> tuple[int, list[int]]:
@@ -50,10 +95,6 @@ def lower_tensor_copy(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if ins.has("prefetch"):
         cx.emit("nop", [])
         return
-    # The load mode is .tile unless the instruction names another (CUTLASS leaves it out).
-    other_modes = [q for q in ins.modifiers if q.startswith(("im2col", "tile::"))]
-    if other_modes:
-        raise cx.unsupported(f"{ins.full_opcode} (the emulator copies tensors in tile mode)")
     rank = _rank(cx, ins)
     ops = list(ins.operands)
     if ins.has("L2::cache_hint"):
@@ -62,31 +103,44 @@ def lower_tensor_copy(cx: FunctionLowering, ins: ir.Instruction) -> None:
         op = next((o for o in REDUCE_OPS if ins.has(o)), None)
         if op is None or not ins.has("bulk_group"):
             raise cx.unsupported(f"the tensor reduction {ins.full_opcode}")
+        mode = _load_mode(cx, ins, loading=False)
         map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
         src = cx.address_slot(ops[1], "shared::cta")
+        if mode == IM2COL:
+            coordinates = _im2col_operands(cx, coordinates, None)
         cx.emit("cp.reduce.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates,
-                flags=FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"], size=rank)
+                flags=FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"] | mode, size=rank)
         return
     if ins.has("bulk_group"):   # shared -> global
+        mode = _load_mode(cx, ins, loading=False)
         map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
         src = cx.address_slot(ops[1], "shared::cta")
-        cx.emit("cp.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates, size=rank)
+        if mode == IM2COL:
+            coordinates = _im2col_operands(cx, coordinates, None)
+        cx.emit("cp.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates, flags=mode, size=rank)
         return
     if not ins.has("mbarrier::complete_tx::bytes") or len(ops) < 3:
         raise cx.unsupported(ins.full_opcode)
+    mode = _load_mode(cx, ins, loading=True)
     dst = cx.address_slot(ops[0], "shared::cluster")
     map_slot, coordinates = _map_and_coordinates(cx, ops[1], rank)
     bar = cx.address_slot(ops[2], "shared::cluster")
-    flags = 0
+    ops = ops[3:]
+    if mode == IM2COL:
+        if not ops:
+            raise cx.unsupported(f"{ins.full_opcode} without its im2col offsets")
+        coordinates = _im2col_operands(cx, coordinates, ops[0])
+        ops = ops[1:]
+    flags = mode
     if ins.has("multicast::cluster"):
-        if len(ops) < 4:
+        if not ops:
             raise cx.unsupported(f"{ins.full_opcode} without its CTA mask")
         # The barrier's 32-bit address and the mask share one operand.
         mask = cx.temp()
-        cx.emit("and.b64", [mask, cx.src(ops[3], "u16"), cx.const(0xFFFF)])
+        cx.emit("and.b64", [mask, cx.src(ops[0], "u16"), cx.const(0xFFFF)])
         cx.emit("shl.b64", [mask, mask, cx.const(32)])
         low = cx.temp()
         cx.emit("and.b64", [low, bar, cx.const(0xFFFF_FFFF)])
         cx.emit("or.b64", [mask, mask, low])
-        bar, flags = mask, MULTICAST
+        bar, flags = mask, flags | MULTICAST
     cx.emit("cp.async.bulk.tensor.shared.global", [dst, map_slot, bar] + coordinates, flags=flags, size=rank)
