@@ -4,6 +4,7 @@ cuModuleLoadData under the real tally-run, on the emulator, which runs PTX only:
 it runs only when the record reaches the server and matches the cubin."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,65 @@ def test_no_jit_capture_leaves_nothing_behind_and_reads_no_record(server, progra
     probe.remove("--no-jit-capture")
     on = subprocess.run(probe, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
     assert "TRITON_PTXAS_PATH" in on.stdout and records.DIR_ENV in on.stdout, on.stdout + on.stderr
+
+
+@pytest.fixture
+def triton_cached(tmp_path, nvcc, ptxas):
+    """A kernel as Triton's cache holds one it compiled without tally-run: its PTX and the
+    cubin ptxas made of it (no record), side by side in a folder named by its key, and
+    the group file that lists them. Returns (the job's env, the cubin, the group)."""
+    home = tmp_path / "cache-home"
+    entry = tmp_path / "triton-cache" / "4DWRUTJ6NW3PMEEEQLZ4PBFX6I"
+    entry.mkdir(parents=True)
+    ptx, cubin = entry / "vadd.ptx", entry / "vadd.cubin"
+    subprocess.run([nvcc, "-ptx", "-arch=compute_80", str(PROGRAMS / "jit_kernels.cu"), "-o", str(ptx)], check=True)
+    subprocess.run([ptxas, "--gpu-name=sm_80", str(ptx), "-o", str(cubin)], check=True)
+    group = {"vadd.ptx": str(ptx), "vadd.cubin": str(cubin), "vadd.json": str(entry / "vadd.json")}
+    (entry / "vadd.json").write_text("{}")
+    (entry / "__grp__vadd.json").write_text(json.dumps({"child_paths": group}))
+    return {"XDG_CACHE_HOME": str(home)}, cubin, entry / "__grp__vadd.json"
+
+
+def _adopt_in_a_job_interpreter(env: dict, group_file: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """What Triton's lookup does in a job under tally-run: imports the cache hook module
+    from PYTHONPATH (with -S: from that folder alone, tally itself not importable) and
+    hands it the group's files."""
+    from tally.jit.job_env import capture_environment
+    job = capture_environment({**os.environ, **env}, enabled=True,
+                              directory=Path(env["XDG_CACHE_HOME"]) / "tally" / "jit-ptx")
+    code = ("import json, sys, importlib.util\n"
+            "assert importlib.util.find_spec('tally') is None\n"
+            "import tally_triton_cache as hook\n"
+            f"group = json.load(open({str(group_file)!r}))['child_paths']\n"
+            "print('record=' + str(hook.adopt(group)))\n"
+            "print('again=' + str(hook.adopt(group)))\n")
+    return subprocess.run([sys.executable, "-S", "-c", code], env=job, cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_kernel_from_tritons_cache_made_without_tally_run_keeps_its_ptx(server, program, triton_cached,
+                                                                          tmp_path):
+    env, cubin, group_file = triton_cached
+    # without the record the emulator cannot run the cubin
+    assert run_job(server.socket, program, cubin, env=env).value("load") == "209"
+    adopted = _adopt_in_a_job_interpreter(env, group_file, tmp_path)
+    assert adopted.returncode == 0, adopted.stdout + adopted.stderr
+    directory = tmp_path / "cache-home" / "tally" / "jit-ptx"
+    (record,) = directory.glob("*.rec")
+    assert f"record={record}" in adopted.stdout and "again=None" in adopted.stdout   # written once
+    assert records.decode(record.read_bytes()).producer == "triton-cache"
+    job = run_job(server.socket, program, cubin, env=env)
+    assert (job.value("load"), job.value("bad")) == ("0", "0"), job.stdout + job.stderr
+
+
+def test_the_cache_hook_writes_nothing_without_capture(triton_cached, tmp_path):
+    env, _cubin, group_file = triton_cached
+    from tally.jit.job_env import TRITON_HOOK_DIR, capture_environment
+    job = capture_environment({**os.environ, **env}, enabled=False)
+    job["PYTHONPATH"] = str(TRITON_HOOK_DIR)
+    code = ("import json, tally_triton_cache as hook\n"
+            f"print(hook.adopt(json.load(open({str(group_file)!r}))['child_paths']))\n")
+    done = subprocess.run([sys.executable, "-S", "-c", code], env=job, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "None", done.stdout + done.stderr
+    assert not (tmp_path / "cache-home").exists()

@@ -202,6 +202,23 @@ def test_tally_run_environment(tmp_path, monkeypatch):
     assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}       # nothing set, CuPy's switch neither
 
 
+def test_tally_run_names_its_triton_cache_manager_unless_the_job_has_one(tmp_path, monkeypatch):
+    fake = tmp_path / "tally-ptxas"
+    fake.write_text("")
+    monkeypatch.setattr(job_env, "wrapper_path", lambda: fake)
+    hook = str(job_env.TRITON_HOOK_DIR)
+    env = job_env.capture_environment({"PYTHONPATH": "/srv/mine"}, enabled=True, directory=tmp_path)
+    assert env["TRITON_CACHE_MANAGER"] == "tally_triton_cache:CapturingCacheManager"
+    assert env["PYTHONPATH"] == os.pathsep.join([hook, "/srv/mine"])        # the job's own path stays, after
+    assert (job_env.TRITON_HOOK_DIR / "tally_triton_cache.py").is_file()
+    again = job_env.capture_environment(env, enabled=True, directory=tmp_path)   # a tally-run inside another
+    assert again["PYTHONPATH"] == env["PYTHONPATH"]
+    own = job_env.capture_environment({"TRITON_CACHE_MANAGER": "my.cache:Manager"}, enabled=True, directory=tmp_path)
+    assert own["TRITON_CACHE_MANAGER"] == "my.cache:Manager" and "PYTHONPATH" not in own
+    off = job_env.capture_environment(env, enabled=False)
+    assert "TRITON_CACHE_MANAGER" not in off and off["PYTHONPATH"] == "/srv/mine"
+
+
 def test_xla_assembles_through_the_wrapper_in_a_cuda_root_of_tallys(tmp_path, monkeypatch):
     fake = tmp_path / "venv" / "bin" / "tally-ptxas"
     fake.parent.mkdir(parents=True)

@@ -51,8 +51,33 @@ def test_triton_vector_add_runs_on_the_emulator_with_captured_ptx(tmp_path):
         # without capture: a fresh compile leaves no record and the cubin cannot run here
         off_env = {"XDG_CACHE_HOME": str(tmp_path / "home-off"), "TRITON_CACHE_DIR": str(tmp_path / "triton-off")}
         off = _run(server, python, off_env, "--no-jit-capture")
-        assert off.returncode != 0 and "no kernel image available" in off.stderr, off.stdout + off.stderr
+        assert off.returncode != 0 and "CUDA_ERROR_NO_BINARY_FOR_GPU" in off.stderr, off.stdout + off.stderr
         assert not (tmp_path / "home-off" / "tally").exists()
         assert server.alive()
+    finally:
+        server.stop()
+
+
+def test_a_kernel_triton_compiled_without_tally_run_keeps_its_ptx_from_tritons_cache(tmp_path):
+    """Triton compiles the kernel in a run without capture (its cache keeps PTX and
+    cubin; the emulator cannot run the cubin); the next run, under capture, finds the
+    kernel in that cache without assembling it, and tally's cache manager records
+    its PTX from there."""
+    python = triton_python()
+    server = Server("emulator")
+    home = tmp_path / "home"
+    env = {"XDG_CACHE_HOME": str(home), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    try:
+        before = _run(server, python, env, "--no-jit-capture")
+        assert before.returncode != 0 and "CUDA_ERROR_NO_BINARY_FOR_GPU" in before.stderr, before.stdout + before.stderr
+        assert list((tmp_path / "triton").rglob("*.cubin")) and list((tmp_path / "triton").rglob("*.ptx"))
+        # a job that names its own cache manager keeps it: Triton's plain one records nothing
+        own = _run(server, python, {**env, "TRITON_CACHE_MANAGER": "triton.runtime.cache:FileCacheManager"})
+        assert own.returncode != 0 and "CUDA_ERROR_NO_BINARY_FOR_GPU" in own.stderr, own.stdout + own.stderr
+        job = _run(server, python, env)
+        assert job.returncode == 0 and "max_error=0.0 n=3000" in job.stdout, job.stdout + job.stderr
+        (record,) = (home / "tally" / "jit-ptx").glob("*.rec")
+        assert b"producer triton-cache" in record.read_bytes()
+        assert "a cubin's PTX came from JIT capture" in server.process.log()
     finally:
         server.stop()

@@ -17,6 +17,10 @@ and JAX takes its cuda root from CUDA_ROOT: tally-run points that at a folder of
 its own (in tally's cache) whose `bin/ptxas` is tally-ptxas and whose `nvvm` and
 `bin/nvlink` are the CUDA toolkit's ($CUDA_HOME, else /usr/local/cuda), or those of
 the job's own CUDA_ROOT when it set one. Where there is no toolkit, XLA is left alone.
+Kernels Triton compiled before, without tally-run, come from its cache without an
+assembler run: TRITON_CACHE_MANAGER names tally's cache manager (Triton's own file
+cache that also records a cached cubin's PTX: triton_hook/tally_triton_cache.py),
+whose folder goes first on PYTHONPATH; a job that named its own manager keeps it.
 With --no-jit-capture none of this is set, so nothing is written and no record is read.
 """
 from __future__ import annotations
@@ -38,6 +42,9 @@ XLA_ASSEMBLER_FLAG = "--xla_gpu_enable_libnvptxcompiler"
 CUDA_ROOT_VAR = "CUDA_ROOT"
 XLA_ROOT = "jit-cuda-root"          # the folder tally-run names in CUDA_ROOT, in tally's cache
 WRAPPER = "tally-ptxas"
+TRITON_CACHE_VAR = "TRITON_CACHE_MANAGER"
+TRITON_CACHE_MANAGER = "tally_triton_cache:CapturingCacheManager"
+TRITON_HOOK_DIR = Path(__file__).resolve().parent / "triton_hook"
 
 
 def wrapper_path() -> Path | None:
@@ -65,6 +72,11 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
                 out[XLA_FLAGS_VAR] = flags
             else:
                 out.pop(XLA_FLAGS_VAR, None)
+        if out.get(TRITON_CACHE_VAR) == TRITON_CACHE_MANAGER:
+            out.pop(TRITON_CACHE_VAR)
+        entries = out.get("PYTHONPATH", "").split(os.pathsep)
+        if str(TRITON_HOOK_DIR) in entries:      # an outer tally-run's
+            _set_python_path(out, [p for p in entries if p != str(TRITON_HOOK_DIR)])
         return out
     out[records.DIR_ENV] = str(directory or records.default_dir())
     own = [env[v] for v in TRITON_ASSEMBLER_VARS if env.get(v) and Path(env[v]).name != WRAPPER]
@@ -74,7 +86,18 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
         out[var] = str(wrapper)
     out.setdefault(CUPY_PTX_VAR, "1")
     _route_xla_through(wrapper, env, out)
+    if out.setdefault(TRITON_CACHE_VAR, TRITON_CACHE_MANAGER) == TRITON_CACHE_MANAGER:
+        rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(TRITON_HOOK_DIR)]
+        _set_python_path(out, [str(TRITON_HOOK_DIR), *rest])
     return out
+
+
+def _set_python_path(out: dict, entries: list[str]) -> None:
+    entries = [e for e in entries if e]
+    if entries:
+        out["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        out.pop("PYTHONPATH", None)
 
 
 def _route_xla_through(wrapper: Path, env: dict, out: dict) -> None:

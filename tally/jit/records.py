@@ -27,8 +27,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tally import paths
-
 MAGIC = b"tally-jit-ptx 1\n"
 DIR_ENV = "TALLY_JIT_CAPTURE_DIR"          # set by tally-run; unset: no capture, no lookup
 MAX_BYTES_ENV = "TALLY_JIT_CACHE_MAX_BYTES"
@@ -52,6 +50,9 @@ class Record:
 
 
 def default_dir() -> Path:
+    # imported here: Triton's cache hook loads this file alone, in a job's interpreter
+    # that may not have tally (tally/jit/triton_hook/)
+    from tally import paths
     return paths.cache_dir() / "jit-ptx"
 
 
