@@ -63,3 +63,10 @@ def test_numba_cuda_modules_pass_under_tally(tmp_path):
     assert sum(s["failed"] for s in suites.values()) == 0, done.stdout
     server = report["server"]
     assert server["alive"] and server["max_attached_after_job"] == 0 and server["held_bytes_end"] == 0, server
+
+
+def test_triton_cases_are_spread_over_each_functions_parameters():
+    cases = [f"t[{i}]" for i in range(10)]
+    assert peer_suites.spread(cases, 3) == ["t[0]", "t[4]", "t[9]"]          # first, middle, last
+    assert peer_suites.spread(cases, 0) == cases and peer_suites.spread(cases[:2], 5) == cases[:2]
+    assert peer_suites.spread(cases, 1) == ["t[0]"]

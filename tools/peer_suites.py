@@ -1,10 +1,12 @@
-"""Other projects' own CUDA test suites under tally: numba-cuda's (cudadrv, cudapy) and
-cuda-bindings' driver tests (cuda-python's cuda_bindings/tests/test_cuda.py), run as
-a new user would run them, each test module its own job under tally-run against one
-emulator tally-server.
+"""Other projects' own CUDA test suites under tally: numba-cuda's (cudadrv, cudapy),
+cuda-bindings' driver tests (cuda-python's cuda_bindings/tests/test_cuda.py) and Triton's
+language tests (python/test/unit/language/test_core.py), run as a new user would run
+them, each test module (for Triton, each test function) its own job under tally-run
+against one emulator tally-server.
 
-    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings]
-                                [--cuda-bindings-tests DIR] [--modules NAME,...] [--timeout 900]
+    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings,triton-core]
+                                [--cuda-bindings-tests DIR] [--triton-tests DIR] [--per-function K]
+                                [--no-jit-capture] [--modules NAME,...] [--timeout 900]
                                 [--json out.json] [--md out.md]
 
 Without --venv it makes a throwaway virtual environment and installs numba-cuda
@@ -12,6 +14,13 @@ Without --venv it makes a throwaway virtual environment and installs numba-cuda
 and pytest; with --venv it uses that one as it is. cuda-bindings' tests are not a
 package: pass the directory of a cuda-python checkout's cuda_bindings/tests (ideally
 the tag of the installed cuda-bindings); they are read from there, never copied here.
+Triton's neither: pass --triton-tests, the python/test/unit directory of a Triton
+checkout at the installed version, with the repository's pytest.ini and
+python/test/conftest.py where they are in the repository (its `device` fixture); the
+venv needs a CUDA build of PyTorch with that Triton, and pytest. test_core.py has about
+9,400 tests of 179 functions; --per-function K runs K of each function's cases, spread
+evenly over its parameter list (0: all). Its kernels run on the emulator only through
+JIT capture; --no-jit-capture runs them as tally did before it.
 
 Each module is its own job because a kernel fault stays with its process, as CUDA
 specifies: in one process, one unsupported instruction would fail every later test.
@@ -48,7 +57,8 @@ NUMBA_CUDA = "numba-cuda==0.30.4"
 # filecheck, ml_dtypes, cffi, psutil: what numba-cuda's tests import (its "test" dependency group).
 INSTALL = (NUMBA_CUDA, "nvidia-nvvm==13.0.*", "nvidia-cuda-nvrtc==13.0.*", "pytest", "filecheck", "ml_dtypes",
            "cffi", "psutil")
-SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings")
+SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core")
+TRITON_CORE = Path("language") / "test_core.py"
 # numba-cuda's CUDATestCase uses a fixture its repository's top-level conftest.py defines,
 # which the wheel does not ship; a plugin with the same name stands in (it only passes
 # pytest's options to numba's config there; these runs pass none).
@@ -71,6 +81,12 @@ class Module:
     failures: list[tuple[str, str]] = field(default_factory=list)   # (test id, cause)
     skips: list[str] = field(default_factory=list)                  # skip reasons
     attached_after: int = 0          # jobs still attached once this one was let go
+    name: str = ""                   # a Triton test function (its cases are `tests`)
+    tests: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.path.stem
 
 
 def cause(message: str, text: str = "") -> str:
@@ -135,6 +151,35 @@ def modules(python: Path, suites: list[str], bindings_tests: Path | None, only: 
     return [m for m in found if not only or m.path.stem in only]
 
 
+def spread(cases: list[str], k: int) -> list[str]:
+    """k of `cases`, evenly spaced, the first and the last among them (all when k is 0)."""
+    if k <= 0 or len(cases) <= k:
+        return cases
+    if k == 1:
+        return cases[:1]
+    return [cases[round(i * (len(cases) - 1) / (k - 1))] for i in range(k)]
+
+
+def triton_modules(python: Path, socket: Path, tests: Path, per_function: int, env: dict,
+                   only: set[str]) -> list[Module]:
+    """test_core.py's test functions, each a Module with its chosen cases. Collecting
+    imports Triton's helpers, which ask the CUDA driver about the device: a job too."""
+    if not (tests / TRITON_CORE).is_file():
+        raise SystemExit(f"triton-core: {tests / TRITON_CORE} does not exist; pass --triton-tests, a Triton "
+                         f"checkout's python/test/unit directory")
+    command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), "--", str(python), "-m", "pytest",
+               "--collect-only", "-q", "-p", "no:cacheprovider", str(TRITON_CORE)]
+    done = subprocess.run(command, cwd=tests, capture_output=True, text=True, env=env, timeout=900)
+    ids = [line.strip() for line in done.stdout.splitlines() if line.startswith(f"{TRITON_CORE}::")]
+    if not ids:
+        raise SystemExit(f"triton-core: collecting {TRITON_CORE} found no tests:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    by_function: dict[str, list[str]] = {}
+    for test in ids:
+        by_function.setdefault(test.split("::")[1].split("[")[0], []).append(test)
+    return [Module("triton-core", tests / TRITON_CORE, name=name, tests=spread(cases, per_function))
+            for name, cases in by_function.items() if not only or name in only]
+
+
 # ---- the server and the jobs --------------------------------------------------------------
 
 def attached(socket: Path) -> int:
@@ -157,9 +202,10 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: float) -> None:
-    report = work / f"{module.suite}-{module.path.stem}.xml"
-    log = work / f"{module.suite}-{module.path.stem}.log"
+def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: float, env: dict,
+               run_flags: tuple[str, ...] = ()) -> None:
+    report = work / f"{module.suite}-{module.label}.xml"
+    log = work / f"{module.suite}-{module.label}.log"
     report.unlink(missing_ok=True)
     # -p no:cacheprovider: the suites' directories may be read-only site-packages
     if module.suite.startswith("numba-"):
@@ -172,15 +218,17 @@ def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: 
         target, cwd = ["--import-mode=importlib", "-o", "consider_namespace_packages=true", "-p", FIXTURES.stem,
                        "--pyargs", name], work
         (work / FIXTURES.name).write_text(FIXTURES_TEXT)
+    elif module.tests:      # Triton's: from python/test/unit, as its Makefile runs them
+        target, cwd = module.tests, module.path.parent.parent
     else:   # cuda-bindings' tests import their conftest as a top-level module
         target, cwd = [str(module.path)], module.path.parent
-    command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), "--",
+    command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), *run_flags, "--",
                str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
                "-o", "junit_family=xunit1", *target]
     started = time.monotonic()
     with log.open("wb") as out:
         job = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, env=job_env(), start_new_session=True)
+                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         try:
             job.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -195,7 +243,7 @@ def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: 
     if module.outcome != "ran":
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         module.failed += 1
-        module.failures.append((module.path.stem, f"job {module.outcome}: {cause(tail[0])}"))
+        module.failures.append((module.label, f"job {module.outcome}: {cause(tail[0])}"))
 
 
 def settle(socket: Path) -> int:
@@ -216,7 +264,7 @@ def summarize(results: list[Module], server: dict) -> dict:
         suites[suite] = {**counts, "modules": len(mine), "pass_rate": round(counts["passed"] / ran, 4) if ran else None,
                          "causes": Counter(c for m in mine for _, c in m.failures).most_common(),
                          "skip_reasons": Counter(s for m in mine for s in m.skips).most_common(),
-                         "not_ran": [m.path.stem for m in mine if m.outcome != "ran"]}
+                         "not_ran": [m.label for m in mine if m.outcome != "ran"]}
     return {"date": datetime.date.today().isoformat(), "suites": suites, "server": server,
             "modules": [{**asdict(m), "path": str(m.path)} for m in results]}
 
@@ -246,7 +294,8 @@ def markdown(report: dict) -> str:
 
 
 def versions(python: Path) -> list[str]:
-    code = ("import importlib.metadata as m\nfor p in ('numba-cuda','numba','cuda-bindings','cuda-core'):\n"
+    code = ("import importlib.metadata as m\n"
+            "for p in ('numba-cuda','numba','cuda-bindings','cuda-core','triton','torch'):\n"
             "  try: print(p + ' ' + m.version(p))\n  except m.PackageNotFoundError: pass")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return out.stdout.split("\n")[:-1]
@@ -257,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--venv", type=Path, help="use this virtual environment (default: a throwaway one)")
     ap.add_argument("--suites", default="numba-cudadrv,numba-cudapy", help=f"comma-separated, of {', '.join(SUITES)}")
     ap.add_argument("--cuda-bindings-tests", type=Path, help="cuda-python's cuda_bindings/tests directory")
-    ap.add_argument("--modules", help="only these module names (test_events,test_streams,...)")
+    ap.add_argument("--triton-tests", type=Path, help="a Triton checkout's python/test/unit directory")
+    ap.add_argument("--per-function", type=int, default=5,
+                    help="triton-core: cases of each test function, spread over its parameters (0: all; default 5)")
+    ap.add_argument("--no-jit-capture", action="store_true", help="run the jobs with tally-run --no-jit-capture")
+    ap.add_argument("--modules", help="only these module names (test_events,test_streams,...), or Triton test functions")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per module (default 900)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
@@ -269,19 +322,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         venv = args.venv or make_venv(work / "venv")
         python = venv / "bin" / "python"
-        chosen = modules(python, suites, args.cuda_bindings_tests, set(args.modules.split(",")) if args.modules else set())
+        only = set(args.modules.split(",")) if args.modules else set()
+        chosen = modules(python, suites, args.cuda_bindings_tests, only)
         socket = work / "server.sock"
         server = start_server(socket, work / "server.log")
+        # Triton's kernels compile into a cache of this run's and their records into
+        # another: nothing found from earlier runs, nothing left behind
+        env = {**job_env(), "TRITON_CACHE_DIR": str(work / "triton-cache"), "XDG_CACHE_HOME": str(work / "cache")}
+        run_flags = ("--no-jit-capture",) if args.no_jit_capture else ()
         rss_start, most_attached, alive = rss_bytes(server.pid), 0, True
         try:
+            if "triton-core" in suites:
+                if args.triton_tests is None:
+                    raise SystemExit("triton-core: pass --triton-tests, a Triton checkout's python/test/unit directory")
+                chosen += triton_modules(python, socket, args.triton_tests.resolve(), args.per_function, env, only)
             for module in chosen:
-                run_module(module, python, socket, work, args.timeout)
+                run_module(module, python, socket, work, args.timeout, env, run_flags)
                 try:
                     module.attached_after = settle(socket)
                 except (OSError, ConnectionError):     # no answer: hung or gone
                     alive = False
                 most_attached = max(most_attached, module.attached_after)
-                print(f"{module.suite} {module.path.stem}: {module.passed} passed, {module.failed} failed, "
+                print(f"{module.suite} {module.label}: {module.passed} passed, {module.failed} failed, "
                       f"{module.skipped} skipped ({module.outcome}, {module.seconds} s)", file=sys.stderr, flush=True)
                 if not alive or server.poll() is not None:
                     alive = False
