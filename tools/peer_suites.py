@@ -170,7 +170,10 @@ def triton_modules(python: Path, socket: Path, tests: Path, per_function: int, e
     command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), "--", str(python), "-m", "pytest",
                "--collect-only", "-q", "-p", "no:cacheprovider", str(TRITON_CORE)]
     done = subprocess.run(command, cwd=tests, capture_output=True, text=True, env=env, timeout=900)
-    ids = [line.strip() for line in done.stdout.splitlines() if line.startswith(f"{TRITON_CORE}::")]
+    # pytest names tests from its rootdir (the repository's, where pytest.ini is); the jobs
+    # name them from python/test/unit
+    here = f"{TRITON_CORE.as_posix()}::"
+    ids = [line.strip()[line.strip().index(here):] for line in done.stdout.splitlines() if here in line]
     if not ids:
         raise SystemExit(f"triton-core: collecting {TRITON_CORE} found no tests:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     by_function: dict[str, list[str]] = {}
