@@ -157,10 +157,10 @@ def test_launches_over_the_default_shared_memory(nvcc, cuda_server, priority):
     program = build_cuda(nvcc, "big_shared.cu")
     job = run_job(cuda_server.socket, program, "graph", priority=priority)     # a graph's kernel nodes alone
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("graph_wrong_blocks") == [0]
+    assert job.ints("graph_wrong_blocks") == [0], job.stdout      # (graph_first_wrong: round:block:got:want)
     job = run_job(cuda_server.socket, program, priority=priority)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert job.ints("refused_before_opt_in", "wrong_blocks", "graph_wrong_blocks") == [1, 0, 0]
+    assert job.ints("refused_before_opt_in", "wrong_blocks", "graph_wrong_blocks") == [1, 0, 0], job.stdout
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])
 def test_cooperative_and_dependent_launches(nvcc, cuda_server, priority):

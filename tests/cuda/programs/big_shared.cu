@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamEndCapture(stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   int graph_wrong = 0;
+  char first_wrong[128] = "none";   // round:block:got:want of the first wrong sum, for whoever reads a failure
   for (int round = 0; round < 2; ++round) {
     CHECK(cudaMemsetAsync(out, 0, blocks * sizeof(float), stream));
     CHECK(cudaGraphLaunch(exec, stream));
@@ -67,10 +68,11 @@ int main(int argc, char** argv) {
     for (int b = 0; b < blocks; ++b) {
       float want = 0;
       for (int i = 0; i < kFloats; ++i) want += float((b + i) % 4);
-      graph_wrong += sums[b] != want;
+      if (sums[b] != want && graph_wrong++ == 0)
+        snprintf(first_wrong, sizeof first_wrong, "%d:%d:%.0f:%.0f", round, b, sums[b], want);
     }
   }
-  printf("refused_before_opt_in=%d\nwrong_blocks=%d\ngraph_wrong_blocks=%d\n", before_opt_in == cudaErrorInvalidValue,
-         wrong, graph_wrong);
+  printf("refused_before_opt_in=%d\nwrong_blocks=%d\ngraph_wrong_blocks=%d\ngraph_first_wrong=%s\n",
+         before_opt_in == cudaErrorInvalidValue, wrong, graph_wrong, first_wrong);
   return 0;
 }
