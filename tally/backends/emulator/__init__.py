@@ -84,8 +84,9 @@ cp.async.mbarrier.arrive): csrc/src/emulator/ops_bulk_copy.cpp. A copy happens
 when it is issued; copies into shared memory then pay their bytes off on the
 destination's mbarrier, so bulk groups have nothing left to wait for.
 
-TMA tensor copies (cp.async.bulk.tensor, tile mode, 1-5 D, loads with multicast,
-stores and reductions): csrc/src/emulator/ops_tensor_copy.cpp, reading tally's tensor-map layout
+TMA tensor copies (cp.async.bulk.tensor, 1-5 D, loads with multicast, stores and
+reductions; tile mode, interleaved maps in whole channel chunks, im2col loads and
+im2col_no_offs stores): csrc/src/emulator/ops_tensor_copy.cpp, reading tally's tensor-map layout
 (tensor_map.h; the maps come from cuTensorMapEncode*, tally/backends/tensor_maps.py):
 the box lands densely in shared memory with the 32/64/128-byte swizzle patterns
 applied to its addresses, elements outside the tensor read as zero (or NaN) and
@@ -98,8 +99,8 @@ ops_wgmma.cpp, matrix_multiply.h (fragment layouts and the arithmetic: exact
 products summed in a double, rounded once). wgmma multiplies when issued.
 
 Not supported (each reported as above): textures and surfaces, Volta's m8n8k4 f16
-mma, sparse and b1 mma/wgmma, ldmatrix/stmatrix other than m8n8 .b16, im2col-mode
-and interleaved tensor copies, vector registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
+mma, sparse and b1 mma/wgmma, ldmatrix/stmatrix other than m8n8 .b16, Blackwell's tensor
+copy modes (im2col::w, gather4/scatter4) and swizzle atoms, vector registers, packed f16x2 atomics, video instructions, dynamic parallelism, and a
 cooperative launch with clusters of more than one block.
 """
 from tally.backends.emulator.backend import EmulatorBackend
