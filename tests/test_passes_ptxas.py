@@ -55,8 +55,8 @@ def _cases() -> list[Case]:
     # Hopper programs (TMA, mbarriers, wgmma, setmaxnreg): their PTX for sm_90a
     cases += [Case(f"hopper.{name}", HOPPER_PROGRAMS / f"{name}.cu", "sm_90a", expect_all_variants=False)
               for name in ("tma_pipeline", "tma_wgmma_gemm", "tma_im2col")]
-    cases += [Case("hopper.cutlass_sm90_gemm", HOPPER_PROGRAMS / "cutlass_sm90_gemm.cu", "sm_90a",
-                   expect_all_variants=False, cutlass=True)]
+    cases += [Case(f"hopper.{name}", HOPPER_PROGRAMS / f"{name}.cu", "sm_90a", expect_all_variants=False, cutlass=True)
+              for name in ("cutlass_sm90_gemm", "cutlass_sm90_conv")]
     cases += [Case(f"passes.{key}", PASS_SOURCES / source, arch, flags,
                    expect_all_variants=key == "sync_reductions")
               for key, (source, arch, flags) in PASS_KERNELS.items()]
