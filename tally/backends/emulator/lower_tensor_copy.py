@@ -23,9 +23,7 @@ from tally.backends.emulator.context import FLAGS, NO_SLOT, FunctionLowering
 # The reductions of cp.reduce.async.bulk{.tensor} (atom's operations).
 REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 
-MULTICAST, IM2COL = 1, 2
-TILE_MODES = {"tile": 0}
-IM2COL_MODES = {"im2col": IM2COL, "im2col_no_offs": IM2COL}
+MULTICAST, IM2COL = 1, 2          # the handlers' flags (ops_tensor_copy.cpp)
 
 
 def _rank(cx: FunctionLowering, ins: ir.Instruction) -> int:
@@ -42,8 +40,8 @@ def _load_mode(cx: FunctionLowering, ins: ir.Instruction, loading: bool) -> int:
     if not named:
         return 0
     mode = named[0]
-    if mode in TILE_MODES:
-        return TILE_MODES[mode]
+    if mode == "tile":
+        return 0
     if mode == ("im2col" if loading else "im2col_no_offs"):
         return IM2COL
     raise cx.unsupported(f"{ins.full_opcode} (the emulator copies tensors in tile mode, loads in .im2col mode and "
