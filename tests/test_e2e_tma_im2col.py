@@ -63,6 +63,12 @@ def expected_column(rank, swizzle, channels, pixels, coords, offsets, lower, upp
         for c in range(coords[0], coords[0] + channels):
             v = element(dims, (c,) + at + (image,))
             dense.append(0.0 if v is None else float(v))
+    return swizzled(dense, swizzle)
+
+
+def swizzled(dense: list[float], swizzle: int) -> list[float]:
+    """Floats laid out densely, as shared memory holds them: each 16-byte chunk moved to
+    chunk ^ (its 128-byte row & the swizzle's mask)."""
     placed = [0.0] * len(dense)
     mask = (1 << SWIZZLE_BITS[swizzle]) - 1
     for k, v in enumerate(dense):
@@ -136,12 +142,7 @@ def interleaved_box(chunk, swizzle, box, at) -> list[float]:
             for x in range(at[0], at[0] + box[0]):
                 v = element(list(dims), (x, y, z))
                 dense.append(0.0 if v is None else float(v))
-    mask = (1 << SWIZZLE_BITS[swizzle]) - 1
-    placed = [0.0] * len(dense)
-    for k, v in enumerate(dense):
-        byte = 4 * k
-        placed[(byte ^ (((byte >> 7) & mask) << 4)) // 4] = v
-    return placed
+    return swizzled(dense, swizzle)
 
 
 @pytest.mark.parametrize("interleave,swizzle,box,at", [
