@@ -41,12 +41,9 @@ def test_tensor_maps_are_the_drivers_and_the_copies_run(nvcc, cuda_server):
 
 
 def test_an_im2col_map_is_the_drivers_and_its_column_is_copied(nvcc, cuda_server):
-    from test_e2e_tma_im2col import COLUMNS, expected_column
+    from test_e2e_tma_im2col import COLUMNS, expected_column, load
     program = build_cuda(nvcc, "tma_im2col.cu", flags=("-gencode", "arch=compute_90a,code=compute_90a"))
     before = encodes_forwarded(cuda_server)
     case = COLUMNS["a strided 3x3 filter tap, 64B swizzle"]
-    rank, swizzle, channels, pixels, coords, offsets, lower, upper, strides = case
-    job = run_job(cuda_server.socket, program, "load", rank, swizzle, channels, pixels, *coords, *offsets, *lower,
-                  *upper, *strides, timeout=300)
-    assert values(job) == expected_column(*case)
+    assert load(cuda_server, program, *case, timeout=300) == expected_column(*case)
     assert encodes_forwarded(cuda_server) - before == 1

@@ -121,13 +121,10 @@ def triton_cached(tmp_path, nvcc, ptxas):
     return {"XDG_CACHE_HOME": str(home)}, cubin, entry / "__grp__vadd.json"
 
 
-def _adopt_in_a_job_interpreter(env: dict, group_file: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """What Triton's lookup does in a job under tally-run: imports the cache hook module
-    from PYTHONPATH (with -S: from that folder alone, tally itself not importable) and
-    hands it the group's files."""
-    from tally.jit.job_env import capture_environment
-    job = capture_environment({**os.environ, **env}, enabled=True,
-                              directory=Path(env["XDG_CACHE_HOME"]) / "tally" / "jit-ptx")
+def _adopt_in_a_job_interpreter(job: dict, group_file: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """What Triton's lookup does in a job with environment `job`: imports the cache hook
+    module from PYTHONPATH (with -S: from that folder alone, tally itself not importable)
+    and hands it the group's files, twice; prints what each call wrote."""
     code = ("import json, sys, importlib.util\n"
             "assert importlib.util.find_spec('tally') is None\n"
             "import tally_triton_cache as hook\n"
@@ -143,7 +140,10 @@ def test_a_kernel_from_tritons_cache_made_without_tally_run_keeps_its_ptx(server
     env, cubin, group_file = triton_cached
     # without the record the emulator cannot run the cubin
     assert run_job(server.socket, program, cubin, env=env).value("load") == "209"
-    adopted = _adopt_in_a_job_interpreter(env, group_file, tmp_path)
+    from tally.jit.job_env import capture_environment
+    job = capture_environment({**os.environ, **env}, enabled=True,
+                              directory=Path(env["XDG_CACHE_HOME"]) / "tally" / "jit-ptx")
+    adopted = _adopt_in_a_job_interpreter(job, group_file, tmp_path)
     assert adopted.returncode == 0, adopted.stdout + adopted.stderr
     directory = tmp_path / "cache-home" / "tally" / "jit-ptx"
     (record,) = directory.glob("*.rec")
@@ -158,9 +158,6 @@ def test_the_cache_hook_writes_nothing_without_capture(triton_cached, tmp_path):
     from tally.jit.job_env import TRITON_HOOK_DIR, capture_environment
     job = capture_environment({**os.environ, **env}, enabled=False)
     job["PYTHONPATH"] = str(TRITON_HOOK_DIR)
-    code = ("import json, tally_triton_cache as hook\n"
-            f"print(hook.adopt(json.load(open({str(group_file)!r}))['child_paths']))\n")
-    done = subprocess.run([sys.executable, "-S", "-c", code], env=job, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
-    assert done.stdout.strip() == "None", done.stdout + done.stderr
+    done = _adopt_in_a_job_interpreter(job, group_file, tmp_path)
+    assert done.stdout.split() == ["record=None", "again=None"], done.stdout + done.stderr
     assert not (tmp_path / "cache-home").exists()

@@ -82,9 +82,10 @@ def values(job) -> list[float]:
     return [float(v) for v in job.value("values").split(",")]
 
 
-def load(server, program, rank, swizzle, channels, pixels, coords, offsets, lower, upper, strides, priority="high"):
+def load(server, program, rank, swizzle, channels, pixels, coords, offsets, lower, upper, strides, priority="high",
+         timeout=120):
     args = [rank, swizzle, channels, pixels, *coords, *offsets, *lower, *upper, *strides]
-    return values(run_job(server.socket, program, "load", *args, priority=priority))
+    return values(run_job(server.socket, program, "load", *args, priority=priority, timeout=timeout))
 
 
 COLUMNS = {

@@ -164,16 +164,13 @@ def triton_modules(python: Path, socket: Path, tests: Path, per_function: int, e
                    only: set[str]) -> list[Module]:
     """test_core.py's test functions, each a Module with its chosen cases. Collecting
     imports Triton's helpers, which ask the CUDA driver about the device: a job too."""
-    if not (tests / TRITON_CORE).is_file():
-        raise SystemExit(f"triton-core: {tests / TRITON_CORE} does not exist; pass --triton-tests, a Triton "
-                         f"checkout's python/test/unit directory")
     command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), "--", str(python), "-m", "pytest",
                "--collect-only", "-q", "-p", "no:cacheprovider", str(TRITON_CORE)]
     done = subprocess.run(command, cwd=tests, capture_output=True, text=True, env=env, timeout=900)
     # pytest names tests from its rootdir (the repository's, where pytest.ini is); the jobs
     # name them from python/test/unit
     here = f"{TRITON_CORE.as_posix()}::"
-    ids = [line.strip()[line.strip().index(here):] for line in done.stdout.splitlines() if here in line]
+    ids = [line[line.index(here):].strip() for line in done.stdout.splitlines() if here in line]
     if not ids:
         raise SystemExit(f"triton-core: collecting {TRITON_CORE} found no tests:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     by_function: dict[str, list[str]] = {}
@@ -321,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     suites = args.suites.split(",")
     if unknown := [s for s in suites if s not in SUITES]:
         ap.error(f"unknown suites {unknown}; known: {', '.join(SUITES)}")
+    if "triton-core" in suites and not (args.triton_tests and (args.triton_tests / TRITON_CORE).is_file()):
+        ap.error(f"triton-core: pass --triton-tests, a Triton checkout's python/test/unit directory (with "
+                 f"{TRITON_CORE}; given: {args.triton_tests})")
     work = Path(tempfile.mkdtemp(prefix="tally-peer-suites-"))
     try:
         venv = args.venv or make_venv(work / "venv")
@@ -336,8 +336,6 @@ def main(argv: list[str] | None = None) -> int:
         rss_start, most_attached, alive = rss_bytes(server.pid), 0, True
         try:
             if "triton-core" in suites:
-                if args.triton_tests is None:
-                    raise SystemExit("triton-core: pass --triton-tests, a Triton checkout's python/test/unit directory")
                 chosen += triton_modules(python, socket, args.triton_tests.resolve(), args.per_function, env, only)
             for module in chosen:
                 run_module(module, python, socket, work, args.timeout, env, run_flags)

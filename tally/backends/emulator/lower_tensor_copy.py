@@ -97,26 +97,22 @@ def lower_tensor_copy(cx: FunctionLowering, ins: ir.Instruction) -> None:
     ops = list(ins.operands)
     if ins.has("L2::cache_hint"):
         ops = ops[:-1]
-    if ins.has("reduce"):      # shared -> global, combined into the tensor's elements
-        op = next((o for o in REDUCE_OPS if ins.has(o)), None)
-        if op is None or not ins.has("bulk_group"):
-            raise cx.unsupported(f"the tensor reduction {ins.full_opcode}")
+    if ins.has("bulk_group"):   # shared -> global: a store, or a reduction into the tensor's elements
+        opcode, flags = "cp.async.bulk.tensor.global.shared", 0
+        if ins.has("reduce"):
+            op = next((o for o in REDUCE_OPS if ins.has(o)), None)
+            if op is None:
+                raise cx.unsupported(f"the tensor reduction {ins.full_opcode}")
+            opcode, flags = "cp.reduce.async.bulk.tensor.global.shared", FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"]
         mode = _load_mode(cx, ins, loading=False)
         map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
         src = cx.address_slot(ops[1], "shared::cta")
         if mode == IM2COL:
             coordinates = _im2col_operands(cx, coordinates, None)
-        cx.emit("cp.reduce.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates,
-                flags=FLAGS["ATOM"][op] << FLAGS["ATOM_SHIFT"] | mode, size=rank)
+        cx.emit(opcode, [map_slot, src, NO_SLOT] + coordinates, flags=flags | mode, size=rank)
         return
-    if ins.has("bulk_group"):   # shared -> global
-        mode = _load_mode(cx, ins, loading=False)
-        map_slot, coordinates = _map_and_coordinates(cx, ops[0], rank)
-        src = cx.address_slot(ops[1], "shared::cta")
-        if mode == IM2COL:
-            coordinates = _im2col_operands(cx, coordinates, None)
-        cx.emit("cp.async.bulk.tensor.global.shared", [map_slot, src, NO_SLOT] + coordinates, flags=mode, size=rank)
-        return
+    if ins.has("reduce"):
+        raise cx.unsupported(f"the tensor reduction {ins.full_opcode}")
     if not ins.has("mbarrier::complete_tx::bytes") or len(ops) < 3:
         raise cx.unsupported(ins.full_opcode)
     mode = _load_mode(cx, ins, loading=True)

@@ -29,7 +29,6 @@ def workdir(mode: Mode, name: str) -> list[str]:
     return ["--workdir", str(mode.out / f"runs-{name}")]
 
 
-
 # ---- launch cost ---------------------------------------------------------------------------
 
 def _launch_commands(mode: Mode) -> list[list[str]]:

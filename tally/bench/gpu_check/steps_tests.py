@@ -2,7 +2,6 @@
 with its figures recorded (tests/device_fault_scenario.py)."""
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -81,9 +80,9 @@ def _fault_env(mode: Mode) -> dict:
 
 def _fault_figures(mode: Mode, output: str) -> dict:
     figures = pytest_figures(mode, output)
-    record = mode.out / "fault.json"
-    if record.is_file():
-        figures["scenario"] = json.loads(record.read_text())
+    scenario = read_json(mode.out / "fault.json")
+    if scenario is not None:
+        figures["scenario"] = scenario
     return figures
 
 
