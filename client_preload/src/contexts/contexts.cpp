@@ -4,6 +4,7 @@
 
 #include "connection/connection.h"
 #include "contexts/green_contexts.h"
+#include "cupti/callbacks.h"
 #include "entry_points/entry_point.h"
 #include "logging/log.h"
 
@@ -74,6 +75,7 @@ CUresult create(CUcontext* pctx, const CUexecAffinityParam* affinity, int affini
   // The new context supplants the current one, which a later cuCtxPopCurrent restores.
   t_context_stack.push_back(c);
   *pctx = handle(c);
+  cupti::context_created(handle(c));
   return CUDA_SUCCESS;
 }
 
@@ -154,8 +156,9 @@ std::atomic<size_t>* ContextLimits::slot(CUlimit limit) {
 CUresult primary_context(CUdevice dev, CUcontext* out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = check_device(dev); rc != CUDA_SUCCESS) return rc;
-  g_primary.active.store(true, std::memory_order_relaxed);
+  const bool was_active = g_primary.active.exchange(true, std::memory_order_relaxed);
   *out = handle(&g_primary);
+  if (!was_active) cupti::context_created(handle(&g_primary));
   return CUDA_SUCCESS;
 }
 
@@ -248,6 +251,7 @@ TALLY_ENTRY(cuCtxDestroy_v4000)(CUcontext ctx) {
     log_error("cuCtxDestroy: this context stands for a green context; destroy it with cuGreenCtxDestroy");
     return CUDA_ERROR_INVALID_CONTEXT;
   }
+  cupti::context_destroy_starting(ctx);
   ContextState expected = ContextState::kLive;
   if (!c->state.compare_exchange_strong(expected, ContextState::kDestroyed)) return CUDA_ERROR_INVALID_CONTEXT;
   // Popped if current here; other threads keep it current and get CONTEXT_IS_DESTROYED.

@@ -10,6 +10,7 @@
 #include "memory/address_map.h"
 #include "graphs/capture.h"
 #include "connection/connection.h"
+#include "cupti/device_work.h"
 
 namespace tally::client {
 namespace {
@@ -90,7 +91,7 @@ bool is_device_address(uint64_t address) {
   return mincore(reinterpret_cast<void*>(address & ~(page - 1)), 1, &resident) != 0 && errno == ENOMEM;
 }
 
-CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
+static CUresult untimed_copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -152,7 +153,7 @@ CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t 
   });
 }
 
-CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
+static CUresult untimed_copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                              bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -208,7 +209,7 @@ CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size
   });
 }
 
-CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
+static CUresult untimed_copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                                bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
@@ -244,7 +245,7 @@ CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t h
   return CUDA_SUCCESS;
 }
 
-CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
+static CUresult untimed_memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
                        uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
@@ -259,6 +260,73 @@ CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, si
   m.dst = dst.address, m.value = value, m.element_size = element_size;
   m.width = width, m.height = height, m.pitch = dst.pitch, m.stream = stream;
   return async ? c.send(m) : c.request_done(m);
+}
+
+// The entry points' copies and memsets, each timed for tally's CUPTI when a
+// profiler asked for memcpy or memset records (cupti/device_work.h).
+namespace {
+
+CUpti_ActivityMemcpy6 memcpy_record(CUpti_ActivityMemcpyKind kind, CUpti_ActivityMemoryKind src,
+                                    CUpti_ActivityMemoryKind dst, size_t bytes, bool async) {
+  CUpti_ActivityMemcpy6 r{};
+  r.copyKind = static_cast<uint8_t>(kind);
+  r.srcKind = static_cast<uint8_t>(src);
+  r.dstKind = static_cast<uint8_t>(dst);
+  r.flags = async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
+  r.bytes = bytes;
+  r.copyCount = 1;
+  return r;
+}
+
+CUpti_ActivityMemoryKind host_kind(const void* address, size_t width, size_t height, size_t pitch) {
+  return pinned(address, width, height, pitch) ? CUPTI_ACTIVITY_MEMORY_KIND_PINNED : CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+}
+
+}  // namespace
+
+CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
+                             bool async) {
+  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  const CUresult rc = untimed_copy_host_to_device(dst, src, width, height, stream, async);
+  if (work.active())
+    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, host_kind(src.address, width, height, src.pitch),
+                                  CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, width * height, async));
+  return rc;
+}
+
+CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
+                             bool async) {
+  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  const CUresult rc = untimed_copy_device_to_host(dst, src, width, height, stream, async);
+  if (work.active())
+    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
+                                  host_kind(dst.address, width, height, dst.pitch), width * height, async));
+  return rc;
+}
+
+CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
+                               bool async) {
+  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  const CUresult rc = untimed_copy_device_to_device(dst, src, width, height, stream, async);
+  if (work.active())
+    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
+                                  CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, width * height, async));
+  return rc;
+}
+
+CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
+                       uint64_t stream, bool async) {
+  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  const CUresult rc = untimed_memset_device(dst, value, element_size, width, height, stream, async);
+  if (work.active()) {
+    CUpti_ActivityMemset4 r{};
+    r.value = value;
+    r.bytes = static_cast<uint64_t>(width) * height * element_size;
+    r.flags = async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
+    r.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+    work.memset(rc, r);
+  }
+  return rc;
 }
 
 }  // namespace tally::client

@@ -11,6 +11,7 @@
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
+#include "cupti/device_work.h"
 #include "launch/launch.h"
 #include "logging/log.h"
 
@@ -54,7 +55,8 @@ TALLY_ENTRY(cuLaunchCooperativeKernel_v9000)(CUfunction f, unsigned int gridDimX
                                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                              void** kernelParams) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, nullptr, false, static_cast<uint32_t>(LaunchFlag::COOPERATIVE));
+                       kernelParams, nullptr, false, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), tally::client::kNoCluster,
+                       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel);
 }
 TALLY_ENTRY(cuLaunchCooperativeKernel_v9000_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                                   unsigned int gridDimZ, unsigned int blockDimX,
@@ -62,7 +64,8 @@ TALLY_ENTRY(cuLaunchCooperativeKernel_v9000_ptsz)(CUfunction f, unsigned int gri
                                                   unsigned int sharedMemBytes, CUstream hStream,
                                                   void** kernelParams) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, nullptr, true, static_cast<uint32_t>(LaunchFlag::COOPERATIVE));
+                       kernelParams, nullptr, true, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), tally::client::kNoCluster,
+                       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz);
 }
 
 // A job under tally sees one device, so the list names one launch. Its default

@@ -10,6 +10,7 @@
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
 #include "streams/stream_ids.h"
+#include "streams/timing_events.h"
 
 namespace tally::client {
 namespace {
@@ -52,6 +53,34 @@ EventObject* new_event_object(unsigned flags) {
   event->flags = flags;
   return event;
 }
+
+uint64_t create_timing_event() {
+  if (Connection::instance().usable() != CUDA_SUCCESS) return 0;
+  const uint64_t id = g_next_event.fetch_add(1, std::memory_order_relaxed);
+  return Connection::instance().send(protocol::EventCreateMsg{id, 0, 0}) == CUDA_SUCCESS ? id : 0;
+}
+
+CUresult record_timing_event(uint64_t event, uint64_t stream) {
+  return Connection::instance().send(protocol::EventRecordMsg{event, stream});
+}
+
+CUresult query_timing_event(uint64_t event) {
+  return Connection::instance().request_done(protocol::EventQueryMsg{event});
+}
+
+CUresult synchronize_timing_event(uint64_t event) {
+  return Connection::instance().request_done(protocol::EventSynchronizeMsg{event});
+}
+
+CUresult timing_event_elapsed(uint64_t start, uint64_t end, double* ms) {
+  protocol::ElapsedTimeReplyMsg out{};
+  CUresult rc =
+      request_reply(protocol::EventElapsedTimeMsg{start, end}, protocol::MessageKind::ElapsedTimeReply, &out);
+  if (rc == CUDA_SUCCESS) *ms = out.ms;
+  return rc;
+}
+
+void destroy_timing_event(uint64_t event) { (void)Connection::instance().send(protocol::EventDestroyMsg{event}); }
 
 }  // namespace tally::client
 

@@ -1,0 +1,281 @@
+// Device work timed with timing events (device_work.h says how and why).
+#include "cupti/device_work.h"
+
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "contexts/contexts.h"
+#include "driver_objects.h"
+#include "cupti/cupti_state.h"
+#include "graphs/capture.h"
+#include "logging/log.h"
+#include "streams/timing_events.h"
+
+namespace tally::client::cupti {
+namespace {
+
+constexpr int kExternalKinds = 8;  // CUpti_ExternalCorrelationKind goes to CUSTOM2 = 7
+thread_local std::vector<uint64_t> t_external[kExternalKinds];
+
+// One piece of timed work waiting for its end event.
+struct Pending {
+  CUpti_ActivityKind kind;
+  uint64_t start_event;
+  uint64_t end_event;
+  union {
+    CUpti_ActivityKernel10 kernel;
+    CUpti_ActivityMemcpy6 memcpy;
+    CUpti_ActivityMemset4 memset;
+  } record;
+};
+
+// The reference event: recorded on the first timed stream and waited for, its host
+// time taken right after the wait returns (so device times read against it lag by
+// at most one synchronize round trip). Renewed once nothing is pending, so the
+// intervals the server measures stay short.
+//
+// The server measures in milliseconds; records are in the job's clock, which is
+// nanoseconds unless the job registered its own (Kineto's counts timestamp-counter
+// ticks and converts them itself). So the reference keeps both clocks, and at each
+// flush the job clock's rate is read off the two clocks' progress since then.
+struct Reference {
+  uint64_t event = 0;
+  uint64_t host_ns = 0;     // realtime_ns()
+  uint64_t host_stamp = 0;  // timestamp(), the job's clock
+};
+
+// Job-clock units per nanosecond (1 for tally's own clock); refitted whenever at
+// least kMinFitNs passed since the reference (clock reads are good to tens of
+// nanoseconds, so the rate is good to about 1e-4), kept from the last fit otherwise.
+constexpr uint64_t kMinFitNs = 200'000;
+double g_units_per_ns = 1.0;
+
+void fit_job_clock(const Reference& ref) {
+  if (!job_clock()) {
+    g_units_per_ns = 1.0;
+    return;
+  }
+  const uint64_t stamp = timestamp();
+  const uint64_t ns = realtime_ns();
+  if (ns > ref.host_ns + kMinFitNs && stamp > ref.host_stamp)
+    g_units_per_ns = static_cast<double>(stamp - ref.host_stamp) / static_cast<double>(ns - ref.host_ns);
+}
+
+std::mutex g_mutex;
+Reference g_reference;
+std::atomic<int> g_in_flight{0};  // timed calls between their start event and finish()
+std::deque<Pending> g_pending;
+
+bool reference_ready(uint64_t stream) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_reference.event != 0) return true;
+  const uint64_t event = create_timing_event();
+  if (event == 0) return false;
+  if (record_timing_event(event, stream) != CUDA_SUCCESS || synchronize_timing_event(event) != CUDA_SUCCESS) {
+    destroy_timing_event(event);
+    return false;
+  }
+  g_reference.event = event;
+  g_reference.host_stamp = timestamp();
+  g_reference.host_ns = realtime_ns();
+  return true;
+}
+
+uint32_t thread_id() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
+
+// Start and end of a record, in the job's clock.
+template <class Record>
+void set_times(Record* r, uint64_t start, uint64_t end) {
+  r->start = start;
+  r->end = end;
+}
+
+}  // namespace
+
+CUpti_ActivityKernel10 kernel_record(const FunctionObject* fn) {
+  // Records hold the name by pointer for as long as the job keeps them: a pool of
+  // the names seen, never freed (one entry per distinct kernel).
+  static std::mutex names_mutex;
+  static std::set<std::string> names;
+  CUpti_ActivityKernel10 r{};
+  {
+    std::lock_guard<std::mutex> lock(names_mutex);
+    r.name = names.insert(fn->name).first->c_str();
+  }
+  const auto attribute = [fn](CUfunction_attribute a) { return fn->attributes[a].load(std::memory_order_relaxed); };
+  r.registersPerThread = static_cast<uint16_t>(attribute(CU_FUNC_ATTRIBUTE_NUM_REGS));
+  r.staticSharedMemory = attribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+  r.localMemoryPerThread = static_cast<uint32_t>(attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES));
+  return r;
+}
+
+uint32_t current_context_id() {
+  ContextObject* c = current_context();
+  return c != nullptr ? static_cast<uint32_t>(c->id) : 1;
+}
+
+uint32_t stream_record_id(uint64_t stream) { return static_cast<uint32_t>(stream); }
+
+CUptiResult push_external_correlation(CUpti_ExternalCorrelationKind kind, uint64_t id) {
+  const auto k = static_cast<int>(kind);
+  if (k <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || k >= kExternalKinds) return CUPTI_ERROR_INVALID_PARAMETER;
+  t_external[k].push_back(id);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult pop_external_correlation(CUpti_ExternalCorrelationKind kind, uint64_t* last) {
+  const auto k = static_cast<int>(kind);
+  if (k <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || k >= kExternalKinds) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (t_external[k].empty()) return CUPTI_ERROR_QUEUE_EMPTY;
+  if (last != nullptr) *last = t_external[k].back();
+  t_external[k].pop_back();
+  return CUPTI_SUCCESS;
+}
+
+DeviceWork::DeviceWork(uint64_t stream, CUpti_CallbackId cbid) : stream_(stream), cbid_(cbid) {
+  if (!device_work_enabled()) return;
+  api_start_ = timestamp();
+  correlation_ = next_correlation_id();
+  if (!(kind_enabled(CUPTI_ACTIVITY_KIND_KERNEL) || kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ||
+        kind_enabled(CUPTI_ACTIVITY_KIND_MEMCPY) || kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET)))
+    return;
+  if (capture_info(stream).status != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  if (!reference_ready(stream)) return;
+  start_event_ = create_timing_event();
+  if (start_event_ != 0 && record_timing_event(start_event_, stream) != CUDA_SUCCESS) {
+    destroy_timing_event(start_event_);
+    start_event_ = 0;
+  }
+  if (start_event_ != 0) g_in_flight.fetch_add(1, std::memory_order_acq_rel);
+}
+
+DeviceWork::~DeviceWork() {
+  if (start_event_ == 0) return;
+  if (!finished_) destroy_timing_event(start_event_);
+  g_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void DeviceWork::kernel(CUresult rc, CUpti_ActivityKernel10 record) {
+  record.kind = kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+                                                                    : CUPTI_ACTIVITY_KIND_KERNEL;
+  record.correlationId = correlation_;
+  record.contextId = current_context_id();
+  record.streamId = stream_record_id(stream_);
+  record.queued = CUPTI_TIMESTAMP_UNKNOWN;
+  record.submitted = CUPTI_TIMESTAMP_UNKNOWN;
+  finish(rc, record.kind, &record);
+}
+
+void DeviceWork::memcpy(CUresult rc, CUpti_ActivityMemcpy6 record) {
+  record.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  record.correlationId = correlation_;
+  record.contextId = current_context_id();
+  record.streamId = stream_record_id(stream_);
+  finish(rc, record.kind, &record);
+}
+
+void DeviceWork::memset(CUresult rc, CUpti_ActivityMemset4 record) {
+  record.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  record.correlationId = correlation_;
+  record.contextId = current_context_id();
+  record.streamId = stream_record_id(stream_);
+  finish(rc, record.kind, &record);
+}
+
+void DeviceWork::finish(CUresult rc, CUpti_ActivityKind kind, const void* record) {
+  if (correlation_ == 0) return;  // nothing was enabled when the call began
+  finished_ = true;
+  if (kind_enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) {
+    for (int k = 0; k < kExternalKinds; ++k) {
+      if (t_external[k].empty()) continue;
+      CUpti_ActivityExternalCorrelation ext{};
+      ext.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+      ext.externalKind = static_cast<CUpti_ExternalCorrelationKind>(k);
+      ext.externalId = t_external[k].back();
+      ext.correlationId = correlation_;
+      queue_record(&ext, sizeof ext);
+    }
+  }
+  if (kind_enabled(CUPTI_ACTIVITY_KIND_DRIVER) && cbid_ != CUPTI_DRIVER_TRACE_CBID_INVALID) {
+    CUpti_ActivityAPI api{};
+    api.kind = CUPTI_ACTIVITY_KIND_DRIVER;
+    api.cbid = cbid_;
+    api.start = api_start_;
+    api.end = timestamp();
+    api.processId = static_cast<uint32_t>(getpid());
+    api.threadId = thread_id();
+    api.correlationId = correlation_;
+    api.returnValue = static_cast<uint32_t>(rc);
+    queue_record(&api, sizeof api);
+  }
+  if (start_event_ == 0) return;
+  const uint64_t end_event = rc == CUDA_SUCCESS && kind_enabled(kind) ? create_timing_event() : 0;
+  if (end_event == 0 || record_timing_event(end_event, stream_) != CUDA_SUCCESS) {
+    destroy_timing_event(start_event_);
+    if (end_event != 0) destroy_timing_event(end_event);
+    return;
+  }
+  Pending p{};
+  p.kind = kind;
+  p.start_event = start_event_;
+  p.end_event = end_event;
+  std::memcpy(&p.record, record, record_size(kind));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pending.push_back(p);
+}
+
+void resolve_device_work(bool forced) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::deque<Pending> waiting;
+  size_t lost = 0;
+  if (!g_pending.empty()) fit_job_clock(g_reference);
+  const auto at = [](double ms) {
+    return g_reference.host_stamp + static_cast<uint64_t>(ms > 0 ? ms * 1e6 * g_units_per_ns : 0);
+  };
+  for (Pending& p : g_pending) {
+    CUresult done = query_timing_event(p.end_event);
+    if (done == CUDA_ERROR_NOT_READY && forced) done = synchronize_timing_event(p.end_event);
+    if (done == CUDA_ERROR_NOT_READY) {
+      waiting.push_back(p);
+      continue;
+    }
+    double start_ms = 0, end_ms = 0;
+    const bool timed = done == CUDA_SUCCESS &&
+                       timing_event_elapsed(g_reference.event, p.start_event, &start_ms) == CUDA_SUCCESS &&
+                       timing_event_elapsed(g_reference.event, p.end_event, &end_ms) == CUDA_SUCCESS;
+    destroy_timing_event(p.start_event);
+    destroy_timing_event(p.end_event);
+    if (!timed) {
+      ++lost;  // the work failed (a fault) or the server could not time it
+      continue;
+    }
+    const uint64_t start = at(start_ms);
+    const uint64_t end = at(end_ms > start_ms ? end_ms : start_ms);
+    switch (p.kind) {
+      case CUPTI_ACTIVITY_KIND_MEMCPY: set_times(&p.record.memcpy, start, end); break;
+      case CUPTI_ACTIVITY_KIND_MEMSET: set_times(&p.record.memset, start, end); break;
+      default:
+        set_times(&p.record.kernel, start, end);
+        p.record.kernel.completed = end;
+        break;
+    }
+    queue_record(&p.record, record_size(p.kind));
+  }
+  g_pending.swap(waiting);
+  if (lost != 0)
+    log_error("CUPTI (tally): %zu activity records dropped: their work failed or could not be timed", lost);
+  if (g_pending.empty() && g_reference.event != 0 && g_in_flight.load(std::memory_order_acquire) == 0) {
+    destroy_timing_event(g_reference.event);
+    g_reference = Reference{};
+  }
+}
+
+}  // namespace tally::client::cupti
