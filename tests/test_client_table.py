@@ -38,15 +38,38 @@ def declared_driver_symbols() -> set[str]:
     return {m.group(2) for m in re.finditer(r"(static inline )?\bCUresult (cu\w+)\s*\(", text) if not m.group(1)}
 
 
+def declared_cupti_symbols() -> set[str]:
+    """The functions CUPTI's headers declare (cupti.h and what it includes)."""
+    text = subprocess.run([os.environ.get("CC", "cc"), "-E", "-P", "-x", "c", f"-I{CUDA_HOME / 'include'}",
+                           f"-I{CUDA_HOME / 'extras' / 'CUPTI' / 'include'}", "-"], input="#include <cupti.h>\n",
+                          capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"\bCUptiResult\s+(cupti\w+)\s*\(", " ".join(text.split())))
+
+
+# What PyTorch's profiler (Kineto, in libtorch_cpu.so of torch 2.14) imports from libcupti.so.13.
+KINETO_CUPTI_IMPORTS = {
+    "cuptiActivityDisable", "cuptiActivityEnable", "cuptiActivityEnableCudaEventDeviceTimestamps",
+    "cuptiActivityEnableDriverApi", "cuptiActivityEnableRuntimeApi", "cuptiActivityFlushAll",
+    "cuptiActivityGetNextRecord", "cuptiActivityGetNumDroppedRecords", "cuptiActivityPopExternalCorrelationId",
+    "cuptiActivityPushExternalCorrelationId", "cuptiActivityRegisterCallbacks",
+    "cuptiActivityRegisterTimestampCallback", "cuptiActivitySetAttribute", "cuptiEnableCallback", "cuptiEnableDomain",
+    "cuptiFinalize", "cuptiGetCallbackName", "cuptiGetResultString", "cuptiGetVersion", "cuptiSubscribe",
+    "cuptiUnsubscribe"}
+
+
 def test_library_exports_exactly_the_driver_symbols_and_its_own():
     exported = exported_symbols()
     declared = declared_driver_symbols()
     assert len(declared) > 600
     assert declared <= exported, f"missing: {sorted(declared - exported)[:20]}"
     extra = exported - declared
+    # tally's CUPTI (src/cupti/): functions CUPTI declares, at least every one PyTorch's profiler calls
+    cupti = {name for name in extra if name.startswith("cupti")}
+    assert cupti <= declared_cupti_symbols(), sorted(cupti - declared_cupti_symbols())
+    assert KINETO_CUPTI_IMPORTS <= cupti, sorted(KINETO_CUPTI_IMPORTS - cupti)
     # the dlopen hook, the device files' stand-ins (device_files.cpp) and tally's own
-    assert extra == {"dlopen", "stat", "stat64", "access", "tally_client_version", "tally_client_ping",
-                     "tally_client_notify"}
+    assert extra - cupti == {"dlopen", "stat", "stat64", "access", "tally_client_version", "tally_client_ping",
+                             "tally_client_notify"}
     for name in ("cuMemAlloc", "cuMemAlloc_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemcpyHtoD_v2_ptds",
                  "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable", "cuCtxGetDevice_v2",
                  "cuProfilerStart"):

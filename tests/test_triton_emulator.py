@@ -81,3 +81,28 @@ def test_a_kernel_triton_compiled_without_tally_run_keeps_its_ptx_from_tritons_c
         assert "a cubin's PTX came from JIT capture" in server.process.log()
     finally:
         server.stop()
+
+
+def test_pytorch_profiler_sees_the_kernel_and_copies_through_tallys_cupti(tmp_path):
+    """torch.profiler with CUDA activity (Kineto on CUPTI), unmodified: the Triton
+    kernel and the copies appear with device times, the copies linked to the aten ops
+    that made them; the kinds tally refuses are said on stderr."""
+    python = triton_python()
+    server = Server("emulator")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    try:
+        job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
+                              python, str(PROGRAMS / "torch_profiler_triton.py")], capture_output=True, text=True,
+                             timeout=900, env={**job_env(), **env}, check=False)
+        assert job.returncode == 0, job.stdout + job.stderr
+        assert "max_error=0.0 n=3000" in job.stdout
+        assert "trace kernels=1 memcpy=3 copies_linked=3" in job.stdout
+        [kernel] = [line for line in job.stdout.splitlines() if line.startswith("trace_kernel ")]
+        assert "name=add_kernel" in kernel and "grid=[3, 1, 1]" in kernel
+        names = [line.split(" us=")[0] for line in job.stdout.splitlines() if line.startswith("device_event ")]
+        assert "device_event name=add_kernel" in names
+        assert sum("Memcpy HtoD" in n for n in names) == 2 and sum("Memcpy DtoH" in n for n in names) == 1
+        assert "cuptiActivityEnable(kind 5) refused" in job.stderr
+        assert server.alive()
+    finally:
+        server.stop()

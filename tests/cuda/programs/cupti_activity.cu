@@ -7,7 +7,9 @@
 //   memcpy kind=<HTOD|DTOH|DTOD> bytes=<n> async=<0|1> corr=<id> ext=<id>
 //   memset bytes=<n> value=<v> corr=<id> ext=<id>
 //   driver cbid=<name> corr=<id> api_before_kernel_end=<0|1>
-//   contexts_created=<n> dropped=<n> result=<sum>
+//   summary contexts_created=<n> dropped=<n> popped=<id> result=<sum>
+// With the argument "no-buffer" its buffer callback gives no buffer: every record is
+// dropped (and counted), and the work itself is unharmed.
 #include <cuda_runtime.h>
 #include <cupti.h>
 
@@ -30,8 +32,15 @@
 
 static std::vector<std::vector<unsigned char>> g_records;  // copies of every record, in order
 static int g_contexts_created = 0;
+static bool g_give_no_buffer = false;  // argv[1] == "no-buffer": a profiler out of memory
 
 static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  if (g_give_no_buffer) {
+    *buffer = nullptr;
+    *size = 0;
+    *max_records = 0;
+    return;
+  }
   *size = 64 << 10;
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
   *max_records = 0;
@@ -76,7 +85,8 @@ static const char* copy_kind(uint8_t k) {
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
+  g_give_no_buffer = argc > 1 && std::strcmp(argv[1], "no-buffer") == 0;
   CUpti_SubscriberHandle subscriber;
   CHECK_CUPTI(cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_callback), nullptr));
   CHECK_CUPTI(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED));
@@ -147,7 +157,7 @@ int main() {
   CHECK_CUPTI(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
   double sum = 0;
   for (float v : host) sum += v;
-  std::printf("contexts_created=%d dropped=%zu popped=%llu result=%.1f\n", g_contexts_created, dropped,
+  std::printf("summary contexts_created=%d dropped=%zu popped=%llu result=%.1f\n", g_contexts_created, dropped,
               static_cast<unsigned long long>(popped), sum);
   CHECK_CUPTI(cuptiUnsubscribe(subscriber));
   CHECK_CUPTI(cuptiFinalize());

@@ -45,8 +45,8 @@ def main() -> int:
         events = json.load(open(trace.name)).get("traceEvents", [])
     kernels = [e for e in events if e.get("cat") == "kernel"]
     copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
-    linked = [k for k in kernels if k.get("args", {}).get("External id") is not None]
-    print(f"trace kernels={len(kernels)} memcpy={len(copies)} linked={len(linked)}", flush=True)
+    linked_copies = [c for c in copies if c.get("args", {}).get("External id") is not None]
+    print(f"trace kernels={len(kernels)} memcpy={len(copies)} copies_linked={len(linked_copies)}", flush=True)
     for k in kernels:
         print(f"trace_kernel name={k['name']} dur={k.get('dur')} grid={k.get('args', {}).get('grid')}", flush=True)
     error = (got - (x + y)).abs().max().item()
