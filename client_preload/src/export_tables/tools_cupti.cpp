@@ -3,10 +3,12 @@
 // loads). Not found, CUPTI fails everything with CUPTI_ERROR_UNKNOWN (999), and
 // JAX's CUDA plugin, which checks cuptiGetVersion at start, gives up on CUDA. With
 // it, CUPTI loads and answers its version. Tally does not reproduce the driver's
-// tool interfaces behind CUPTI's callback and activity APIs: every slot of this
+// tool interfaces behind NVIDIA's callback and activity APIs: every slot of this
 // table logs once and answers CUDA_ERROR_NOT_SUPPORTED, and the further tables
-// those APIs ask for are not found (logged by cuGetExportTable), so a profiler gets
-// an error, never made-up data.
+// those APIs ask for are not found (logged by cuGetExportTable), so NVIDIA's CUPTI
+// gives an error, never made-up data. Jobs linked against libcupti call tally's
+// own CUPTI instead (src/cupti/, docs/cupti.md); this table serves programs that
+// reach NVIDIA's through dlsym on its handle (XLA).
 #include "export_tables/export_tables.h"
 #include "export_tables/unknown_slot.h"
 
