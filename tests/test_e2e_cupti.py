@@ -74,3 +74,33 @@ def test_a_profiler_without_buffers_loses_its_records_and_nothing_else(emulator_
     assert "the job's buffer callback gave no buffer; activity records are dropped" in job.stderr
     again = run_job(emulator_server.socket, program)   # the server carries on
     assert again.returncode == 0 and "result=6000.0" in again.stdout
+
+
+def test_a_profiler_that_never_flushes_gets_its_full_buffers_back(emulator_server, program):
+    """Past 1024 timed calls waiting, the finished ones become records; full buffers go
+    back to the job before it flushes, as CUPTI's do, and nothing is lost."""
+    job = run_job(emulator_server.socket, program, "many", 2500, timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    [many] = lines(job.stdout, "many")
+    assert int(many["kernels"]) == 2501            # the first kernel and the 2500
+    assert int(many["buffers_before_flush"]) >= 2
+
+
+def test_the_same_records_through_the_cuda_backend(program):
+    """The cuda backend times the events with its driver's cuEventElapsedTime: here that
+    driver is tally's libcuda in front of an emulator server (the nested cuda backend of
+    test_cuda_backend_nested.py), the CPU stand-in for a GPU run."""
+    from e2e_helpers import emulator_server_process
+    from test_cuda_backend_nested import NestedCudaServer
+    under = emulator_server_process()
+    server = NestedCudaServer(under)
+    try:
+        job = run_job(server.socket, program, timeout=300)
+        assert job.returncode == 0, job.stdout + job.stderr
+        [kernel] = lines(job.stdout, "kernel")
+        assert kernel["name"] == "_Z5scalePfif" and kernel["start_le_end"] == "1" and kernel["ext"] == "42"
+        assert [c["kind"] for c in lines(job.stdout, "memcpy")] == ["HTOD", "DTOD", "DTOH"]
+        assert lines(job.stdout, "summary")[0]["result"] == "6000.0"
+    finally:
+        server.stop()
+        under.stop()

@@ -104,3 +104,20 @@ def test_pytorch_matches_native(cuda_server):
     want = json.loads(native.stdout.strip().splitlines()[-1])
     got = json.loads(tallied.stdout.strip().splitlines()[-1])
     assert got == want
+
+
+def test_cupti_records_on_the_gpu(nvcc, cuda_server):
+    """tally's CUPTI (docs/cupti.md) on the real driver: the records of
+    tests/test_e2e_cupti.py, with device times from the GPU's events."""
+    from test_e2e_cupti import cupti_library_dir, lines
+    folder = cupti_library_dir()
+    if folder is None:
+        pytest.skip("the toolkit ships no libcupti")
+    program = build_cuda(nvcc, "cupti_activity.cu", flags=(f"-L{folder}", "-lcupti", "-Xlinker", f"-rpath={folder}"))
+    job = run_job(cuda_server.socket, program)
+    assert job.returncode == 0, job.stdout + job.stderr
+    [kernel] = lines(job.stdout, "kernel")
+    assert kernel["start_le_end"] == "1" and kernel["ext"] == "42"
+    assert [c["kind"] for c in lines(job.stdout, "memcpy")] == ["HTOD", "DTOD", "DTOH"]
+    assert lines(job.stdout, "summary")[0] == {"contexts_created": "1", "dropped": "0", "popped": "42",
+                                              "result": "6000.0"}

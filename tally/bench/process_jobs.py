@@ -42,12 +42,13 @@ class JobProgram:
     source: str = ""           # cuda: the .cu file in JOBS_DIR
     module: str = ""           # torch: the script's module
     model: str = ""            # torch: --model of the script
+    args: tuple[str, ...] = ()  # torch: the script's further arguments
 
     def command(self) -> list[str]:
         """argv that starts the program (without the role's file arguments)."""
         if self.workload == "cuda":
             return [str(build_cuda_job(self.source))]
-        return [*commands.python_module(self.module, "-u"), "--model", self.model]
+        return [*commands.python_module(self.module, "-u"), "--model", self.model, *self.args]
 
 
 _PROGRAMS = (
@@ -69,6 +70,9 @@ _PROGRAMS = (
                module="tally.bench.jobs.torch_train", model="bert-base"),
     JobProgram("resnet50-train", BEST_EFFORT, "torch", "ResNet-50 training, SGD with momentum, random data",
                module="tally.bench.jobs.torch_train", model="resnet50"),
+    JobProgram("bert-train-compiled", BEST_EFFORT, "torch",
+               "BERT-base encoder training through torch.compile (Inductor's Triton kernels), AdamW, random data",
+               module="tally.bench.jobs.torch_train", model="bert-base", args=("--compile",)),
 )
 PROGRAMS: dict[str, JobProgram] = {p.name: p for p in _PROGRAMS}
 DEFAULT_JOBS = {"cuda": ("dense-inference", "long-kernel-training"), "torch": ("bert-base", "bert-train")}

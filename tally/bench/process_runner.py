@@ -66,6 +66,7 @@ class ProcessColocateConfig(ColocateConfig):
     be_model: str = DEFAULT_JOBS["cuda"][1]
     hp_args: tuple[str, ...] = ()        # extra arguments of the job programs (sizes)
     be_args: tuple[str, ...] = ()
+    be_run_args: tuple[str, ...] = ()    # tally-run flags of the best-effort jobs (e.g. --no-jit-capture)
     drain_s: float = 10.0
     gpu: str = ""                        # the sim's GPU preset: unused (the report names the server's device)
     startup_timeout_s: float = 300.0     # a job's start-up: module loads (and transforms) on the emulator
@@ -220,14 +221,15 @@ class ProcessRunner:
         directory = self.workdir / f"run{self._runs:02d}-{name}"
         return _ServerRun(self.config, policy, directory, self.socket_dir / f"run{self._runs:02d}.sock", shared)
 
-    def _tally_run(self, server: RunningServer, priority: str, sm_percent: float | None = None) -> list[str]:
+    def _tally_run(self, server: RunningServer, priority: str, sm_percent: float | None = None,
+                   flags: tuple[str, ...] = ()) -> list[str]:
         share = ["--sm-percent", f"{sm_percent:g}"] if sm_percent is not None else []
         return [*commands.tool("tally-run"), "--server", str(server.socket_path),
-                "--priority", priority, *share, "--"]
+                "--priority", priority, *share, *flags, "--"]
 
     def _start_best_effort(self, group: ProcessGroup, server: RunningServer, directory: Path, i: int,
                            stop_file: Path) -> Managed:
-        argv = (self._tally_run(server, "best-effort") + self._command(self.be_program)
+        argv = (self._tally_run(server, "best-effort", flags=self.config.be_run_args) + self._command(self.be_program)
                 + ["--out", str(directory / f"be{i}.json"), "--stop", str(stop_file),
                    "--ready", str(directory / f"be{i}.ready"), *self.config.be_args])
         return group.start(f"best-effort job {i + 1} ({self.be_program.name})", argv, f"be{i}.log")
@@ -338,7 +340,8 @@ def config_from_args(args) -> ProcessColocateConfig:
         load=args.load, be_jobs=args.be_jobs, duration=args.duration, seed=args.seed,
         be_transform=args.be_transform, turnaround_threshold_ms=args.turnaround_threshold_ms,
         time_slice_ms=args.time_slice_ms, hp_args=tuple(shlex.split(args.hp_args or "")),
-        be_args=tuple(shlex.split(args.be_args or "")), be_sm_percent=args.be_sm_percent,
+        be_args=tuple(shlex.split(args.be_args or "")),
+        be_run_args=tuple(shlex.split(getattr(args, "be_run_args", None) or "")), be_sm_percent=args.be_sm_percent,
         dynamic_sm=args.dynamic_sm, be_sm_floor=args.be_sm_floor, be_util_target=args.be_util_target,
         sample_period_ms=args.sample_period_ms)
 

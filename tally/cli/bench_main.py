@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     real.add_argument("--be-job", help="best-effort job: " + _job_names(BEST_EFFORT))
     real.add_argument("--hp-args", help="extra arguments for the high-priority job, e.g. \"--width 1024\"")
     real.add_argument("--be-args", help="extra arguments for each best-effort job, e.g. \"--samples 65536\"")
+    real.add_argument("--be-run-args", help="extra tally-run flags for each best-effort job, e.g. "
+                                            "\"--no-jit-capture\" (its kernels compiled at run time then keep "
+                                            "no PTX and run whole)")
     real.add_argument("--keep-workdir", action="store_true",
                       help="keep the runs' logs, reports and arrival files (the path is printed)")
     real.add_argument("--workdir", type=Path, metavar="DIR",

@@ -91,8 +91,10 @@ bool is_device_address(uint64_t address) {
   return mincore(reinterpret_cast<void*>(address & ~(page - 1)), 1, &resident) != 0 && errno == ENOMEM;
 }
 
-static CUresult untimed_copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
-                             bool async) {
+// Each copy and memset as it is sent; copy_host_to_device() and its kin, at the end
+// of this file, wrap them in tally's CUPTI timing.
+static CUresult untimed_copy_host_to_device(
+    DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (src.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
@@ -153,8 +155,8 @@ static CUresult untimed_copy_host_to_device(DeviceRect dst, HostRect src, size_t
   });
 }
 
-static CUresult untimed_copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
-                             bool async) {
+static CUresult untimed_copy_device_to_host(
+    HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (dst.address == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
@@ -209,8 +211,8 @@ static CUresult untimed_copy_device_to_host(HostRectOut dst, DeviceRect src, siz
   });
 }
 
-static CUresult untimed_copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
-                               bool async) {
+static CUresult untimed_copy_device_to_device(
+    DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream, bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
         describe_copy(&node, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE, width, height);
@@ -245,8 +247,9 @@ CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t h
   return CUDA_SUCCESS;
 }
 
-static CUresult untimed_memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
-                       uint64_t stream, bool async) {
+static CUresult untimed_memset_device(
+    DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height, uint64_t stream,
+    bool async) {
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (CUresult rc; captured(stream, async, &rc, [=](GraphNode& node) {
         node.type = CU_GRAPH_NODE_TYPE_MEMSET;
@@ -266,66 +269,45 @@ static CUresult untimed_memset_device(DeviceRect dst, uint32_t value, unsigned e
 // profiler asked for memcpy or memset records (cupti/device_work.h).
 namespace {
 
-CUpti_ActivityMemcpy6 memcpy_record(CUpti_ActivityMemcpyKind kind, CUpti_ActivityMemoryKind src,
-                                    CUpti_ActivityMemoryKind dst, size_t bytes, bool async) {
-  CUpti_ActivityMemcpy6 r{};
-  r.copyKind = static_cast<uint8_t>(kind);
-  r.srcKind = static_cast<uint8_t>(src);
-  r.dstKind = static_cast<uint8_t>(dst);
-  r.flags = async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
-  r.bytes = bytes;
-  r.copyCount = 1;
-  return r;
-}
-
-CUpti_ActivityMemoryKind host_kind(const void* address, size_t width, size_t height, size_t pitch) {
-  return pinned(address, width, height, pitch) ? CUPTI_ACTIVITY_MEMORY_KIND_PINNED : CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+bool host_pinned(const void* address, size_t width, size_t height, size_t pitch) {
+  return pinned(address, width, height, pitch).has_value();
 }
 
 }  // namespace
 
 CUresult copy_host_to_device(DeviceRect dst, HostRect src, size_t width, size_t height, uint64_t stream,
                              bool async) {
-  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  cupti::DeviceWork work(stream, cupti::LaunchCall::kNone);
   const CUresult rc = untimed_copy_host_to_device(dst, src, width, height, stream, async);
   if (work.active())
-    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, host_kind(src.address, width, height, src.pitch),
-                                  CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, width * height, async));
+    work.memcpy(rc, cupti::CopyKind::kHostToDevice, host_pinned(src.address, width, height, src.pitch),
+                width * height, async);
   return rc;
 }
 
 CUresult copy_device_to_host(HostRectOut dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                              bool async) {
-  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  cupti::DeviceWork work(stream, cupti::LaunchCall::kNone);
   const CUresult rc = untimed_copy_device_to_host(dst, src, width, height, stream, async);
   if (work.active())
-    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
-                                  host_kind(dst.address, width, height, dst.pitch), width * height, async));
+    work.memcpy(rc, cupti::CopyKind::kDeviceToHost, host_pinned(dst.address, width, height, dst.pitch),
+                width * height, async);
   return rc;
 }
 
 CUresult copy_device_to_device(DeviceRect dst, DeviceRect src, size_t width, size_t height, uint64_t stream,
                                bool async) {
-  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  cupti::DeviceWork work(stream, cupti::LaunchCall::kNone);
   const CUresult rc = untimed_copy_device_to_device(dst, src, width, height, stream, async);
-  if (work.active())
-    work.memcpy(rc, memcpy_record(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
-                                  CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, width * height, async));
+  if (work.active()) work.memcpy(rc, cupti::CopyKind::kDeviceToDevice, false, width * height, async);
   return rc;
 }
 
 CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
                        uint64_t stream, bool async) {
-  cupti::DeviceWork work(stream, CUPTI_DRIVER_TRACE_CBID_INVALID);
+  cupti::DeviceWork work(stream, cupti::LaunchCall::kNone);
   const CUresult rc = untimed_memset_device(dst, value, element_size, width, height, stream, async);
-  if (work.active()) {
-    CUpti_ActivityMemset4 r{};
-    r.value = value;
-    r.bytes = static_cast<uint64_t>(width) * height * element_size;
-    r.flags = async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
-    r.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
-    work.memset(rc, r);
-  }
+  if (work.active()) work.memset(rc, value, static_cast<size_t>(width) * height * element_size, async);
   return rc;
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cupti/cupti_state.h"
-#include "cupti/device_work.h"
+#include "cupti/device_work_records.h"
 #include "cupti/refusal.h"
 #include "logging/log.h"
 

@@ -4,7 +4,7 @@
 
 #include "contexts/contexts.h"
 #include "cupti/cupti_state.h"
-#include "cupti/device_work.h"
+#include "cupti/device_work_records.h"
 #include "cupti/refusal.h"
 #include "streams/stream_ids.h"
 

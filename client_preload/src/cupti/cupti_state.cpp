@@ -9,7 +9,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "cupti/device_work.h"
+#include "cupti/device_work_records.h"
 #include "logging/log.h"
 
 namespace tally::client::cupti {

@@ -1,5 +1,6 @@
 // Device work timed with timing events (device_work.h says how and why).
 #include "cupti/device_work.h"
+#include "cupti/device_work_records.h"
 
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -73,6 +74,11 @@ std::mutex g_mutex;
 Reference g_reference;
 std::atomic<int> g_in_flight{0};  // timed calls between their start event and finish()
 std::deque<Pending> g_pending;
+// A job that profiles for long without flushing: each time this many more calls
+// wait, the finished ones become records (and full buffers go back to the job, as
+// CUPTI hands back a buffer when it is full), so timing events do not pile up.
+constexpr size_t kResolveBatch = 1024;
+size_t g_resolve_at = kResolveBatch;
 
 bool reference_ready(uint64_t stream) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -100,11 +106,15 @@ void set_times(Record* r, uint64_t start, uint64_t end) {
 
 }  // namespace
 
-CUpti_ActivityKernel10 kernel_record(const FunctionObject* fn) {
+namespace {
+
+// A kernel record's description of the launch (name, registers, memory sizes, shape).
+CUpti_ActivityKernel10 kernel_record(const KernelLaunch& launch) {
   // Records hold the name by pointer for as long as the job keeps them: a pool of
   // the names seen, never freed (one entry per distinct kernel).
   static std::mutex names_mutex;
   static std::set<std::string> names;
+  const FunctionObject* fn = launch.fn;
   CUpti_ActivityKernel10 r{};
   {
     std::lock_guard<std::mutex> lock(names_mutex);
@@ -114,8 +124,30 @@ CUpti_ActivityKernel10 kernel_record(const FunctionObject* fn) {
   r.registersPerThread = static_cast<uint16_t>(attribute(CU_FUNC_ATTRIBUTE_NUM_REGS));
   r.staticSharedMemory = attribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
   r.localMemoryPerThread = static_cast<uint32_t>(attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES));
+  r.gridX = static_cast<int32_t>(launch.grid[0]), r.gridY = static_cast<int32_t>(launch.grid[1]);
+  r.gridZ = static_cast<int32_t>(launch.grid[2]);
+  r.blockX = static_cast<int32_t>(launch.block[0]), r.blockY = static_cast<int32_t>(launch.block[1]);
+  r.blockZ = static_cast<int32_t>(launch.block[2]);
+  r.dynamicSharedMemory = static_cast<int32_t>(launch.dynamic_shared);
+  r.clusterX = launch.cluster[0], r.clusterY = launch.cluster[1], r.clusterZ = launch.cluster[2];
+  r.launchType = launch.cooperative ? CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE
+                                    : CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR;
   return r;
 }
+
+CUpti_CallbackId driver_cbid(LaunchCall call) {
+  switch (call) {
+    case LaunchCall::kLaunchKernel: return CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
+    case LaunchCall::kLaunchKernelPtsz: return CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz;
+    case LaunchCall::kLaunchKernelEx: return CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx;
+    case LaunchCall::kLaunchKernelExPtsz: return CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
+    case LaunchCall::kCooperative: return CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel;
+    case LaunchCall::kCooperativePtsz: return CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+    default: return CUPTI_DRIVER_TRACE_CBID_INVALID;
+  }
+}
+
+}  // namespace
 
 uint32_t current_context_id() {
   ContextObject* c = current_context();
@@ -140,7 +172,7 @@ CUptiResult pop_external_correlation(CUpti_ExternalCorrelationKind kind, uint64_
   return CUPTI_SUCCESS;
 }
 
-DeviceWork::DeviceWork(uint64_t stream, CUpti_CallbackId cbid) : stream_(stream), cbid_(cbid) {
+DeviceWork::DeviceWork(uint64_t stream, LaunchCall call) : stream_(stream), call_(call) {
   if (!device_work_enabled()) return;
   api_start_ = timestamp();
   correlation_ = next_correlation_id();
@@ -163,7 +195,8 @@ DeviceWork::~DeviceWork() {
   g_in_flight.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void DeviceWork::kernel(CUresult rc, CUpti_ActivityKernel10 record) {
+void DeviceWork::kernel(CUresult rc, const KernelLaunch& launch) {
+  CUpti_ActivityKernel10 record = kernel_record(launch);
   record.kind = kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
                                                                     : CUPTI_ACTIVITY_KIND_KERNEL;
   record.correlationId = correlation_;
@@ -174,23 +207,47 @@ void DeviceWork::kernel(CUresult rc, CUpti_ActivityKernel10 record) {
   finish(rc, record.kind, &record);
 }
 
-void DeviceWork::memcpy(CUresult rc, CUpti_ActivityMemcpy6 record) {
+void DeviceWork::memcpy(CUresult rc, CopyKind kind, bool host_pinned, size_t bytes, bool async) {
+  const auto host = static_cast<uint8_t>(host_pinned ? CUPTI_ACTIVITY_MEMORY_KIND_PINNED
+                                                     : CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE);
+  const auto device = static_cast<uint8_t>(CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+  CUpti_ActivityMemcpy6 record{};
   record.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      record.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, record.srcKind = host, record.dstKind = device;
+      break;
+    case CopyKind::kDeviceToHost:
+      record.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, record.srcKind = device, record.dstKind = host;
+      break;
+    case CopyKind::kDeviceToDevice:
+      record.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, record.srcKind = device, record.dstKind = device;
+      break;
+  }
+  record.flags = async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
+  record.bytes = bytes;
+  record.copyCount = 1;
   record.correlationId = correlation_;
   record.contextId = current_context_id();
   record.streamId = stream_record_id(stream_);
   finish(rc, record.kind, &record);
 }
 
-void DeviceWork::memset(CUresult rc, CUpti_ActivityMemset4 record) {
+void DeviceWork::memset(CUresult rc, uint32_t value, size_t bytes, bool async) {
+  CUpti_ActivityMemset4 record{};
   record.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  record.value = value;
+  record.bytes = bytes;
+  record.flags = async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
+  record.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
   record.correlationId = correlation_;
   record.contextId = current_context_id();
   record.streamId = stream_record_id(stream_);
   finish(rc, record.kind, &record);
 }
 
-void DeviceWork::finish(CUresult rc, CUpti_ActivityKind kind, const void* record) {
+void DeviceWork::finish(CUresult rc, int kind_number, const void* record) {
+  const auto kind = static_cast<CUpti_ActivityKind>(kind_number);
   if (correlation_ == 0) return;  // nothing was enabled when the call began
   finished_ = true;
   if (kind_enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) {
@@ -204,10 +261,10 @@ void DeviceWork::finish(CUresult rc, CUpti_ActivityKind kind, const void* record
       queue_record(&ext, sizeof ext);
     }
   }
-  if (kind_enabled(CUPTI_ACTIVITY_KIND_DRIVER) && cbid_ != CUPTI_DRIVER_TRACE_CBID_INVALID) {
+  if (kind_enabled(CUPTI_ACTIVITY_KIND_DRIVER) && call_ != LaunchCall::kNone) {
     CUpti_ActivityAPI api{};
     api.kind = CUPTI_ACTIVITY_KIND_DRIVER;
-    api.cbid = cbid_;
+    api.cbid = driver_cbid(call_);
     api.start = api_start_;
     api.end = timestamp();
     api.processId = static_cast<uint32_t>(getpid());
@@ -228,8 +285,13 @@ void DeviceWork::finish(CUresult rc, CUpti_ActivityKind kind, const void* record
   p.start_event = start_event_;
   p.end_event = end_event;
   std::memcpy(&p.record, record, record_size(kind));
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_pending.push_back(p);
+  bool resolve = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_pending.push_back(p);
+    resolve = g_pending.size() >= g_resolve_at;
+  }
+  if (resolve) resolve_device_work(false);
 }
 
 void resolve_device_work(bool forced) {
@@ -270,6 +332,7 @@ void resolve_device_work(bool forced) {
     queue_record(&p.record, record_size(p.kind));
   }
   g_pending.swap(waiting);
+  g_resolve_at = g_pending.size() + kResolveBatch;
   if (lost != 0)
     log_error("CUPTI (tally): %zu activity records dropped: their work failed or could not be timed", lost);
   if (g_pending.empty() && g_reference.event != 0 && g_in_flight.load(std::memory_order_acquire) == 0) {

@@ -9,9 +9,11 @@
 //
 // Work on a stream being captured into a graph is not timed (it runs later, as a
 // graph). Disabled, a DeviceWork costs one atomic load.
+//
+// No CUPTI type appears here: a client built without CUPTI's headers (a toolkit
+// without them) compiles without_cupti.cpp instead, where all of this does nothing.
 #pragma once
-#include "cupti/cupti_headers.h"
-
+#include <cstddef>
 #include <cstdint>
 
 #include "driver_headers.h"
@@ -22,13 +24,26 @@ struct FunctionObject;
 
 namespace tally::client::cupti {
 
+// The driver call a launch came through, for its driver record.
+enum class LaunchCall { kNone, kLaunchKernel, kLaunchKernelPtsz, kLaunchKernelEx, kLaunchKernelExPtsz,
+                        kCooperative, kCooperativePtsz };
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// What a kernel record says about the launch.
+struct KernelLaunch {
+  const FunctionObject* fn;
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned dynamic_shared;
+  uint32_t cluster[3];
+  bool cooperative;
+};
+
 class DeviceWork {
  public:
-  // `stream`: the wire stream the work goes to; `cbid`: the driver API call making
-  // it (CUPTI_DRIVER_TRACE_CBID_*), for the driver record; CUPTI_DRIVER_TRACE_CBID_INVALID
-  // where the entry point is not known here (copies and memsets), which then get
-  // no driver record.
-  DeviceWork(uint64_t stream, CUpti_CallbackId cbid);
+  // `stream`: the wire stream the work goes to; `call`: the launch entry point making
+  // it (kNone for copies and memsets, which then get no driver record).
+  DeviceWork(uint64_t stream, LaunchCall call);
   ~DeviceWork();
   DeviceWork(const DeviceWork&) = delete;
   DeviceWork& operator=(const DeviceWork&) = delete;
@@ -36,39 +51,21 @@ class DeviceWork {
   // Whether the call is recorded at all (some device-work kind was on when it began).
   bool active() const { return correlation_ != 0; }
 
-  // After the call sent its work (`rc`: what the call returns). The record is
-  // complete but for kind, times, ids and correlation, which these fill in; it
-  // waits for its end event and is queued at a flush.
-  void kernel(CUresult rc, CUpti_ActivityKernel10 record);
-  void memcpy(CUresult rc, CUpti_ActivityMemcpy6 record);
-  void memset(CUresult rc, CUpti_ActivityMemset4 record);
+  // After the call sent its work (`rc`: what the call returns): the record waits for
+  // its end event and is written into the job's buffer at a flush.
+  void kernel(CUresult rc, const KernelLaunch& launch);
+  void memcpy(CUresult rc, CopyKind kind, bool host_pinned, size_t bytes, bool async);
+  void memset(CUresult rc, uint32_t value, size_t bytes, bool async);
 
  private:
-  void finish(CUresult rc, CUpti_ActivityKind kind, const void* record);
+  void finish(CUresult rc, int kind, const void* record);
 
   uint64_t stream_;
-  CUpti_CallbackId cbid_;
+  LaunchCall call_;
   uint64_t api_start_ = 0;
   uint32_t correlation_ = 0;
   uint64_t start_event_ = 0;
   bool finished_ = false;
 };
-
-// A kernel record's description of `fn` (name, registers, memory sizes); the
-// launch adds its shape.
-CUpti_ActivityKernel10 kernel_record(const FunctionObject* fn);
-
-// Turns finished work into records (cupti_state.cpp calls it at a flush). With
-// `forced`, waits for unfinished work; otherwise leaves it for a later flush.
-void resolve_device_work(bool forced);
-
-// The calling thread's external correlation ids (cuptiActivityPush/Pop...): a
-// stack per kind; each timed call names the top of every non-empty one.
-CUptiResult push_external_correlation(CUpti_ExternalCorrelationKind kind, uint64_t id);
-CUptiResult pop_external_correlation(CUpti_ExternalCorrelationKind kind, uint64_t* last);
-
-// The ids a record names: the current context's (cuCtxGetId's) and a wire stream's.
-uint32_t current_context_id();
-uint32_t stream_record_id(uint64_t stream);
 
 }  // namespace tally::client::cupti

@@ -11,7 +11,6 @@
 #include "connection/connection.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
-#include "cupti/device_work.h"
 #include "launch/launch.h"
 #include "logging/log.h"
 
@@ -48,6 +47,8 @@ CUresult check_cooperative_grid(CUfunction f, const FunctionObject* fn, unsigned
 }  // namespace tally::client
 
 using tally::client::launch_kernel;
+using tally::client::kNoCluster;
+using tally::client::cupti::LaunchCall;
 using tally::protocol::LaunchFlag;
 
 TALLY_ENTRY(cuLaunchCooperativeKernel_v9000)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -55,8 +56,8 @@ TALLY_ENTRY(cuLaunchCooperativeKernel_v9000)(CUfunction f, unsigned int gridDimX
                                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                              void** kernelParams) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, nullptr, false, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), tally::client::kNoCluster,
-                       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel);
+                       kernelParams, nullptr, false, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), kNoCluster,
+                       LaunchCall::kCooperative);
 }
 TALLY_ENTRY(cuLaunchCooperativeKernel_v9000_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                                   unsigned int gridDimZ, unsigned int blockDimX,
@@ -64,8 +65,8 @@ TALLY_ENTRY(cuLaunchCooperativeKernel_v9000_ptsz)(CUfunction f, unsigned int gri
                                                   unsigned int sharedMemBytes, CUstream hStream,
                                                   void** kernelParams) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, nullptr, true, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), tally::client::kNoCluster,
-                       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz);
+                       kernelParams, nullptr, true, static_cast<uint32_t>(LaunchFlag::COOPERATIVE), kNoCluster,
+                       LaunchCall::kCooperativePtsz);
 }
 
 // A job under tally sees one device, so the list names one launch. Its default

@@ -110,7 +110,7 @@ CUresult submit(const LaunchRecord& r, CUfunction f) {
 
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread,
-                       uint32_t flags, const uint32_t cluster[3], uint32_t api_cbid) {
+                       uint32_t flags, const uint32_t cluster[3], cupti::LaunchCall call) {
   Connection& c = Connection::instance();
   if (CUresult rc = c.usable(); rc != CUDA_SUCCESS) return rc;
   const FunctionObject* fn = as_function(f);
@@ -139,18 +139,12 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   }
   r.kernel_params = kernel_params;
   r.param_bytes = fn->param_total;
-  cupti::DeviceWork work(r.msg.stream, api_cbid);
+  cupti::DeviceWork work(r.msg.stream, call);
   const CUresult rc = submit(r, f);
   if (work.active()) {
-    CUpti_ActivityKernel10 k = cupti::kernel_record(fn);
-    k.gridX = static_cast<int32_t>(gx), k.gridY = static_cast<int32_t>(gy), k.gridZ = static_cast<int32_t>(gz);
-    k.blockX = static_cast<int32_t>(bx), k.blockY = static_cast<int32_t>(by), k.blockZ = static_cast<int32_t>(bz);
-    k.dynamicSharedMemory = static_cast<int32_t>(shared);
-    k.clusterX = r.msg.cluster[0], k.clusterY = r.msg.cluster[1], k.clusterZ = r.msg.cluster[2];
-    k.launchType = (flags & static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE))
-                       ? CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE
-                       : CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR;
-    work.kernel(rc, k);
+    const bool cooperative = (flags & static_cast<uint32_t>(protocol::LaunchFlag::COOPERATIVE)) != 0;
+    work.kernel(rc, cupti::KernelLaunch{fn, {gx, gy, gz}, {bx, by, bz}, shared,
+                                        {r.msg.cluster[0], r.msg.cluster[1], r.msg.cluster[2]}, cooperative});
   }
   return rc;
 }
@@ -218,8 +212,8 @@ CUresult completion_events(const CUlaunchConfig* config, bool per_thread) {
 }
 
 CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_params, void** extra, bool per_thread) {
-  const uint32_t api_cbid =
-      per_thread ? CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz : CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx;
+  const cupti::LaunchCall call =
+      per_thread ? cupti::LaunchCall::kLaunchKernelExPtsz : cupti::LaunchCall::kLaunchKernelEx;
   if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = check_launch_attributes(config); rc != CUDA_SUCCESS) {
     static OnceFlag logged;
@@ -232,7 +226,7 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernel_par
   if (CUresult rc = read_cluster_attributes(config, cluster); rc != CUDA_SUCCESS) return rc;
   CUresult rc = launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                               config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
-                              kernel_params, extra, per_thread, launch_flags(config), cluster, api_cbid);
+                              kernel_params, extra, per_thread, launch_flags(config), cluster, call);
   return rc == CUDA_SUCCESS ? completion_events(config, per_thread) : rc;
 }
 
@@ -268,20 +262,22 @@ CUresult read_launch_extra(void** extra, const void** buffer, size_t* size) {
 
 using tally::client::launch_ex;
 using tally::client::kNoCluster;
+using tally::client::cupti::LaunchCall;
 using tally::client::launch_kernel;
 
 TALLY_ENTRY(cuLaunchKernel_v4000)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, extra, false, 0, kNoCluster, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+                       kernelParams, extra, false, 0, kNoCluster, LaunchCall::kLaunchKernel);
 }
 TALLY_ENTRY(cuLaunchKernel_v7000_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                        void** kernelParams, void** extra) {
   return launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                       kernelParams, extra, true, 0, kNoCluster, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz);
+                       kernelParams, extra, true, 0, kNoCluster,
+                       LaunchCall::kLaunchKernelPtsz);
 }
 TALLY_ENTRY(cuLaunchKernelEx_v11060)(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
   return launch_ex(config, f, kernelParams, extra, false);

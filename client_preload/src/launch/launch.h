@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cupti/device_work.h"
 #include "driver_headers.h"
 
 namespace tally::client {
@@ -20,11 +21,12 @@ inline constexpr uint32_t kNoCluster[3] = {0, 0, 0};
 
 // Checks a launch and sends it (or records it on a capturing stream); flags are
 // protocol::LaunchFlag bits, `cluster` cuLaunchKernelEx's cluster dimension,
-// `api_cbid` the CUPTI driver callback id of the entry point making the launch
-// (for tally's CUPTI records; 0: none, as for a graph's kernel node).
+// `call` the entry point making the launch (for tally's CUPTI records; kNone, as
+// for a graph's kernel node, makes no driver record).
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shared, CUstream stream, void** kernel_params, void** extra, bool per_thread,
-                       uint32_t flags, const uint32_t cluster[3] = kNoCluster, uint32_t api_cbid = 0);
+                       uint32_t flags, const uint32_t cluster[3] = kNoCluster,
+                       cupti::LaunchCall call = cupti::LaunchCall::kNone);
 
 // cooperative.cpp: the LaunchFlag bits cuLaunchKernelEx's attributes ask for, and
 // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE (with the reason logged) for a

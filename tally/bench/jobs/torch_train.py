@@ -4,6 +4,12 @@ tally/bench/jobs/job_protocol.py).
 
     python -m tally.bench.jobs.torch_train --model bert-base --out R.json --stop FILE --ready FILE
 
+With --compile the model runs through torch.compile: Inductor writes Triton kernels
+for its pointwise and reduction work (compiled at run time, so under tally-run they
+reach the server with their PTX through JIT capture and can be sliced or preempted;
+with tally-run --no-jit-capture they run whole). The first step compiles, so the
+job is ready only after it.
+
 An iteration is forward, cross-entropy loss, backward, optimizer step and
 `loss.item()` (the synchronization a training loop has every step). Checks:
 the first step's loss equals the CPU's for the same weights and batch (fp32,
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch_train", description=__doc__.splitlines()[0])
     job_protocol.best_effort_arguments(parser)
     add_model_arguments(parser, default_batch={"bert-base": 8, "resnet50": 32})
+    parser.add_argument("--compile", action="store_true", help="train the torch.compile'd model (Inductor)")
     args = parser.parse_args(argv)
     device = choose_device(args.device)
     precise_math()
@@ -70,21 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         cpu_first_loss = loss_fn(copy.deepcopy(cpu_model)(inputs), labels).item()
     model = cpu_model.to(device)
     optimizer = optimizer_for(args.model, model)
+    forward = torch.compile(model) if args.compile else model
     x, y = inputs.to(device), labels.to(device)
     losses: list[float] = []
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(forward(x), y)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
 
     report = job_protocol.train_until_stopped(step, args.stop, args.ready, args.max_steps)
     ok, text = check(losses, cpu_first_loss)
-    report.update(job=f"torch-{args.model}-train", ok=ok, check=text, losses=losses)
+    report.update(job=f"torch-{args.model}-train{'-compiled' if args.compile else ''}", ok=ok, check=text,
+                  losses=losses)
     job_protocol.write_report(args.out, report)
-    print(f"torch_train: {args.model} batch {batch} on {device}: {text}: "
+    print(f"torch_train: {args.model}{' (torch.compile)' if args.compile else ''} batch {batch} on {device}: {text}: "
           f"{'results correct' if ok else 'WRONG RESULTS'}", flush=True)
     return 0 if ok else 1
 

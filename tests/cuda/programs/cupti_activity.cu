@@ -9,7 +9,9 @@
 //   driver cbid=<name> corr=<id> api_before_kernel_end=<0|1>
 //   summary contexts_created=<n> dropped=<n> popped=<id> result=<sum>
 // With the argument "no-buffer" its buffer callback gives no buffer: every record is
-// dropped (and counted), and the work itself is unharmed.
+// dropped (and counted), and the work itself is unharmed. With "many <n>" it then
+// launches n more kernels and prints `many kernels=<records> buffers_before_flush=<b>`:
+// a profiler that does not flush still gets its full buffers back.
 #include <cuda_runtime.h>
 #include <cupti.h>
 
@@ -32,6 +34,7 @@
 
 static std::vector<std::vector<unsigned char>> g_records;  // copies of every record, in order
 static int g_contexts_created = 0;
+static int g_buffers_completed = 0;
 static bool g_give_no_buffer = false;  // argv[1] == "no-buffer": a profiler out of memory
 
 static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -47,6 +50,7 @@ static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* ma
 }
 
 static void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  ++g_buffers_completed;
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     size_t size = 0;
@@ -115,6 +119,18 @@ int main(int argc, char** argv) {
   CHECK_CUPTI(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped));
   cudaMemcpy(host.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost);  // outside the external id
   cudaDeviceSynchronize();
+  if (argc > 2 && std::strcmp(argv[1], "many") == 0) {
+    const int launches = std::atoi(argv[2]);
+    for (int i = 0; i < launches; ++i) scale<<<1, 32, 32 * sizeof(float)>>>(a, 32, 1.0f);
+    cudaDeviceSynchronize();
+    const int before_flush = g_buffers_completed;
+    CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    int kernels = 0;
+    for (const auto& r : g_records)
+      kernels += reinterpret_cast<const CUpti_Activity*>(r.data())->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    std::printf("many kernels=%d buffers_before_flush=%d\n", kernels, before_flush);
+    return 0;
+  }
   CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 
   std::map<uint32_t, uint64_t> external;  // correlation id -> external id
