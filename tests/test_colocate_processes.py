@@ -250,6 +250,18 @@ def test_a_failing_best_effort_job_is_named_with_its_output_and_everything_is_st
     assert not runner.socket_dir.exists()
 
 
+def test_best_effort_jobs_get_the_tally_run_flags_asked_for(tmp_path):
+    """--be-run-args reach each best-effort job's tally-run: a flag tally-run does not
+    know fails the job with tally-run's own message; --no-jit-capture runs."""
+    with ProcessRunner(_config(be_run_args=("--no-such-flag",)), workdir=tmp_path / "bad") as runner:
+        with pytest.raises(JobFailed) as failure:
+            runner.run("priority", True, 1, np.array([0.0, 0.1]))
+    assert "best-effort job 1 (long-kernel-training) exited" in str(failure.value)
+    assert "--no-such-flag" in str(failure.value)
+    with ProcessRunner(_config(be_run_args=("--no-jit-capture",)), workdir=tmp_path / "good") as runner:
+        runner.run("priority", True, 1, np.array([0.0, 0.1]))
+
+
 def test_a_failing_high_priority_job_is_named_with_its_output(tmp_path):
     config = _config(hp_args=("--width", "-3"))
     with ProcessRunner(config, workdir=tmp_path) as runner:

@@ -64,6 +64,20 @@ def test_dry_run_of_the_rehearsal_shows_the_emulator_commands(capsys):
     assert "--hp-job preempt-probe" in out and "--backend emulator" in out and "0. install" not in out
 
 
+def test_the_jit_capture_step_is_optional_and_compares_capture_on_and_off(capsys):
+    assert "jit-capture" not in {s.key for s in plan.steps()}
+    assert [s.key for s in plan.select("launch,jit-capture")] == ["launch", "jit-capture"]
+    assert bench_main(["gpu-check", "--dry-run", "--repo", str(ROOT)]) == 0
+    assert "optional (--steps jit-capture" in capsys.readouterr().out
+    assert bench_main(["gpu-check", "--dry-run", "--steps", "jit-capture", "--repo", str(ROOT)]) == 0
+    out = capsys.readouterr().out
+    assert "--be-job bert-train-compiled" in out and out.count("--be-job bert-train-compiled") == 2
+    assert out.count("--be-run-args=--no-jit-capture") == 1 and "optional (" not in out
+    assert bench_main(["gpu-check", "--dry-run", "--rehearse", "--steps", "jit-capture", "--repo", str(ROOT)]) == 0
+    out = capsys.readouterr().out
+    assert "--backend emulator --workload cuda" in out and "--be-run-args=--no-jit-capture" in out
+
+
 def test_unknown_steps_are_refused_with_the_list(capsys):
     assert bench_main(["gpu-check", "--dry-run", "--steps", "launch,warp-drive"]) == 2
     err = capsys.readouterr().err

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from e2e_helpers import PROGRAMS, Server, job_env
@@ -105,3 +106,19 @@ def test_pytorch_shares_a_cuda_tensor_with_another_process():
         assert status["server"]["memory_free"] == status["server"]["memory_total"]
     finally:
         server.stop()
+
+
+def test_the_compiled_training_job_of_the_gpu_kit_checks_itself_on_the_cpu(tmp_path):
+    """tally.bench.jobs.torch_train --compile (the gpu-check jit-capture step's best-effort
+    job) on the CPU: torch.compile'd training whose first loss equals the eager CPU's and
+    falls; the job's own check says so."""
+    python = torch_python()
+    root = Path(__file__).resolve().parent.parent
+    job = subprocess.run([python, "-m", "tally.bench.jobs.torch_train", "--model", "bert-base", "--layers", "1",
+                          "--hidden", "64", "--heads", "2", "--seq", "16", "--batch", "2", "--device", "cpu",
+                          "--compile", "--max-steps", "12", "--out", str(tmp_path / "r.json"), "--stop",
+                          str(tmp_path / "stop"), "--ready", str(tmp_path / "ready")], capture_output=True,
+                         text=True, timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "bert-base (torch.compile) batch 2 on cpu" in job.stdout and "results correct" in job.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["job"] == "torch-bert-base-train-compiled"

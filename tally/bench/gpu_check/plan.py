@@ -23,11 +23,19 @@ def steps() -> tuple[Step, ...]:
             steps_bench.SM_SHARE, steps_tests.DEVICE_FAULT, steps_metrics.NVML_METRICS, steps_bench.MIGRATION)
 
 
+def optional_steps() -> tuple[Step, ...]:
+    """Steps outside the default plan (it fills one device call), for a second call
+    with `--steps`: the JIT-capture comparison, whose torch.compile start-ups alone
+    take a minute."""
+    return (steps_bench.JIT_CAPTURE,)
+
+
 def select(names: str | None) -> tuple[Step, ...]:
-    """The steps `--steps a,b` names, in the plan's order; every step without it."""
-    every = steps()
+    """The steps `--steps a,b` names, in the plan's order (optional steps last); every
+    default step without it."""
     if not names:
-        return every
+        return steps()
+    every = steps() + optional_steps()
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = {s.key for s in every}
     unknown = [n for n in wanted if n not in known]
@@ -56,5 +64,9 @@ def format_plan(chosen: tuple[Step, ...], mode: Mode, wheels: list[str], install
             lines.append("       $ " + " ".join(shlex.quote(a) for a in shown_argv(argv)))
     lines.append(f"  total budget {total} s of one {DEVICE_CALL_S} s device call"
                  + ("" if total <= DEVICE_CALL_S else "  (OVER: choose fewer --steps or --quick)"))
+    chosen_keys = {s.key for s in chosen}
+    for step in optional_steps():
+        if step.key not in chosen_keys:
+            lines.append(f"  optional (--steps {step.key}, {step.budget(mode.quick)} s): {step.title}: {step.what}")
     lines.append(f"  wheels carried for the install ({len(wheels)}): {', '.join(wheels)}")
     return "\n".join(lines)

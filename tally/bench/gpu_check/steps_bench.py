@@ -205,3 +205,40 @@ MIGRATION = Step(
     key="migrate", title="suspend, resume and migrate (--suspendable)",
     what="a job's suspend/resume and migration time between two servers on one GPU against its footprint",
     budget_s=15, quick_budget_s=15, commands=_migration_commands, figures=_migration_figures)
+
+
+# ---- JIT capture: a torch.compile'd best-effort job with and without its kernels' PTX ------
+
+def _jit_capture_commands(mode: Mode) -> list[list[str]]:
+    """The same co-location twice, the best-effort job's kernels compiled at run time: with
+    tally-run's JIT capture (they come with their PTX, so they can be sliced and
+    preempted) and with --no-jit-capture (they run whole)."""
+    def run(name: str, *args: str) -> list[str]:
+        return bench("colocate", *args, "--json", str(mode.out / f"{name}.json"), *workdir(mode, name))
+    if mode.rehearse:       # the plumbing only: CUDA C++ jobs compile nothing at run time
+        common = ["--backend", "emulator", "--workload", "cuda", "--policies", "priority", "--duration", "1"]
+    else:
+        # A 4-layer encoder keeps Inductor's first compile (each best-effort start) short.
+        common = ["--backend", "cuda", "--workload", "torch", "--hp-job", "bert-base", "--be-job",
+                  "bert-train-compiled", "--be-args", "--layers 4", "--policies", "priority",
+                  "--duration", "2" if mode.quick else "3"]
+    return [run("captured", *common), run("not-captured", *common, "--be-run-args=--no-jit-capture")]
+
+
+def _jit_capture_figures(mode: Mode, output: str) -> dict:
+    figures = {}
+    for name in ("captured", "not-captured"):
+        report = read_json(mode.out / f"{name}.json")
+        if report is not None and "policies" in report:
+            figures[name] = colocate_figures(report)
+    both = [figures.get(n, {}).get("policies", {}).get("priority") for n in ("captured", "not-captured")]
+    if all(both):
+        figures["p99_captured_vs_not"] = both[0]["p99_ms"] / both[1]["p99_ms"]
+    return figures
+
+
+JIT_CAPTURE = Step(
+    key="jit-capture", title="JIT capture next to inference",
+    what="BERT-base at high priority next to torch.compile'd encoder training (Inductor's Triton kernels) at "
+         "best effort, with tally-run's JIT capture and with --no-jit-capture: p99 and throughputs of each",
+    budget_s=150, quick_budget_s=110, commands=_jit_capture_commands, figures=_jit_capture_figures)
