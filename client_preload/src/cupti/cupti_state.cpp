@@ -57,6 +57,8 @@ bool hold_buffer_locked() {
       log_error("CUPTI (tally): the job's buffer callback gave %s; activity records are dropped",
                 b.data == nullptr ? "no buffer" : "a buffer smaller than one record");
     }
+    // A buffer too small for a record goes straight back, empty, so the job can free it.
+    if (b.data != nullptr && g_complete != nullptr) g_complete(nullptr, 0, b.data, b.size, 0);
     return false;
   }
   g_buffer = b;
