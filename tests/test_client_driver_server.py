@@ -158,6 +158,27 @@ def test_stream_and_event_ids(client):
     assert client.status_of("EventDestroy", event=42) == INVALID_HANDLE
 
 
+def test_event_times_answers_many_events_in_one_request(client):
+    """EventTimes (tally's CUPTI reads its timing events with it): milliseconds from the
+    reference per event, +inf for one that cannot be timed; a tail that does not match
+    its count, or a reference without a completed record, is refused with the reason."""
+    for event in (60, 61, 62):
+        assert client.status_of("EventCreate", event=event, flags=0) == 0
+    client.send("EventRecord", event=60, stream=LEGACY)
+    client.send("EventRecord", event=61, stream=LEGACY)
+    assert client.status_of("CtxSynchronize") == 0
+    ids = struct.pack("<4Q", 60, 61, 62, 999)          # 62 never recorded, 999 unknown
+    kind, values, tail = client.call("EventTimes", reference=60, count=4, _pad0=0, tail=ids)
+    assert (kind, values["count"]) == ("EventTimesReply", 4)
+    times = struct.unpack("<4d", bytes(tail))
+    assert times[0] == 0.0 and times[1] >= 0.0 and times[2] == times[3] == float("inf")
+    kind, values, text = client.call("EventTimes", reference=60, count=3, _pad0=0, tail=ids)
+    assert (kind, values["status"]) == ("Error", INVALID_VALUE) and b"names 3 events in 32 bytes" in text
+    kind, values, text = client.call("EventTimes", reference=62, count=1, _pad0=0, tail=ids[:8])
+    assert (kind, values["status"]) == ("Error", INVALID_HANDLE) and b"reference event" in text
+    assert client.status_of("CtxSynchronize") == 0       # the session carries on
+
+
 def test_memset_checks(client):
     p = client.alloc(64)
     assert client.status_of("Memset", dst=p, value=0x1FF, element_size=1, width=4, height=1, pitch=4,

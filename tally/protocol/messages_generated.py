@@ -1508,6 +1508,59 @@ class EventDestroy:
         return _EventDestroy.pack(self.event)
 
 
+_EventTimes = struct.Struct('<QII')
+
+
+@dataclass(frozen=True, slots=True)
+class EventTimes:
+    """milliseconds from `reference` to each event the tail names, in one request (how tally's CUPTI reads
+    the timing events it records around a job's work); `reference` must have completed. Tail: count x
+    u64 event id.
+    """
+
+    KIND: ClassVar[int] = 157
+    SIZE: ClassVar[int] = 16  # bytes before the tail
+    reference: int = 0
+    count: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> EventTimes:
+        if len(payload) < 16:
+            raise _short('EventTimes', len(payload), 16)
+        v0, v1, v2 = _EventTimes.unpack_from(payload)
+        return cls(v0, v1, memoryview(payload)[16:])
+
+    def encode(self) -> bytes:
+        return _EventTimes.pack(self.reference, self.count, 0) + self.tail
+
+
+_EventTimesReply = struct.Struct('<II')
+
+
+@dataclass(frozen=True, slots=True)
+class EventTimesReply:
+    """answer to EventTimes. Tail: count x f64 milliseconds: NaN while the event's work is not complete,
+    +inf where the event cannot be timed (unknown, without timing, never recorded, or its stream
+    failed).
+    """
+
+    KIND: ClassVar[int] = 158
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    count: int = 0
+    tail: bytes | memoryview = b""
+
+    @classmethod
+    def decode(cls, payload) -> EventTimesReply:
+        if len(payload) < 8:
+            raise _short('EventTimesReply', len(payload), 8)
+        v0, v1 = _EventTimesReply.unpack_from(payload)
+        return cls(v0, memoryview(payload)[8:])
+
+    def encode(self) -> bytes:
+        return _EventTimesReply.pack(self.count, 0) + self.tail
+
+
 _HostRegister = struct.Struct('<QQII')
 
 
@@ -2820,6 +2873,8 @@ MESSAGES = (
     EventElapsedTime,
     ElapsedTimeReply,
     EventDestroy,
+    EventTimes,
+    EventTimesReply,
     HostRegister,
     HostRegisterReply,
     HostUnregister,

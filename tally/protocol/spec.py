@@ -196,6 +196,14 @@ DRIVER_MESSAGES = (
             (F("start", "u64"), F("end", "u64"))),
     Message("ElapsedTimeReply", 132, "answer to EventElapsedTime", (F("ms", "f64"),)),
     Message("EventDestroy", 133, "async", (F("event", "u64"),)),
+    Message("EventTimes", 157, "milliseconds from `reference` to each event the tail names, in one request "
+            "(how tally's CUPTI reads the timing events it records around a job's work); `reference` must "
+            "have completed", (F("reference", "u64"), F("count", "u32"), F("_pad0", "u32")),
+            tail="count x u64 event id"),
+    Message("EventTimesReply", 158, "answer to EventTimes",
+            (F("count", "u32"), F("_pad0", "u32")),
+            tail="count x f64 milliseconds: NaN while the event's work is not complete, +inf where the event "
+                 "cannot be timed (unknown, without timing, never recorded, or its stream failed)"),
     Message("HostRegister", 134, "pinned host memory: the server maps the client's POSIX shared-memory "
             "object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; `address` is where "
             "the client mapped it (kernels may use that address where the device can reach it)",

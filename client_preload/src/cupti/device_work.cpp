@@ -5,7 +5,11 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
+#include <map>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -29,6 +33,7 @@ thread_local std::vector<uint64_t> t_external[kExternalKinds];
 // One piece of timed work waiting for its end event.
 struct Pending {
   CUpti_ActivityKind kind;
+  uint64_t stream;
   uint64_t start_event;
   uint64_t end_event;
   union {
@@ -79,6 +84,38 @@ std::deque<Pending> g_pending;
 // CUPTI hands back a buffer when it is full), so timing events do not pile up.
 constexpr size_t kResolveBatch = 1024;
 size_t g_resolve_at = kResolveBatch;
+
+// Timing events are reused: the server handles an event's create and destroy on its
+// Python side, which costs a launch far more than the launch itself (bench/bench_cupti.py),
+// so an event whose time was read goes back to this pool instead of being destroyed.
+// Bounded: past kPoolLimit spare events are destroyed.
+constexpr size_t kPoolLimit = 8192;
+std::mutex g_pool_mutex;
+std::vector<uint64_t> g_pool;
+
+uint64_t take_event() {
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    if (!g_pool.empty()) {
+      const uint64_t event = g_pool.back();
+      g_pool.pop_back();
+      return event;
+    }
+  }
+  return create_timing_event();
+}
+
+void give_back(uint64_t event) {
+  if (event == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    if (g_pool.size() < kPoolLimit) {
+      g_pool.push_back(event);
+      return;
+    }
+  }
+  destroy_timing_event(event);
+}
 
 bool reference_ready(uint64_t stream) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -181,9 +218,9 @@ DeviceWork::DeviceWork(uint64_t stream, LaunchCall call) : stream_(stream), call
     return;
   if (capture_info(stream).status != CU_STREAM_CAPTURE_STATUS_NONE) return;
   if (!reference_ready(stream)) return;
-  start_event_ = create_timing_event();
+  start_event_ = take_event();
   if (start_event_ != 0 && record_timing_event(start_event_, stream) != CUDA_SUCCESS) {
-    destroy_timing_event(start_event_);
+    give_back(start_event_);
     start_event_ = 0;
   }
   if (start_event_ != 0) g_in_flight.fetch_add(1, std::memory_order_acq_rel);
@@ -191,7 +228,7 @@ DeviceWork::DeviceWork(uint64_t stream, LaunchCall call) : stream_(stream), call
 
 DeviceWork::~DeviceWork() {
   if (start_event_ == 0) return;
-  if (!finished_) destroy_timing_event(start_event_);
+  if (!finished_) give_back(start_event_);
   g_in_flight.fetch_sub(1, std::memory_order_acq_rel);
 }
 
@@ -274,14 +311,15 @@ void DeviceWork::finish(CUresult rc, int kind_number, const void* record) {
     queue_record(&api, sizeof api);
   }
   if (start_event_ == 0) return;
-  const uint64_t end_event = rc == CUDA_SUCCESS && kind_enabled(kind) ? create_timing_event() : 0;
+  const uint64_t end_event = rc == CUDA_SUCCESS && kind_enabled(kind) ? take_event() : 0;
   if (end_event == 0 || record_timing_event(end_event, stream_) != CUDA_SUCCESS) {
-    destroy_timing_event(start_event_);
-    if (end_event != 0) destroy_timing_event(end_event);
+    give_back(start_event_);
+    give_back(end_event);
     return;
   }
   Pending p{};
   p.kind = kind;
+  p.stream = stream_;
   p.start_event = start_event_;
   p.end_event = end_event;
   std::memcpy(&p.record, record, record_size(kind));
@@ -296,27 +334,41 @@ void DeviceWork::finish(CUresult rc, int kind_number, const void* record) {
 
 void resolve_device_work(bool forced) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (forced) {
+    // The last end event of each stream: once it completed, every earlier one on that
+    // stream has (a stream runs in order).
+    std::map<uint64_t, uint64_t> last_end;
+    for (const Pending& p : g_pending) last_end[p.stream] = p.end_event;
+    for (const auto& stream_end : last_end) (void)synchronize_timing_event(stream_end.second);
+  }
+  if (!g_pending.empty()) fit_job_clock(g_reference);
+  // Every pending start and end event's time, kTimingEventsPerRequest to a request.
+  std::vector<uint64_t> events;
+  events.reserve(2 * g_pending.size());
+  for (const Pending& p : g_pending) events.push_back(p.start_event), events.push_back(p.end_event);
+  std::vector<double> ms(events.size(), std::numeric_limits<double>::infinity());
+  for (size_t at = 0; at < events.size(); at += kTimingEventsPerRequest) {
+    const auto count = static_cast<uint32_t>(std::min<size_t>(kTimingEventsPerRequest, events.size() - at));
+    if (timing_event_times(g_reference.event, events.data() + at, count, ms.data() + at) != CUDA_SUCCESS)
+      std::fill(ms.begin() + static_cast<std::ptrdiff_t>(at), ms.begin() + static_cast<std::ptrdiff_t>(at + count),
+                std::numeric_limits<double>::infinity());
+  }
+  const auto at = [](double t) {
+    return g_reference.host_stamp + static_cast<uint64_t>(t > 0 ? t * 1e6 * g_units_per_ns : 0);
+  };
   std::deque<Pending> waiting;
   size_t lost = 0;
-  if (!g_pending.empty()) fit_job_clock(g_reference);
-  const auto at = [](double ms) {
-    return g_reference.host_stamp + static_cast<uint64_t>(ms > 0 ? ms * 1e6 * g_units_per_ns : 0);
-  };
-  for (Pending& p : g_pending) {
-    CUresult done = query_timing_event(p.end_event);
-    if (done == CUDA_ERROR_NOT_READY && forced) done = synchronize_timing_event(p.end_event);
-    if (done == CUDA_ERROR_NOT_READY) {
-      waiting.push_back(p);
+  for (size_t i = 0; i < g_pending.size(); ++i) {
+    Pending& p = g_pending[i];
+    const double start_ms = ms[2 * i], end_ms = ms[2 * i + 1];
+    if (std::isnan(start_ms) || std::isnan(end_ms)) {
+      waiting.push_back(p);       // not finished yet: a later flush reads it
       continue;
     }
-    double start_ms = 0, end_ms = 0;
-    const bool timed = done == CUDA_SUCCESS &&
-                       timing_event_elapsed(g_reference.event, p.start_event, &start_ms) == CUDA_SUCCESS &&
-                       timing_event_elapsed(g_reference.event, p.end_event, &end_ms) == CUDA_SUCCESS;
-    destroy_timing_event(p.start_event);
-    destroy_timing_event(p.end_event);
-    if (!timed) {
-      ++lost;  // the work failed (a fault) or the server could not time it
+    give_back(p.start_event);
+    give_back(p.end_event);
+    if (std::isinf(start_ms) || std::isinf(end_ms)) {
+      ++lost;                      // the work failed (a fault) or the server could not time it
       continue;
     }
     const uint64_t start = at(start_ms);

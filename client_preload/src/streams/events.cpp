@@ -64,20 +64,22 @@ CUresult record_timing_event(uint64_t event, uint64_t stream) {
   return Connection::instance().send(protocol::EventRecordMsg{event, stream});
 }
 
-CUresult query_timing_event(uint64_t event) {
-  return Connection::instance().request_done(protocol::EventQueryMsg{event});
-}
-
 CUresult synchronize_timing_event(uint64_t event) {
   return Connection::instance().request_done(protocol::EventSynchronizeMsg{event});
 }
 
-CUresult timing_event_elapsed(uint64_t start, uint64_t end, double* ms) {
-  protocol::ElapsedTimeReplyMsg out{};
-  CUresult rc =
-      request_reply(protocol::EventElapsedTimeMsg{start, end}, protocol::MessageKind::ElapsedTimeReply, &out);
-  if (rc == CUDA_SUCCESS) *ms = out.ms;
-  return rc;
+CUresult timing_event_times(uint64_t reference, const uint64_t* events, uint32_t count, double* ms) {
+  if (count == 0 || count > kTimingEventsPerRequest) return CUDA_ERROR_INVALID_VALUE;
+  Reply reply;
+  if (CUresult rc = Connection::instance().request(protocol::EventTimesMsg{reference, count, 0}, &reply, events,
+                                                   count * static_cast<uint32_t>(sizeof(uint64_t)));
+      rc != CUDA_SUCCESS)
+    return rc;
+  const size_t want = sizeof(protocol::EventTimesReplyMsg) + count * sizeof(double);
+  if (CUresult rc = Connection::expect_kind(reply, protocol::MessageKind::EventTimesReply, want); rc != CUDA_SUCCESS)
+    return rc;
+  std::memcpy(ms, reply.payload.data() + sizeof(protocol::EventTimesReplyMsg), count * sizeof(double));
+  return CUDA_SUCCESS;
 }
 
 void destroy_timing_event(uint64_t event) { (void)Connection::instance().send(protocol::EventDestroyMsg{event}); }

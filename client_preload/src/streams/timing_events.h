@@ -13,11 +13,12 @@ namespace tally::client {
 uint64_t create_timing_event();
 // Records `event` on the wire stream `stream` (a stream_id() result).
 CUresult record_timing_event(uint64_t event, uint64_t stream);
-// CUDA_SUCCESS once the work before the event is done, CUDA_ERROR_NOT_READY before.
-CUresult query_timing_event(uint64_t event);
 CUresult synchronize_timing_event(uint64_t event);
-// Milliseconds from `start` to `end`, both completed (the server's double, unrounded).
-CUresult timing_event_elapsed(uint64_t start, uint64_t end, double* ms);
+// Milliseconds from `reference` (completed) to each of `count` events, in one
+// request: NaN for an event whose work is not complete yet, +inf for one that cannot
+// be timed (its stream failed). At most kTimingEventsPerRequest events.
+constexpr uint32_t kTimingEventsPerRequest = 512;
+CUresult timing_event_times(uint64_t reference, const uint64_t* events, uint32_t count, double* ms);
 void destroy_timing_event(uint64_t event);
 
 }  // namespace tally::client

@@ -120,6 +120,8 @@ enum class MessageKind : uint32_t {
   EventElapsedTime = 131,
   ElapsedTimeReply = 132,
   EventDestroy = 133,
+  EventTimes = 157,
+  EventTimesReply = 158,
   HostRegister = 134,
   HostRegisterReply = 135,
   HostUnregister = 136,
@@ -231,6 +233,8 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::EventElapsedTime: return "EventElapsedTime";
     case MessageKind::ElapsedTimeReply: return "ElapsedTimeReply";
     case MessageKind::EventDestroy: return "EventDestroy";
+    case MessageKind::EventTimes: return "EventTimes";
+    case MessageKind::EventTimesReply: return "EventTimesReply";
     case MessageKind::HostRegister: return "HostRegister";
     case MessageKind::HostRegisterReply: return "HostRegisterReply";
     case MessageKind::HostUnregister: return "HostUnregister";
@@ -1021,6 +1025,32 @@ struct EventDestroyMsg {
 static_assert(sizeof(EventDestroyMsg) == 8, "EventDestroyMsg layout differs from the Python codec");
 static_assert(offsetof(EventDestroyMsg, event) == 0);
 constexpr uint32_t kEventDestroySize = 8;  // bytes on the wire (0: empty)
+
+// milliseconds from `reference` to each event the tail names, in one request (how tally's CUPTI reads the timing events it records around a job's work); `reference` must have completed; tail: count x u64 event id
+struct EventTimesMsg {
+  static constexpr MessageKind kKind = MessageKind::EventTimes;
+  static constexpr bool kHasTail = true;
+  uint64_t reference;
+  uint32_t count;
+  uint32_t _pad0;
+};
+static_assert(sizeof(EventTimesMsg) == 16, "EventTimesMsg layout differs from the Python codec");
+static_assert(offsetof(EventTimesMsg, reference) == 0);
+static_assert(offsetof(EventTimesMsg, count) == 8);
+static_assert(offsetof(EventTimesMsg, _pad0) == 12);
+constexpr uint32_t kEventTimesSize = 16;  // bytes on the wire (0: empty)
+
+// answer to EventTimes; tail: count x f64 milliseconds: NaN while the event's work is not complete, +inf where the event cannot be timed (unknown, without timing, never recorded, or its stream failed)
+struct EventTimesReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::EventTimesReply;
+  static constexpr bool kHasTail = true;
+  uint32_t count;
+  uint32_t _pad0;
+};
+static_assert(sizeof(EventTimesReplyMsg) == 8, "EventTimesReplyMsg layout differs from the Python codec");
+static_assert(offsetof(EventTimesReplyMsg, count) == 0);
+static_assert(offsetof(EventTimesReplyMsg, _pad0) == 4);
+constexpr uint32_t kEventTimesReplySize = 8;  // bytes on the wire (0: empty)
 
 // pinned host memory: the server maps the client's POSIX shared-memory object (mode 0600, named /tally-pin-<client pid>-...) to use it in place; `address` is where the client mapped it (kernels may use that address where the device can reach it); tail: shared-memory object name
 struct HostRegisterMsg {

@@ -35,6 +35,10 @@ class EventTable:
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE,
                               f"event {event_id} was never created or is destroyed") from None
 
+    def find(self, event_id: int):
+        """The event, or None where `event_id` names none."""
+        return self._events.get(event_id)
+
     def is_opened(self, event_id: int) -> bool:
         return event_id in self._opened
 

@@ -2,7 +2,10 @@
 order through the executor (tally/server/client/events.py holds a client's)."""
 from __future__ import annotations
 
-from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_READY, DeviceError
+import math
+import struct
+
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY, DeviceError
 from tally.protocol.messages_generated import (
     ElapsedTimeReply,
     EventCreate,
@@ -11,6 +14,8 @@ from tally.protocol.messages_generated import (
     EventQuery,
     EventRecord,
     EventSynchronize,
+    EventTimes,
+    EventTimesReply,
     StreamWaitEvent,
 )
 from tally.scheduler import ops
@@ -76,6 +81,35 @@ def event_elapsed_time(job: Job, msg: EventElapsedTime, tag: int) -> ElapsedTime
     return ElapsedTimeReply(client.executor.event_elapsed_ms(start, end))
 
 
+def _ms_since(client, reference, event_id: int) -> float:
+    """One EventTimes entry: milliseconds from `reference`, NaN while not complete,
+    +inf where the event cannot be timed."""
+    event = client.events.find(event_id)
+    if event is None or not event.timing or not (event.submitted_seq or event_clock.carried(event)):
+        return math.inf
+    try:
+        if not client.executor.event_query(event):
+            return math.nan
+        if event_clock.carried(reference) or event_clock.carried(event):
+            return event_clock.elapsed_across_servers_ms(client.executor, reference, event)
+        return client.executor.event_elapsed_ms(reference, event)
+    except DeviceError:
+        return math.inf           # its stream failed: the work it follows never finished
+
+
+def event_times(job: Job, msg: EventTimes, tag: int) -> EventTimesReply:
+    client = job.client
+    if len(msg.tail) != 8 * msg.count:
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"EventTimes names {msg.count} events in {len(msg.tail)} bytes")
+    reference = client.events.get(msg.reference)
+    recorded = reference.submitted_seq or event_clock.carried(reference)
+    if not (reference.timing and recorded and client.executor.event_query(reference)):
+        raise DeviceError(CUDA_ERROR_INVALID_HANDLE, "the reference event has no completed timing record")
+    ids = struct.unpack(f"<{msg.count}Q", msg.tail)
+    times = [_ms_since(client, reference, i) for i in ids]
+    return EventTimesReply(count=msg.count, tail=struct.pack(f"<{msg.count}d", *times))
+
+
 HANDLERS = {
     EventCreate: event_create,
     EventDestroy: event_destroy,
@@ -84,4 +118,5 @@ HANDLERS = {
     EventQuery: event_query,
     EventSynchronize: event_synchronize,
     EventElapsedTime: event_elapsed_time,
+    EventTimes: event_times,
 }
