@@ -75,3 +75,12 @@ def test_the_command_line_refuses_bad_flags():
     done = subprocess.run([sys.executable, "-m", "tally.cli.bench_main", "chaos", "--actions", "SIGHUP"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "unknown action(s) SIGHUP" in done.stderr
+
+
+def test_a_traceback_in_the_server_log_is_reported_whole():
+    from tally.bench.chaos import server_log_errors
+    log = ("INFO serving\nTraceback (most recent call last):\n  File \"h.py\", line 3, in release\n"
+           "    pool.free(p)\nKeyError: 4096\nINFO next\nERROR a job crashed\n")
+    assert server_log_errors(log) == [
+        "Traceback (most recent call last):\n  File \"h.py\", line 3, in release\n    pool.free(p)\nKeyError: 4096",
+        "ERROR a job crashed"]

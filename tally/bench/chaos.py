@@ -254,11 +254,31 @@ def run_chaos(config: ChaosConfig, keep_workdir: bool = False, progress=None) ->
               "seconds": round(time.time() - started, 1), "baseline_in_use_bytes": baseline - idle_in_use,
               "rounds": [asdict(r) for r in rounds],
               "service": {**service, "exit_status": service_status}, "final": final,
-              "server_log_errors": [line for line in server_log.splitlines()
-                                    if "Traceback" in line or "crashed" in line or " CRITICAL " in line],
+              "server_log_errors": server_log_errors(server_log),
               "workdir": str(workdir) if keep_workdir else None}
     report["checks"] = check_campaign(report)
     return report
+
+
+def server_log_errors(log: str) -> list[str]:
+    """The server log's crash lines: a traceback whole (its frames and the exception
+    line, so a report says what failed), and each "crashed" or CRITICAL line."""
+    errors, lines, i = [], log.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        if "Traceback" in line:
+            block = [line]
+            i += 1
+            while i < len(lines) and (lines[i][:1].isspace() or not lines[i].strip()):
+                block.append(lines[i])
+                i += 1
+            if i < len(lines):
+                block.append(lines[i])         # the exception itself
+            errors.append("\n".join(block))
+        elif "crashed" in line or " CRITICAL " in line:
+            errors.append(line)
+        i += 1
+    return errors
 
 
 def _attached(status: dict) -> int:
