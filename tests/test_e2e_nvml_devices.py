@@ -11,7 +11,7 @@ import sys
 
 from e2e_helpers import build_driver_c, run_job, server  # noqa: F401
 
-NVML_INSUFFICIENT_SIZE, NVML_INVALID_ARGUMENT = 7, 2
+NVML_INSUFFICIENT_SIZE, NVML_INVALID_ARGUMENT, NVML_NOT_FOUND, NVML_NOT_SUPPORTED = 7, 2, 6, 3
 
 
 def test_nvml_and_the_device_files_describe_tallys_device(server):
@@ -25,6 +25,9 @@ def test_nvml_and_the_device_files_describe_tallys_device(server):
     assert job.value("nvml_cc") == status["compute_capability"]
     assert job.ints("driver_rc") == [0] and job.value("nvml_driver") == "580.65.06"   # CUDA 13.0's minimum driver
     assert job.ints("nvidiactl", "nvidia0", "nvidia1") == [1, 1, 0]
+    # by PCI bus id (what PyTorch's expandable segments look the device up by); no fabric
+    assert job.ints("bus_rc", "long_rc", "same_device", "nowhere_rc") == [0, 0, 1, NVML_NOT_FOUND]
+    assert job.ints("fabric_rc") == [NVML_NOT_SUPPORTED]
 
 
 def test_a_python_job_sees_the_device_files(server):

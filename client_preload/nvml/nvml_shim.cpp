@@ -6,8 +6,12 @@
 // otherwise read the physical GPU, not the device the job shares through tally.
 //
 // Only the calls whose answer tally knows are here: initialization, the driver's
-// versions, the device count, handles, index, name, UUID and compute capability.
-// A library that needs more finds the symbol missing, as it would in an older NVML.
+// versions, the device count, handles (by index and by PCI bus id), index, name,
+// UUID and compute capability; and the calls PyTorch's CUDA driver layer
+// (c10/cuda/driver_api.cpp) requires to exist before it uses expandable segments,
+// whose honest answer for tally's device is "not supported": it has no NVLink, no
+// fabric, and its processes are the server's. A library that needs more finds the
+// symbol missing, as it would in an older NVML.
 #include <cstdio>
 #include <cstring>
 
@@ -17,7 +21,7 @@ namespace {
 
 using nvmlReturn_t = int;
 constexpr nvmlReturn_t kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotSupported = 3,
-                       kInsufficientSize = 7, kDriverNotLoaded = 9, kUnknown = 999;
+                       kNotFound = 6, kInsufficientSize = 7, kDriverNotLoaded = 9, kUnknown = 999;
 
 // An nvmlDevice_t: a pointer to one of these.
 struct Device {
@@ -74,6 +78,7 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t 
     case kUninitialized: return "Uninitialized";
     case kInvalidArgument: return "Invalid Argument";
     case kNotSupported: return "Not Supported";
+    case kNotFound: return "Not Found";
     case kInsufficientSize: return "Insufficient Size";
     case kDriverNotLoaded: return "Driver Not Loaded";
     default: return "Unknown Error";
@@ -154,6 +159,52 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCudaComputeCapa
       rc != CUDA_SUCCESS)
     return from_cuda(rc);
   return from_cuda(cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->ordinal));
+}
+
+// The device whose cuDeviceGetPCIBusId matches (domain:bus:device.function, compared
+// without case: NVML's own form has 8 hex digits of domain, CUDA's 4).
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* pci_bus_id,
+                                                                                     void** device) {
+  if (!g_initialized) return kUninitialized;
+  if (pci_bus_id == nullptr || device == nullptr) return kInvalidArgument;
+  unsigned want_domain = 0, want_bus = 0, want_device = 0, want_function = 0;
+  if (std::sscanf(pci_bus_id, "%x:%x:%x.%x", &want_domain, &want_bus, &want_device, &want_function) != 4)
+    return kInvalidArgument;
+  unsigned count = 0;
+  if (nvmlReturn_t rc = nvmlDeviceGetCount_v2(&count); rc != kSuccess) return rc;
+  for (unsigned i = 0; i < count; ++i) {
+    char text[32] = {};
+    unsigned domain = 0, bus = 0, dev = 0, function = 0;
+    if (cuDeviceGetPCIBusId(text, sizeof text, static_cast<CUdevice>(i)) != CUDA_SUCCESS) continue;
+    if (std::sscanf(text, "%x:%x:%x.%x", &domain, &bus, &dev, &function) != 4) continue;
+    if (domain == want_domain && bus == want_bus && dev == want_device && function == want_function) {
+      *device = &g_devices[i];
+      return kSuccess;
+    }
+  }
+  return kNotFound;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* pci_bus_id,
+                                                                                  void** device) {
+  return nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id, device);
+}
+
+// No NVLink, no multi-node fabric, and no per-process accounting on tally's device.
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(void* device, unsigned int,
+                                                                                        int* type) {
+  return device_of(device) == nullptr || type == nullptr ? kInvalidArgument : kNotSupported;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(void* device, unsigned int,
+                                                                                        void* pci) {
+  return device_of(device) == nullptr || pci == nullptr ? kInvalidArgument : kNotSupported;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(void* device, void* info) {
+  return device_of(device) == nullptr || info == nullptr ? kInvalidArgument : kNotSupported;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void* device,
+                                                                                         unsigned int* count,
+                                                                                         void*) {
+  return device_of(device) == nullptr || count == nullptr ? kInvalidArgument : kNotSupported;
 }
 
 }  // extern "C"

@@ -64,6 +64,25 @@ int main(void) {
            b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   printf("same_count=%d same_name=%d same_uuid=%d same_cuda=%d\n", cu_count == (int)n, strcmp(cu_name, text) == 0,
          strcmp(expected, id) == 0, cu_version == cuda_version);
+  /* by PCI bus id, in CUDA's form and NVML's (8 hex digits of domain), and one that is no device */
+  typedef int (*ByBus)(const char*, void**);
+  typedef int (*Fabric)(void*, void*);
+  ByBus by_bus = (ByBus)dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2");
+  Fabric fabric = (Fabric)dlsym(nvml, "nvmlDeviceGetGpuFabricInfoV");
+  char bus_id[32] = {0}, long_id[40];
+  void *by_cuda_form = NULL, *by_nvml_form = NULL, *first = NULL, *nowhere = NULL;
+  unsigned domain = 0, bus = 0, slot = 0, fn = 0;
+  cuDeviceGetPCIBusId(bus_id, sizeof bus_id, d);
+  sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &fn);
+  snprintf(long_id, sizeof long_id, "%08X:%02X:%02X.%X", domain, bus, slot, fn);
+  handle(0, &first);
+  int bus_rc = by_bus ? by_bus(bus_id, &by_cuda_form) : -1;
+  int long_rc = by_bus ? by_bus(long_id, &by_nvml_form) : -1;
+  int nowhere_rc = by_bus ? by_bus("0000:ff:1f.7", &nowhere) : -1;
+  char fabric_info[512];
+  int fabric_rc = fabric ? fabric(first, fabric_info) : -1;
+  printf("bus_rc=%d long_rc=%d same_device=%d nowhere_rc=%d fabric_rc=%d\n", bus_rc, long_rc,
+         by_cuda_form == first && by_nvml_form == first, nowhere_rc, fabric_rc);
   printf("nvidiactl=%d nvidia0=%d nvidia1=%d\n", access("/dev/nvidiactl", F_OK) == 0, access("/dev/nvidia0", F_OK) == 0,
          access("/dev/nvidia1", F_OK) == 0);
   return 0;
