@@ -9,11 +9,11 @@
 // cupti* functions PyTorch (Kineto) and nvcc-built tools link against, and they
 // win over libcupti.so's. What it records is measured, never invented: kernel,
 // memcpy and memset records carry device times from a pair of timing events the
-// client records around the work on its own stream; driver records carry the host
+// client records around the work on the work's stream; driver records carry the host
 // time of the launch call. What it cannot record it refuses with a logged reason.
 //
 // This file: the activity API's process-wide state (enabled kinds, the job's
-// buffer and timestamp callbacks, the queue of finished records).
+// buffer and timestamp callbacks, the buffer being filled).
 #pragma once
 #include "cupti/cupti_headers.h"
 

@@ -8,18 +8,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "contexts/contexts.h"
-#include "driver_objects.h"
 #include "cupti/cupti_state.h"
+#include "driver_objects.h"
 #include "graphs/capture.h"
 #include "logging/log.h"
 #include "streams/timing_events.h"
