@@ -107,9 +107,9 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t* buffer, size_t validBuf
   if (*record != nullptr) {
     const auto* current = reinterpret_cast<const uint8_t*>(*record);
     if (current < buffer || current >= buffer + validBufferSizeBytes) return CUPTI_ERROR_INVALID_PARAMETER;
-    const size_t size = record_size((*record)->kind);
-    if (size == 0) return CUPTI_ERROR_INVALID_KIND;
-    at = static_cast<size_t>(current - buffer) + ((size + 7) & ~size_t{7});
+    const size_t stride = record_stride((*record)->kind);
+    if (stride == 0) return CUPTI_ERROR_INVALID_KIND;
+    at = static_cast<size_t>(current - buffer) + stride;
   }
   if (at + sizeof(CUpti_Activity) > validBufferSizeBytes) {
     *record = nullptr;

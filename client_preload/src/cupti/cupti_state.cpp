@@ -123,6 +123,8 @@ size_t record_size(CUpti_ActivityKind kind) {
   }
 }
 
+size_t record_stride(CUpti_ActivityKind kind) { return padded(record_size(kind)); }
+
 void queue_record(const void* record, size_t size) {
   std::lock_guard<std::mutex> lock(g_buffer_mutex);
   const size_t step = padded(size);

@@ -48,6 +48,8 @@ void queue_record(const void* record, size_t size);
 void hold_buffer();
 // The size of the record tally writes for `kind` (0: tally writes none).
 size_t record_size(CUpti_ActivityKind kind);
+// How far apart such records lie in a buffer: the size padded to 8 bytes.
+size_t record_stride(CUpti_ActivityKind kind);
 
 CUptiResult register_buffer_callbacks(CUpti_BuffersCallbackRequestFunc request,
                                       CUpti_BuffersCallbackCompleteFunc complete);

@@ -226,11 +226,7 @@ def _jit_capture_commands(mode: Mode) -> list[list[str]]:
 
 
 def _jit_capture_figures(mode: Mode, output: str) -> dict:
-    figures = {}
-    for name in ("captured", "not-captured"):
-        report = read_json(mode.out / f"{name}.json")
-        if report is not None and "policies" in report:
-            figures[name] = colocate_figures(report)
+    figures = _colocate_step_figures(mode, output)      # "captured" and "not-captured"
     both = [figures.get(n, {}).get("policies", {}).get("priority") for n in ("captured", "not-captured")]
     if all(both):
         figures["p99_captured_vs_not"] = both[0]["p99_ms"] / both[1]["p99_ms"]
