@@ -8,7 +8,7 @@ purpose (a user would mean a GPU); tests build the server here instead.
 Usage: python tests/nested_cuda_server.py SOCKET [POLICY [BE_TRANSFORM [OPTION...]]]
 (OPTION "metrics": serve /metrics on a port of the system's choosing, printed; "suspendable":
 the backend's allocations and module variables are reservations, so jobs can be suspended and migrated:
-tally-server --suspendable.)"""
+tally-server --suspendable; "turnaround-ms=X": tally-server --turnaround-threshold-ms X.)"""
 from __future__ import annotations
 
 import logging
@@ -28,7 +28,9 @@ def main() -> int:
     restorable = "suspendable" in sys.argv[4:]     # tally-server --suspendable
     logging.basicConfig(level=logging.INFO, format="nested tally-server %(levelname)s %(message)s")
     # spin like the CPU backends: the emulator underneath needs the cores
-    config = ServerConfig(socket_path=Path(socket_path), policy=policy, be_transform=be_transform, spin_us=20.0)
+    turnaround = [float(o.split("=", 1)[1]) for o in sys.argv[4:] if o.startswith("turnaround-ms=")]
+    config = ServerConfig(socket_path=Path(socket_path), policy=policy, be_transform=be_transform, spin_us=20.0,
+                          **({"turnaround_threshold_ms": turnaround[-1]} if turnaround else {}))
     server = TallyServer(config, CudaBackend(0, restorable=restorable))
     if "metrics" in sys.argv[4:]:    # before the socket appears: the port is known by then
         print(f"metrics on port {MetricsEndpoint(server, '127.0.0.1', 0).port}", flush=True)

@@ -94,12 +94,14 @@ NESTED_SERVER = Path(__file__).with_name("nested_cuda_server.py")
 class NestedCudaServer(Server):
     """A cuda-backend server running as a job of `under` (an emulator server)."""
 
-    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto", metrics: bool = False):
+    def __init__(self, under: Server, policy: str = "priority", be_transform: str = "auto", metrics: bool = False,
+                 options: tuple[str, ...] = ()):
+        """options: nested_cuda_server.py's (e.g. "turnaround-ms=1")."""
         self.under = under
         self.dir = under.dir
         self.socket = under.dir / "cuda.sock"
         command = job_command(under.socket, sys.executable, NESTED_SERVER, self.socket, policy, be_transform,
-                              "metrics" if metrics else "-", priority="high")
+                              "metrics" if metrics else "-", *options, priority="high")
         self.process = ServerProcess(self.socket, command=command, env=job_env())
 
 
@@ -146,6 +148,26 @@ def test_transformed_best_effort_kernels_next_to_a_high_priority_job(nvcc, cuda_
     assert scheduler["kernels_ptb"] + scheduler["kernels_sliced"] > 0, scheduler
     assert scheduler["untransformable"] == 0, scheduler
 
+
+
+def test_short_best_effort_kernels_batch_in_order_next_to_a_high_priority_job(nvcc, tmp_path):
+    # One best-effort unit at a time costs a completion round trip per kernel; the
+    # priority policy batches short whole kernels within the turnaround budget
+    # (tally/scheduler/whole_durations.py). The emulator's kernels take tens of
+    # microseconds, over the default 31.6 us budget, so this server has 5 ms.
+    under = emulator_server_process()
+    server = NestedCudaServer(under, options=("turnaround-ms=5",))
+    try:
+        chain = build_cuda(nvcc, "short_kernel_chain.cu")
+        be = start_job(server.socket, chain, 400, priority="best-effort")
+        hp = start_job(server.socket, compile_example(nvcc, "inference", tmp_path), 20, priority="high")
+        for job in (finish(be, timeout=300), finish(hp, timeout=300)):
+            assert job.returncode == 0 and "results correct" in job.stdout, job.stdout + job.stderr
+        scheduler = server.status()["server"]["scheduler"]
+        assert scheduler["kernels_batched"] > 100, scheduler
+    finally:
+        server.stop()
+        under.stop()
 
 
 @pytest.mark.parametrize("priority", ["high", "best-effort"])

@@ -13,16 +13,16 @@ BE1 = ClientView("be1", BEST_EFFORT, None)
 BE2 = ClientView("be2", BEST_EFFORT, None)
 
 
-def waiting(kid, client, since=0.0, busy=False):
-    return WaitingKernel(kid, client.client_id, 0, client.priority, f"k{kid}", since, False, busy)
+def waiting(kid, client, since=0.0, busy=False, predicted=None):
+    return WaitingKernel(kid, client.client_id, 0, client.priority, f"k{kid}", since, False, busy, predicted)
 
 
-def running(uid, client, mode=RunMode.WHOLE, preemptible=False, started=0.0):
-    return RunningUnit(uid, 100 + uid, client.client_id, 0, client.priority, mode, preemptible, started)
+def running(uid, client, mode=RunMode.WHOLE, preemptible=False, started=0.0, predicted=None):
+    return RunningUnit(uid, 100 + uid, client.client_id, 0, client.priority, mode, preemptible, started, predicted)
 
 
-def view(now=0.0, clients=(HP, BE1, BE2), waiting_=(), running_=()):
-    return SchedulerView(now, tuple(clients), tuple(waiting_), tuple(running_))
+def view(now=0.0, clients=(HP, BE1, BE2), waiting_=(), running_=(), budget=0.0):
+    return SchedulerView(now, tuple(clients), tuple(waiting_), tuple(running_), budget)
 
 
 def started(schedule):
@@ -90,6 +90,42 @@ def test_priority_shares_idle_time_by_least_service():
     # members that left are forgotten
     p.schedule(view(clients=(HP, BE2), waiting_=[waiting(6, BE2)]))
     assert set(p.service) == {"be2"}
+
+
+def test_priority_batches_short_whole_kernels_of_one_job_within_the_budget():
+    p = make_policy("priority", idle_grace_ms=0)
+    us = 1e-6
+    batch = [running(1, BE1, predicted=10 * us), running(2, BE1, predicted=10 * us)]
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=10 * us)], running_=batch,
+                                   budget=30 * us))) == [(3, True)]
+    # over the budget, a time not known, a running unit whose time is not known, a slice
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=11 * us)], running_=batch,
+                                   budget=30 * us))) == []
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1)], running_=batch, budget=1.0))) == []
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=us)], budget=1.0,
+                                   running_=[*batch, running(4, BE1)]))) == []
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=us)], budget=1.0,
+                                   running_=[running(4, BE1, RunMode.SLICE)]))) == []
+    # another job's kernel is not added to this job's batch, nor this job's when the other is owed its turn
+    assert started(p.schedule(view(waiting_=[waiting(3, BE2, predicted=us)], running_=batch, budget=1.0))) == []
+    p.on_unit_finished(running(9, BE1, started=0.0), now=0.004)
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=us), waiting(5, BE2, predicted=us)],
+                                   running_=batch, budget=1.0))) == []
+    # high-priority work ends every batch: it starts, nothing more joins
+    s = p.schedule(view(waiting_=[waiting(6, HP), waiting(3, BE1, predicted=us)], running_=batch, budget=1.0))
+    assert started(s) == [(6, False)]
+    # at most MAX_BATCH units, however short
+    from tally.scheduler.policies.priority import MAX_BATCH
+    full = [running(10 + i, BE1, predicted=0.0) for i in range(MAX_BATCH)]
+    assert started(p.schedule(view(waiting_=[waiting(3, BE1, predicted=0.0)], running_=full, budget=1.0))) == []
+
+
+def test_priority_charges_a_batch_its_span_not_each_units_wait():
+    p = make_policy("priority", idle_grace_ms=0)
+    p.schedule(view(waiting_=[waiting(1, BE1)]))
+    for uid in range(3):            # three units launched at 0, ending 1 ms apart
+        p.on_unit_finished(running(uid, BE1, started=0.0, predicted=1e-3), now=(uid + 1) * 1e-3)
+    assert p.service["be1"] == pytest.approx(3e-3)       # not 1 + 2 + 3 ms
 
 
 def test_priority_waits_for_high_priority_to_stay_idle_for_the_grace_period():

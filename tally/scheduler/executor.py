@@ -69,6 +69,7 @@ from tally.scheduler.run_mode import PTB
 from tally.scheduler.sm_activity import ActivityTotals, SmActivity
 from tally.scheduler.value_polls import start_polling
 from tally.scheduler.variants import VariantProvider
+from tally.scheduler.whole_durations import WholeDurations
 
 __all__ = ["BE_TRANSFORMS", "ClientGone", "StreamExecutor"]
 
@@ -77,7 +78,7 @@ log = logging.getLogger(__name__)
 # `tally-server status`'s kernel counters, in the order it shows them
 COUNTER_NAMES = ("kernels", "kernels_whole", "kernels_sliced", "kernels_ptb",
                  "slice_launches", "ptb_launches", "preemptions", "untransformable", "kernels_cooperative",
-                 "graph_launches", "graph_nodes_replayed")
+                 "graph_launches", "graph_nodes_replayed", "kernels_batched")
 
 
 class ClientGone(ValueError):
@@ -121,6 +122,8 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self._ops_submitted = 0
         self._activity = SmActivity(self.sm_count, self.clock.now())
         # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
+        # How long whole best-effort kernels take: the policy's batches (whole_durations.py).
+        self.durations = WholeDurations()
         self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
         # Starting kernels and applying how they ended (executor_kernels.py).
         self._kernels = KernelRunner(device=self.device, graphs=self.graphs,
@@ -130,7 +133,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                                      hp_queueing=self._hp_queueing, seen=self._seen,
                                      next_id=lambda: next(self._kernel_ids), dispatch=self._dispatch_op,
                                      sm_count=self.sm_count,
-                                     graph_units=graph_units)
+                                     graph_units=graph_units, durations=self.durations)
         self._gate_retry_at: float | None = None     # earliest WAIT a gate answered this pass
         # (error, client id) -> the error to keep: set by the server where a fault is context-wide
         self.device_errors: Callable[[DeviceError, Hashable], DeviceError] | None = None
@@ -556,13 +559,22 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     views.append(WaitingKernel(task.kernel_id, client.client_id, stream.key,
                                                client.priority, task.name,
                                                task.waiting_since, task.partially_done,
-                                               stream.inflight > 0))
+                                               stream.inflight > 0, self._predicted(client, task)))
         now = self.clock.now()
         # busy lanes hold others back
         lanes = self.fast_lanes.running(self.policy, now) if waiting or lanes_always else ()
         view = SchedulerView(now, tuple(c.view for c in self._clients.values() if not c.removing),
-                             tuple(views), (*self._in_flight.views.values(), *lanes))
+                             tuple(views), (*self._in_flight.views.values(), *lanes),
+                             batch_budget_s=self.profiler.threshold)
         return view, waiting
+
+    def _predicted(self, client: ClientState, task: KernelTask | GraphTask) -> float | None:
+        """A waiting best-effort kernel's expected device time, when it will run whole
+        (the planner settled its shape on whole for this job) and was timed before."""
+        if client.priority == HIGH or not isinstance(task, KernelTask) or task.op.cooperative:
+            return None
+        key = task.key
+        return self.durations.predicted(key) if key in client.whole_keys else None
 
     def _apply(self, schedule: Schedule, waiting: dict[int, KernelTask]) -> bool:
         changed = False
@@ -571,8 +583,11 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
             if task is None:
                 raise PolicyError(f"policy {self.policy.name!r} started kernel {start.kernel_id}, "
                                   "which is not waiting (or was started twice)")
-            if task.stream.client.priority != HIGH and not self._gate_allows(task):
-                continue
+            if task.stream.client.priority != HIGH:
+                if not self._gate_allows(task):
+                    continue
+                if task.plan is None and any(s.inflight for s in task.stream.client.streams.values()):
+                    self._counters["kernels_batched"] += 1    # behind the job's own work still out
             self._kernels.start(task, start.transform)
             changed = True
         for unit_id in schedule.preempt:

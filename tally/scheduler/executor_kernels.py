@@ -32,6 +32,7 @@ from tally.scheduler.policy import HIGH
 from tally.scheduler.profiler import TransparentProfiler
 from tally.scheduler.run_mode import PTB, SLICE, WHOLE, RunMode
 from tally.scheduler.sm_activity import SmActivity, launch_sms
+from tally.scheduler.whole_durations import WholeDurations
 
 log = logging.getLogger("tally.scheduler.executor")
 
@@ -59,8 +60,10 @@ class KernelRunner:
                  profiler: TransparentProfiler, clock: Clock, counters: dict[str, int], in_flight: UnitsInFlight,
                  activity: SmActivity, fast_lanes: FastLanes, hp_queueing: DelayHistogram,
                  seen: Callable[[StreamState, DeviceError], DeviceError], next_id: Callable[[], int],
-                 dispatch: Callable[[StreamState, OpItem], bool], sm_count: int, graph_units: bool):
+                 dispatch: Callable[[StreamState, OpItem], bool], sm_count: int, graph_units: bool,
+                 durations: WholeDurations):
         self.device, self.graphs, self.planner, self.profiler = device, graphs, planner, profiler
+        self.durations = durations    # whole best-effort kernels' device times (the policy's batches)
         self.clock, self.counters, self.in_flight, self.activity = clock, counters, in_flight, activity
         self.fast_lanes, self.hp_queueing, self.seen, self.next_id = fast_lanes, hp_queueing, seen, next_id
         self.dispatch = dispatch      # the executor's: a stream operation to the backend (a graph's memset)
@@ -207,9 +210,13 @@ class KernelRunner:
         stream, op = task.stream, task.op
         started_at = self.clock.now()
         sm_cap = sm_cap_of(stream.client, op)
+        timed, predicted = task.plan.measuring, None
+        if mode is WHOLE and stream.client.priority != HIGH and not timed and not task.plan.cooperative:
+            predicted = self.durations.predicted(task.key)
+            timed = self.durations.wants_sample(task.key)
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
-                                             timed=task.plan.measuring, sm_cap=sm_cap,
+                                             timed=timed, sm_cap=sm_cap,
                                              cluster=op.cluster if mode is WHOLE else cluster,
                                              cooperative=op.cooperative)
         except DeviceError as e:
@@ -221,6 +228,7 @@ class KernelRunner:
         unit = Unit(device_unit.unit_id, task, mode, stream.client.priority, started_at, device_unit,
                     blocks, task.counter)
         unit.sms = launch_sms(grid[0] * grid[1] * grid[2], sm_cap, self.sm_count)
+        unit.predicted_s = predicted
         self.activity.launched(stream, unit.priority, unit.sms, started_at)
         if mode is not WHOLE:
             task.unit = unit
@@ -257,6 +265,8 @@ class KernelRunner:
                 stream.queue.popleft()
             elif not finished:
                 task.waiting_since = now
+        if unit.mode is WHOLE and not plan.measuring and outcome.device_seconds is not None:
+            self.durations.observe(task.key, outcome.device_seconds)     # a timed best-effort sample
         if plan.measuring and outcome.device_seconds is not None and plan.config is not None:
             self.profiler.observe(task.key, plan.config, device_seconds=outcome.device_seconds,
                                   cycle_seconds=now - unit.started_at, blocks=blocks,

@@ -126,6 +126,7 @@ class Unit:
     preempt_requested: bool = False
     contended: bool = False             # high-priority work overlapped it (measurement unusable)
     sms: int = 0                        # SMs it occupies, for the activity account (sm_activity.py)
+    predicted_s: float | None = None    # whole best-effort: expected device time (whole_durations.py)
     _view: RunningUnit | None = None
 
     def view(self) -> RunningUnit:
@@ -135,7 +136,8 @@ class Unit:
             stream = self.task.stream
             self._view = RunningUnit(self.unit_id, self.task.kernel_id, stream.client.client_id,
                                      stream.key, self.priority, self.mode,
-                                     self.mode is PTB and not self.preempt_requested, self.started_at)
+                                     self.mode is PTB and not self.preempt_requested, self.started_at,
+                                     self.predicted_s)
         return self._view
 
     def request_preempt(self) -> None:

@@ -71,6 +71,9 @@ class WaitingKernel:
     waiting_since: float          # when it reached the head of its queue
     partially_done: bool          # a transformed kernel that already ran some blocks
     stream_busy: bool             # earlier kernels of this stream are still running
+    # a best-effort kernel that will run whole: its expected device time, once known
+    # (tally/scheduler/whole_durations.py); None otherwise
+    predicted_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class RunningUnit:
     mode: RunMode
     preemptible: bool             # a PTB launch not yet asked to stop
     started_at: float
+    predicted_s: float | None = None    # a whole best-effort kernel's expected device time, once known
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,9 @@ class SchedulerView:
     clients: tuple[ClientView, ...]       # in the order they were added
     waiting: tuple[WaitingKernel, ...]
     running: tuple[RunningUnit, ...]
+    # how much expected device time of best-effort work may be on the device at once:
+    # the profiler's turnaround threshold, the most a high-priority kernel should wait
+    batch_budget_s: float = 0.0
 
 
 @dataclass(frozen=True)

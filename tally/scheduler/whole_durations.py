@@ -1,0 +1,68 @@
+"""How long the best-effort kernels that run whole take on the device, learned
+from timed launches of each launch shape: what lets the priority policy keep
+several short best-effort kernels on the device at once (a best-effort batch,
+tally/scheduler/policies/priority.py) while bounding what a high-priority kernel
+that arrives meanwhile waits for.
+
+Why it matters: one best-effort unit at a time means one completion round trip
+per kernel (launch, the device's end event, a host callback, the executor's
+thread, the next launch). For a kernel of a few microseconds that round trip,
+not the kernel, sets the job's pace: on the nested cuda backend an empty
+best-effort kernel cost 340 us per launch against 5.5 us at high priority, and
+on the first H200 run the launch benchmark's best-effort phase did not finish.
+PyTorch's eager kernels (SASS only, so never sliced or PTB) are mostly such.
+
+A shape's expected time is the largest of its last SAMPLES timed launches, the
+very first launch left out (it carries one-time costs: a module loaded lazily,
+a kernel the emulator compiles), and it is sampled again every RESAMPLE_EVERY
+launches, so a kernel that got slower (more data behind the same shape) is
+noticed and an unlucky slow sample ages out. Timing costs one event pair and its
+own completion callback for that launch only.
+"""
+from __future__ import annotations
+
+import collections
+
+SAMPLES = 2
+RESAMPLE_EVERY = 256
+
+
+class WholeDurations:
+    def __init__(self, samples: int = SAMPLES, resample_every: int = RESAMPLE_EVERY):
+        if samples < 1 or resample_every < 1:
+            raise ValueError(f"samples and resample_every must be >= 1, got {samples}, {resample_every}")
+        self.samples = samples
+        self.resample_every = resample_every
+        self._recent: dict[str, collections.deque] = {}   # kernel key -> its last timed device times
+        self._first_seen: set[str] = set()                # keys whose first (left out) sample came
+        self._launches: dict[str, int] = {}               # kernel key -> launches since the last timed one
+
+    def wants_sample(self, key: str) -> bool:
+        """Whether this launch of `key` should be timed (call once per launch)."""
+        recent = self._recent.get(key)
+        if recent is None or len(recent) < self.samples:
+            return True
+        launches = self._launches.get(key, 0) + 1
+        if launches >= self.resample_every:
+            self._launches[key] = 0
+            return True
+        self._launches[key] = launches
+        return False
+
+    def observe(self, key: str, device_seconds: float) -> None:
+        if device_seconds < 0:
+            return
+        if key not in self._first_seen:
+            self._first_seen.add(key)
+            return
+        recent = self._recent.get(key)
+        if recent is None:
+            recent = self._recent[key] = collections.deque(maxlen=self.samples)
+        recent.append(device_seconds)
+
+    def predicted(self, key: str) -> float | None:
+        """The device time to expect of one launch of `key`; None until it was sampled."""
+        recent = self._recent.get(key)
+        if recent is None or len(recent) < self.samples:
+            return None
+        return max(recent)
