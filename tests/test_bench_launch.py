@@ -17,13 +17,14 @@ REQUIRED = {"hp_us_per_launch", "be_us_per_launch", "python_hp_us_per_launch", "
 
 def test_a_small_run_reports_both_planes(tmp_path, capsys):
     out = tmp_path / "launch.json"
-    assert bench_main.main(["launch", "--backend", "null", "--rounds", "3", "--batch", "200", "--syncs", "50",
+    assert bench_main.main(["launch", "--backend", "null", "--rounds", "3", "--be-rounds", "1", "--batch", "200", "--syncs", "50",
                             "--wakes", "5", "--gap-us", "500", "--jobs", "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert REQUIRED <= set(report)
     for key in REQUIRED:
         assert report[key] > 0, key
     assert set(report["planes"]) == {"cpp", "python"}
+    assert (report["config"]["rounds"], report["config"]["be_rounds"]) == (3, 1)
     # Both planes really ran, told apart by what each server's C++ plane took (the timings
     # are the machine's: a loaded one can make the Python plane look as fast)
     assert report["planes"]["cpp"]["requests_taken_by_cpp"] > 0
@@ -39,6 +40,7 @@ def test_a_small_run_reports_both_planes(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--gap-us", "-1"], "--gap-us must be > 0"),
+    (["--be-rounds", "0"], "--be-rounds must be at least 1"),
 ])
 def test_bad_options_are_refused(argv, words, capsys):
     assert bench_main.main(["launch", *argv]) == 2

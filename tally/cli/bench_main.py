@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="null: tally's forwarding alone; cuda (a GPU): also the program natively")
     lb.add_argument("--rounds", type=int, default=20, help="timed rounds of launches per job (default: %(default)s)")
     lb.add_argument("--batch", type=int, default=2000, help="launches per round (default: %(default)s)")
+    lb.add_argument("--be-rounds", type=int, help="rounds of the best-effort job (default: --rounds)")
     lb.add_argument("--syncs", type=int, default=2000, help="timed synchronizations (default: %(default)s)")
     lb.add_argument("--wakes", type=int, default=200, help="synchronizations after idle (default: %(default)s)")
     lb.add_argument("--gap-us", type=float, default=1000.0, help="idle time before each (default: %(default)s)")
@@ -236,7 +237,7 @@ def launch(args: argparse.Namespace) -> int:
     from tally.bench.process_jobs import JobBuildError
     from tally.bench.process_runner import gpu_present
     config = LaunchBenchConfig(backend=args.backend, rounds=args.rounds, batch=args.batch, syncs=args.syncs,
-                               wakes=args.wakes, gap_us=args.gap_us, jobs=args.jobs)
+                               wakes=args.wakes, gap_us=args.gap_us, jobs=args.jobs, be_rounds=args.be_rounds)
     try:
         config.validate()
     except ValueError as e:
