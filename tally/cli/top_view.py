@@ -53,7 +53,8 @@ def _server_lines(s: dict, stale: bool) -> list:
         lines.append(line)
     sched = s.get("scheduler", {})
     line = (f"kernels whole {sched.get('kernels_whole', 0)}  sliced {sched.get('kernels_sliced', 0)}  "
-            f"ptb {sched.get('kernels_ptb', 0)}  preemptions {sched.get('preemptions', 0)}")
+            f"ptb {sched.get('kernels_ptb', 0)}  batched {sched.get('kernels_batched', 0)}  "
+            f"preemptions {sched.get('preemptions', 0)}")
     delay = sched.get("hp_queueing_delay_s")
     if delay and delay["count"]:
         line += f"  high-priority queueing: 99% of {delay['count']} kernels <= {_quantile_bound(delay, 0.99)}"

@@ -146,6 +146,9 @@ def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
     yield kernels
     yield CounterMetricFamily("tally_preemptions", "Best-effort PTB kernels preempted for high-priority work.",
                               value=scheduler.get("preemptions", 0))
+    yield CounterMetricFamily("tally_kernels_batched", "Best-effort kernels started while the same job's earlier "
+                              "best-effort work was still on the device (the priority policy's batches of short "
+                              "whole kernels).", value=scheduler.get("kernels_batched", 0))
     yield CounterMetricFamily("tally_graph_launches", "CUDA graph replays that ran as one unit (one graph "
                               "launch).", value=scheduler.get("graph_launches", 0))
     yield CounterMetricFamily("tally_graph_nodes_replayed", "Kernel nodes of CUDA graph replays that ran node "
