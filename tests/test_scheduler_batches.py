@@ -131,3 +131,12 @@ def test_durations_leave_out_the_first_launch_and_age_out_a_slow_sample():
     assert d.predicted("k") == pytest.approx(2e-6)
     with pytest.raises(ValueError):
         WholeDurations(samples=0)
+
+
+def test_durations_keep_at_most_max_shapes():
+    d = WholeDurations(samples=1, max_shapes=2)
+    for key in ("a", "b", "c"):
+        d.observe(key, 1.0)
+        d.observe(key, 2e-6)
+    assert d.predicted("a") is None and d.wants_sample("a")      # the oldest went
+    assert d.predicted("b") == d.predicted("c") == pytest.approx(2e-6)

@@ -121,9 +121,9 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self._closed = False
         self._ops_submitted = 0
         self._activity = SmActivity(self.sm_count, self.clock.now())
-        # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
         # How long whole best-effort kernels take: the policy's batches (whole_durations.py).
         self.durations = WholeDurations()
+        # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
         self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
         # Starting kernels and applying how they ended (executor_kernels.py).
         self._kernels = KernelRunner(device=self.device, graphs=self.graphs,

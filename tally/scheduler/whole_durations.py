@@ -17,7 +17,9 @@ very first launch left out (it carries one-time costs: a module loaded lazily,
 a kernel the emulator compiles), and it is sampled again every RESAMPLE_EVERY
 launches, so a kernel that got slower (more data behind the same shape) is
 noticed and an unlucky slow sample ages out. Timing costs one event pair and its
-own completion callback for that launch only.
+own completion callback for that launch only. At most MAX_SHAPES shapes are
+kept (a job whose shapes change with its data makes new ones all the time); the
+oldest goes first, and is timed again if it comes back.
 """
 from __future__ import annotations
 
@@ -25,16 +27,19 @@ import collections
 
 SAMPLES = 2
 RESAMPLE_EVERY = 256
+MAX_SHAPES = 65536
 
 
 class WholeDurations:
-    def __init__(self, samples: int = SAMPLES, resample_every: int = RESAMPLE_EVERY):
-        if samples < 1 or resample_every < 1:
-            raise ValueError(f"samples and resample_every must be >= 1, got {samples}, {resample_every}")
+    def __init__(self, samples: int = SAMPLES, resample_every: int = RESAMPLE_EVERY, max_shapes: int = MAX_SHAPES):
+        if samples < 1 or resample_every < 1 or max_shapes < 1:
+            raise ValueError(f"samples, resample_every and max_shapes must be >= 1, got {samples}, "
+                             f"{resample_every}, {max_shapes}")
         self.samples = samples
         self.resample_every = resample_every
+        self.max_shapes = max_shapes
         self._recent: dict[str, collections.deque] = {}   # kernel key -> its last timed device times
-        self._first_seen: set[str] = set()                # keys whose first (left out) sample came
+        self._first_seen: dict[str, None] = {}            # keys whose first (left out) sample came, oldest first
         self._launches: dict[str, int] = {}               # kernel key -> launches since the last timed one
 
     def wants_sample(self, key: str) -> bool:
@@ -53,7 +58,9 @@ class WholeDurations:
         if device_seconds < 0:
             return
         if key not in self._first_seen:
-            self._first_seen.add(key)
+            if len(self._first_seen) >= self.max_shapes:
+                self._forget_oldest()
+            self._first_seen[key] = None
             return
         recent = self._recent.get(key)
         if recent is None:
@@ -66,3 +73,9 @@ class WholeDurations:
         if recent is None or len(recent) < self.samples:
             return None
         return max(recent)
+
+    def _forget_oldest(self) -> None:
+        oldest = next(iter(self._first_seen))
+        del self._first_seen[oldest]
+        self._recent.pop(oldest, None)
+        self._launches.pop(oldest, None)
