@@ -16,7 +16,11 @@ A shape's expected time is the largest of its last SAMPLES timed launches, the
 very first launch left out (it carries one-time costs: a module loaded lazily,
 a kernel the emulator compiles), and it is sampled again every RESAMPLE_EVERY
 launches, so a kernel that got slower (more data behind the same shape) is
-noticed and an unlucky slow sample ages out. Timing costs one event pair and its
+noticed and an unlucky slow sample ages out. The bound is only as good as the
+samples: a kernel whose time depends on its data more than on its shape can
+take longer than expected until its next sample (on a GPU, high-priority blocks
+still go first once the batch's running blocks leave their SMs: the streams'
+priorities). Timing costs one event pair and its
 own completion callback for that launch only. At most MAX_SHAPES shapes are
 kept (a job whose shapes change with its data makes new ones all the time); the
 oldest goes first, and is timed again if it comes back.
