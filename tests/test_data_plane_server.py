@@ -212,39 +212,59 @@ def test_a_lanes_launches_run_on_the_jobs_share_of_the_emulators_sms():
         backend.close()
 
 
-def test_a_preemptible_unit_revokes_every_lane():
+def test_a_high_priority_plane_preempts_a_ptb_unit_itself_and_keeps_its_lane():
     # The emulator, because a PTB kernel ends only once its workers really ran every task.
+    # A preemptible unit used to revoke every lane, so each high-priority kernel meanwhile
+    # went through Python (policy, preemption, launch: 30-50 us on a GPU's host). Now the
+    # high-priority lane stays granted and its plane sets the unit's flag before its kernel.
     backend = EmulatorBackend(printf_to_stdout=False)
     variants = PtxVariantProvider()
     saxpy = kernel(backend, "saxpy.cu", "saxpy", variants).backend_function
     ex = StreamExecutor(backend, make_policy("priority", idle_grace_ms=0), variants,
                         TransparentProfiler(backend.describe().sm_count), be_transform="ptb")
+    plane, device, server, client = attached_plane(ex, backend, "hp")
+    python = []
+    loop = threading.Thread(target=plane.serve, args=(lambda *request: python.append(request), 0.05), daemon=True)
     try:
         ex.add_client("hp", "high")
         ex.add_client("be")
-        attached_plane(ex, backend, "hp")
-        hp_work = Memset(backend.mem_alloc(4096), 0, 4, 16)
-        ex.submit("hp", LEGACY, hp_work)
+        add = kernel(backend, "vector_add.cu", "vector_add")
+        assert device.register_function(plane, add.function_id, add.backend_function, add.param_bytes)
+        hp_out = backend.mem_alloc(4 * 128)
+        hp_params = struct.pack("<QQQi", hp_out, hp_out, hp_out, 128)
+        ex.submit("hp", LEGACY, Launch(add.backend_function, (1, 1, 1), (128, 1, 1), 0, hp_params))
+        ex.synchronize_stream("hp", LEGACY)
         ex.offer_fast_lane("hp", LEGACY)
+        plane.stream_rules(LEGACY, True, True)
         assert granted(ex) == {("hp", LEGACY): True}
-        n = 2048
+        loop.start()
+        n = 1 << 17
         x, y = backend.mem_alloc(4 * n), backend.mem_alloc(4 * n)
         side = backend.stream_create()
         backend.memcpy_htod_async(x, memoryview(struct.pack(f"<{n}f", *range(n))), side)
         backend.stream_synchronize(side)
         ex.submit("be", LEGACY, Launch(saxpy, (n // 128, 1, 1), (128, 1, 1), 0, struct.pack("<ifQQ", n, 2.0, x, y)))
-        assert granted(ex) == {("hp", LEGACY): False}     # revoked before the PTB kernel started
+        assert ex.counters()["units_in_flight"] == 1 and ex.counters()["kernels_ptb"] == 1
+        assert granted(ex) == {("hp", LEGACY): True}       # the PTB unit left the high-priority lane alone
+        client.request_ring.push(protocol.codec("LaunchKernel").kind, 0, protocol.codec("LaunchKernel").pack(
+            hp_params, function=add.function_id, stream=LEGACY, grid=(1, 1, 1), block=(128, 1, 1)))
+        deadline = time.monotonic() + 30
+        while ex.fast_lanes.gate.preemptions_fired == 0:
+            assert time.monotonic() < deadline and not python, python
+            time.sleep(0.001)
         ex.synchronize_stream("be", LEGACY)
-        assert ex.counters()["kernels_ptb"] == 1 and ex.counters()["clients"]["be"]["kernels_completed"] == 1
+        counters = ex.counters()
+        assert counters["preemptions"] == 1 and counters["ptb_launches"] >= 2, counters    # stopped, resumed
+        assert counters["clients"]["be"]["kernels_completed"] == 1 and not python
         result = bytearray(4 * n)
         backend.memcpy_dtoh_async(memoryview(result), y, side)
         backend.stream_synchronize(side)
-        assert struct.unpack(f"<{n}f", result)[-3:] == (4090.0, 4092.0, 4094.0)    # y = 2x, every block ran
-        assert granted(ex) == {("hp", LEGACY): False}     # until the executor offers it again
-        ex.submit("hp", LEGACY, hp_work)
-        ex.offer_fast_lane("hp", LEGACY)
-        assert granted(ex) == {("hp", LEGACY): True}
+        assert struct.unpack(f"<{n}f", result)[-3:] == (2.0 * (n - 3), 2.0 * (n - 2), 2.0 * (n - 1))   # every task ran
+        assert not ex.fast_lanes._pinned                     # nothing left pinned
     finally:
+        plane.stop()
+        if loop.is_alive():
+            loop.join(5)
         ex.close()
         backend.close()
 

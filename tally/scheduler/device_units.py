@@ -35,6 +35,13 @@ behind the very workers it has to stop, and the writes land in the order they
 were issued (a flag set right after a resume is never undone by that resume's
 clear). Each launch waits for its state write with an event.
 
+A high-priority kernel that a job's C++ data plane issues stops the PTB
+launches on the device itself (docs/data-plane.md, "Preemption from the plane"):
+each PTB launch's flag is pinned on the plane's board (`board`, the executor's
+fast lanes) once its reset or clear is queued on the control stream, and taken
+off when the launch completes, when the executor preempts it, or when its lane
+goes. A flag the plane set counts as this layer's preemption.
+
 Everything here runs under the executor's lock, except close_lane.
 """
 from __future__ import annotations
@@ -42,7 +49,7 @@ from __future__ import annotations
 import collections
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ptx_passes.launch_plan import PTB_FLAG_OFFSET, PTB_STATE_BYTES
 from tally.backends.base import DeviceBackend, Dim3, Function
@@ -55,6 +62,16 @@ from tally.scheduler.run_mode import PTB, WHOLE, RunMode
 _ZERO_STATE = bytes(PTB_STATE_BYTES)
 _FLAG_SET = (1).to_bytes(4, "little")
 _FLAG_CLEAR = bytes(4)
+
+
+class PreemptBoard(Protocol):
+    """Where PTB launches are pinned for the C++ data plane to stop (fast_lane.py)."""
+
+    def pin_preemptible(self, flag_address: int, control_stream: Any) -> None: ...
+
+    def unpin_preemptible(self, flag_address: int) -> bool: ...    # True: the plane set the flag
+
+    def unpin_all_preemptible(self) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +99,7 @@ class DeviceUnit:
     device_seconds: float | None = None     # timed launches whose events could be read
     error: DeviceError | None = None        # what the stream reported after a slice or PTB launch
     ptb_tasks_done: int = 0                 # PTB: the kernel's task counter after this launch
+    preempted_by_plane: bool = False        # PTB: a C++ data plane set its flag (a high-priority kernel)
 
 
 class DeviceUnits:
@@ -93,6 +111,7 @@ class DeviceUnits:
         self._control_stream = None
         self._event_pool: dict[bool, list] = {True: [], False: []}
         self._readback = PinnedPool(backend)   # PTB counters read back behind each launch
+        self.board: PreemptBoard | None = None     # the executor's fast lanes, once it made them
 
     # lanes ---------------------------------------------------------------------------
     def open_lane(self, work_stream, priority: int) -> Lane:
@@ -111,6 +130,8 @@ class DeviceUnits:
                 pass          # nobody is left to tell
         self.backend.stream_destroy(lane.notify)
         ptb_state, lane.ptb_state = lane.ptb_state, None
+        if ptb_state is not None and self.board is not None:
+            self.board.unpin_preemptible(ptb_state + PTB_FLAG_OFFSET)   # before the memory goes
         if lane.readback is not None:
             self._readback.give(lane.readback)
             lane.readback = None
@@ -194,12 +215,24 @@ class DeviceUnits:
         b.event_record(state_ready, control)
         b.stream_wait_event(lane.work, state_ready)
         self._event_pool[False].append(state_ready)      # the wait captured it
+        if self.board is not None:
+            # after the reset / clear is queued: a plane's set lands behind it
+            self.board.pin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET, control)
         return lane.ptb_state
 
+    def unpin_ptb(self, lane: Lane) -> None:
+        """A PTB launch prepared on the lane will not be made after all."""
+        if self.board is not None and lane.ptb_state is not None:
+            self.board.unpin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET)
+
     def preempt(self, unit: DeviceUnit) -> None:
-        """Ask a running PTB launch to stop after its workers' current tasks."""
-        self.backend.memcpy_htod_async(unit.lane.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_SET),
-                                       self._control())
+        """Ask a running PTB launch to stop after its workers' current tasks (unless a
+        C++ data plane already did)."""
+        flag = unit.lane.ptb_state + PTB_FLAG_OFFSET
+        if self.board is not None and self.board.unpin_preemptible(flag):
+            unit.preempted_by_plane = True
+            return
+        self.backend.memcpy_htod_async(flag, memoryview(_FLAG_SET), self._control())
 
     # completion ----------------------------------------------------------------------
     def completed(self, unit: DeviceUnit, *, check_stream: bool) -> list[DeviceUnit]:
@@ -229,6 +262,8 @@ class DeviceUnits:
                 unit.error = e
         if unit.mode is PTB:
             unit.ptb_tasks_done = int.from_bytes(lane.readback[:4], "little")
+            if self.board is not None and self.board.unpin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET):
+                unit.preempted_by_plane = True
         if lane.watched is unit:
             # riders launched after it are still out: watch the newest (the others complete with it)
             lane.watched = None
@@ -259,6 +294,8 @@ class DeviceUnits:
         without asking the device (the backend's releases do nothing then)."""
         self._control_stream = None
         self._event_pool = {True: [], False: []}
+        if self.board is not None:
+            self.board.unpin_all_preemptible()      # their memory went with the context
         self._readback.close()
         self._readback = PinnedPool(self.backend)
 

@@ -125,6 +125,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         self.durations = WholeDurations()
         # Streams whose operations the C++ data plane may issue itself (fast_lane.py).
         self.fast_lanes = FastLanes(backend, self.clock, self._fast_lane_changed, self._activity, self.sm_count)
+        self.device.board = self.fast_lanes      # high-priority planes stop PTB launches themselves
         # Starting kernels and applying how they ended (executor_kernels.py).
         self._kernels = KernelRunner(device=self.device, graphs=self.graphs,
                                      planner=KernelPlanner(self.profiler, variants, be_transform),
@@ -223,9 +224,11 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
         # client that is not paused, a policy that starts this client's kernels at once
         # (or, for a job whose kernels it holds back, would start one now: fast_lane.py's
         # best-effort release) with no cluster gate to ask, no preemptible unit (a new
-        # high-priority kernel would have to preempt it), and an issuer that confines
-        # launches to the SM cap where there is one.
-        if (stream.queue or client.removing or client.paused or stream.released or self._in_flight.preemptible
+        # high-priority kernel would have to preempt it) unless the client's plane
+        # preempts it itself, and an issuer that confines launches to the SM cap where
+        # there is one.
+        if (stream.queue or client.removing or client.paused or stream.released
+                or (self._in_flight.preemptible and not self.fast_lanes.preempts_itself(client.client_id))
                 or (sm_cap is not None and not self.fast_lanes.carries_sm_cap(client.client_id))):
             return False
         if self.policy.starts_at_once(client.view):

@@ -113,10 +113,6 @@ class KernelRunner:
             self._launch(task, SLICE, plan.sliced.function, (piece.count, 1, 1), params, piece.count,
                          cluster=plan.slice_cluster)
         else:
-            # No lane may add high-priority work behind the scheduler's back while a
-            # preemptible unit runs; if one did since the policy looked, it looks again.
-            if self.fast_lanes.revoke_all():
-                return
             self._launch_ptb(task)
 
     def _start_graph(self, task: GraphTask, transform: bool) -> None:
@@ -199,6 +195,13 @@ class KernelRunner:
             stream.queue.popleft()
             self._launch(task, WHOLE, op.function, op.grid, op.params, task.total_blocks)
             return
+        # No best-effort lane may add work behind the scheduler's back while a preemptible
+        # unit runs; high-priority lanes go on, their planes stopping this launch themselves
+        # (prepare_ptb pinned it). If any lane issued work since the policy looked, the
+        # policy looks again first.
+        if self.fast_lanes.revoke_all():
+            self.device.unpin_ptb(stream.lane)
+            return
         task.ptb_started = True
         self.counters["ptb_launches"] += 1
         params = plan.ptb.plan.params(op.params, op.grid, state)
@@ -251,6 +254,8 @@ class KernelRunner:
             stream.errors.append(self.seen(stream, outcome.error))   # reported at the job's next synchronization
         blocks = unit.blocks
         if unit.mode is PTB:
+            if outcome.preempted_by_plane and not unit.preempt_requested:
+                self.counters["preemptions"] += 1      # a high-priority kernel's plane stopped it
             counter = min(outcome.ptb_tasks_done, task.total_blocks)
             blocks = counter - unit.counter_before
             task.counter = counter

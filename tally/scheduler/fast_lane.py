@@ -61,6 +61,7 @@ class _Attached:
     completes_at_issue: bool            # the null device: nothing to watch
     carries_sm_cap: bool                # the issuer confines a launch to an SM cap (else: no capped lane)
     needs_gate: bool = False            # a best-effort job: its kernels go through the gate
+    closes_gate: bool = False           # a high-priority job: its kernels close the gate and preempt
 
 
 @dataclass(eq=False)
@@ -91,6 +92,10 @@ class FastLanes:
         self._unit_ids = itertools.count(-1, -1)    # never an id of the device layer's units
         self.gate = _core.data_plane.BestEffortGate()
         self._best_effort_holder: Hashable | None = None   # the job whose best-effort lanes are granted
+        # PTB flags pinned for the planes to set (flag address -> the control stream), kept
+        # here too: pinned on the gate once a plane says what the stream's handle is
+        self._pinned: dict[int, Any] = {}
+        self._stream_handle: Callable[[Any], int] | None = None
         # What closed lanes issued (kernels, operations, graph replays): the server's
         # counters keep it after the plane resets the lane.
         self._closed = {"kernels": 0, "ops_submitted": 0, "graph_launches": 0}
@@ -101,6 +106,10 @@ class FastLanes:
         issuer = device.issuer
         self._attached[client_id] = _Attached(owner, device.stream_handle, issuer.completes_at_issue,
                                               issuer.carries_sm_cap)
+        if self._stream_handle is None:
+            self._stream_handle = device.stream_handle
+            for flag, control in list(self._pinned.items()):    # pinned before any plane came
+                self.gate.pin_preemptible(flag, self._stream_handle(control))
 
     def attached(self, client_id: Hashable) -> bool:
         return client_id in self._attached
@@ -115,6 +124,7 @@ class FastLanes:
         one at a time."""
         attached = self._attached[client_id]
         attached.needs_gate = rule.through_gate
+        attached.closes_gate = rule.closes_best_effort_gate
         attached.owner.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
                                      rule.one_unit_at_a_time)
 
@@ -176,18 +186,41 @@ class FastLanes:
                 lane.granted = False
 
     def revoke_all(self) -> bool:
-        """A preemptible unit is about to start: no lane may issue until offered
-        again. True when a lane issued work since the policy last looked: the unit
-        must not start before the policy has seen that work (it would hold the unit
-        back, or preempt it)."""
+        """A preemptible unit is about to start: no lane that does not preempt it may
+        issue until offered again (a high-priority lane goes on: its plane sets the
+        unit's flag before each kernel, the unit being pinned already). True when a
+        lane issued work since the policy last looked: the unit must not start before
+        the policy has seen that work (it would hold the unit back, or preempt it)."""
         moved = False
         for lane in self._lanes.values():
             if not lane.granted:
                 continue
-            lane.attached.owner.grant(lane.stream.key, False, 0)     # waits for an operation being issued
-            lane.granted = False
+            if not lane.attached.closes_gate:
+                lane.attached.owner.grant(lane.stream.key, False, 0)     # waits for an operation being issued
+                lane.granted = False
             moved |= self._counts(lane)[1] != lane.seen
         return moved
+
+    def preempts_itself(self, client_id: Hashable) -> bool:
+        """Whether the client's plane stops PTB launches before its kernels (so its lanes
+        may stay granted while one runs)."""
+        attached = self._attached.get(client_id)
+        return attached is not None and attached.closes_gate
+
+    # the board of PTB launches the planes stop (device_units.PreemptBoard) --------------
+    def pin_preemptible(self, flag_address: int, control_stream: Any) -> None:
+        self._pinned[flag_address] = control_stream
+        if self._stream_handle is not None:
+            self.gate.pin_preemptible(flag_address, self._stream_handle(control_stream))
+
+    def unpin_preemptible(self, flag_address: int) -> bool:
+        if self._pinned.pop(flag_address, None) is None:
+            return False
+        return self.gate.unpin_preemptible(flag_address)
+
+    def unpin_all_preemptible(self) -> None:
+        for flag in list(self._pinned):
+            self.unpin_preemptible(flag)
 
     def close(self, stream) -> None:
         """The executor stream is being released: its lane goes (a watch still

@@ -9,8 +9,13 @@
 // release decision reacts to high-priority work without Python. A closed gate
 // sends best-effort launches to Python, whose policy holds them until the
 // high-priority job is idle again; the next grant opens it again.
+//
+// The same high-priority kernel must stop the best-effort PTB launches already
+// on the device: the gate carries their board (preempt_board.h).
 #pragma once
 #include <atomic>
+
+#include "data_plane/preempt_board.h"
 
 namespace tally::data_plane {
 
@@ -22,9 +27,11 @@ class BestEffortGate {
     if (open_.load(std::memory_order_relaxed)) open_.store(false, std::memory_order_release);
   }
   bool is_open() const { return open_.load(std::memory_order_acquire); }
+  PreemptBoard& preemptible() { return board_; }
 
  private:
   std::atomic<bool> open_{false};
+  PreemptBoard board_;
 };
 
 }  // namespace tally::data_plane

@@ -87,7 +87,16 @@ void bind_data_plane(py::module_& parent) {
       .def(py::init<>())
       .def("open", &BestEffortGate::open)
       .def("close", &BestEffortGate::close)
-      .def_property_readonly("is_open", &BestEffortGate::is_open);
+      .def_property_readonly("is_open", &BestEffortGate::is_open)
+      .def("pin_preemptible", [](BestEffortGate& g, uint64_t flag_address, uint64_t control_stream) {
+             g.preemptible().pin(flag_address, control_stream);
+           }, py::arg("flag_address"), py::arg("control_stream"),
+           "A PTB launch a high-priority kernel issued by a C++ plane stops (preempt_board.h): its flag's "
+           "device address and the native handle of the stream the flag is written on.")
+      .def("unpin_preemptible", [](BestEffortGate& g, uint64_t flag_address) {
+             return g.preemptible().unpin(flag_address);
+           }, py::arg("flag_address"), "Off the board; True when a high-priority kernel set its flag meanwhile.")
+      .def_property_readonly("preemptions_fired", [](BestEffortGate& g) { return g.preemptible().fires(); });
 
   py::class_<PyClientPlane>(m, "ClientPlane",
                             "One job's request loop in C++, with the fast path for what the executor lets through.")

@@ -247,8 +247,12 @@ bool ClientPlane::fast_launch(const RecordView& v) {
     key.shared_bytes = shape.shared_bytes;
     if (!best_effort_may_launch(key)) return false;
   }
-  // Before the kernel is on its way: no best-effort lane may start one after this.
-  if (closes_gate_) gate_->close();
+  // Before the kernel is on its way: no best-effort lane may start one after this,
+  // and the best-effort PTB launches on the device stop after their current tasks.
+  if (closes_gate_) {
+    gate_->close();
+    gate_->preemptible().fire(*issuer_);
+  }
   if (!issuer_->launch(lane->native, fn->second, shape, params, param_bytes, lane->sm_cap)) return false;
   lane->launches.fetch_add(1, std::memory_order_release);
   note_issued(m.stream, *lane);
@@ -268,7 +272,10 @@ bool ClientPlane::fast_graph_launch(const RecordView& v) {
   if (lane == nullptr) return false;
   auto graph = graphs_.find(m.graph);
   if (graph == graphs_.end()) return false;
-  if (closes_gate_) gate_->close();
+  if (closes_gate_) {
+    gate_->close();
+    gate_->preemptible().fire(*issuer_);
+  }
   if (!issuer_->launch_graph(lane->native, graph->second, lane->sm_cap)) return false;
   lane->launches.fetch_add(graph->second.kernels, std::memory_order_release);
   lane->graph_launches.fetch_add(1, std::memory_order_release);
