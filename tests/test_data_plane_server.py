@@ -255,6 +255,7 @@ def test_a_high_priority_plane_preempts_a_ptb_unit_itself_and_keeps_its_lane():
         ex.synchronize_stream("be", LEGACY)
         counters = ex.counters()
         assert counters["preemptions"] == 1 and counters["ptb_launches"] >= 2, counters    # stopped, resumed
+        assert counters["preemptions_by_planes"] == 1, counters
         assert counters["clients"]["be"]["kernels_completed"] == 1 and not python
         result = bytearray(4 * n)
         backend.memcpy_dtoh_async(memoryview(result), y, side)

@@ -7,8 +7,11 @@ executor grants a lane exactly when it would itself issue the stream's next
 operation at once: the stream's queue is empty, its client's kernels start the
 moment they reach the head of the queue (`policy.starts_at_once`), and no
 preemptible unit is on the device (whose preemption a new high-priority kernel
-would have to trigger). Everything else, and so every decision to release
-best-effort work, stays with the executor and its policy.
+would have to trigger), unless the lane's plane triggers it itself: a
+high-priority job's plane sets the flag of every PTB launch pinned on the
+gate's board before it issues a kernel (device_units.py pins them;
+docs/data-plane.md, "Preemption from the plane"). Everything else, and so every
+decision to release best-effort work, stays with the executor and its policy.
 
 What the executor still needs to know of a lane's work:
 - whether it may still be running, so the policy sees the high-priority job as
@@ -18,10 +21,12 @@ What the executor still needs to know of a lane's work:
   stream (the device layer's) tell the executor when the work issued so far has
   completed, and the policy hears of it as of any unit's end;
 - that it must not grow behind the policy's back while a preemptible unit runs:
-  the executor revokes every lane before it starts one (`revoke_all`; a
-  revocation waits for an operation the data plane is issuing at that moment),
-  and if a lane issued work since the policy last looked, the unit waits and the
-  policy looks again (seeing the high-priority job busy, it holds the unit back);
+  the executor revokes every lane but the high-priority ones that preempt it
+  before it starts one (`revoke_all`; a revocation waits for an operation the
+  data plane is issuing at that moment), and if a lane issued work since the
+  policy last looked, the unit waits and the policy looks again (seeing the
+  high-priority job busy, it holds the unit back). The unit is pinned before
+  that look, so a high-priority kernel issued after it stops the unit;
 - its counters, for `tally-server status`.
 
 Best-effort release (a job whose kernels the policy holds back, e.g. while a
@@ -291,9 +296,12 @@ class FastLanes:
 
     def add_counters(self, out: dict) -> None:
         """Add the lanes' launches (graph replays' kernels among them), graph
-        replays and operations to the executor's counters, and `lanes_busy`: lanes
-        whose issued work may still be on the device."""
+        replays and operations to the executor's counters, `lanes_busy`: lanes
+        whose issued work may still be on the device, and `preemptions_by_planes`:
+        PTB launches a high-priority plane stopped (counted in `preemptions` too,
+        once the executor took them off the board)."""
         out.setdefault("lanes_busy", 0)
+        out["preemptions_by_planes"] = self.gate.preemptions_fired    # of out["preemptions"]
         out["ops_submitted"] += self._closed["ops_submitted"]
         out["kernels"] += self._closed["kernels"]
         out["kernels_whole"] += self._closed["kernels"]
