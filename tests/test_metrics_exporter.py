@@ -16,7 +16,7 @@ DEVICE = {"gpu": "0", "UUID": gpu_uuid(bytes(range(16))), "modelName": "Test GPU
 
 def status(**server_extra) -> dict:
     server = {"memory_total": 8 << 30, "memory_free": 6 << 30, "scheduler": {
-        "kernels_whole": 5, "kernels_sliced": 2, "kernels_ptb": 1, "preemptions": 3, "kernels_batched": 6,
+        "kernels_whole": 5, "kernels_sliced": 2, "kernels_ptb": 1, "preemptions": 3, "preemptions_by_planes": 2, "kernels_batched": 6,
         "graph_nodes_replayed": 480, "clients": {7: {"kernels": 4, "graph_nodes_replayed": 240}}}, **server_extra}
     client = {"client_id": 7, "pid": 4242, "priority": "best-effort", "program": "./train --lr 0.1",
               "memory_used": 1 << 30, "memory_peak": 3 << 29, "memory_quota": None,
@@ -75,6 +75,7 @@ def test_client_scheduler_health_and_event_figures():
     assert dict((d["mode"], v) for d, v in got["tally_kernels_total"]) == {"whole": 5, "sliced": 2, "ptb": 1}
     assert got["tally_preemptions_total"] == [({}, 3.0)]
     assert got["tally_kernels_batched_total"] == [({}, 6.0)]
+    assert got["tally_preemptions_by_planes_total"] == [({}, 2.0)]
     assert got["tally_graph_nodes_replayed_total"] == [({}, 480.0)]
     assert got["tally_client_graph_nodes_replayed_total"] == [(me, 240.0)]
     assert dict((d["state"], v) for d, v in got["tally_health_state"]) == {

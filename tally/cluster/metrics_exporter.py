@@ -146,6 +146,9 @@ def _scheduler_metrics(scheduler: dict) -> Iterator[Metric]:
     yield kernels
     yield CounterMetricFamily("tally_preemptions", "Best-effort PTB kernels preempted for high-priority work.",
                               value=scheduler.get("preemptions", 0))
+    yield CounterMetricFamily("tally_preemptions_by_planes", "Of those, PTB kernels a high-priority job's C++ "
+                              "data plane stopped itself before its kernel.",
+                              value=scheduler.get("preemptions_by_planes", 0))
     yield CounterMetricFamily("tally_kernels_batched", "Best-effort kernels started while the same job's earlier "
                               "best-effort work was still on the device (the priority policy's batches of short "
                               "whole kernels).", value=scheduler.get("kernels_batched", 0))
