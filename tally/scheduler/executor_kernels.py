@@ -224,6 +224,8 @@ class KernelRunner:
                                              cooperative=op.cooperative)
         except DeviceError as e:
             stream.errors.append(self.seen(stream, e))     # reported at the job's next synchronization
+            if mode is PTB:
+                self.device.unpin_ptb(stream.lane)         # no launch for a plane to stop
             if stream.queue and stream.queue[0] is task:
                 stream.queue.popleft()
             return
