@@ -274,6 +274,7 @@ def test_the_quick_rehearsal_runs_every_step_on_the_emulator(tmp_path):
     assert list((out / "04-colocate" / "runs-cuda-jobs").glob("run*/server.log"))
     assert list((out / "05-preemption" / "runs-preemption").glob("run*/server.log"))
     assert results["preemption"]["figures"]["requests"] > 0 and "delay_p99_us" in results["preemption"]["figures"]
+    assert results["preemption"]["figures"]["preemptions_by_planes"] is not None
     assert set(results["sm-share"]["figures"]["by_share"]) == {"50%", "100%"}
     scenario = results["device-fault"]["figures"]["scenario"]
     assert scenario["error"] == "CUDA_ERROR_ILLEGAL_ADDRESS" and scenario["jobs_failed"] == 2

@@ -140,7 +140,10 @@ def _preemption_figures(mode: Mode, output: str) -> dict:
             "delay_p50_us": (shared["hp_p50_ms"] - alone["hp_p50_ms"]) * 1e3,
             "delay_p99_us": (shared["hp_p99_ms"] - alone["hp_p99_ms"]) * 1e3,
             "goal_p99_us": 40.0, "requests": report.get("hp_arrivals"),
-            "be_normalized_throughput": shared["be_normalized_throughput"]}
+            "be_normalized_throughput": shared["be_normalized_throughput"],
+            # how many the high-priority job's C++ plane did itself (docs/data-plane.md)
+            "preemptions": shared.get("counters", {}).get("preemptions"),
+            "preemptions_by_planes": shared.get("counters", {}).get("preemptions_by_planes")}
 
 
 PREEMPTION = Step(
