@@ -2,8 +2,8 @@
 // plane's fire() writes, once per pinned PTB launch, what unpin() reports, and a
 // board hammered from two threads (Python's pins and unpins against planes' fires)
 // never losing or doubling a preemption.
+#include <atomic>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -13,7 +13,6 @@
 
 using tally::data_plane::DeviceIssuer;
 using tally::data_plane::FunctionEntry;
-using tally::data_plane::GraphEntry;
 using tally::data_plane::LaunchShape;
 using tally::data_plane::PreemptBoard;
 

@@ -24,9 +24,7 @@ class PreemptBoard {
  public:
   void pin(uint64_t flag_address, uint64_t control_stream) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, added] = pinned_.insert_or_assign(flag_address, Pinned{control_stream, false});
-    (void)it;
-    (void)added;
+    pinned_.insert_or_assign(flag_address, Pinned{control_stream, false});   // a lane's next launch: armed again
     armed_.store(count_armed(), std::memory_order_release);
   }
 
