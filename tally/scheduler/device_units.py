@@ -64,6 +64,11 @@ _FLAG_SET = (1).to_bytes(4, "little")
 _FLAG_CLEAR = bytes(4)
 
 
+def _flag(ptb_state: int) -> int:
+    """The device address of a PTB state's preempt flag."""
+    return ptb_state + PTB_FLAG_OFFSET
+
+
 class PreemptBoard(Protocol):
     """Where PTB launches are pinned for the C++ data plane to stop (fast_lane.py)."""
 
@@ -131,7 +136,7 @@ class DeviceUnits:
         self.backend.stream_destroy(lane.notify)
         ptb_state, lane.ptb_state = lane.ptb_state, None
         if ptb_state is not None and self.board is not None:
-            self.board.unpin_preemptible(ptb_state + PTB_FLAG_OFFSET)   # before the memory goes
+            self.board.unpin_preemptible(_flag(ptb_state))   # before the memory goes
         if lane.readback is not None:
             self._readback.give(lane.readback)
             lane.readback = None
@@ -208,7 +213,7 @@ class DeviceUnits:
             except DeviceError:
                 return None
         if resume:
-            b.memcpy_htod_async(lane.ptb_state + PTB_FLAG_OFFSET, memoryview(_FLAG_CLEAR), control)
+            b.memcpy_htod_async(_flag(lane.ptb_state), memoryview(_FLAG_CLEAR), control)
         else:
             b.memcpy_htod_async(lane.ptb_state, memoryview(_ZERO_STATE), control)
         state_ready = self._pooled_event(False)
@@ -217,18 +222,18 @@ class DeviceUnits:
         self._event_pool[False].append(state_ready)      # the wait captured it
         if self.board is not None:
             # after the reset / clear is queued: a plane's set lands behind it
-            self.board.pin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET, control)
+            self.board.pin_preemptible(_flag(lane.ptb_state), control)
         return lane.ptb_state
 
     def unpin_ptb(self, lane: Lane) -> None:
         """A PTB launch prepared on the lane will not be made after all."""
         if self.board is not None and lane.ptb_state is not None:
-            self.board.unpin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET)
+            self.board.unpin_preemptible(_flag(lane.ptb_state))
 
     def preempt(self, unit: DeviceUnit) -> None:
         """Ask a running PTB launch to stop after its workers' current tasks (unless a
         C++ data plane already did)."""
-        flag = unit.lane.ptb_state + PTB_FLAG_OFFSET
+        flag = _flag(unit.lane.ptb_state)
         if self.board is not None and self.board.unpin_preemptible(flag):
             unit.preempted_by_plane = True
             return
@@ -262,7 +267,7 @@ class DeviceUnits:
                 unit.error = e
         if unit.mode is PTB:
             unit.ptb_tasks_done = int.from_bytes(lane.readback[:4], "little")
-            if self.board is not None and self.board.unpin_preemptible(lane.ptb_state + PTB_FLAG_OFFSET):
+            if self.board is not None and self.board.unpin_preemptible(_flag(lane.ptb_state)):
                 unit.preempted_by_plane = True
         if lane.watched is unit:
             # riders launched after it are still out: watch the newest (the others complete with it)

@@ -51,6 +51,7 @@ class KernelTask:
     ptb_started: bool = False
     counter: int = 0                     # PTB tasks completed so far
     unit: "Unit | None" = None           # its slice or PTB launch on the device
+    _key: str | None = field(default=None, repr=False)
 
     @property
     def total_blocks(self) -> int:
@@ -58,8 +59,11 @@ class KernelTask:
 
     @property
     def key(self) -> str:
-        op = self.op
-        return kernel_key(op.function.name, op.grid, op.block, op.shared_bytes)
+        # made once: the policy's view asks for it at every scheduling pass
+        if self._key is None:
+            op = self.op
+            self._key = kernel_key(op.function.name, op.grid, op.block, op.shared_bytes)
+        return self._key
 
     @property
     def partially_done(self) -> bool:

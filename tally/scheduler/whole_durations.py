@@ -28,10 +28,19 @@ oldest goes first, and is timed again if it comes back.
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass, field
 
 SAMPLES = 2
 RESAMPLE_EVERY = 256
 MAX_SHAPES = 65536
+
+
+@dataclass(slots=True)
+class _Shape:
+    """One launch shape, from its first (left out) timed launch on."""
+
+    recent: collections.deque               # its last timed device times
+    since_sample: int = field(default=0)    # launches since the last timed one, once trusted
 
 
 class WholeDurations:
@@ -42,44 +51,33 @@ class WholeDurations:
         self.samples = samples
         self.resample_every = resample_every
         self.max_shapes = max_shapes
-        self._recent: dict[str, collections.deque] = {}   # kernel key -> its last timed device times
-        self._first_seen: dict[str, None] = {}            # keys whose first (left out) sample came, oldest first
-        self._launches: dict[str, int] = {}               # kernel key -> launches since the last timed one
+        self._shapes: dict[str, _Shape] = {}    # kernel key -> its samples, oldest shape first
 
     def wants_sample(self, key: str) -> bool:
         """Whether this launch of `key` should be timed (call once per launch)."""
-        recent = self._recent.get(key)
-        if recent is None or len(recent) < self.samples:
+        shape = self._shapes.get(key)
+        if shape is None or len(shape.recent) < self.samples:
             return True
-        launches = self._launches.get(key, 0) + 1
-        if launches >= self.resample_every:
-            self._launches[key] = 0
+        shape.since_sample += 1
+        if shape.since_sample >= self.resample_every:
+            shape.since_sample = 0
             return True
-        self._launches[key] = launches
         return False
 
     def observe(self, key: str, device_seconds: float) -> None:
         if device_seconds < 0:
             return
-        if key not in self._first_seen:
-            if len(self._first_seen) >= self.max_shapes:
-                self._forget_oldest()
-            self._first_seen[key] = None
+        shape = self._shapes.get(key)
+        if shape is None:               # the first launch: left out
+            if len(self._shapes) >= self.max_shapes:
+                del self._shapes[next(iter(self._shapes))]
+            self._shapes[key] = _Shape(collections.deque(maxlen=self.samples))
             return
-        recent = self._recent.get(key)
-        if recent is None:
-            recent = self._recent[key] = collections.deque(maxlen=self.samples)
-        recent.append(device_seconds)
+        shape.recent.append(device_seconds)
 
     def predicted(self, key: str) -> float | None:
         """The device time to expect of one launch of `key`; None until it was sampled."""
-        recent = self._recent.get(key)
-        if recent is None or len(recent) < self.samples:
+        shape = self._shapes.get(key)
+        if shape is None or len(shape.recent) < self.samples:
             return None
-        return max(recent)
-
-    def _forget_oldest(self) -> None:
-        oldest = next(iter(self._first_seen))
-        del self._first_seen[oldest]
-        self._recent.pop(oldest, None)
-        self._launches.pop(oldest, None)
+        return max(shape.recent)
