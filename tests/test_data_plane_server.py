@@ -321,6 +321,113 @@ def test_a_busy_high_priority_lane_holds_best_effort_work_back(spin_ptx):
         server.unlink()
 
 
+class BestEffortPlane:
+    """A best-effort job's plane on the emulator with its lane granted (no high-priority
+    work: the gate is open), serving on a thread; the spin kernel registered."""
+
+    def __init__(self, spin_ptx):
+        self.backend = EmulatorBackend(printf_to_stdout=False, launch_timeout_s=120)
+        self.ex = StreamExecutor(self.backend, make_policy("priority", idle_grace_ms=0))
+        self.ex.add_client("be")
+        self.plane, device, self.server, self.client = attached_plane(self.ex, self.backend, "be")
+        registry = ModuleRegistry(self.backend)
+        self.spin = registry.function(registry.load(spin_ptx).module_id, "_Z4spinPjj")
+        assert device.register_function(self.plane, self.spin.function_id, self.spin.backend_function,
+                                        self.spin.param_bytes)
+        self.out = self.backend.mem_alloc(4096)
+        self.ex.submit("be", LEGACY, Memset(self.out, 0, 4, 32))
+        self.ex.synchronize_stream("be", LEGACY)
+        self.ex.offer_fast_lane("be", LEGACY)
+        assert granted(self.ex)[("be", LEGACY)] and self.ex.fast_lanes.gate.is_open
+        self.plane.stream_rules(LEGACY, True, True)
+        self.plane.add_whole_shape(self.spin.function_id, (1, 1, 1), (32, 1, 1), 0)
+        self.python = []
+        self.loop = threading.Thread(target=self.plane.serve,
+                                     args=(lambda *request: self.python.append(request), 0.05), daemon=True)
+        self.loop.start()
+
+    def rule(self, max_batch: int, budget_ns: int, timed_every: int = 0, drain_wait_ns: int = 1_000_000) -> None:
+        self.plane.set_lane_rule(self.ex.fast_lanes.gate, False, True, True, max_batch, budget_ns, timed_every,
+                                 drain_wait_ns)
+
+    def launch(self, iterations: int, count: int) -> None:
+        for _ in range(count):
+            self.client.request_ring.push(protocol.codec("LaunchKernel").kind, 0, protocol.codec("LaunchKernel").pack(
+                struct.pack("<QI", self.out, iterations), function=self.spin.function_id, stream=LEGACY,
+                grid=(1, 1, 1), block=(32, 1, 1)))
+
+    def handled(self) -> int:
+        """Launches the plane issued plus those it handed to Python."""
+        return self.plane.lane_counts(LEGACY)[0] + len(self.python)
+
+    def close(self) -> None:
+        self.plane.stop()
+        self.loop.join(5)
+        self.ex.close()
+        self.backend.close()
+        self.client.close()
+        self.server.unlink()
+
+
+LONG_SPIN = 10_000_000    # a tenth of a second or more on the emulator: far over the plane's 1 ms wait
+
+
+@pytest.mark.parametrize("max_batch, budget_ns, expected_ns, on_device", [
+    (3, 10**9, 1000, 3),         # as many as the policy's batch holds
+    (32, 2500, 1000, 2),         # as many as fit the budget
+    (32, 10**9, None, 0),        # a kernel Python has yet to time goes to Python, to be timed there
+    (1, 10**9, 1000, 1),         # one unit at a time
+])
+def test_a_best_effort_plane_batches_kernels_of_known_time_within_its_rule(spin_ptx, max_batch, budget_ns,
+                                                                            expected_ns, on_device):
+    be = BestEffortPlane(spin_ptx)
+    try:
+        be.rule(max_batch, budget_ns)
+        if expected_ns is not None:
+            be.plane.set_whole_time(be.spin.function_id, (1, 1, 1), (32, 1, 1), 0, expected_ns)
+        be.launch(LONG_SPIN, 5)
+        deadline = time.monotonic() + 30
+        while be.handled() < 5:      # a launch with no room waits up to 1 ms for a drain, then goes to Python
+            assert time.monotonic() < deadline, (be.plane.lane_counts(LEGACY), be.python)
+            time.sleep(0.001)
+        assert be.plane.lane_counts(LEGACY)[0] == on_device and len(be.python) == 5 - on_device
+        assert be.plane.batched() == max(0, on_device - 1)     # issued while the first still ran
+    finally:
+        be.close()
+
+
+def test_a_full_batch_waits_for_its_kernels_to_drain_instead_of_going_to_python(spin_ptx):
+    be = BestEffortPlane(spin_ptx)
+    try:
+        be.rule(2, 10**9, drain_wait_ns=30 * 10**9)     # (a loaded machine's emulator may take a while)
+        be.plane.set_whole_time(be.spin.function_id, (1, 1, 1), (32, 1, 1), 0, 1000)
+        be.launch(1000, 12)
+        deadline = time.monotonic() + 30
+        while be.handled() < 12:
+            assert time.monotonic() < deadline, (be.plane.lane_counts(LEGACY), be.python)
+            time.sleep(0.001)
+        assert be.python == [] and be.plane.lane_counts(LEGACY)[0] == 12
+        assert be.plane.batched() == 6      # the second of each pair joined the first
+    finally:
+        be.close()
+
+
+def test_every_so_many_launches_of_a_shape_one_goes_to_python_to_be_timed(spin_ptx):
+    be = BestEffortPlane(spin_ptx)
+    try:
+        be.rule(32, 10**9, timed_every=4)
+        be.plane.set_whole_time(be.spin.function_id, (1, 1, 1), (32, 1, 1), 0, 1000)
+        be.launch(1000, 10)
+        deadline = time.monotonic() + 30
+        while be.handled() < 10:
+            assert time.monotonic() < deadline, (be.plane.lane_counts(LEGACY), be.python)
+            time.sleep(0.001)
+        # the plane's 4 launches, the 5th to Python (once the streams were quiet), 4 more, the 10th
+        assert be.plane.lane_counts(LEGACY)[0] == 8 and len(be.python) == 2
+    finally:
+        be.close()
+
+
 # ---- real servers, either plane -----------------------------------------------------
 
 @pytest.fixture(scope="module", params=["cpp", "python"])

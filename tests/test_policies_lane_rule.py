@@ -12,6 +12,7 @@ HP_RULE = LaneRule(closes_best_effort_gate=True, through_gate=False, one_unit_at
 BE_GATED = LaneRule(closes_best_effort_gate=False, through_gate=True, one_unit_at_a_time=True)
 AT_ONCE = LaneRule(closes_best_effort_gate=False, through_gate=False, one_unit_at_a_time=False)
 HP_GATED = LaneRule(closes_best_effort_gate=True, through_gate=True, one_unit_at_a_time=True)
+BE_BATCHES = LaneRule(closes_best_effort_gate=False, through_gate=True, one_unit_at_a_time=True, max_batch=32)
 
 
 def view(priority: str) -> ClientView:
@@ -19,7 +20,7 @@ def view(priority: str) -> ClientView:
 
 
 @pytest.mark.parametrize("policy, high, best_effort", [
-    ("priority", HP_RULE, BE_GATED),          # Tally's: best-effort kernels wait for an idle device
+    ("priority", HP_RULE, BE_BATCHES),        # Tally's: best-effort kernels wait for an idle device, in batches
     ("kernel-priority", HP_RULE, BE_GATED),
     ("fifo", HP_RULE, AT_ONCE),                # no scheduling: everything goes at once
     ("time-slice", HP_GATED, BE_GATED),        # every job waits for its turn

@@ -209,7 +209,18 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
 
     def _fast_lane_roles(self, client: ClientState) -> None:
         # the policy declares what the C++ plane may do with the job's kernels
-        self.fast_lanes.set_rule(client.client_id, self.policy.lane_rule(client.view))
+        self.fast_lanes.set_rule(client.client_id, self.policy.lane_rule(client.view),
+                                 batch_budget_s=self.profiler.threshold, timed_every=self.durations.resample_every)
+
+    def whole_expected(self, client_id: Hashable, op: Launch) -> float | None:
+        """The expected device time of a best-effort launch the planner runs whole, once
+        timed launches of its shape told it (whole_durations.py); None before."""
+        with self._lock:
+            client = self._clients.get(client_id)
+            if client is None:
+                return None
+            key = kernel_key(op.function.name, op.grid, op.block, op.shared_bytes)
+            return self.durations.predicted(key) if key in client.whole_keys else None
 
     def runs_whole(self, client_id: Hashable, op: Launch) -> bool:
         """Whether the planner settled on running this best-effort launch whole (so a

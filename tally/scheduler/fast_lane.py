@@ -103,7 +103,7 @@ class FastLanes:
         self._stream_handle: Callable[[Any], int] | None = None
         # What closed lanes issued (kernels, operations, graph replays): the server's
         # counters keep it after the plane resets the lane.
-        self._closed = {"kernels": 0, "ops_submitted": 0, "graph_launches": 0}
+        self._closed = {"kernels": 0, "ops_submitted": 0, "graph_launches": 0, "kernels_batched": 0}
 
     def attach(self, client_id: Hashable, owner, device) -> None:
         """The client's requests go through a C++ plane that may be given lanes;
@@ -123,21 +123,25 @@ class FastLanes:
         attached = self._attached.get(client_id)
         return attached is not None and attached.carries_sm_cap
 
-    def set_rule(self, client_id: Hashable, rule: LaneRule) -> None:
+    def set_rule(self, client_id: Hashable, rule: LaneRule, batch_budget_s: float, timed_every: int) -> None:
         """The policy's rule for the client's kernels (policy.LaneRule), handed to its
         plane as it is: whether they close the best-effort gate, go only through it,
-        one at a time."""
+        one at a time or in batches; with the executor's batch budget and how often
+        the plane sends a launch shape's kernel to Python to be timed
+        (whole_durations.py: the plane's own launches are not timed)."""
         attached = self._attached[client_id]
         attached.needs_gate = rule.through_gate
         attached.closes_gate = rule.closes_best_effort_gate
         attached.owner.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
-                                     rule.one_unit_at_a_time)
+                                     rule.one_unit_at_a_time, rule.max_batch, round(batch_budget_s * 1e9),
+                                     timed_every)
 
     def detach(self, client_id: Hashable) -> None:
         """The client is going: no lane of it issues anything from now on."""
         attached = self._attached.pop(client_id, None)
         if attached is not None:
             attached.owner.revoke_all()
+            self._closed["kernels_batched"] += attached.owner.batched()
             for lane in self._lanes.values():
                 if lane.attached is attached:
                     lane.granted = False
@@ -260,7 +264,7 @@ class FastLanes:
             return ()
         busy = []
         for lane in self._lanes.values():
-            _launches, issued, last_ns, _graphs = self._counts(lane)
+            launches, issued, last_ns, _graphs = self._counts(lane)
             lane.seen = issued
             if issued == lane.drained:
                 continue
@@ -268,6 +272,18 @@ class FastLanes:
                 lane.drained = issued
                 # Done the moment it was issued: no device time to account for.
                 policy.on_unit_finished(dataclasses.replace(lane.view, started_at=last_ns / 1e9), last_ns / 1e9)
+                continue
+            if lane.attached.needs_gate and lane.attached.owner.lane_quiet(lane.stream.key):
+                # A best-effort lane's work completed before its watch's callback says
+                # so: the policy hears of it now. Else a launch its plane handed to
+                # Python once the lane was quiet (to be timed, whole_durations.py) would
+                # wait for that callback, and every launch of the job after it, which
+                # go to Python while it waits, would wait with it.
+                if not lane.busy:
+                    lane.busy = True
+                    lane.view = dataclasses.replace(lane.view, started_at=last_ns / 1e9)
+                    self._activity.launched(lane, lane.view.priority, self._lane_sms(lane), now)
+                self._drained(lane, issued, launches, policy, now)
                 continue
             if not lane.busy:
                 # The policy counts a unit's device time from its start (best-effort
@@ -306,6 +322,9 @@ class FastLanes:
         out["kernels"] += self._closed["kernels"]
         out["kernels_whole"] += self._closed["kernels"]
         out["graph_launches"] += self._closed["graph_launches"]
+        # best-effort kernels the planes issued next to the job's earlier ones (their batches)
+        out["kernels_batched"] = (out.get("kernels_batched", 0) + self._closed["kernels_batched"]
+                                  + sum(a.owner.batched() for a in self._attached.values()))
         for lane in self._lanes.values():
             launches, issued, graph_launches = self._refresh(lane)
             out["lanes_busy"] += issued != lane.drained
@@ -328,6 +347,15 @@ class FastLanes:
     def _counts(self, lane: _Lane) -> tuple[int, int, int]:
         return lane.attached.owner.lane_counts(lane.stream.key)
 
+    def _drained(self, lane: _Lane, issued: int, launches: int, policy: SchedulingPolicy, now: float) -> None:
+        """The lane's operations up to `issued` (`launches` kernels among them) completed."""
+        if issued > lane.drained:
+            lane.drained, lane.launches_done = issued, launches
+        if lane.busy:
+            lane.busy = False
+            self._activity.completed(lane, self._lane_sms(lane), now)
+            policy.on_unit_finished(lane.view, now)
+
     def _watch(self, lane: _Lane) -> None:
         """Learn when the operations the lane issued so far have completed: the
         same event-then-callback the device layer watches its units with, on the
@@ -343,13 +371,7 @@ class FastLanes:
         def drained(policy: SchedulingPolicy, now: float) -> None:
             b.event_destroy(event)
             lane.watched = None
-            if lane.closed:
-                return
-            if issued > lane.drained:
-                lane.drained, lane.launches_done = issued, launches
-            if lane.busy:
-                lane.busy = False
-                self._activity.completed(lane, self._lane_sms(lane), now)
-                policy.on_unit_finished(lane.view, now)
+            if not lane.closed:
+                self._drained(lane, issued, launches, policy, now)
 
         b.host_callback(stream.lane.notify, lambda: self._clock.call_soon(lambda: self._on_change(drained)))

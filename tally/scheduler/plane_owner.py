@@ -67,8 +67,16 @@ class PlaneOwner:
         self._plane.set_enabled(enabled)
 
     # ---- the executor's lanes (fast_lane.py) ---------------------------------------
-    def set_lane_rule(self, gate, closes_gate: bool, through_gate: bool, one_at_a_time: bool) -> None:
-        self._plane.set_lane_rule(gate, closes_gate, through_gate, one_at_a_time)
+    def set_lane_rule(self, gate, closes_gate: bool, through_gate: bool, one_at_a_time: bool,
+                      max_batch: int, batch_budget_ns: int, timed_every: int) -> None:
+        self._plane.set_lane_rule(gate, closes_gate, through_gate, one_at_a_time, max_batch, batch_budget_ns,
+                                  timed_every)
+
+    def set_whole_time(self, function_id: int, grid, block, shared_bytes: int, expected_ns: int) -> None:
+        self._plane.set_whole_time(function_id, grid, block, shared_bytes, expected_ns)
+
+    def batched(self) -> int:
+        return self._plane.batched()
 
     def open_lane(self, key: int, stream_handle: int) -> None:
         self._plane.open_lane(key, stream_handle)

@@ -114,18 +114,23 @@ class LaneRule:
     through_gate: the job's kernels go only while that gate is open, and only
         shapes the planner runs whole (a transformed kernel needs Python).
     one_unit_at_a_time: a kernel through the gate goes only when none of the job's
-        earlier ones still runs (the policy's one best-effort unit at a time)."""
+        earlier ones still runs (the policy's one best-effort unit at a time)...
+    max_batch: ...or, above 1, while at most this many of the job's whole kernels
+        of known device times run together, expected to take at most the batch
+        budget (SchedulerView.batch_budget_s) in all: the policy's best-effort
+        batches, which the plane then makes without Python."""
     closes_best_effort_gate: bool
     through_gate: bool
     one_unit_at_a_time: bool
+    max_batch: int = 1
 
 
-def gated_lane_rule(client: ClientView, starts_at_once: bool) -> LaneRule:
+def gated_lane_rule(client: ClientView, starts_at_once: bool, max_batch: int = 1) -> LaneRule:
     """The rule of the policies in policies/: a high-priority job closes the gate; a
     job whose kernels the policy does not start at once goes through it, one
-    kernel at a time."""
+    kernel at a time or in batches of up to `max_batch`."""
     return LaneRule(closes_best_effort_gate=client.priority == HIGH, through_gate=not starts_at_once,
-                    one_unit_at_a_time=not starts_at_once)
+                    one_unit_at_a_time=not starts_at_once, max_batch=1 if starts_at_once else max_batch)
 
 
 @dataclass(frozen=True)

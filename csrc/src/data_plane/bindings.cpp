@@ -58,6 +58,16 @@ bool push_completion(PyClientPlane& p, uint32_t kind, uint64_t tag, const py::bu
                                 static_cast<uint32_t>(data.size()));
 }
 
+WholeShape whole_shape(uint64_t function_id, const std::tuple<uint32_t, uint32_t, uint32_t>& grid,
+                       const std::tuple<uint32_t, uint32_t, uint32_t>& block, uint32_t shared_bytes) {
+  WholeShape s;
+  s.function = function_id;
+  s.grid[0] = std::get<0>(grid), s.grid[1] = std::get<1>(grid), s.grid[2] = std::get<2>(grid);
+  s.block[0] = std::get<0>(block), s.block[1] = std::get<1>(block), s.block[2] = std::get<2>(block);
+  s.shared_bytes = shared_bytes;
+  return s;
+}
+
 py::tuple counts(const PyClientPlane& p) {
   const FastCounts& c = p.plane->counts();
   py::dict by_kind;
@@ -181,20 +191,33 @@ void bind_data_plane(py::module_& parent) {
            "A lowered emulator kernel and the launch limits the backend checks (0: none), its "
            "compile-time cluster shape included.")
       .def("set_lane_rule", [](PyClientPlane& p, std::shared_ptr<BestEffortGate> gate, bool closes,
-                               bool through_gate, bool one_at_a_time) {
-             p.plane->set_lane_rule(std::move(gate), closes, through_gate, one_at_a_time);
+                               bool through_gate, bool one_at_a_time, uint32_t max_batch, uint64_t batch_budget_ns,
+                               uint32_t timed_every, int64_t drain_wait_ns) {
+             BatchRule batch;
+             batch.max_units = max_batch;
+             batch.budget_ns = batch_budget_ns;
+             batch.timed_every = timed_every;
+             batch.drain_wait_ns = drain_wait_ns;
+             p.plane->set_lane_rule(std::move(gate), closes, through_gate, one_at_a_time, batch);
            }, py::arg("gate"), py::arg("closes"), py::arg("through_gate"), py::arg("one_at_a_time"),
-           "The policy's LaneRule for the job's kernels (tally/scheduler/policy.py), as declared.")
+           py::arg("max_batch") = 1, py::arg("batch_budget_ns") = 0, py::arg("timed_every") = 0,
+           py::arg("drain_wait_ns") = BatchRule{}.drain_wait_ns,
+           "The policy's LaneRule for the job's kernels (tally/scheduler/policy.py), as declared, with "
+           "the executor's batch budget, how often a shape's launch goes to Python to be timed, and how "
+           "long a launch waits for a full batch to drain before Python takes it.")
       .def("add_whole_shape", [](PyClientPlane& p, uint64_t function_id, std::tuple<uint32_t, uint32_t, uint32_t> grid,
                                  std::tuple<uint32_t, uint32_t, uint32_t> block, uint32_t shared_bytes) {
-             WholeShape s;
-             s.function = function_id;
-             s.grid[0] = std::get<0>(grid), s.grid[1] = std::get<1>(grid), s.grid[2] = std::get<2>(grid);
-             s.block[0] = std::get<0>(block), s.block[1] = std::get<1>(block), s.block[2] = std::get<2>(block);
-             s.shared_bytes = shared_bytes;
-             p.plane->add_whole_shape(s);
+             p.plane->add_whole_shape(whole_shape(function_id, grid, block, shared_bytes));
            }, py::arg("function_id"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes"),
            "A launch shape of a best-effort job's kernel that the planner runs whole.")
+      .def("set_whole_time", [](PyClientPlane& p, uint64_t function_id, std::tuple<uint32_t, uint32_t, uint32_t> grid,
+                                std::tuple<uint32_t, uint32_t, uint32_t> block, uint32_t shared_bytes,
+                                uint64_t expected_ns) {
+             p.plane->set_whole_time(whole_shape(function_id, grid, block, shared_bytes), expected_ns);
+           }, py::arg("function_id"), py::arg("grid"), py::arg("block"), py::arg("shared_bytes"),
+           py::arg("expected_ns"), "A launch shape's expected device time, learned from a timed launch.")
+      .def("batched", [](const PyClientPlane& p) { return p.plane->counts().batched.load(std::memory_order_relaxed); },
+           "Best-effort kernels the plane issued while the job's earlier ones still ran (its batches).")
       .def("remove_function", [](PyClientPlane& p, uint64_t id) { p.plane->remove_function(id); },
            py::arg("function_id"))
       .def("add_graph", [](PyClientPlane& p, uint64_t id, uint64_t native, uint32_t kernels) {

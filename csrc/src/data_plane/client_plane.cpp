@@ -30,6 +30,9 @@ bool read_fixed(const RecordView& v, Msg* out, bool tail_allowed) {
   return true;
 }
 
+// How often a best-effort launch with no room in its batch looks whether the batch drained.
+constexpr auto kBatchPoll = std::chrono::microseconds(20);
+
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -189,15 +192,50 @@ Lane* ClientPlane::usable_lane(uint64_t key) {
 
 // A kernel through the gate (set_lane_rule): the gate open, a shape the planner
 // runs whole, and, when the policy's rule says so, none of the job's earlier
-// kernels still running.
-bool ClientPlane::best_effort_may_launch(const WholeShape& shape) {
-  if (!gate_ || !gate_->is_open() || whole_shapes_.count(shape) == 0) return false;
-  if (!one_at_a_time_) return true;
-  for (auto& [key, lane] : lanes_) {
-    if (!lane->has_native || lane->launches.load(std::memory_order_relaxed) == 0) continue;
-    if (!issuer_->stream_quiet(lane->native)) return false;
+// kernels still running, or room for it in the batch on the device. A batch is
+// counted from the moment the plane sees the job's streams quiet: whatever it
+// issued since may still be queued, so their expected times add up to at most
+// the budget whatever has completed meanwhile, and while there is room the
+// plane need not look at the streams (a query of each: on the nested cuda
+// backend a round trip to the server below). Work Python issued is not
+// counted: a batch ends whenever the executor grants or revokes a lane (Python
+// may have issued work meanwhile), and until the streams are seen quiet again
+// the plane adds nothing.
+ClientPlane::Admission ClientPlane::best_effort_admits(const WholeShape& shape) {
+  if (!gate_ || !gate_->is_open()) return Admission::kRefused;
+  auto found = whole_shapes_.find(shape);
+  if (found == whole_shapes_.end() || !found->second.whole) return Admission::kRefused;
+  if (!one_at_a_time_) return Admission::kAlone;
+  WholeEntry& entry = found->second;
+  // Every so many of the plane's launches of a shape, one goes to Python, which
+  // times it (the plane's are not timed): a kernel that got slower behind the
+  // same shape is noticed. So do the shape's launches until Python has timed it.
+  const bool batches = batch_.max_units > 1;
+  const bool to_be_timed =
+      batches && (entry.expected_ns == 0 || (batch_.timed_every != 0 && entry.untimed >= batch_.timed_every));
+  const bool room = !to_be_timed && batch_units_ != 0 && batch_units_ < batch_.max_units &&
+                    batch_ns_ + entry.expected_ns <= batch_.budget_ns;
+  bool quiet = !room;
+  for (auto it = lanes_.begin(); quiet && it != lanes_.end(); ++it) {
+    if (it->second->has_native && !issuer_->stream_quiet(it->second->native)) quiet = false;
   }
-  return true;
+  if (!quiet && !batches) return Admission::kRefused;   // Python starts it after the one running
+  if (!quiet && !room) return Admission::kFull;   // the batch (or Python's units) must drain first
+  if (to_be_timed) {
+    // Python times it alone on quiet streams: it starts at once, so its queue stays
+    // empty and the lane comes back with the next request (a launch Python must
+    // hold makes it take every launch after it until its queue is empty).
+    entry.untimed = 0;
+    return Admission::kRefused;
+  }
+  if (quiet) {
+    batch_ns_ = 0;
+    batch_units_ = 0;
+  }
+  batch_ns_ += entry.expected_ns;
+  ++batch_units_;
+  ++entry.untimed;
+  return quiet ? Admission::kAlone : Admission::kJoins;
 }
 
 void ClientPlane::note_issued(uint64_t key, Lane& lane) {
@@ -234,18 +272,36 @@ bool ClientPlane::fast_launch(const RecordView& v) {
   shape.shared_bytes = m.shared_bytes;
   const uint8_t* params = v.payload + sizeof m;
   const uint32_t param_bytes = v.size - static_cast<uint32_t>(sizeof m);
-  std::lock_guard<std::mutex> lock(mu_);
-  Lane* lane = usable_lane(m.stream);
-  if (lane == nullptr) return false;
-  auto fn = functions_.find(m.function);
-  if (fn == functions_.end() || fn->second.param_bytes != param_bytes) return false;
-  if (needs_gate_) {
-    WholeShape key;
-    key.function = m.function;
-    std::memcpy(key.grid, shape.grid, sizeof key.grid);
-    std::memcpy(key.block, shape.block, sizeof key.block);
-    key.shared_bytes = shape.shared_bytes;
-    if (!best_effort_may_launch(key)) return false;
+  WholeShape key;
+  key.function = m.function;
+  std::memcpy(key.grid, shape.grid, sizeof key.grid);
+  std::memcpy(key.block, shape.block, sizeof key.block);
+  key.shared_bytes = shape.shared_bytes;
+  // A best-effort batch with no room: the plane waits (without mu_, so the
+  // executor can revoke the lane meanwhile) for the job's streams to drain, up to
+  // its rule's drain_wait_ns, rather than hand the launch to Python, whose policy
+  // would start it after a completion round trip of its own.
+  int64_t give_up_ns = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  Lane* lane = nullptr;
+  auto fn = functions_.end();
+  Admission admitted = Admission::kAlone;
+  for (;;) {
+    lane = usable_lane(m.stream);
+    if (lane == nullptr) return false;
+    fn = functions_.find(m.function);
+    if (fn == functions_.end() || fn->second.param_bytes != param_bytes) return false;
+    if (!needs_gate_) break;
+    admitted = best_effort_admits(key);
+    if (admitted == Admission::kRefused) return false;
+    if (admitted != Admission::kFull) break;
+    if (give_up_ns == 0) give_up_ns = steady_ns() + batch_.drain_wait_ns;
+    if (steady_ns() >= give_up_ns || stop_.load(std::memory_order_acquire) ||
+        poked_.load(std::memory_order_acquire))
+      return false;
+    lock.unlock();
+    std::this_thread::sleep_for(kBatchPoll);
+    lock.lock();
   }
   // Before the kernel is on its way: no best-effort lane may start one after this,
   // and the best-effort PTB launches on the device stop after their current tasks.
@@ -255,6 +311,7 @@ bool ClientPlane::fast_launch(const RecordView& v) {
   }
   if (!issuer_->launch(lane->native, fn->second, shape, params, param_bytes, lane->sm_cap)) return false;
   lane->launches.fetch_add(1, std::memory_order_release);
+  if (admitted == Admission::kJoins) counts_.batched.fetch_add(1, std::memory_order_relaxed);
   note_issued(m.stream, *lane);
   count(v.kind, v.tag);
   return true;
@@ -412,11 +469,13 @@ void ClientPlane::grant(uint64_t key, bool granted, uint32_t sm_cap) {
   Lane& lane = lane_entry(key);
   lane.granted = granted;
   lane.sm_cap = sm_cap;
+  batch_units_ = 0;   // Python may have issued work: the next batch starts once the streams are quiet
 }
 
 void ClientPlane::revoke_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, lane] : lanes_) lane->granted = false;
+  batch_units_ = 0;
 }
 
 void ClientPlane::close_lane(uint64_t key) {
@@ -455,17 +514,24 @@ bool ClientPlane::lane_quiet(uint64_t key) {
 }
 
 void ClientPlane::set_lane_rule(std::shared_ptr<BestEffortGate> gate, bool closes, bool through_gate,
-                                bool one_at_a_time) {
+                                bool one_at_a_time, BatchRule batch) {
   std::lock_guard<std::mutex> lock(mu_);
   gate_ = std::move(gate);
   closes_gate_ = gate_ && closes;
   needs_gate_ = through_gate;     // without a gate such a job's lanes issue no kernel
   one_at_a_time_ = one_at_a_time;
+  batch_ = batch;
+  if (batch_.max_units == 0) batch_.max_units = 1;
 }
 
 void ClientPlane::add_whole_shape(const WholeShape& shape) {
   std::lock_guard<std::mutex> lock(mu_);
-  whole_shapes_.insert(shape);
+  whole_shapes_[shape].whole = true;
+}
+
+void ClientPlane::set_whole_time(const WholeShape& shape, uint64_t expected_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  whole_shapes_[shape].expected_ns = expected_ns;
 }
 
 void ClientPlane::add_function(uint64_t id, FunctionEntry entry) {
@@ -477,7 +543,7 @@ void ClientPlane::remove_function(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   functions_.erase(id);
   for (auto it = whole_shapes_.begin(); it != whole_shapes_.end();) {
-    it = it->function == id ? whole_shapes_.erase(it) : std::next(it);
+    it = it->first.function == id ? whole_shapes_.erase(it) : std::next(it);
   }
 }
 

@@ -23,7 +23,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "data_plane/best_effort_gate.h"
 #include "data_plane/device_issue.h"
@@ -50,6 +49,7 @@ struct Lane {
 struct FastCounts {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> sync_requests{0};
+  std::atomic<uint64_t> batched{0};   // best-effort kernels issued while the job's earlier ones ran
   std::unordered_map<uint32_t, std::atomic<uint64_t>> by_kind;   // keys fixed at construction
 };
 
@@ -64,6 +64,19 @@ struct WholeShape {
 };
 struct WholeShapeHash {
   size_t operator()(const WholeShape& s) const;
+};
+
+// How far a best-effort job's kernels through the gate may run together: the
+// policy's best-effort batches (tally/scheduler/policies/priority.py), applied
+// here so that a job of short kernels keeps the device busy without a
+// completion round trip through Python per kernel.
+struct BatchRule {
+  uint32_t max_units = 1;     // 1: one unit at a time
+  uint64_t budget_ns = 0;     // the expected device time of a batch, at most
+  uint32_t timed_every = 0;   // every this many plane launches of a shape, one goes to Python to be timed (0: never)
+  // How long a launch with no room waits for the batch to drain before Python takes
+  // it (a unit of Python's may run far longer than a batch).
+  int64_t drain_wait_ns = 1'000'000;
 };
 
 class ClientPlane {
@@ -127,9 +140,16 @@ class ClientPlane {
   // applied as declared: they close the server's best-effort gate
   // (best_effort_gate.h) before they go (`closes`); they go only while it is open,
   // only shapes the planner runs whole (`through_gate`); and, through the gate, only
-  // when none of the job's earlier kernels still runs (`one_at_a_time`).
-  void set_lane_rule(std::shared_ptr<BestEffortGate> gate, bool closes, bool through_gate, bool one_at_a_time);
+  // when none of the job's earlier kernels still runs (`one_at_a_time`), or, with a
+  // batch rule of more than one unit, when the kernels issued since the job's
+  // streams were last seen quiet and this one are all of known device time, at most
+  // `batch.max_units` of them, expected to take at most `batch.budget_ns` together.
+  void set_lane_rule(std::shared_ptr<BestEffortGate> gate, bool closes, bool through_gate, bool one_at_a_time,
+                     BatchRule batch);
   void add_whole_shape(const WholeShape& shape);
+  // The shape's expected device time (ns), whole or not yet: Python learned it
+  // from a timed launch. A shape the plane does not run whole keeps it for later.
+  void set_whole_time(const WholeShape& shape, uint64_t expected_ns);
 
   void add_function(uint64_t id, FunctionEntry entry);
   void remove_function(uint64_t id);
@@ -166,7 +186,11 @@ class ClientPlane {
   bool fast_graph_launch(const transport::RecordView& v);
   bool fast_synchronize(const transport::RecordView& v);
   Lane* usable_lane(uint64_t key);   // under mu_
-  bool best_effort_may_launch(const WholeShape& shape);   // under mu_
+  // Whether a launch through the gate may go now (kAlone: nothing of the job's
+  // runs; kJoins: it joins the plane's batch on the device), or waits for the
+  // batch to drain (kFull), or goes to Python (kRefused).
+  enum class Admission { kRefused, kAlone, kJoins, kFull };
+  Admission best_effort_admits(const WholeShape& shape);   // under mu_
   void note_issued(uint64_t key, Lane& lane);
   void count(uint32_t kind, uint64_t tag);
   Lane& lane_entry(uint64_t key);    // under mu_
@@ -182,7 +206,19 @@ class ClientPlane {
   bool closes_gate_ = false;
   bool needs_gate_ = false;
   bool one_at_a_time_ = true;
-  std::unordered_set<WholeShape, WholeShapeHash> whole_shapes_;
+  BatchRule batch_;
+  // The batch on the device: what the plane issued through the gate since it last
+  // saw the job's streams quiet (expected ns, kernels). An unknown time fills it.
+  uint64_t batch_ns_ = 0;
+  uint32_t batch_units_ = 0;
+  // A launch shape of the job's: whether the planner runs it whole, and its device
+  // time as tally/scheduler/whole_durations.py learned it from launches Python timed.
+  struct WholeEntry {
+    bool whole = false;
+    uint64_t expected_ns = 0;   // 0: not known yet; its launches go one at a time
+    uint32_t untimed = 0;       // launches the plane issued since Python last timed one
+  };
+  std::unordered_map<WholeShape, WholeEntry, WholeShapeHash> whole_shapes_;
   OwnedRanges owned_;
   std::atomic<bool> enabled_{true};
   std::atomic<bool> quiet_{false};

@@ -59,7 +59,8 @@ class PriorityPolicy:
         return client.priority == HIGH
 
     def lane_rule(self, client: ClientView) -> LaneRule:
-        return gated_lane_rule(client, self.starts_at_once(client))
+        # the plane makes the same best-effort batches as _extend_batch
+        return gated_lane_rule(client, self.starts_at_once(client), max_batch=MAX_BATCH)
 
     def releases_at_once(self, client: ClientView, view: SchedulerView) -> bool:
         # schedule()'s rule for the next best-effort unit, with the client's own work

@@ -30,6 +30,7 @@ class FastPath:
         # planner runs whole, in the plane's table too.
         self._best_effort = job.priority == Priority.BEST_EFFORT
         self._whole_shapes: set[tuple] = set()
+        self._whole_times: dict[tuple, int] = {}   # shape -> expected ns the plane was told
         # Graphs in the plane's table, by the client's id: the ReplayGraph each was
         # registered as (held, so its backend executable lives while the plane may
         # launch it) and that executable's native handle.
@@ -51,10 +52,24 @@ class FastPath:
         if not self._best_effort:
             return
         shape = (fn.function_id, launch.grid, launch.block, launch.shared_bytes)
-        if shape not in self._whole_shapes and self._job.services.executor.runs_whole(self._job.client_id, launch):
+        executor = self._job.services.executor
+        if shape not in self._whole_shapes:
+            if not executor.runs_whole(self._job.client_id, launch):
+                return
             with self._lock:
                 self._whole_shapes.add(shape)
                 self._owner.add_whole_shape(*shape)
+        # Its expected device time, once launches Python timed told it (the plane's own
+        # are not timed; it sends the shape's kernels here now and then to be timed):
+        # the plane batches the shape's kernels by it. Told here, at a later launch of
+        # the shape through Python, so the plane's time lags one sample.
+        expected = executor.whole_expected(self._job.client_id, launch)
+        if expected is not None:
+            expected_ns = max(1, round(expected * 1e9))
+            if self._whole_times.get(shape) != expected_ns:
+                with self._lock:
+                    self._whole_times[shape] = expected_ns
+                    self._owner.set_whole_time(*shape, expected_ns)
 
     # ---- graphs --------------------------------------------------------------------
 
@@ -99,6 +114,7 @@ class FastPath:
                     self._functions.discard(function_id)
                     self._owner.remove_function(function_id)     # and its whole shapes
             self._whole_shapes = {s for s in self._whole_shapes if s[0] not in function_ids}
+            self._whole_times = {s: t for s, t in self._whole_times.items() if s[0] not in function_ids}
 
     # ---- memory ---------------------------------------------------------------------
 
