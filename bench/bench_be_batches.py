@@ -7,7 +7,8 @@ callbacks are the real backend code's, on tally's own driver.
 tally/bench/jobs/launch_rate.cu launches an empty kernel back to back at best
 effort and times the launches until its synchronization returns (`drain_ns` per
 launch). Two nested servers in the same run, alternating, three jobs each:
-- one at a time: `--turnaround-threshold-ms 1e-6`, which no kernel fits;
+- one at a time: `--turnaround-threshold-ms 1e-6`, which no kernel fits (the C++
+  plane then waits for each kernel's drain itself);
 - batches: `--turnaround-threshold-ms 5`. The emulator's empty kernel takes tens of
   microseconds of "device" time, over the default 31.6 us; on a GPU an empty
   kernel takes a few, so the default budget batches it there.

@@ -36,8 +36,11 @@ such job holds lanes at a time. Its C++ plane then issues a kernel only while
 the server's best-effort gate is open (every high-priority kernel closes it, in
 C++ or here), only a launch shape the planner settled on running whole (the
 transformed ones need the executor), and only once the job's streams are quiet
-(one unit at a time, as the policy starts them). Otherwise the launch goes to
-Python, whose policy decides as always; the next grant opens the gate again.
+(one unit at a time, as the policy starts them) or, under a rule with
+`max_batch` over 1, into the plane's own batch of kernels of known device times
+within the batch budget (docs/data-plane.md, "Best-effort release"). Otherwise
+the launch goes to Python, whose policy decides as always; the next grant opens
+the gate again.
 
 Synchronization needs nothing from here: a lane's operations go to the
 executor's own backend stream, so the executor's stream synchronization and
