@@ -124,6 +124,8 @@ def test_durations_leave_out_the_first_launch_and_age_out_a_slow_sample():
     d.observe("k", 3e-6)
     assert d.predicted("k") == pytest.approx(3e-6)
     assert [d.wants_sample("k") for _ in range(8)] == [False, False, False, True] * 2
+    # a job whose plane batches sends Python only the launches the plane wants timed
+    assert d.wants_sample("k", for_plane=True) and [d.wants_sample("k") for _ in range(4)] == [False] * 3 + [True]
     d.observe("k", 9e-6)                # slower now: noticed at once
     assert d.predicted("k") == pytest.approx(9e-6)
     d.observe("k", 2e-6)

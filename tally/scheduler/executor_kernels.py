@@ -216,7 +216,7 @@ class KernelRunner:
         timed, predicted = task.plan.measuring, None
         if mode is WHOLE and stream.client.priority != HIGH and not timed and not task.plan.cooperative:
             predicted = self.durations.predicted(task.key)
-            timed = self.durations.wants_sample(task.key)
+            timed = self.durations.wants_sample(task.key, for_plane=self.fast_lanes.batches(stream.client.client_id))
         try:
             device_unit = self.device.launch(stream.lane, mode, fn, grid, op.block, op.shared_bytes, params,
                                              timed=timed, sm_cap=sm_cap,

@@ -70,6 +70,7 @@ class _Attached:
     carries_sm_cap: bool                # the issuer confines a launch to an SM cap (else: no capped lane)
     needs_gate: bool = False            # a best-effort job: its kernels go through the gate
     closes_gate: bool = False           # a high-priority job: its kernels close the gate and preempt
+    batches: bool = False               # its plane makes best-effort batches (LaneRule.max_batch > 1)
 
 
 @dataclass(eq=False)
@@ -135,9 +136,15 @@ class FastLanes:
         attached = self._attached[client_id]
         attached.needs_gate = rule.through_gate
         attached.closes_gate = rule.closes_best_effort_gate
+        attached.batches = rule.through_gate and rule.one_unit_at_a_time and rule.max_batch > 1
         attached.owner.set_lane_rule(self.gate, rule.closes_best_effort_gate, rule.through_gate,
                                      rule.one_unit_at_a_time, rule.max_batch, round(batch_budget_s * 1e9),
                                      timed_every)
+
+    def batches(self, client_id: Hashable) -> bool:
+        """Whether the client's plane makes best-effort batches of its own, untimed."""
+        attached = self._attached.get(client_id)
+        return attached is not None and attached.batches
 
     def detach(self, client_id: Hashable) -> None:
         """The client is going: no lane of it issues anything from now on."""

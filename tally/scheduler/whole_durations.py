@@ -53,10 +53,16 @@ class WholeDurations:
         self.max_shapes = max_shapes
         self._shapes: dict[str, _Shape] = {}    # kernel key -> its samples, oldest shape first
 
-    def wants_sample(self, key: str) -> bool:
-        """Whether this launch of `key` should be timed (call once per launch)."""
+    def wants_sample(self, key: str, for_plane: bool = False) -> bool:
+        """Whether this launch of `key` should be timed (call once per launch).
+        `for_plane`: the job's C++ plane issues its batches itself, untimed, and sends
+        a shape's launch here only until it is timed and then every `resample_every`
+        of its own (docs/data-plane.md): each one that comes is timed."""
         shape = self._shapes.get(key)
         if shape is None or len(shape.recent) < self.samples:
+            return True
+        if for_plane:
+            shape.since_sample = 0
             return True
         shape.since_sample += 1
         if shape.since_sample >= self.resample_every:
