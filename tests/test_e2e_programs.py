@@ -146,7 +146,8 @@ def test_driver_api(nvcc, emulator_server):
 
 
 def test_threads_share_the_connection(nvcc, emulator_server):
-    # 4 host threads, 5 MiB copies in both directions (several arena chunks each).
+    # 4 host threads, 5 MiB copies in both directions (several arena chunks each);
+    # three of them never had a context made current (each ends with cudaDeviceSynchronize).
     job = run_job(emulator_server.socket, build_cuda(nvcc, "threads.cu"))
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("thread0", "thread1", "thread2", "thread3") == [6, 6, 6, 6]

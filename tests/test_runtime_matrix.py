@@ -4,7 +4,8 @@ driver a job has, and each newer runtime has asked a driver for something new
 (cudart 13.5: the tools context export table, docs/export-tables.md). The newest
 build of each release from 12.4 on is downloaded once into a cache and loaded by a
 probe (tests/cuda/programs/runtime_probe.cu) under tally-run; the 13.x ones also
-run a kernel. Downloads need the package index; without it the test skips and says
+run a kernel, from the main thread and from a worker thread that never called
+cudaSetDevice (tests/cuda/programs/runtime_kernel.cu). Downloads need the package index; without it the test skips and says
 so (a skip is not a pass)."""
 from __future__ import annotations
 
@@ -87,5 +88,6 @@ def test_each_runtime_release_works_under_tally(server, probe, kernel_program, p
     if major == 13:
         ran = run_job(server.socket, kernel_program, env={"LD_LIBRARY_PATH": str(lib.parent)})
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert f"runtime {major * 1000 + minor * 10}" in ran.stdout and "sum=496" in ran.stdout
+        assert f"runtime {major * 1000 + minor * 10} sum=496" in ran.stdout
+        assert "worker thread sum=528" in ran.stdout
     assert "cudart called slot" not in result.stderr      # no table slot tally does not know

@@ -162,6 +162,12 @@ CUresult primary_context(CUdevice dev, CUcontext* out) {
   return CUDA_SUCCESS;
 }
 
+CUcontext active_primary_context() {
+  const bool active = g_primary.active.load(std::memory_order_relaxed) ||
+                      g_primary.retains.load(std::memory_order_relaxed) > 0;
+  return active ? handle(&g_primary) : nullptr;
+}
+
 CUresult context_object(CUcontext ctx, ContextObject** out) {
   if (ctx != nullptr) return live_context(ctx, out);
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;

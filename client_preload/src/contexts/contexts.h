@@ -86,6 +86,9 @@ ContextObject* new_green_context(CUdevice dev, GreenContextObject* green);
 // the runtime-interface export table, instead of cuDevicePrimaryCtxRetain).
 CUresult primary_context(CUdevice dev, CUcontext* out);
 
+// The primary context when cudart or the job has it (active or retained); nullptr before.
+CUcontext active_primary_context();
+
 // The context `ctx` names, or the calling thread's current one for nullptr:
 // CUDA_ERROR_INVALID_CONTEXT when there is none or `ctx` is not a live context,
 // CUDA_ERROR_CONTEXT_IS_DESTROYED when the current one was destroyed by another thread.

@@ -1,20 +1,32 @@
-// Context checks (263e8860-...): slot 2 reports two per-context values and slot 3
-// one global one; the real driver answers 0 in every case observed, and cudart
-// needs the table to exist.
+// Context checks (263e8860-...): slot 2 is asked about a context before cudart uses
+// it, slot 3 one global value; cudart needs the table to exist.
+//
+// Slot 2 (context, &result, &replacement): cudart 13.0's cudaDeviceSynchronize (read
+// from its code) takes cuCtxGetCurrent's context, asks slot 2 about it, and when
+// *result is 1 goes on with *replacement instead (cuCtxSynchronize_v2(replacement)).
+// A thread that never called cudaSetDevice has no current context (CUDA 13's
+// cudart no longer binds the primary context to each thread), so the check is
+// asked about nullptr, and the driver must name the primary context there, as
+// programs that synchronize from worker threads work natively. For a context that
+// exists the real driver answers 0 in every case observed.
 #include <cstdint>
 
+#include "contexts/contexts.h"
 #include "export_tables/export_tables.h"
 #include "export_tables/unknown_slot.h"
 #include "driver_headers.h"
+#include "logging/trace.h"
 
 namespace tally::client::export_tables {
 namespace {
 
 constexpr char kName[] = "context checks";
 
-CUresult context_check(CUcontext, uint32_t* result, const void** detail) {
-  if (result != nullptr) *result = 0;
-  if (detail != nullptr) *detail = nullptr;
+CUresult context_check(CUcontext ctx, uint32_t* result, const void** detail) {
+  CUcontext replacement = ctx == nullptr ? active_primary_context() : nullptr;
+  if (result != nullptr) *result = replacement != nullptr ? 1 : 0;
+  if (detail != nullptr) *detail = replacement;
+  trace_line("context checks: context %p -> %p", static_cast<void*>(ctx), static_cast<void*>(replacement));
   return CUDA_SUCCESS;
 }
 

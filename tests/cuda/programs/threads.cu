@@ -3,7 +3,10 @@
 // enough to go through the arenas in several chunks, kernels, synchronous
 // copies back. Replies to different threads interleave on the completion ring,
 // and download-arena chunks are released in the order they arrived whichever
-// thread finishes copying first. Each thread checks its own results.
+// thread finishes copying first. Each thread checks its own results, and ends with
+// cudaDeviceSynchronize: none of them calls cudaSetDevice, so CUDA 13's runtime
+// leaves them without a current context and asks the driver which one to use
+// (client_preload/src/export_tables/context_checks.cpp).
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -35,6 +38,10 @@ int worker(int id, int rounds, int n) {
   cudaFree(d_in);
   cudaFree(d_out);
   if (id != 0) cudaStreamDestroy(stream);
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    printf("thread%d: cudaDeviceSynchronize: %s\n", id, cudaGetErrorString(e));
+    return -1;
+  }
   return good_rounds;
 }
 
