@@ -3,9 +3,10 @@ toolkit's: CUDA's minor-version compatibility lets a newer runtime run on the
 driver a job has, and each newer runtime has asked a driver for something new
 (cudart 13.5: the tools context export table, docs/export-tables.md). The newest
 build of each release from 12.4 on is downloaded once into a cache and loaded by a
-probe (tests/cuda/programs/runtime_probe.cu) under tally-run; the 13.x ones also
-run a kernel, from the main thread and from a worker thread that never called
-cudaSetDevice (tests/cuda/programs/runtime_kernel.cu). Downloads need the package index; without it the test skips and says
+probe (tests/cuda/programs/runtime_probe.cu) under tally-run, which also makes
+calls needing a context from a worker thread that never called cudaSetDevice; the
+13.x ones also run a kernel, from the main thread and from such a worker thread
+(tests/cuda/programs/runtime_kernel.cu). Downloads need the package index; without it the test skips and says
 so (a skip is not a pass)."""
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ def test_each_runtime_release_works_under_tally(server, probe, kernel_program, p
     major, minor = (int(x) for x in version.split(".")[:2])
     assert f"runtime {major * 1000 + minor * 10} rc=0" in result.stdout
     assert "bad=0" in result.stdout
+    assert "worker thread malloc rc=0 limit rc=0 sync rc=0" in result.stdout
     if major == 13:
         ran = run_job(server.socket, kernel_program, env={"LD_LIBRARY_PATH": str(lib.parent)})
         assert ran.returncode == 0, ran.stdout + ran.stderr

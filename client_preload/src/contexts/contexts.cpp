@@ -23,6 +23,25 @@ CUcontext handle(ContextObject* c) { return reinterpret_cast<CUcontext>(c); }
 
 ContextObject* top() { return t_context_stack.empty() ? nullptr : t_context_stack.back(); }
 
+// The CUDA runtime binds the primary context to a thread at the thread's first call
+// that needs a context unless the thread made one current itself ("Interactions with
+// the CUDA Driver API" in the runtime's documentation). cudart does not say so to the
+// driver: under tally it calls e.g. cuMemAlloc or cuCtxGetLimit on such a thread with
+// nothing current (every runtime 12.4 to 13.5, traced), so the driver side binds it.
+// Only in a process whose cudart asked for the primary context (runtime interface), and
+// only on a thread that never set, pushed, popped or created a context: a driver-API
+// thread that unbound its context still gets CUDA_ERROR_INVALID_CONTEXT.
+std::atomic<bool> g_runtime_uses_primary{false};
+thread_local bool t_thread_chose_context = false;
+
+ContextObject* top_or_runtime_primary() {
+  if (!t_context_stack.empty() || t_thread_chose_context ||
+      !g_runtime_uses_primary.load(std::memory_order_relaxed))
+    return top();
+  t_context_stack.push_back(&g_primary);
+  return &g_primary;
+}
+
 // Objects are never freed, so a handle the job made stays readable; anything else
 // must be the primary context or an object this file created and still live.
 std::mutex g_created_mutex;
@@ -73,6 +92,7 @@ CUresult create(CUcontext* pctx, const CUexecAffinityParam* affinity, int affini
   }
   g_any_created.store(true, std::memory_order_release);
   // The new context supplants the current one, which a later cuCtxPopCurrent restores.
+  t_thread_chose_context = true;
   t_context_stack.push_back(c);
   *pctx = handle(c);
   cupti::context_created(handle(c));
@@ -162,6 +182,12 @@ CUresult primary_context(CUdevice dev, CUcontext* out) {
   return CUDA_SUCCESS;
 }
 
+CUresult runtime_primary_context(CUdevice dev, CUcontext* out) {
+  CUresult rc = primary_context(dev, out);
+  if (rc == CUDA_SUCCESS) g_runtime_uses_primary.store(true, std::memory_order_relaxed);
+  return rc;
+}
+
 CUcontext active_primary_context() {
   const bool active = g_primary.active.load(std::memory_order_relaxed) ||
                       g_primary.retains.load(std::memory_order_relaxed) > 0;
@@ -171,7 +197,7 @@ CUcontext active_primary_context() {
 CUresult context_object(CUcontext ctx, ContextObject** out) {
   if (ctx != nullptr) return live_context(ctx, out);
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  ContextObject* c = top();
+  ContextObject* c = top_or_runtime_primary();
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (!c->live()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *out = c;
@@ -187,7 +213,7 @@ CUresult context_device(CUcontext ctx, CUdevice* out) {
 }
 
 CUresult check_current_context_for_new_resource() {
-  ContextObject* c = top();
+  ContextObject* c = top_or_runtime_primary();
   return c != nullptr && !c->live() ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS;
 }
 
@@ -318,6 +344,7 @@ TALLY_ENTRY(cuCtxSetCurrent_v4000)(CUcontext ctx) {
     return rc;
   }
   // Replaces the top of the stack; NULL unbinds it.
+  t_thread_chose_context = true;
   if (!t_context_stack.empty()) t_context_stack.pop_back();
   if (c != nullptr) t_context_stack.push_back(c);
   return CUDA_SUCCESS;
@@ -326,6 +353,7 @@ TALLY_ENTRY(cuCtxSetCurrent_v4000)(CUcontext ctx) {
 TALLY_ENTRY(cuCtxPushCurrent_v4000)(CUcontext ctx) {
   ContextObject* c = nullptr;
   if (CUresult rc = live_context(ctx, &c); rc != CUDA_SUCCESS) return rc;
+  t_thread_chose_context = true;
   t_context_stack.push_back(c);
   return CUDA_SUCCESS;
 }
@@ -333,6 +361,7 @@ TALLY_ENTRY(cuCtxPushCurrent_v4000)(CUcontext ctx) {
 TALLY_ENTRY(cuCtxPopCurrent_v4000)(CUcontext* pctx) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   if (t_context_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  t_thread_chose_context = true;
   if (pctx != nullptr) *pctx = handle(t_context_stack.back());
   t_context_stack.pop_back();
   return CUDA_SUCCESS;

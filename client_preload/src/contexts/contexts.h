@@ -86,6 +86,10 @@ ContextObject* new_green_context(CUdevice dev, GreenContextObject* green);
 // the runtime-interface export table, instead of cuDevicePrimaryCtxRetain).
 CUresult primary_context(CUdevice dev, CUcontext* out);
 
+// primary_context for cudart (the runtime interface table): from then on a thread that
+// never chose a context gets the primary one bound at its first call that needs one.
+CUresult runtime_primary_context(CUdevice dev, CUcontext* out);
+
 // The primary context when cudart or the job has it (active or retained); nullptr before.
 CUcontext active_primary_context();
 

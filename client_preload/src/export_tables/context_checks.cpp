@@ -4,11 +4,11 @@
 // Slot 2 (context, &result, &replacement): cudart 13.0's cudaDeviceSynchronize (read
 // from its code) takes cuCtxGetCurrent's context, asks slot 2 about it, and when
 // *result is 1 goes on with *replacement instead (cuCtxSynchronize_v2(replacement)).
-// A thread that never called cudaSetDevice has no current context (CUDA 13's
-// cudart no longer binds the primary context to each thread), so the check is
-// asked about nullptr, and the driver must name the primary context there, as
-// programs that synchronize from worker threads work natively. For a context that
-// exists the real driver answers 0 in every case observed.
+// On a thread with no current context (a worker that never called cudaSetDevice
+// nor anything else that needs a context) the check is asked about nullptr, and the
+// driver must name the primary context there, as programs that synchronize from
+// worker threads work natively (docs/export-tables.md, "Worker threads"). For a
+// context that exists the real driver answers 0 in every case observed.
 #include <cstdint>
 
 #include "contexts/contexts.h"

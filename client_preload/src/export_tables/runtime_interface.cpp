@@ -16,7 +16,7 @@ namespace {
 constexpr char kName[] = "runtime interface";
 
 CUresult get_primary_context(CUcontext* pctx, CUdevice dev) {
-  CUresult rc = primary_context(dev, pctx);
+  CUresult rc = runtime_primary_context(dev, pctx);
   trace_line("runtime interface: primary context of device %d -> %d", dev, static_cast<int>(rc));
   return rc;
 }

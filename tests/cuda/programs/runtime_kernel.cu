@@ -1,8 +1,8 @@
 // A kernel through whichever libcudart.so.13 the loader finds (test_runtime_matrix.py
 // points LD_LIBRARY_PATH at each 13.x release), then the same from a worker thread
 // that never calls cudaSetDevice, as PyTorch's autograd threads and any thread pool
-// do: CUDA 13's runtime leaves such a thread without a current context and asks the
-// driver which context to use (docs/export-tables.md, "context checks").
+// do: the runtime makes no context current there through the driver's public calls,
+// so tally binds the primary one (docs/export-tables.md, "Worker threads").
 #include <cstdio>
 #include <thread>
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 typedef int (*GetInt)(int*);
 typedef int (*Malloc)(void**, size_t);
@@ -14,6 +15,7 @@ typedef int (*Memset)(void*, int, size_t);
 typedef int (*Memcpy)(void*, const void*, size_t, int);
 typedef int (*Free)(void*);
 typedef int (*Sync)();
+typedef int (*GetLimit)(size_t*, int);
 typedef const char* (*ErrorString)(int);
 
 template <class F>
@@ -54,5 +56,16 @@ int main(int argc, char** argv) {
   int bad = 0;
   for (unsigned char b : host) bad += b != 0x5a;
   std::printf("memset rc=%d copy rc=%d sync rc=%d free rc=%d bad=%d\n", rc, copy, sync, freed, bad);
-  return (rc || copy || sync || freed || bad) ? 1 : 0;
+  int worker_malloc = -1, worker_limit = -1, worker_sync = -1;
+  std::thread worker([&] {
+    void* w = nullptr;
+    worker_malloc = need<Malloc>(lib, "cudaMalloc")(&w, 256);
+    size_t stack = 0;
+    worker_limit = need<GetLimit>(lib, "cudaDeviceGetLimit")(&stack, 0 /* cudaLimitStackSize */);
+    worker_sync = need<Sync>(lib, "cudaDeviceSynchronize")();
+    need<Free>(lib, "cudaFree")(w);
+  });
+  worker.join();
+  std::printf("worker thread malloc rc=%d limit rc=%d sync rc=%d\n", worker_malloc, worker_limit, worker_sync);
+  return (rc || copy || sync || freed || bad || worker_malloc || worker_limit || worker_sync) ? 1 : 0;
 }

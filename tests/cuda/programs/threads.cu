@@ -4,9 +4,9 @@
 // copies back. Replies to different threads interleave on the completion ring,
 // and download-arena chunks are released in the order they arrived whichever
 // thread finishes copying first. Each thread checks its own results, and ends with
-// cudaDeviceSynchronize: none of them calls cudaSetDevice, so CUDA 13's runtime
-// leaves them without a current context and asks the driver which one to use
-// (client_preload/src/export_tables/context_checks.cpp).
+// cudaDeviceSynchronize: none of them calls cudaSetDevice, and the runtime makes
+// the primary context current only on the first (docs/export-tables.md, "Worker
+// threads").
 #include <cstdio>
 #include <thread>
 #include <vector>
