@@ -7,7 +7,8 @@ SASS only and the emulator runs PTX, so the test covers everything short of
 PyTorch's own kernels: cudart 13.2's initialization through tally's export
 tables, device queries, the caching allocator, pageable, pinned and
 device-to-device copies on two streams, events, a cuBLAS handle, a CUDA graph
-captured and replayed (torch.cuda.graph), allocators, a CUDA tensor shared with
+captured and replayed (torch.cuda.graph), a Python thread that copies and
+synchronizes, allocators, a CUDA tensor shared with
 another process, and a kernel
 refused with CUDA's "no kernel image" error after which the job carries on.
 Each of these found a bug in the client the first time it ran."""
@@ -51,6 +52,7 @@ def test_pytorch_runs_under_tally_on_the_emulator():
             "elapsed_ms_ok": True, "allocated": True, "allocated_after_free": 0, "device_to_device": True,
             "kernel_error": "CUDA error: no kernel image is available for execution on the device",
             "after_kernel_error": True, "blas_handle": True, "graph_replays_good": 3,
+            "worker_thread": {"ok": True},
         }, job.stderr
         assert server.alive()
     finally:

@@ -3,6 +3,7 @@ needs no kernel of PyTorch's own. PyTorch's wheels carry SASS only, and the
 emulator runs PTX, so a PyTorch kernel must fail with CUDA's "no kernel image"
 error and leave the job able to carry on. Prints one JSON line of results."""
 import json
+import threading
 
 import torch
 
@@ -59,6 +60,28 @@ for r in range(3):
     replays_good += torch.equal(y.cpu(), host + r)
 results["graph_replays_good"] = replays_good
 a.copy_(host)
+
+# A Python thread (never calling torch.cuda.set_device) copies and synchronizes the
+# device: the CUDA runtime makes no context current there through the driver, and
+# torch.cuda.synchronize() failed with "invalid device context" until tally bound
+# the primary context itself (docs/export-tables.md, "Worker threads").
+worker_results = {}
+
+
+def worker() -> None:
+    try:
+        w = torch.empty_like(a)
+        w.copy_(a)
+        torch.cuda.synchronize()
+        worker_results["ok"] = torch.equal(w.cpu(), host)
+    except Exception as e:  # noqa: BLE001 - reported in the JSON line
+        worker_results["error"] = str(e).splitlines()[0]
+
+
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+results["worker_thread"] = worker_results
 
 # A PyTorch kernel: refused with CUDA's error for a missing image, and the job goes on.
 try:
