@@ -29,7 +29,11 @@ def suspend(server, cid: int, *flags: str) -> tuple[dict, dict]:
 
 
 def test_suspend_mid_loop_frees_its_memory_and_resume_keeps_results_exact(nvcc, server):
-    job = start_job(server.socket, build_cuda(nvcc, "suspended_job.cu"))
+    # "hold": the job loops freely (suspended wherever the suspension finds it) and waits
+    # for a line only after its last round, so it is still there to be looked at after the
+    # resume even when the suspension came late (on a loaded machine it once finished
+    # between the resume and the status below).
+    job = start_job(server.socket, build_cuda(nvcc, "suspended_job.cu"), "hold")
     assert job.stdout.readline().strip() == "looping"
     cid = only_client(server.status())["client_id"]
     before, after = suspend(server, cid)
@@ -52,6 +56,8 @@ def test_suspend_mid_loop_frees_its_memory_and_resume_keeps_results_exact(nvcc, 
     assert only_client(back)["state"] == "running" and only_client(back)["suspended_bytes"] == 0
     assert back["server"]["memory_free"] == before["server"]["memory_free"]
     assert back["server"]["mobility"]["suspensions"] == back["server"]["mobility"]["resumes"] == 1
+    job.stdin.write("finish\n")
+    job.stdin.flush()
     result = finish(job)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.value("wrong_a") == result.value("wrong_b") == result.value("wrong_ballast") == "0"

@@ -5,7 +5,9 @@
 // mix into array `b`), and back through another event; every eighth round it
 // also writes into a 16 MiB `ballast` buffer filled by a memset. Prints "looping"
 // once the loop is under way (with the argument `wait`, it then waits for a line
-// on stdin before it goes on), then checks everything on the host:
+// on stdin before it goes on; with `hold`, it loops on and waits for a line after
+// its last round, before synchronizing, so a test can look at it between a resume
+// and its end however fast it ran), then checks everything on the host:
 // wrong_a= wrong_b= wrong_ballast= rounds= (0, 0, 0, ROUNDS when nothing was lost
 // or repeated).
 #include <cstdio>
@@ -45,6 +47,7 @@ __global__ void mark(unsigned* ballast, unsigned round) {
 
 int main(int argc, char** argv) {
   const bool wait_for_line = argc > 1 && strcmp(argv[1], "wait") == 0;
+  const bool hold_at_end = argc > 1 && strcmp(argv[1], "hold") == 0;
   unsigned *a, *b, *ballast;
   CHECK(cudaMalloc(&a, N * sizeof(unsigned)));
   CHECK(cudaMalloc(&b, N * sizeof(unsigned)));
@@ -83,6 +86,10 @@ int main(int argc, char** argv) {
       char line[16];
       if (wait_for_line && fgets(line, sizeof line, stdin) == nullptr) return 1;
     }
+  }
+  if (hold_at_end) {
+    char line[16];
+    if (fgets(line, sizeof line, stdin) == nullptr) return 1;
   }
   CHECK(cudaGetLastError());
   CHECK(cudaStreamSynchronize(s1));
