@@ -1,7 +1,8 @@
 """Instruction semantics on the emulator beyond the shared corpus: block-wide
 reductions (bar.red), segmented shuffles, match/redux/activemask, divergent
 loops that must reconverge before a shuffle, every atomic operation, directed
-rounding and saturating conversions, integer intrinsics, local arrays, structs
+rounding and saturating conversions, integer intrinsics, sm_90's packed and .relu
+min/max (DPX, as CUB's 16-bit reductions use them), local arrays, structs
 through calls, recursion, warps that wait for each other, printf formats.
 The CUDA source below is compiled by nvcc (cached like the corpus); each
 kernel's outputs are checked against Python/numpy."""
@@ -242,6 +243,21 @@ extern "C" __global__ void dense_switch(const int* x, int* out)
         default: r = 42;
     }
     out[threadIdx.x] = r;
+}
+
+// sm_90's min/max forms: both 16-bit halves at once (min/max.s16x2, .u16x2) and clamped
+// at 0 (.relu on .s16x2 and .s32): out[8t..8t+7].
+extern "C" __global__ void packed_min_max(const unsigned* a, const unsigned* b, unsigned* out)
+{
+    unsigned t = threadIdx.x, x = a[t], y = b[t];
+    out[8 * t + 0] = __vmaxs2(x, y);
+    out[8 * t + 1] = __vmins2(x, y);
+    out[8 * t + 2] = __vmaxu2(x, y);
+    out[8 * t + 3] = __vminu2(x, y);
+    out[8 * t + 4] = __vimax_s16x2_relu(x, y);
+    out[8 * t + 5] = __vimin_s16x2_relu(x, y);
+    out[8 * t + 6] = (unsigned)__vimax_s32_relu((int)x, (int)y);
+    out[8 * t + 7] = (unsigned)__vimin_s32_relu((int)x, (int)y);
 }
 
 // Stages x (64 int4) in shared memory with cp.async (then out[t] = sum of stage[63 - t]),
@@ -529,6 +545,35 @@ def test_integer_intrinsics(device):
                 (abs(s32(x) - s32(y)) + 7) & M32, perm, shl, shr, int(f"{X:064b}"[::-1], 2),
                 (64 - (X >> (i % 64)).bit_length()) + 100 * X.bit_count(), (low & -low).bit_length()]
         assert [int(v) for v in out[i]] == want, i
+
+
+def test_packed_and_relu_min_max(device):
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    a[:4] = [0x7FFF8000, 0x00000000, 0xFFFF0001, 0x80000000]     # extremes of each half and of s32
+    b[:4] = [0x80007FFF, 0xFFFFFFFF, 0x0001FFFF, 0x7FFFFFFF]
+    (out,), _ = run(device, "packed_min_max", (1, 1, 1), (64, 1, 1), [a, b], [np.zeros(8 * 64, np.uint32)])
+    out = out.reshape(64, 8)
+
+    def halves(v, signed):
+        h = [(v >> (16 * k)) & 0xFFFF for k in range(2)]
+        return [x - 0x10000 if signed and x >= 0x8000 else x for x in h]
+
+    def pack(hs):
+        return (hs[0] & 0xFFFF) | ((hs[1] & 0xFFFF) << 16)
+
+    def s32(v):
+        return v - 2**32 if v >= 2**31 else v
+
+    for i in range(64):
+        x, y = int(a[i]), int(b[i])
+        sx, sy, ux, uy = halves(x, True), halves(y, True), halves(x, False), halves(y, False)
+        want = [pack([max(p, q) for p, q in zip(sx, sy)]), pack([min(p, q) for p, q in zip(sx, sy)]),
+                pack([max(p, q) for p, q in zip(ux, uy)]), pack([min(p, q) for p, q in zip(ux, uy)]),
+                pack([max(p, q, 0) for p, q in zip(sx, sy)]), pack([max(min(p, q), 0) for p, q in zip(sx, sy)]),
+                max(s32(x), s32(y), 0), max(min(s32(x), s32(y)), 0)]
+        assert [int(v) for v in out[i]] == want, (i, hex(x), hex(y))
 
 
 def test_local_arrays_struct_calls_and_recursion(device):

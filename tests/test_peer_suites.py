@@ -2,8 +2,8 @@
 subset CI runs: a handful of numba-cuda's own test modules (driver events and streams,
 a kernel compiled and launched, device arrays) from the test environment, each its
 own job against one emulator server; the whole of cudadrv and cudapy (~150 modules,
-about an hour on two cores) and cuda-bindings' test_cuda.py (a cuda-python checkout)
-are opt-in (README: "Peer suites")."""
+about an hour on two cores), cuda-bindings' test_cuda.py (a cuda-python checkout) and
+CuPy's core tests (a CuPy checkout) are opt-in (README: "Peer suites")."""
 from __future__ import annotations
 
 import json
@@ -70,3 +70,14 @@ def test_triton_cases_are_spread_over_each_functions_parameters():
     assert peer_suites.spread(cases, 3) == ["t[0]", "t[4]", "t[9]"]          # first, middle, last
     assert peer_suites.spread(cases, 0) == cases and peer_suites.spread(cases[:2], 5) == cases[:2]
     assert peer_suites.spread(cases, 1) == ["t[0]"]
+
+
+def test_cupy_core_modules_are_named_by_their_place(tmp_path):
+    core = tmp_path / "tests" / "cupy_tests" / "core_tests"
+    (core / "fusion_tests").mkdir(parents=True)
+    for path in (core / "test_reduction.py", core / "fusion_tests" / "test_reduction.py", core / "helper.py"):
+        path.write_text("")
+    found = peer_suites.modules(Path(sys.executable), ["cupy-core"], None, set(), tmp_path)
+    assert [m.label for m in found] == ["fusion_tests.test_reduction", "test_reduction"]
+    only = peer_suites.modules(Path(sys.executable), ["cupy-core"], None, {"fusion_tests.test_reduction"}, tmp_path)
+    assert [m.path for m in only] == [core / "fusion_tests" / "test_reduction.py"]

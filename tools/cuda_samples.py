@@ -167,9 +167,9 @@ def job_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
 
 
-def start_server(socket: Path, log: Path) -> subprocess.Popen:
+def start_server(socket: Path, log: Path, extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
     server = subprocess.Popen([sys.executable, "-m", "tally.cli.server_main", "--backend", "emulator",
-                               "--socket", str(socket)], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               "--socket", str(socket), *extra_args], stdout=log.open("w"), stderr=subprocess.STDOUT,
                               env=job_env())
     deadline = time.monotonic() + 60
     while not socket.exists():

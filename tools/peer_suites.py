@@ -1,12 +1,12 @@
 """Other projects' own CUDA test suites under tally: numba-cuda's (cudadrv, cudapy),
-cuda-bindings' driver tests (cuda-python's cuda_bindings/tests/test_cuda.py) and Triton's
-language tests (python/test/unit/language/test_core.py), run as a new user would run
-them, each test module (for Triton, each test function) its own job under tally-run
-against one emulator tally-server.
+cuda-bindings' driver tests (cuda-python's cuda_bindings/tests/test_cuda.py), Triton's
+language tests (python/test/unit/language/test_core.py) and CuPy's core tests
+(tests/cupy_tests/core_tests), run as a new user would run them, each test module (for
+Triton, each test function) its own job under tally-run against one emulator tally-server.
 
-    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings,triton-core]
+    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings,triton-core,cupy-core]
                                 [--cuda-bindings-tests DIR] [--triton-tests DIR] [--per-function K]
-                                [--no-jit-capture] [--modules NAME,...] [--timeout 900]
+                                [--cupy-tests DIR] [--no-jit-capture] [--modules NAME,...] [--timeout 900]
                                 [--json out.json] [--md out.md]
 
 Without --venv it makes a throwaway virtual environment and installs numba-cuda
@@ -21,6 +21,15 @@ venv needs a CUDA build of PyTorch with that Triton, and pytest. test_core.py ha
 9,400 tests of 179 functions; --per-function K runs K of each function's cases, spread
 evenly over its parameter list (0: all). Its kernels run on the emulator only through
 JIT capture; --no-jit-capture runs them as tally did before it.
+CuPy's neither: pass --cupy-tests, the root of a CuPy checkout at the installed version's
+tag (its tests/ and pyproject.toml, whose pytest settings and markers the tests need);
+the venv needs that CuPy (cupy-cuda13x) and pytest, and the CUDA libraries its tests load
+(nvidia-curand, -cublas, -cufft, -cusparse, -cusolver, -nvjitlink, -cuda-runtime for
+cudadevrt). Its modules run with `-m "not slow and not multi_gpu"` against a server that
+emulates compute capability 12.0 and driver 13.2 (CUPY_CORE_SERVER, for every suite of
+the run): CuPy 14.2's own compiled modules (its CUB reductions) carry PTX only for
+compute_120, of ISA 9.2, and at 9.0 its reductions return 0 (its CUB call's load error
+is not checked).
 
 Each module is its own job because a kernel fault stays with its process, as CUDA
 specifies: in one process, one unsupported instruction would fail every later test.
@@ -57,8 +66,10 @@ NUMBA_CUDA = "numba-cuda==0.30.4"
 # filecheck, ml_dtypes, cffi, psutil: what numba-cuda's tests import (its "test" dependency group).
 INSTALL = (NUMBA_CUDA, "nvidia-nvvm==13.0.*", "nvidia-cuda-nvrtc==13.0.*", "pytest", "filecheck", "ml_dtypes",
            "cffi", "psutil")
-SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core")
+SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core", "cupy-core")
 TRITON_CORE = Path("language") / "test_core.py"
+CUPY_CORE = Path("tests") / "cupy_tests" / "core_tests"
+CUPY_CORE_SERVER = ("--emulate-cc", "12.0", "--emulate-driver", "13.2")
 # numba-cuda's CUDATestCase uses a fixture its repository's top-level conftest.py defines,
 # which the wheel does not ship; a plugin with the same name stands in (it only passes
 # pytest's options to numba's config there; these runs pass none).
@@ -136,7 +147,8 @@ def site_packages(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def modules(python: Path, suites: list[str], bindings_tests: Path | None, only: set[str]) -> list[Module]:
+def modules(python: Path, suites: list[str], bindings_tests: Path | None, only: set[str],
+            cupy_tests: Path | None = None) -> list[Module]:
     found = []
     if any(s.startswith("numba-") for s in suites):
         tests = site_packages(python) / "numba" / "cuda" / "tests"
@@ -148,7 +160,11 @@ def modules(python: Path, suites: list[str], bindings_tests: Path | None, only: 
             raise SystemExit("cuda-bindings: pass --cuda-bindings-tests, a cuda-python checkout's "
                              "cuda_bindings/tests directory")
         found.append(Module("cuda-bindings", bindings_tests / "test_cuda.py"))
-    return [m for m in found if not only or m.path.stem in only]
+    if "cupy-core" in suites:
+        core = cupy_tests / CUPY_CORE       # fusion_tests/ has modules named like core_tests' own
+        found += [Module("cupy-core", p, name=".".join(p.relative_to(core).with_suffix("").parts))
+                  for p in sorted(core.rglob("test_*.py"))]
+    return [m for m in found if not only or m.path.stem in only or m.name in only]
 
 
 def spread(cases: list[str], k: int) -> list[str]:
@@ -220,6 +236,9 @@ def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: 
         (work / FIXTURES.name).write_text(FIXTURES_TEXT)
     elif module.tests:      # Triton's: from python/test/unit, as its Makefile runs them
         target, cwd = module.tests, module.path.parent.parent
+    elif module.suite == "cupy-core":   # from the checkout's root, where its pytest settings are
+        root = next(p for p in module.path.parents if (p / "pyproject.toml").is_file())
+        target, cwd = ["-m", "not slow and not multi_gpu", str(module.path.relative_to(root))], root
     else:   # cuda-bindings' tests import their conftest as a top-level module
         target, cwd = [str(module.path)], module.path.parent
     command = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket), *run_flags, "--",
@@ -295,7 +314,8 @@ def markdown(report: dict) -> str:
 
 def versions(python: Path) -> list[str]:
     code = ("import importlib.metadata as m\n"
-            "for p in ('numba-cuda','numba','cuda-bindings','cuda-core','triton','torch'):\n"
+            "for p in ('numba-cuda','numba','cuda-bindings','cuda-core','triton','torch','cupy-cuda13x',"
+            "'nvidia-cuda-nvrtc'):\n"
             "  try: print(p + ' ' + m.version(p))\n  except m.PackageNotFoundError: pass")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return out.stdout.split("\n")[:-1]
@@ -309,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton-tests", type=Path, help="a Triton checkout's python/test/unit directory")
     ap.add_argument("--per-function", type=int, default=5,
                     help="triton-core: cases of each test function, spread over its parameters (0: all; default 5)")
+    ap.add_argument("--cupy-tests", type=Path, help="the root of a CuPy checkout (tests/, pyproject.toml)")
     ap.add_argument("--no-jit-capture", action="store_true", help="run the jobs with tally-run --no-jit-capture")
     ap.add_argument("--modules", help="only these module names (test_events,test_streams,...), or Triton test functions")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per module (default 900)")
@@ -321,14 +342,18 @@ def main(argv: list[str] | None = None) -> int:
     if "triton-core" in suites and not (args.triton_tests and (args.triton_tests / TRITON_CORE).is_file()):
         ap.error(f"triton-core: pass --triton-tests, a Triton checkout's python/test/unit directory (with "
                  f"{TRITON_CORE}; given: {args.triton_tests})")
+    if "cupy-core" in suites and not (args.cupy_tests and (args.cupy_tests / CUPY_CORE).is_dir()):
+        ap.error(f"cupy-core: pass --cupy-tests, the root of a CuPy checkout (with {CUPY_CORE}; "
+                 f"given: {args.cupy_tests})")
     work = Path(tempfile.mkdtemp(prefix="tally-peer-suites-"))
     try:
         venv = args.venv or make_venv(work / "venv")
         python = venv / "bin" / "python"
         only = set(args.modules.split(",")) if args.modules else set()
-        chosen = modules(python, suites, args.cuda_bindings_tests, only)
+        chosen = modules(python, suites, args.cuda_bindings_tests, only,
+                         args.cupy_tests.resolve() if args.cupy_tests else None)
         socket = work / "server.sock"
-        server = start_server(socket, work / "server.log")
+        server = start_server(socket, work / "server.log", CUPY_CORE_SERVER if "cupy-core" in suites else ())
         # Triton's kernels compile into a cache of this run's and their records into
         # another: nothing found from earlier runs, nothing left behind
         env = {**job_env(), "TRITON_CACHE_DIR": str(work / "triton-cache"), "XDG_CACHE_HOME": str(work / "cache")}

@@ -1,7 +1,8 @@
 // cuGetExportTable: hands out the private tables by UUID (docs/export-tables.md says
 // which runtime asks for which). Unknown UUIDs (cudart 13 also asks for
-// f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 and copes without it) get
-// CUDA_ERROR_NOT_FOUND, which is what cudart was measured to accept.
+// f8cff951-2146-8b4e-b9e2-fb469e7c0dd9, NVRTC 13 for da9151d3-3ae6-cc41-a5c0-4f26d533e328,
+// and both cope without them) get CUDA_ERROR_NOT_FOUND, which is what they were
+// measured to accept.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -42,9 +43,19 @@ const Known kKnown[] = {
      "CUPTI", &tools_cupti},
 };
 
-// Asked for by cudart 12.9 on, which carries on without it: not worth a log line.
-const unsigned char kOptional[16] = {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
-                                     0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9};
+// Asked for by libraries that carry on without them: not worth a log line.
+const unsigned char kOptional[][16] = {
+    // cudart 12.9 on
+    {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+    // NVRTC 13 and nvJitLink 13 (libnvrtc.so.13, libnvJitLink.so.13 hold this UUID), as
+    // CuPy compiles a kernel: it compiles and links as before
+    {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
+};
+
+bool optional_table(const unsigned char* id) {
+  return std::any_of(std::begin(kOptional), std::end(kOptional),
+                     [id](const unsigned char(&uuid)[16]) { return std::memcmp(id, uuid, sizeof uuid) == 0; });
+}
 
 // Whether `id` is an unknown table not asked for before (each is logged once).
 bool first_time_unknown(const unsigned char* id) {
@@ -85,7 +96,7 @@ TALLY_ENTRY(cuGetExportTable_v3000)(const void** ppExportTable, const CUuuid* pE
   char text[37];
   format_uuid(id, text);
   if (tally::client::trace_calls()) tally::client::trace_line("cuGetExportTable %s -> not found", text);
-  if (std::memcmp(id, kOptional, sizeof kOptional) != 0 && first_time_unknown(id)) {
+  if (!optional_table(id) && first_time_unknown(id)) {
     tally::client::log_error("a library asked the driver for its private table %s, which tally does not have "
                              "(docs/export-tables.md); answering CUDA_ERROR_NOT_FOUND", text);
   }

@@ -1,5 +1,5 @@
 // Integer arithmetic: add/sub/mul/mad (lo, hi, wide, 24-bit), div/rem, abs,
-// neg, min/max, sad, carry chains. Wrapping arithmetic is done in uint64_t so
+// neg, min/max (with sm_90's packed 16x2 and .relu forms), sad, carry chains. Wrapping arithmetic is done in uint64_t so
 // that signed overflow (undefined in C++) wraps as on the GPU.
 #include <limits>
 #include <type_traits>
@@ -114,6 +114,27 @@ template <class T> EMU_HANDLER(h_abs) {
 template <class T> EMU_HANDLER(h_neg) { unary<T>(e, in, m, [](T a) { return wrap_sub<T>(0, a); }); }
 template <class T> EMU_HANDLER(h_min) { binary<T>(e, in, m, [](T a, T b) { return b < a ? b : a; }); }
 template <class T> EMU_HANDLER(h_max) { binary<T>(e, in, m, [](T a, T b) { return a < b ? b : a; }); }
+// min/max clamped at 0 (.relu, sm_90: signed types only).
+template <class T, bool kMax> EMU_HANDLER(h_minmax_relu) {
+  binary<T>(e, in, m, [](T a, T b) {
+    T r = kMax ? (a < b ? b : a) : (b < a ? b : a);
+    return r < 0 ? T{0} : r;
+  });
+}
+// min/max of both 16-bit halves of 32-bit registers at once (.u16x2, .s16x2, sm_90),
+// each half clamped at 0 with kRelu (.relu, .s16x2 only).
+template <class Half, bool kMax, bool kRelu> EMU_HANDLER(h_minmax_x2) {
+  binary<uint32_t>(e, in, m, [](uint32_t a, uint32_t b) {
+    uint32_t out = 0;
+    for (int k = 0; k < 2; ++k) {
+      const Half x = static_cast<Half>(a >> (16 * k)), y = static_cast<Half>(b >> (16 * k));
+      Half r = kMax ? (x < y ? y : x) : (y < x ? y : x);
+      if constexpr (kRelu) r = r < 0 ? Half{0} : r;
+      out |= static_cast<uint32_t>(static_cast<uint16_t>(r)) << (16 * k);
+    }
+    return out;
+  });
+}
 template <class T> EMU_HANDLER(h_sad) {
   ternary<T>(e, in, m, [](T a, T b, T c) { return wrap_add<T>(c, a > b ? wrap_sub<T>(a, b) : wrap_sub<T>(b, a)); });
 }
@@ -217,6 +238,13 @@ const HandlerRegistrar registrar{
     EMU_ENTRY("abs.s16", h_abs<int16_t>), EMU_ENTRY("abs.s32", h_abs<int32_t>), EMU_ENTRY("abs.s64", h_abs<int64_t>),
     EMU_ENTRY("neg.s16", h_neg<int16_t>), EMU_ENTRY("neg.s32", h_neg<int32_t>), EMU_ENTRY("neg.s64", h_neg<int64_t>),
     EMU_INT_ENTRIES("min", h_min), EMU_INT_ENTRIES("max", h_max), EMU_INT_ENTRIES("sad", h_sad),
+    EMU_ENTRY("min.relu.s32", (h_minmax_relu<int32_t, false>)), EMU_ENTRY("max.relu.s32", (h_minmax_relu<int32_t, true>)),
+    EMU_ENTRY("min.u16x2", (h_minmax_x2<uint16_t, false, false>)),
+    EMU_ENTRY("max.u16x2", (h_minmax_x2<uint16_t, true, false>)),
+    EMU_ENTRY("min.s16x2", (h_minmax_x2<int16_t, false, false>)),
+    EMU_ENTRY("max.s16x2", (h_minmax_x2<int16_t, true, false>)),
+    EMU_ENTRY("min.relu.s16x2", (h_minmax_x2<int16_t, false, true>)),
+    EMU_ENTRY("max.relu.s16x2", (h_minmax_x2<int16_t, true, true>)),
     CARRY_ENTRIES("add.cc", false, false, true), CARRY_ENTRIES("addc", true, false, false),
     CARRY_ENTRIES("addc.cc", true, false, true), CARRY_ENTRIES("sub.cc", false, true, true),
     CARRY_ENTRIES("subc", true, true, false), CARRY_ENTRIES("subc.cc", true, true, true),

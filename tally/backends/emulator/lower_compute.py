@@ -15,6 +15,7 @@ from tally.backends.emulator.context import FLAGS, FLOAT_TYPES, NO_SLOT, Functio
 COMPUTE = Lowerers()
 
 INT_TYPES = frozenset({"s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64"})
+PACKED_INT_TYPES = frozenset({"u16x2", "s16x2"})     # two 16-bit halves of a .b32 register (min, max)
 HALF_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2"})
 ROUND = FLAGS["ROUND"]
 
@@ -71,6 +72,8 @@ def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
         nan = ".nan" if op in ("min", "max") and ins.has("NaN") else ""
         cx.emit(f"{op}{nan}.{t}", ops, flags=rounding_flags(ins))
         return
+    if op in ("min", "max") and (t in PACKED_INT_TYPES or ins.has("relu")):
+        return _packed_or_relu_min_max(cx, ins, op, t)
     if t not in INT_TYPES:
         raise cx.unsupported(f"{ins.full_opcode}")
     t = arith_type(t)
@@ -89,6 +92,16 @@ def lower_arith(cx: FunctionLowering, ins: ir.Instruction) -> None:
             return _carry(cx, ins, f"mad{variant}.cc.{t}", sources=3)
     ops = _sources(cx, ins, t, ARITY[op])
     cx.emit(f"{op}{variant}.{t}", ops)
+
+
+def _packed_or_relu_min_max(cx: FunctionLowering, ins: ir.Instruction, op: str, t: str) -> None:
+    """sm_90's min/max forms (DPX): both 16-bit halves of a .b32 register at once
+    (.u16x2, .s16x2), and .relu (result clamped at 0) on .s16x2 and .s32."""
+    relu = ins.has("relu")
+    if relu and t not in ("s16x2", "s32"):
+        raise cx.unsupported(ins.full_opcode)
+    register_type = "u32" if t in PACKED_INT_TYPES else t
+    cx.emit(f"{op}{'.relu' if relu else ''}.{t}", _sources(cx, ins, register_type, 2))
 
 
 @COMPUTE.lowers("addc", "subc")
