@@ -312,7 +312,7 @@ TALLY_ENTRY(cuDevicePrimaryCtxGetState_v7000)(CUdevice_v1 dev, unsigned int* fla
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult rc = check_device(dev); rc != CUDA_SUCCESS) return rc;
   *flags = g_primary.flags.load(std::memory_order_relaxed);
-  *active = g_primary.active.load(std::memory_order_relaxed) || g_primary.retains.load(std::memory_order_relaxed) > 0;
+  *active = active_primary_context() != nullptr ? 1 : 0;
   return CUDA_SUCCESS;
 }
 

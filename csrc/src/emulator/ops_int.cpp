@@ -1,6 +1,8 @@
 // Integer arithmetic: add/sub/mul/mad (lo, hi, wide, 24-bit), div/rem, abs,
-// neg, min/max (with sm_90's packed 16x2 and .relu forms), sad, carry chains. Wrapping arithmetic is done in uint64_t so
-// that signed overflow (undefined in C++) wraps as on the GPU.
+// neg, min/max (with sm_90's packed 16x2 and .relu forms), sad, carry chains.
+// Wrapping arithmetic is done in uint64_t so that signed overflow (undefined in
+// C++) wraps as on the GPU.
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
@@ -112,14 +114,13 @@ template <class T> EMU_HANDLER(h_abs) {
   unary<T>(e, in, m, [](T a) { return a < 0 ? wrap_sub<T>(0, a) : a; });
 }
 template <class T> EMU_HANDLER(h_neg) { unary<T>(e, in, m, [](T a) { return wrap_sub<T>(0, a); }); }
-template <class T> EMU_HANDLER(h_min) { binary<T>(e, in, m, [](T a, T b) { return b < a ? b : a; }); }
-template <class T> EMU_HANDLER(h_max) { binary<T>(e, in, m, [](T a, T b) { return a < b ? b : a; }); }
+template <bool kMax, class T>
+T min_max(T a, T b) { return kMax ? (a < b ? b : a) : (b < a ? b : a); }
+template <class T> EMU_HANDLER(h_min) { binary<T>(e, in, m, min_max<false, T>); }
+template <class T> EMU_HANDLER(h_max) { binary<T>(e, in, m, min_max<true, T>); }
 // min/max clamped at 0 (.relu, sm_90: signed types only).
 template <class T, bool kMax> EMU_HANDLER(h_minmax_relu) {
-  binary<T>(e, in, m, [](T a, T b) {
-    T r = kMax ? (a < b ? b : a) : (b < a ? b : a);
-    return r < 0 ? T{0} : r;
-  });
+  binary<T>(e, in, m, [](T a, T b) { return std::max(min_max<kMax>(a, b), T{0}); });
 }
 // min/max of both 16-bit halves of 32-bit registers at once (.u16x2, .s16x2, sm_90),
 // each half clamped at 0 with kRelu (.relu, .s16x2 only).
@@ -128,8 +129,8 @@ template <class Half, bool kMax, bool kRelu> EMU_HANDLER(h_minmax_x2) {
     uint32_t out = 0;
     for (int k = 0; k < 2; ++k) {
       const Half x = static_cast<Half>(a >> (16 * k)), y = static_cast<Half>(b >> (16 * k));
-      Half r = kMax ? (x < y ? y : x) : (y < x ? y : x);
-      if constexpr (kRelu) r = r < 0 ? Half{0} : r;
+      Half r = min_max<kMax>(x, y);
+      if constexpr (kRelu) r = std::max(r, Half{0});
       out |= static_cast<uint32_t>(static_cast<uint16_t>(r)) << (16 * k);
     }
     return out;
