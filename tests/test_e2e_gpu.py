@@ -45,6 +45,7 @@ def test_programs_on_the_gpu(nvcc, cuda_server, shared):
     job = run_job(cuda_server.socket, build_cuda(nvcc, "streams_events.cu", shared_cudart=shared))
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.ints("callbacks", "good_a", "good_b", "legacy_good") == [2, 4096, 4096, 4096]
+    assert job.ints("destroyed_wait_good", "rounds") == [8, 8]
 
 
 def test_managed_memory_on_the_gpu(nvcc, cuda_server):

@@ -67,6 +67,8 @@ def test_streams_events_pinned_memory_and_host_functions(nvcc, emulator_server, 
     assert job.value("pinned_host_pointer_ok") == "1"
     # The legacy default stream waited for the blocking stream's kernel.
     assert job.value("legacy_good") == "4096"
+    # A wait on an event destroyed right after it still held the copy back.
+    assert job.ints("destroyed_wait_good", "rounds") == [8, 8]
     assert "done" in job.stdout
 
 

@@ -159,6 +159,33 @@ def test_stream_wait_event_between_streams_waits_for_the_held_record():
     assert rig.ex.event_query(ready)
 
 
+def test_an_event_destroyed_right_after_the_wait_still_orders_the_streams():
+    """CuPy's DLPack export records an event, makes the consumer's stream wait on it and
+    destroys it at once; in CUDA the record and the wait still take effect."""
+    rig = Rig()
+    rig.ex.add_client("hp", "high")
+    rig.ex.add_client("be")
+    rig.keep_hp_busy(until_s=0.01, period_s=0.9e-3)
+    rig.sim.run_until(1e-4)
+    buf, copy = rig.buffer(1000), rig.buffer(1000)
+    ready, unwaited = rig.ex.event_create("be"), rig.ex.event_create("be")
+    rig.ex.submit("be", "a", rig.launch("add_one", 1000, buf))     # held: high priority is busy
+    rig.ex.submit("be", "a", EventRecord(ready))
+    rig.ex.submit("be", "a", EventRecord(unwaited))
+    rig.ex.submit("be", "b", StreamWaitEvent(ready))
+    rig.ex.event_destroy(ready)
+    rig.ex.event_destroy(unwaited)
+    rig.ex.submit("be", "b", MemcpyDtoD(copy, buf, 4000))
+    with pytest.raises(ValueError, match="destroyed"):
+        rig.ex.submit("be", "a", EventRecord(ready))
+    rig.ex.synchronize_stream("be", "b")
+    assert u32(rig.sim, copy, 1000) == [1] * 1000
+    rig.ex.synchronize_client("be")
+    # Nothing of either event is left once its wait ran: no record, no bookkeeping.
+    assert not ready.records and not unwaited.records
+    assert rig.ex._client("be").events == []
+
+
 def test_wait_uses_the_record_submitted_before_it_not_a_later_one():
     rig = Rig(policy="fifo")
     rig.ex.add_client("a")

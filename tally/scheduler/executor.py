@@ -532,7 +532,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                 b.stream_write_value(bs, op.address, op.value, op.width)
             elif isinstance(op, EventRecord):
                 event = op.event
-                if not event.destroyed:
+                if not event.destroyed or event.waiters[item.seq] > 0:   # destroyed: only for queued waits
                     backend_event = b.event_create(event.timing)
                     b.event_record(backend_event, bs)
                     event.records[item.seq] = backend_event
@@ -542,7 +542,7 @@ class StreamExecutor(ClientControl, EventControl, FaultControl):
                     self._cond.notify_all()
             elif isinstance(op, StreamWaitEvent):
                 event = op.event
-                if item.seq and not event.destroyed:
+                if item.seq:
                     backend_event = event.records.get(item.seq)
                     if backend_event is None:
                         return False

@@ -26,11 +26,14 @@ class EventControl:
             return event
 
     def event_destroy(self, event: ExecutorEvent) -> None:
+        """The job destroyed its event. As in CUDA, its records and the waits already
+        queued on them still take effect (CuPy's DLPack export records an event, makes
+        the consumer's stream wait and destroys it at once); each backend event goes
+        when no queued wait needs it."""
         with self._lock:
-            client = self._clients.get(event.client_id)
-            if client is not None and event in client.events:
-                client.events.remove(event)
-            self._destroy_event(event)
+            event.destroyed = True
+            self._prune_records(event)
+            self._cond.notify_all()
 
     def event_query(self, event: ExecutorEvent) -> bool:
         with self._lock:
@@ -76,6 +79,7 @@ class EventControl:
             raise ValueError(f"event belongs to client {event.client_id!r}, not {client.client_id!r}")
 
     def _destroy_event(self, event: ExecutorEvent) -> None:
+        """Its job is gone and no work of it is queued: every backend event goes now."""
         event.destroyed = True
         for backend_event in event.records.values():
             self.backend.event_destroy(backend_event)
@@ -83,7 +87,13 @@ class EventControl:
         self._cond.notify_all()
 
     def _prune_records(self, event: ExecutorEvent) -> None:
-        """Backend events of superseded records that no queued wait needs."""
-        for seq in [s for s in event.records if s != event.submitted_seq and event.waiters[s] <= 0]:
+        """Backend events of records that no queued wait needs: superseded ones, and once
+        the job destroyed the event, the latest too (no query or sync can name it)."""
+        for seq in [s for s in event.records
+                    if (s != event.submitted_seq or event.destroyed) and event.waiters[s] <= 0]:
             self.backend.event_destroy(event.records.pop(seq))
             del event.waiters[seq]
+        if event.destroyed and not any(n > 0 for n in event.waiters.values()):
+            client = self._clients.get(event.client_id)
+            if client is not None and event in client.events:
+                client.events.remove(event)      # nothing of it is left to release
