@@ -26,10 +26,11 @@ tag (its tests/ and pyproject.toml, whose pytest settings and markers the tests 
 the venv needs that CuPy (cupy-cuda13x) and pytest, and the CUDA libraries its tests load
 (nvidia-curand, -cublas, -cufft, -cusparse, -cusolver, -nvjitlink, -cuda-runtime for
 cudadevrt). Its modules run with `-m "not slow and not multi_gpu"` against a server that
-emulates compute capability 12.0 and driver 13.2 (CUPY_CORE_SERVER, for every suite of
+emulates compute capability 12.1 and driver 13.2 (CUPY_CORE_SERVER, for every suite of
 the run): CuPy 14.2's own compiled modules (its CUB reductions) carry PTX only for
 compute_120, of ISA 9.2, and at 9.0 its reductions return 0 (its CUB call's load error
-is not checked).
+is not checked); cuRAND 10.4's kernels carry PTX only for compute_121 (cubins for the
+rest), so at 12.0 every cupy.random call fails.
 
 Each module is its own job because a kernel fault stays with its process, as CUDA
 specifies: in one process, one unsupported instruction would fail every later test.
@@ -69,7 +70,7 @@ INSTALL = (NUMBA_CUDA, "nvidia-nvvm==13.0.*", "nvidia-cuda-nvrtc==13.0.*", "pyte
 SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core", "cupy-core")
 TRITON_CORE = Path("language") / "test_core.py"
 CUPY_CORE = Path("tests") / "cupy_tests" / "core_tests"
-CUPY_CORE_SERVER = ("--emulate-cc", "12.0", "--emulate-driver", "13.2")
+CUPY_CORE_SERVER = ("--emulate-cc", "12.1", "--emulate-driver", "13.2")
 # numba-cuda's CUDATestCase uses a fixture its repository's top-level conftest.py defines,
 # which the wheel does not ship; a plugin with the same name stands in (it only passes
 # pytest's options to numba's config there; these runs pass none).

@@ -161,6 +161,8 @@ void bind_program(py::module_& m) {
            }, py::arg("id"), py::arg("targets"))
       .def("set_function_table", [](Program& p, const std::vector<int32_t>& pcs) { p.function_table = pcs; },
            py::arg("pcs"), "pc of each module function by index (-1: not in this program)")
+      .def("set_kernel_param_bytes", [](Program& p, const std::vector<int32_t>& sizes) { p.kernel_param_bytes = sizes; },
+           py::arg("sizes"), "parameter bytes of each module function by index (-1: not a kernel), for device launches")
       .def("patch_target", [](Program& p, size_t pc, int32_t target) {
              if (pc >= p.code.size()) throw py::index_error("no instruction at that pc");
              p.code[pc].target = target;
@@ -207,7 +209,17 @@ void bind_launch(py::module_& m) {
       .def_readonly("warp_steps", &LaunchResult::warp_steps)
       .def_readonly("thread_instructions", &LaunchResult::thread_instructions)
       .def_readonly("sms_used", &LaunchResult::sms_used)
-      .def_readonly("max_concurrent", &LaunchResult::max_concurrent);
+      .def_readonly("max_concurrent", &LaunchResult::max_concurrent)
+      .def_property_readonly("device_launches", [](const LaunchResult& r) {
+        // (function index, grid, block, dynamic shared bytes, parameter buffer, stream) each
+        py::list out;
+        for (const DeviceLaunchRequest& d : r.device_launches) {
+          out.append(py::make_tuple(d.function_index, py::make_tuple(d.grid[0], d.grid[1], d.grid[2]),
+                                    py::make_tuple(d.block_dim[0], d.block_dim[1], d.block_dim[2]), d.dynamic_shared,
+                                    d.params, d.stream));
+        }
+        return out;
+      });
   m.def("run_launch", [](std::shared_ptr<Program> program, std::shared_ptr<DeviceMemory> memory, const py::bytes& params,
                          std::tuple<uint32_t, uint32_t, uint32_t> grid, std::tuple<uint32_t, uint32_t, uint32_t> block,
                          uint32_t dynamic_shared, uint32_t sm_count, uint64_t max_warp_steps, double timeout_seconds,

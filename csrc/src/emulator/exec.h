@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "emulator/emu_types.h"
@@ -17,6 +19,28 @@
 namespace tally::emu {
 
 class DeviceHeap;
+
+// A kernel's launch of a kernel (CUDA dynamic parallelism, `kernel<<<...>>>` in device
+// code): what the launch hands back for its caller to run once the launching grid is
+// done (tally/backends/emulator/device_launches.py).
+struct DeviceLaunchRequest {
+  uint64_t block = 0;           // the launching block: requests run in block order, then call order
+  uint32_t function_index = 0;  // the kernel's index in its module (its pointer minus kCodeWindow)
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block_dim[3] = {1, 1, 1};
+  uint32_t dynamic_shared = 0;
+  uint64_t params = 0;          // its parameter buffer, from the device heap; the caller frees it
+  uint64_t stream = 0;          // the device-side stream handle it named
+};
+
+// What one launch's workers share of the device launches: the parameter buffers handed
+// out and not launched yet, and the launches made.
+struct DeviceLaunches {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, DeviceLaunchRequest> buffers;
+  std::vector<DeviceLaunchRequest> requests;
+  std::unordered_map<uint64_t, int32_t> last_errors;   // by block and thread: cudaGetLastError's
+};
 
 struct LaunchConfig {
   uint32_t grid[3] = {1, 1, 1};
@@ -32,6 +56,7 @@ struct LaunchConfig {
   DeviceHeap* heap = nullptr;          // what malloc/free use (the job's); the caller keeps it alive
   bool cooperative = false;            // all blocks resident at once (cooperative.cpp)
   uint64_t grid_workspace = 0;         // a cooperative launch's, set by run_launch: what %envreg1:2 read
+  DeviceLaunches* device_launches = nullptr;  // set by run_launch
 };
 
 struct LaunchResult {
@@ -43,10 +68,15 @@ struct LaunchResult {
   uint64_t thread_instructions = 0;
   uint32_t sms_used = 0;       // workers (SMs) that ran at least one block
   uint32_t max_concurrent = 0; // most blocks that ran at the same moment
+  std::vector<DeviceLaunchRequest> device_launches;  // in block order, then call order
 };
 
 LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std::string& params,
                         const LaunchConfig& config);
+
+// At the end of run_launch (device_launch.cpp): frees the parameter buffers no launch
+// took (all of them when the grid failed) and hands the launches made to `result`.
+void finish_device_launches(DeviceLaunches& launches, const LaunchConfig& config, bool failed, LaunchResult& result);
 
 struct Warp {
   uint32_t index = 0;

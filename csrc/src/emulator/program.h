@@ -50,6 +50,9 @@ struct Program {
   // (mma.sync, wgmma.mma_async: up to 131), referenced by imm.
   std::vector<std::vector<uint32_t>> slot_lists;
   std::vector<int32_t> function_table;                 // function pointer index -> pc (-1: absent)
+  // Parameter bytes of each module function a kernel may launch (CUDA dynamic
+  // parallelism), by function index: -1 for one that is not a kernel.
+  std::vector<int32_t> kernel_param_bytes;
   uint32_t frame_registers = 0;   // register slots per call frame (max over functions)
   uint32_t warp_slots = 0;        // size of the per-warp bank
   uint32_t local_frame_bytes = 0; // local memory per call frame (max over functions)

@@ -407,6 +407,8 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
       return result;
     }
   }
+  DeviceLaunches device_launches;
+  config.device_launches = &device_launches;
   DeviceMemory::Use use(memory);
   detail::LaunchShared shared;
   shared.blocks = static_cast<uint64_t>(config.grid[0]) * config.grid[1] * config.grid[2];
@@ -457,6 +459,7 @@ LaunchResult run_launch(const Program& program, DeviceMemory& memory, const std:
   result.thread_instructions = shared.thread_instructions;
   result.sms_used = shared.sms_used;
   result.max_concurrent = shared.max_running.load();
+  finish_device_launches(device_launches, config, shared.failed, result);
   return result;
 }
 

@@ -46,6 +46,7 @@ from tally.protocol.errors import (
 from tally.backends.clusters import launch_cluster
 from tally.backends.device_attributes import launch_limits, synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
+from tally.backends.emulator.device_launches import run_device_launches
 from tally.backends.emulator.layout import LayoutError
 from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
 from tally.backends.emulator import value_waits
@@ -293,6 +294,14 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOr
     def launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, stream: EmulatorStream,
                params: bytes, sm_cap: int | None = None, cluster: Dim3 | None = None,
                cooperative: bool = False) -> None:
+        run = self.checked_launch(fn, grid, block, shared_bytes, params, sm_cap, cluster, cooperative)
+        stream.submit(lambda: run(stream))
+
+    def checked_launch(self, fn: EmulatorFunction, grid: Dim3, block: Dim3, shared_bytes: int, params: bytes,
+                       sm_cap: int | None = None, cluster: Dim3 | None = None, cooperative: bool = False,
+                       depth: int = 0) -> Callable[[EmulatorStream], None]:
+        """The launch checked as cuLaunchKernel checks it, ready to run on a stream's
+        thread; `depth`: how deeply the kernels that launched it nest (0: the host's)."""
         if not isinstance(fn, EmulatorFunction):
             raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{fn!r} is not a kernel of this device")
         limits = self.limits
@@ -319,7 +328,7 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOr
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"kernel {fn.name} takes {fn.param_bytes} parameter bytes, "
                                                         f"the launch passed {len(params)}")
 
-        def run() -> None:
+        def run(stream: EmulatorStream) -> None:
             kernel = fn.lowered()
             if kernel.static_shared_bytes + shared_bytes > limits.max_shared_bytes:
                 raise DeviceError(CUDA_ERROR_INVALID_VALUE,
@@ -329,8 +338,10 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOr
                                      self._sm_count, self.max_warp_instructions, self.launch_timeout_s,
                                      self._cancel, sm_cap or 0, heap, cluster_dims, explicit, cooperative)
             self._launched(stream, fn.name, result)
+            if result.device_launches:
+                run_device_launches(self, fn, stream, result.device_launches, heap, sm_cap, depth)
 
-        stream.submit(run)
+        return run
 
     def _launched(self, stream: EmulatorStream, name: str, result) -> None:
         """After every launch, whoever queued it: statistics, printf output, the fault."""
@@ -373,6 +384,10 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOr
         src = memoryview(src).cast("B")
         _memory_call(self._memory.check, dst, len(src), "host-to-device copy")
         stream.submit(lambda: _memory_call(self._memory.write, dst, src))
+
+    def read_device(self, dst, src: int) -> None:
+        """Device memory at `src` into the writable buffer `dst`, now (a stream thread's own read)."""
+        _memory_call(self._memory.read, dst, src)
 
     def memcpy_dtoh_async(self, dst: memoryview, src: int, stream: EmulatorStream) -> None:
         dst = memoryview(dst).cast("B")

@@ -114,6 +114,7 @@ class KernelLowering:
         self.function_pcs: dict[str, int] = {}
         self.call_fixups: list[tuple[int, str]] = []
         self.function_index = function_indices(module)
+        self.launches_kernels = False     # it reaches a device-side launch (lower_control.py)
         self._module_scope: dict[str, Binding] = {}
         for g in module.globals():
             if g.space in ("global", "const") and g.name in global_addresses:
@@ -160,6 +161,10 @@ class KernelLowering:
         for pc, name in self.call_fixups:
             self.program.patch_target(pc, self.function_pcs[name])
         self.program.set_function_table([self.function_pcs.get(name, -1) for name in self.function_index])
+        if self.launches_kernels:
+            kernels = {f.name: f for f in self.module.entries()}
+            self.program.set_kernel_param_bytes([param_bytes(kernels[name]) if name in kernels else -1
+                                                 for name in self.function_index])
         p = self.program
         p.frame_registers = frame_registers
         p.warp_slots = len(self._specials)

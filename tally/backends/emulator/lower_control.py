@@ -4,8 +4,9 @@ exit, trap, bar/barrier (incl. barrier.cluster), shfl, vote, match, redux, elect
 A call to a `.func` becomes `call` (copy the argument bytes into the callee's
 frame, push the return address) plus, when there are return values, a
 `retcopy` right after it, where the callee returns to. `vprintf`,
-`__assertfail` (a failed device assert) and `malloc`/`free` (the launch's device
-heap, csrc/src/emulator/device_malloc.cpp) are built in.
+`__assertfail` (a failed device assert), `malloc`/`free` (the launch's device
+heap, csrc/src/emulator/device_malloc.cpp) and the system calls of a kernel's own
+launches (csrc/src/emulator/device_launch.cpp) are built in.
 """
 from __future__ import annotations
 
@@ -18,9 +19,18 @@ from tally.backends.emulator.layout import FrameLayout, var_size
 CONTROL = Lowerers()
 
 MASK = core.MEMBER_MASK_OPERAND
-BUILTINS = ("vprintf", "__assertfail", "malloc", "free")
-# The built-ins that allocate from the job's device heap: a kernel that reaches one needs it.
-HEAP_FUNCTIONS = frozenset({"malloc", "free"})
+# The driver's system calls behind a kernel's own launches (CUDA dynamic parallelism,
+# csrc/src/emulator/device_launch.cpp): name -> (the emulator's instruction, argument sizes).
+DEVICE_LAUNCH_CALLS = {
+    "__cuda_syscall_cnpv2GetParameterBufferV2": ("cdp.parameter_buffer", (8, 12, 12, 4)),
+    "__cuda_syscall_cnpv2LaunchDeviceV2": ("cdp.launch", (8, 8)),
+    "__cuda_syscall_cnpv2GetLastError": ("cdp.get_last_error", ()),
+    "__cuda_syscall_cnpv2SetLastError": ("cdp.set_last_error", (4,)),
+}
+BUILTINS = ("vprintf", "__assertfail", "malloc", "free", *DEVICE_LAUNCH_CALLS)
+# The built-ins that allocate from the job's device heap: a kernel that reaches one needs
+# it (a device-side launch's parameter buffer comes from there too).
+HEAP_FUNCTIONS = frozenset({"malloc", "free", "__cuda_syscall_cnpv2GetParameterBufferV2"})
 
 
 @CONTROL.lowers("bra")
@@ -157,6 +167,15 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
             len(rets) == (1 if callee.name == "malloc" else 0) and all(size == 8 for _, size in rets):
         cx.emit(callee.name, [], imm=args[0][0], target=rets[0][0] if rets else -1)
         return
+    if callee.name in DEVICE_LAUNCH_CALLS:
+        op, sizes = DEVICE_LAUNCH_CALLS[callee.name]
+        if tuple(size for _, size in args) == sizes and len(rets) == 1:
+            cx.kernel.launches_kernels = True
+            offsets = [offset for offset, _ in args] + [0] * (4 - len(args))
+            cx.emit(op, [], imm=offsets[0] | offsets[1] << 32 if op == "cdp.parameter_buffer" else offsets[0],
+                    imm2=offsets[2] | offsets[3] << 32 if op == "cdp.parameter_buffer" else offsets[1],
+                    target=rets[0][0])
+            return
     raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")
 
 

@@ -53,6 +53,10 @@ def _lower(kernel: KernelLowering) -> LoweredKernel:
     for fn in kernel.functions:
         if fn.body is None:
             continue  # extern declarations (vprintf) are built in; calls check
+        if fn.is_entry and fn is not kernel.entry:
+            # Another kernel whose address the kernel takes (a device-side launch, a
+            # table of them): it runs as its own launch, never in this program.
+            continue
         kernel.function_pcs[fn.name] = len(kernel.program)
         lowering = FunctionLowering(kernel, fn, kernel.frames[fn.name])
         lower_function_body(lowering)

@@ -100,6 +100,7 @@ class EmulatorModule:
         self.evicted = False          # its globals' memory was given back (a suspended job's)
         self.globals: dict[str, tuple[int, int]] = {}
         self.functions: dict[str, EmulatorFunction] = {}
+        self._by_index: dict[int, str] | None = None    # function index -> name (kernel_at)
         try:
             self._allocate_globals(addresses or {})
             for fn in self.ir.entries():
@@ -109,6 +110,13 @@ class EmulatorModule:
         except (LayoutError, ValueError) as e:
             self.unload()
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX cannot be loaded: {e}") from None
+
+    def kernel_at(self, index: int) -> EmulatorFunction | None:
+        """The kernel whose function pointer is CODE_WINDOW + index (a device-side
+        launch names its kernel so), or None where that function is not a kernel."""
+        if self._by_index is None:
+            self._by_index = {i: name for name, i in function_indices(self.ir).items()}
+        return self.functions.get(self._by_index.get(index, ""))
 
     @property
     def addresses(self) -> dict[str, int]:

@@ -80,8 +80,14 @@ class LinkState:
         try:
             text = input_ptx(kind, data, name, compute_capability)
         except NothingForThisDevice as e:
-            # Not an error unless the program needs its symbols: cuLinkComplete then names them.
-            self.notes.append(str(e))
+            # Linked from its newer PTX only where the program needs its symbols (the device
+            # runtime that nvcc -rdc links into every program: a kernel that launches
+            # kernels needs it); without PTX, an error only if needed: cuLinkComplete names them.
+            newer = _newer_ptx_for_device(data, name, compute_capability, self.notes)
+            if newer is None:
+                self.notes.append(str(e))
+            else:
+                self.inputs.append(LinkInput(name, newer, _parse_input(newer, name), library=True))
         else:
             try:
                 self.inputs.append(read_link_input(name, text))
@@ -192,11 +198,7 @@ def library_members(name: str, data: bytes, compute_capability: tuple[int, int],
             continue
         if text is None:
             continue
-        try:
-            module = _parsed(text, label)
-        except PtxParseError as e:
-            raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{label}: not valid PTX: {e.one_line()}") from None
-        out.append(LinkInput(label, text, module, library=True))
+        out.append(LinkInput(label, text, _parse_input(text, label), library=True))
     if not out:
         notes.append(f"{name}: no member holds PTX tally can link")
     return out
@@ -228,6 +230,13 @@ PARSED_INPUT_PTX_BYTES = 4 << 20
 @memo_by_ptx_bytes(PARSED_INPUT_PTX_BYTES)
 def _parsed_by_text(text: str, label: str):
     return parse_module(text, label)
+
+
+def _parse_input(text: str, label: str):
+    try:
+        return _parsed(text, label)
+    except PtxParseError as e:
+        raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{label}: not valid PTX: {e.one_line()}") from None
 
 
 def _parsed(text: str, label: str):
