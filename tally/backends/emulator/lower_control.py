@@ -170,11 +170,13 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
     if callee.name in DEVICE_LAUNCH_CALLS:
         op, sizes = DEVICE_LAUNCH_CALLS[callee.name]
         if tuple(size for _, size in args) == sizes and len(rets) == 1:
-            cx.kernel.launches_kernels = True
             offsets = [offset for offset, _ in args] + [0] * (4 - len(args))
-            cx.emit(op, [], imm=offsets[0] | offsets[1] << 32 if op == "cdp.parameter_buffer" else offsets[0],
-                    imm2=offsets[2] | offsets[3] << 32 if op == "cdp.parameter_buffer" else offsets[1],
-                    target=rets[0][0])
+            if op == "cdp.parameter_buffer":     # four arguments: two frame offsets to an immediate
+                cx.kernel.launches_kernels = True
+                imm, imm2 = offsets[0] | offsets[1] << 32, offsets[2] | offsets[3] << 32
+            else:
+                imm, imm2 = offsets[0], offsets[1]
+            cx.emit(op, [], imm=imm, imm2=imm2, target=rets[0][0])
             return
     raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")
 
