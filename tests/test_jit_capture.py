@@ -247,6 +247,30 @@ def test_xla_assembles_through_the_wrapper_in_a_cuda_root_of_tallys(tmp_path, mo
     assert job_env.CUDA_ROOT_VAR not in none and "XLA_FLAGS" not in none
 
 
+def test_nvcc_compiles_through_the_wrapper_and_its_cubins_are_recorded(tmp_path, nvcc):
+    """CuPy's NVCC backend and build scripts run $NVCC: tally-run names the toolkit's nvcc
+    in tally's CUDA root, where the ptxas nvcc runs is tally-ptxas."""
+    assert job_env.wrapper_path() is not None, "pip install puts tally-ptxas beside the interpreter"
+    cache = tmp_path / "records"
+    job = {k: v for k, v in os.environ.items() if k not in ("NVCC", "CUDA_ROOT", records.DIR_ENV, REAL_ENV)}
+    env = job_env.capture_environment({**job, "CUDA_HOME": str(Path(nvcc).resolve().parents[1])}, enabled=True,
+                                      directory=cache)
+    assert job_env.XLA_ROOT in Path(env["NVCC"]).parts
+    out = tmp_path / "vadd.cubin"
+    done = subprocess.run([env["NVCC"], "-cubin", "-arch=sm_80", str(VADD), "-o", str(out)], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    cubin = out.read_bytes()
+    raw = records.lookup(cache, cubin)
+    assert raw is not None, "nvcc's ptxas run was not recorded"
+    entry, why = captured_ptx(raw, read_fatbin_entries(cubin))
+    assert why == "" and entry.arch == 80
+    # the job's own nvcc stays; without capture no nvcc of tally's is named
+    assert job_env.capture_environment({**job, "NVCC": "ccache nvcc"}, enabled=True, directory=cache)["NVCC"] == \
+        "ccache nvcc"
+    assert "NVCC" not in job_env.capture_environment(env, enabled=False)
+
+
 class SeesSources(NullBackend):
     """The null device (it runs cubins), noting what each module load was given."""
 

@@ -17,6 +17,10 @@ and JAX takes its cuda root from CUDA_ROOT: tally-run points that at a folder of
 its own (in tally's cache) whose `bin/ptxas` is tally-ptxas and whose `nvvm` and
 `bin/nvlink` are the CUDA toolkit's ($CUDA_HOME, else /usr/local/cuda), or those of
 the job's own CUDA_ROOT when it set one. Where there is no toolkit, XLA is left alone.
+The same folder links the rest of the toolkit (its nvcc sees the folder as its root, and
+nvcc runs the ptxas beside it), and tally-run names its nvcc in NVCC unless the job set
+that: CuPy (its NVCC backend, RawModule(backend='nvcc')) and build scripts that honor
+NVCC compile through it, so the cubins nvcc makes have their PTX recorded too.
 Kernels Triton compiled before, without tally-run, come from its cache without an
 assembler run: TRITON_CACHE_MANAGER names tally's cache manager (Triton's own file
 cache that also records a cached cubin's PTX: triton_hook/tally_triton_cache.py),
@@ -40,6 +44,7 @@ CUPY_PTX_VAR = "CUPY_COMPILE_WITH_PTX"
 XLA_FLAGS_VAR = "XLA_FLAGS"
 XLA_ASSEMBLER_FLAG = "--xla_gpu_enable_libnvptxcompiler"
 CUDA_ROOT_VAR = "CUDA_ROOT"
+NVCC_VAR = "NVCC"
 XLA_ROOT = "jit-cuda-root"          # the folder tally-run names in CUDA_ROOT, in tally's cache
 WRAPPER = "tally-ptxas"
 TRITON_CACHE_VAR = "TRITON_CACHE_MANAGER"
@@ -65,6 +70,8 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
         for var in TRITON_ASSEMBLER_VARS:
             if Path(out.get(var, "")).name == WRAPPER:
                 out.pop(var)
+        if XLA_ROOT in Path(out.get(NVCC_VAR, "")).parts:           # nor the nvcc it named
+            out.pop(NVCC_VAR)
         if XLA_ROOT in Path(out.get(CUDA_ROOT_VAR, "")).parts:     # and no XLA routing it set
             out.pop(CUDA_ROOT_VAR)
             flags = out.get(XLA_FLAGS_VAR, "").replace(f"{XLA_ASSEMBLER_FLAG}=false", "").strip()
@@ -85,7 +92,7 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
     for var in TRITON_ASSEMBLER_VARS:
         out[var] = str(wrapper)
     out.setdefault(CUPY_PTX_VAR, "1")
-    _route_xla_through(wrapper, env, out)
+    _route_toolkit_through(wrapper, env, out)
     if out.setdefault(TRITON_CACHE_VAR, TRITON_CACHE_MANAGER) == TRITON_CACHE_MANAGER:
         rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(TRITON_HOOK_DIR)]
         _set_python_path(out, [str(TRITON_HOOK_DIR), *rest])
@@ -100,8 +107,8 @@ def _set_python_path(out: dict, entries: list[str]) -> None:
         out.pop("PYTHONPATH", None)
 
 
-def _route_xla_through(wrapper: Path, env: dict, out: dict) -> None:
-    """XLA's assembler becomes `wrapper` (see the module docstring)."""
+def _route_toolkit_through(wrapper: Path, env: dict, out: dict) -> None:
+    """XLA's assembler and nvcc's become `wrapper` (see the module docstring)."""
     toolkit = Path(env.get(CUDA_ROOT_VAR) or env.get("CUDA_HOME") or "/usr/local/cuda")
     real_ptxas = toolkit / "bin" / "ptxas"
     if not real_ptxas.is_file() or not (toolkit / "nvvm").is_dir():
@@ -109,14 +116,18 @@ def _route_xla_through(wrapper: Path, env: dict, out: dict) -> None:
     root = paths.cache_dir() / XLA_ROOT / hashlib.sha256(f"{toolkit}\0{wrapper}".encode()).hexdigest()[:16]
     try:
         (root / "bin").mkdir(parents=True, exist_ok=True)
-        for link, target in ((root / "bin" / "ptxas", wrapper), (root / "bin" / REAL_BESIDE, real_ptxas),
-                             (root / "bin" / "nvlink", toolkit / "bin" / "nvlink"), (root / "nvvm", toolkit / "nvvm")):
+        links = [(root / "bin" / "ptxas", wrapper), (root / "bin" / REAL_BESIDE, real_ptxas)]
+        links += [(root / e.name, e) for e in toolkit.iterdir() if e.name != "bin"]
+        links += [(root / "bin" / e.name, e) for e in (toolkit / "bin").iterdir() if e.name != "ptxas"]
+        for link, target in links:
             if not link.is_symlink() or Path(os.readlink(link)) != target:
                 link.unlink(missing_ok=True)
                 link.symlink_to(target)
     except OSError:
-        return                          # a cache we cannot write: XLA keeps its own assembler
+        return                          # a cache we cannot write: XLA and nvcc keep their own assembler
     out[CUDA_ROOT_VAR] = str(root)
     flags = env.get(XLA_FLAGS_VAR, "")
     if XLA_ASSEMBLER_FLAG not in flags:
         out[XLA_FLAGS_VAR] = f"{flags} {XLA_ASSEMBLER_FLAG}=false".strip()
+    if (root / "bin" / "nvcc").is_file():
+        out.setdefault(NVCC_VAR, str(root / "bin" / "nvcc"))
