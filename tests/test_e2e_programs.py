@@ -89,6 +89,22 @@ def test_graphs_made_by_stream_capture(nvcc, emulator_server, shared):
     assert "not supported" not in job.stderr
 
 
+def test_stream_capture_rules_as_cuda_enforces_them(nvcc, emulator_server):
+    job = run_job(emulator_server.socket, build_cuda(nvcc, "capture_errors.cu"))
+    assert job.returncode == 0, job.stdout + job.stderr
+    # cudaErrorStreamCaptureImplicit (906): asking about the legacy stream while a blocking
+    # stream captures (the capture goes on), and a launch on it (which spoils the capture: 901)
+    assert job.ints("legacy_query", "legacy_after") == [-906, 0]
+    assert job.ints("legacy_launch", "implicit_end", "implicit_left") == [906, 901, 0]
+    # cudaErrorIllegalState (401); cudaErrorStreamCaptureUnmatched (903) invalidates the capture
+    assert job.ints("not_capturing_end", "unmatched", "after_unmatched") == [401, 903, 901]
+    assert job.value("unmatched_left") == "0,0"
+    # cudaErrorStreamCaptureUnjoined (904): the capture ends, both streams leave it
+    assert job.value("unjoined") == "904" and job.value("unjoined_left") == "0,0"
+    # only the first graph (1) and the joined fork's (2 + 3) ran
+    assert job.value("sum") == "6"
+
+
 @CUDARTS
 def test_graphs_built_node_by_node(nvcc, emulator_server, shared):
     job = run_job(emulator_server.socket, build_cuda(nvcc, "graph_nodes.cu", shared_cudart=shared))

@@ -1,10 +1,10 @@
 """Other projects' own CUDA test suites under tally: numba-cuda's (cudadrv, cudapy),
 cuda-bindings' driver tests (cuda-python's cuda_bindings/tests/test_cuda.py), Triton's
-language tests (python/test/unit/language/test_core.py) and CuPy's core tests
-(tests/cupy_tests/core_tests), run as a new user would run them, each test module (for
+language tests (python/test/unit/language/test_core.py) and CuPy's core and CUDA-API tests
+(tests/cupy_tests/core_tests, cuda_tests), run as a new user would run them, each test module (for
 Triton, each test function) its own job under tally-run against one emulator tally-server.
 
-    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings,triton-core,cupy-core]
+    python tools/peer_suites.py [--venv DIR] [--suites numba-cudadrv,numba-cudapy,cuda-bindings,triton-core,cupy-core,cupy-cuda]
                                 [--cuda-bindings-tests DIR] [--triton-tests DIR] [--per-function K]
                                 [--cupy-tests DIR] [--no-jit-capture] [--modules NAME,...] [--timeout 900]
                                 [--json out.json] [--md out.md]
@@ -21,12 +21,12 @@ venv needs a CUDA build of PyTorch with that Triton, and pytest. test_core.py ha
 9,400 tests of 179 functions; --per-function K runs K of each function's cases, spread
 evenly over its parameter list (0: all). Its kernels run on the emulator only through
 JIT capture; --no-jit-capture runs them as tally did before it.
-CuPy's neither: pass --cupy-tests, the root of a CuPy checkout at the installed version's
+CuPy's (cupy-core, cupy-cuda) neither: pass --cupy-tests, the root of a CuPy checkout at the installed version's
 tag (its tests/ and pyproject.toml, whose pytest settings and markers the tests need);
 the venv needs that CuPy (cupy-cuda13x) and pytest, and the CUDA libraries its tests load
 (nvidia-curand, -cublas, -cufft, -cusparse, -cusolver, -nvjitlink, -cuda-runtime for
 cudadevrt). Its modules run with `-m "not slow and not multi_gpu"` against a server that
-emulates compute capability 12.1 and driver 13.2 (CUPY_CORE_SERVER, for every suite of
+emulates compute capability 12.1 and driver 13.2 (CUPY_SERVER, for every suite of
 the run): CuPy 14.2's own compiled modules (its CUB reductions) carry PTX only for
 compute_120, of ISA 9.2, and at 9.0 its reductions return 0 (its CUB call's load error
 is not checked); cuRAND 10.4's kernels carry PTX only for compute_121 (cubins for the
@@ -67,10 +67,13 @@ NUMBA_CUDA = "numba-cuda==0.30.4"
 # filecheck, ml_dtypes, cffi, psutil: what numba-cuda's tests import (its "test" dependency group).
 INSTALL = (NUMBA_CUDA, "nvidia-nvvm==13.0.*", "nvidia-cuda-nvrtc==13.0.*", "pytest", "filecheck", "ml_dtypes",
            "cffi", "psutil")
-SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core", "cupy-core")
+SUITES = ("numba-cudadrv", "numba-cudapy", "cuda-bindings", "triton-core", "cupy-core", "cupy-cuda")
 TRITON_CORE = Path("language") / "test_core.py"
 CUPY_CORE = Path("tests") / "cupy_tests" / "core_tests"
-CUPY_CORE_SERVER = ("--emulate-cc", "12.1", "--emulate-driver", "13.2")
+# CuPy's suites: the folder of each (its tests of the CUDA API wrappers: streams, events,
+# memory, graphs, the driver and runtime calls, compiler, cuRAND, cuBLAS bindings).
+CUPY_SUITES = {"cupy-core": CUPY_CORE, "cupy-cuda": Path("tests") / "cupy_tests" / "cuda_tests"}
+CUPY_SERVER = ("--emulate-cc", "12.1", "--emulate-driver", "13.2")
 # numba-cuda's CUDATestCase uses a fixture its repository's top-level conftest.py defines,
 # which the wheel does not ship; a plugin with the same name stands in (it only passes
 # pytest's options to numba's config there; these runs pass none).
@@ -161,10 +164,11 @@ def modules(python: Path, suites: list[str], bindings_tests: Path | None, only: 
             raise SystemExit("cuda-bindings: pass --cuda-bindings-tests, a cuda-python checkout's "
                              "cuda_bindings/tests directory")
         found.append(Module("cuda-bindings", bindings_tests / "test_cuda.py"))
-    if "cupy-core" in suites:
-        core = cupy_tests / CUPY_CORE       # fusion_tests/ has modules named like core_tests' own
-        found += [Module("cupy-core", p, name=".".join(p.relative_to(core).with_suffix("").parts))
-                  for p in sorted(core.rglob("test_*.py"))]
+    for suite, folder in CUPY_SUITES.items():
+        if suite in suites:
+            top = cupy_tests / folder       # fusion_tests/ has modules named like core_tests' own
+            found += [Module(suite, p, name=".".join(p.relative_to(top).with_suffix("").parts))
+                      for p in sorted(top.rglob("test_*.py"))]
     return [m for m in found if not only or m.path.stem in only or m.name in only]
 
 
@@ -237,7 +241,7 @@ def run_module(module: Module, python: Path, socket: Path, work: Path, timeout: 
         (work / FIXTURES.name).write_text(FIXTURES_TEXT)
     elif module.tests:      # Triton's: from python/test/unit, as its Makefile runs them
         target, cwd = module.tests, module.path.parent.parent
-    elif module.suite == "cupy-core":   # from the checkout's root, where its pytest settings are
+    elif module.suite in CUPY_SUITES:   # from the checkout's root, where its pytest settings are
         root = next(p for p in module.path.parents if (p / "pyproject.toml").is_file())
         target, cwd = ["-m", "not slow and not multi_gpu", str(module.path.relative_to(root))], root
     else:   # cuda-bindings' tests import their conftest as a top-level module
@@ -343,9 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     if "triton-core" in suites and not (args.triton_tests and (args.triton_tests / TRITON_CORE).is_file()):
         ap.error(f"triton-core: pass --triton-tests, a Triton checkout's python/test/unit directory (with "
                  f"{TRITON_CORE}; given: {args.triton_tests})")
-    if "cupy-core" in suites and not (args.cupy_tests and (args.cupy_tests / CUPY_CORE).is_dir()):
-        ap.error(f"cupy-core: pass --cupy-tests, the root of a CuPy checkout (with {CUPY_CORE}; "
-                 f"given: {args.cupy_tests})")
+    for suite, folder in CUPY_SUITES.items():
+        if suite in suites and not (args.cupy_tests and (args.cupy_tests / folder).is_dir()):
+            ap.error(f"{suite}: pass --cupy-tests, the root of a CuPy checkout (with {folder}; "
+                     f"given: {args.cupy_tests})")
     work = Path(tempfile.mkdtemp(prefix="tally-peer-suites-"))
     try:
         venv = args.venv or make_venv(work / "venv")
@@ -354,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = modules(python, suites, args.cuda_bindings_tests, only,
                          args.cupy_tests.resolve() if args.cupy_tests else None)
         socket = work / "server.sock"
-        server = start_server(socket, work / "server.log", CUPY_CORE_SERVER if "cupy-core" in suites else ())
+        server = start_server(socket, work / "server.log",
+                              CUPY_SERVER if any(s in CUPY_SUITES for s in suites) else ())
         # Triton's kernels compile into a cache of this run's and their records into
         # another: nothing found from earlier runs, nothing left behind
         env = {**job_env(), "TRITON_CACHE_DIR": str(work / "triton-cache"), "XDG_CACHE_HOME": str(work / "cache")}

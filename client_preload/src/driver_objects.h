@@ -93,5 +93,6 @@ inline FunctionObject* as_function(CUkernel k) { return live_object<FunctionObje
 inline ModuleObject* as_module(CUmodule m) { return live_object<ModuleObject, ObjectTag::kModule>(m); }
 inline ModuleObject* as_module(CUlibrary l) { return live_object<ModuleObject, ObjectTag::kModule>(l); }
 inline EventObject* as_event(CUevent e) { return live_object<EventObject, ObjectTag::kEvent>(e); }
+inline StreamObject* as_stream(CUstream s) { return live_object<StreamObject, ObjectTag::kStream>(s); }
 
 }  // namespace tally::client

@@ -22,6 +22,7 @@ using capture_detail::g_active;
 struct Capture {
   uint64_t id = 0;
   uint64_t origin = 0;  // the stream that began it; only it may end it
+  bool origin_syncs_with_legacy = false;   // blocking: work on the legacy stream would wait for it
   bool invalidated = false;
   GraphObject* graph = nullptr;  // what cuStreamGetCaptureInfo names, and cuStreamEndCapture returns
   bool owns_graph = true;        // false: the job's graph (cuStreamBeginCaptureToGraph)
@@ -65,7 +66,45 @@ class Captures {
     auto it = by_stream.find(stream);
     return it == by_stream.end() ? nullptr : it->second;
   }
+
+  // The captures work on the legacy stream would depend on (implicitly, through a
+  // blocking stream they capture).
+  std::vector<std::shared_ptr<Capture>> behind_legacy() {
+    std::vector<std::shared_ptr<Capture>> out;
+    for (const auto& [stream, capture] : by_stream)
+      if (capture->origin_syncs_with_legacy && std::find(out.begin(), out.end(), capture) == out.end())
+        out.push_back(capture);
+    return out;
+  }
+
+  // Every stream and event leaves the capture; its graph goes unless it is the job's.
+  void finish(const std::shared_ptr<Capture>& capture, bool keep_graph) {
+    for (const auto& [s, tips] : capture->tips) by_stream.erase(s);
+    for (const auto& [e, tips] : capture->event_tips) by_event.erase(e);
+    g_active.fetch_sub(1, std::memory_order_release);
+    if (!keep_graph && capture->owns_graph) {
+      destroy_graph(capture->graph);
+    } else {
+      capture->graph->capturing.store(false, std::memory_order_release);   // the job's graph stays its own
+    }
+  }
 };
+
+// Whether every node in `tails` is one of `heads` or something they depend on: the
+// streams that forked from the origin are joined back into it.
+bool all_joined(const std::vector<GraphNode*>& heads, const std::vector<GraphNode*>& tails) {
+  std::unordered_set<GraphNode*> reached(heads.begin(), heads.end());
+  std::vector<GraphNode*> todo(heads.begin(), heads.end());
+  while (!todo.empty()) {
+    GraphNode* node = todo.back();
+    todo.pop_back();
+    for (GraphNode* before : node->depends_on)
+      if (reached.insert(before).second) todo.push_back(before);
+  }
+  for (GraphNode* tail : tails)
+    if (reached.count(tail) == 0) return false;
+  return true;
+}
 
 }  // namespace
 
@@ -75,7 +114,14 @@ bool record(uint64_t stream, bool async, const DescribeNode& describe, CUresult*
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
   std::shared_ptr<Capture> capture = all.of_stream(stream);
-  if (capture == nullptr) return false;
+  if (capture == nullptr) {
+    if (stream != kLegacyStream) return false;
+    std::vector<std::shared_ptr<Capture>> behind = all.behind_legacy();
+    if (behind.empty()) return false;
+    for (const auto& c : behind) c->invalidated = true;   // the work would wait for a captured stream
+    *rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    return true;
+  }
   if (capture->invalidated) {
     *rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     return true;
@@ -153,12 +199,12 @@ bool captured_stream_wait(uint64_t stream, const EventObject* handle, CUresult* 
   return true;
 }
 
-CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode) {
-  return begin_capture_to_graph(stream, nullptr, {}, mode);
+CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode, bool syncs_with_legacy) {
+  return begin_capture_to_graph(stream, nullptr, {}, mode, syncs_with_legacy);
 }
 
 CUresult begin_capture_to_graph(uint64_t stream, GraphObject* graph, const std::vector<GraphNode*>& after,
-                                CUstreamCaptureMode mode) {
+                                CUstreamCaptureMode mode, bool syncs_with_legacy) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
     return CUDA_ERROR_INVALID_VALUE;
@@ -173,6 +219,7 @@ CUresult begin_capture_to_graph(uint64_t stream, GraphObject* graph, const std::
   auto capture = std::make_shared<Capture>();
   capture->id = all.next_id++;
   capture->origin = stream;
+  capture->origin_syncs_with_legacy = syncs_with_legacy;
   capture->owns_graph = graph == nullptr;
   capture->graph = graph != nullptr ? graph : new GraphObject();
   capture->graph->capturing.store(true);
@@ -187,20 +234,23 @@ CUresult end_capture(uint64_t stream, GraphObject** graph) {
   std::lock_guard<std::mutex> lock(all.mutex);
   std::shared_ptr<Capture> capture = all.of_stream(stream);
   if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-  for (const auto& [s, tips] : capture->tips) all.by_stream.erase(s);
-  for (const auto& [e, tips] : capture->event_tips) all.by_event.erase(e);
-  g_active.fetch_sub(1, std::memory_order_release);
+  if (capture->origin != stream) {
+    capture->invalidated = true;    // as CUDA: the wrong stream's end spoils the capture
+    return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  }
+  *graph = nullptr;
   if (capture->invalidated) {
-    if (capture->owns_graph) {
-      destroy_graph(capture->graph);
-    } else {
-      capture->graph->capturing.store(false, std::memory_order_release);   // the job's graph stays its own
-    }
-    *graph = nullptr;
+    all.finish(capture, false);
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
-  capture->graph->capturing.store(false, std::memory_order_release);
+  const std::vector<GraphNode*>& heads = capture->tips[stream];
+  for (const auto& [s, tips] : capture->tips) {
+    if (s != stream && !all_joined(heads, tips)) {
+      all.finish(capture, false);
+      return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
+  }
+  all.finish(capture, true);
   *graph = capture->graph;
   return CUDA_SUCCESS;
 }
@@ -251,6 +301,10 @@ CaptureInfo capture_info(uint64_t stream) {
   if (g_active.load(std::memory_order_acquire) == 0) return info;
   Captures& all = Captures::instance();
   std::lock_guard<std::mutex> lock(all.mutex);
+  if (stream == kLegacyStream && !all.behind_legacy().empty()) {
+    info.error = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    return info;
+  }
   if (std::shared_ptr<Capture> capture = all.of_stream(stream)) {
     info.status = capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     info.id = capture->id;

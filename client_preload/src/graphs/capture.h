@@ -12,7 +12,13 @@
 //
 // Streams join a capture as CUDA's do: by waiting on an event recorded in it.
 // Synchronous operations on a capturing stream fail with
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture.
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture. As in CUDA, the
+// capture must end on the stream that began it (another fails with UNMATCHED and
+// invalidates it), every stream that joined must be joined back into that one by
+// then (else UNJOINED, and the capture ends without a graph), and while a stream that
+// synchronizes with the legacy default stream is captured, work on the legacy stream
+// fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates the capture (asking
+// whether the legacy stream is capturing fails so too, and invalidates nothing).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -67,9 +73,10 @@ CUresult record_on_private_stream(const std::function<CUresult(CUstream)>& issue
 // Capture control, for the entry points in graphs.cpp. begin_capture_to_graph
 // (cuStreamBeginCaptureToGraph) adds to the job's `graph` instead of a new one,
 // the first operation after the nodes `after`; end_capture then returns `graph`.
-CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode);
+// `syncs_with_legacy`: the stream is a blocking one (or a per-thread default stream).
+CUresult begin_capture(uint64_t stream, CUstreamCaptureMode mode, bool syncs_with_legacy = false);
 CUresult begin_capture_to_graph(uint64_t stream, GraphObject* graph, const std::vector<GraphNode*>& after,
-                                CUstreamCaptureMode mode);
+                                CUstreamCaptureMode mode, bool syncs_with_legacy = false);
 CUresult end_capture(uint64_t stream, GraphObject** graph);
 struct CaptureInfo {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -80,6 +87,9 @@ struct CaptureInfo {
   // next captured operation, as CUDA documents).
   const CUgraphNode* dependencies = nullptr;
   size_t dependency_count = 0;
+  // Not CUDA_SUCCESS: what asking about the stream fails with (the legacy stream's
+  // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+  CUresult error = CUDA_SUCCESS;
 };
 CaptureInfo capture_info(uint64_t stream);
 

@@ -14,11 +14,18 @@
 namespace tally::client {
 namespace {
 
+// A blocking stream, or a per-thread default stream: work on the legacy stream waits for it.
+bool syncs_with_legacy(CUstream stream, uint64_t id) {
+  if (id & kPerThreadStreamBit) return true;
+  StreamObject* s = id == kLegacyStream ? nullptr : as_stream(stream);
+  return s != nullptr && !(s->flags & CU_STREAM_NON_BLOCKING);
+}
+
 CUresult begin(CUstream stream, CUstreamCaptureMode mode, bool per_thread) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
-  return begin_capture(id, mode);
+  return begin_capture(id, mode, syncs_with_legacy(stream, id));
 }
 
 CUresult begin_to_graph(CUstream stream, CUgraph graph, const CUgraphNode* deps, size_t n,
@@ -37,7 +44,7 @@ CUresult begin_to_graph(CUstream stream, CUgraph graph, const CUgraphNode* deps,
   }
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
-  return begin_capture_to_graph(id, g, after, mode);
+  return begin_capture_to_graph(id, g, after, mode, syncs_with_legacy(stream, id));
 }
 
 CUresult update_dependencies(CUstream stream, CUgraphNode* deps, size_t n, unsigned flags, bool per_thread) {

@@ -42,8 +42,6 @@ struct StreamAttributes {
 std::mutex g_mutex;
 std::unordered_map<uint64_t, StreamAttributes> g_attributes;   // streams with a value set
 
-StreamObject* as_stream(CUstream s) { return live_object<StreamObject, ObjectTag::kStream>(s); }
-
 StreamAttributes stored(uint64_t id) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_attributes.find(id);

@@ -27,8 +27,6 @@ std::atomic<uint64_t> g_next_thread_stream{1};
 constexpr int kLeastPriority = 0;
 constexpr int kGreatestPriority = -5;
 
-StreamObject* as_stream(CUstream s) { return live_object<StreamObject, ObjectTag::kStream>(s); }
-
 CUresult query(CUstream stream, bool per_thread) {
   protocol::StreamQueryMsg m{};
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
@@ -118,6 +116,7 @@ CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus*
   uint64_t id = 0;
   if (CUresult rc = stream_id(stream, per_thread, &id); rc != CUDA_SUCCESS) return rc;
   const CaptureInfo info = capture_info(id);
+  if (info.error != CUDA_SUCCESS) return info.error;
   *status = info.status;
   if (id_out != nullptr) *id_out = info.id;
   if (graph_out != nullptr) *graph_out = reinterpret_cast<CUgraph>(info.graph);
