@@ -81,3 +81,13 @@ def test_cupy_core_modules_are_named_by_their_place(tmp_path):
     assert [m.label for m in found] == ["fusion_tests.test_reduction", "test_reduction"]
     only = peer_suites.modules(Path(sys.executable), ["cupy-core"], None, {"fusion_tests.test_reduction"}, tmp_path)
     assert [m.path for m in only] == [core / "fusion_tests" / "test_reduction.py"]
+
+
+def test_cupy_cuda_suite_runs_the_cuda_api_tests(tmp_path):
+    cuda = tmp_path / "tests" / "cupy_tests" / "cuda_tests"
+    (cuda / "memory_hooks_tests").mkdir(parents=True)
+    for path in (cuda / "test_graph.py", cuda / "memory_hooks_tests" / "test_debug_print.py"):
+        path.write_text("")
+    found = peer_suites.modules(Path(sys.executable), ["cupy-cuda"], None, set(), tmp_path)
+    assert [(m.suite, m.label) for m in found] == [("cupy-cuda", "memory_hooks_tests.test_debug_print"),
+                                                   ("cupy-cuda", "test_graph")]
