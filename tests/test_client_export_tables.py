@@ -9,7 +9,7 @@ from client_helpers import build_c, run_client
 
 SLOTS = 64       # cudart 13.5 calls slot 51 of the tools context table
 TABLES = {"runtime_interface": 9, "tools_runtime_hooks": 7, "tools_tls": 1, "context_local_storage": 3,
-          "context_checks": 4, "integrity_check": 2, "tools_context": 1}
+          "context_checks": 4, "integrity_check": 2, "tools_context": 1, "fft_kernels": 1}
 
 
 def test_unknown_slots_answer_success_and_log_once_each():

@@ -18,5 +18,6 @@ Table context_checks();          // 263e8860-7cd2-6143-92f6-bbd5006dfa7e
 Table integrity_check();         // d4082055-bde6-704b-8d34-ba123c66e1f2
 Table tools_context();           // 21318c60-9714-3248-8ca6-41ff7324c8f2 (cudart 13.5 on)
 Table tools_cupti();             // 7cb63f9b-9ca4-8e42-a484-beb66e6aed7f (CUPTI 13.1 on)
+Table fft_kernels();             // 6e163fbe-b958-444d-835c-e182aff1991e (cuFFT 12)
 
 }  // namespace tally::client::export_tables
