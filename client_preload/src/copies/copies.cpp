@@ -257,6 +257,11 @@ static CUresult untimed_memset_device(
         node.ops.push_back([=](uint64_t s) { return memset_device(dst, value, element_size, width, height, s, true); });
       }))
     return rc;
+  return send_memset(dst, value, element_size, width, height, stream, async);
+}
+
+CUresult send_memset(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
+                     uint64_t stream, bool async) {
   if (height == 1) dst.pitch = width * element_size;
   Connection& c = Connection::instance();
   protocol::MemsetMsg m{};

@@ -43,6 +43,10 @@ CUresult copy_host_to_host(HostRectOut dst, HostRect src, size_t width, size_t h
 
 CUresult memset_device(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
                        uint64_t stream, bool async);
+// The memset sent as it is, never taken into a capture: tally's own writes (a
+// conditional handle's first value), which are not the job's work on `stream`.
+CUresult send_memset(DeviceRect dst, uint32_t value, unsigned element_size, size_t width, size_t height,
+                     uint64_t stream, bool async);
 
 // Unified addressing: a device address is one inside the client's device ranges.
 bool is_device_address(uint64_t address);

@@ -42,16 +42,6 @@ CUresult set_value(CUdeviceptr dptr, unsigned value, uint64_t stream, bool async
   return memset_device({dptr, 4}, value, 4, 1, 1, stream, async);
 }
 
-// The value a new handle starts with: tally's own write, which no capture takes in (a
-// handle is made while its graph is being captured, and the legacy stream may not be
-// used then: capture.h).
-CUresult set_initial_value(CUdeviceptr dptr, unsigned value) {
-  protocol::MemsetMsg m{};
-  m.dst = dptr, m.value = value, m.element_size = 4;
-  m.width = 1, m.height = 1, m.pitch = 4, m.stream = kLegacyStream;
-  return Connection::instance().request_done(m);
-}
-
 }  // namespace
 
 ConditionValue::~ConditionValue() {
@@ -151,7 +141,10 @@ TALLY_ENTRY(cuGraphConditionalHandleCreate_v12030)(CUgraphConditionalHandle* pHa
     return rc;
   }
   // the value before any launch is the default too (CUDA leaves it unspecified)
-  if (CUresult rc = set_initial_value(condition->dptr, defaultLaunchValue); rc != CUDA_SUCCESS)
+  // tally's own write, outside any capture: a handle is made while its graph is being
+  // captured, when the legacy stream may not be used (capture.h)
+  if (CUresult rc = send_memset({condition->dptr, 4}, defaultLaunchValue, 4, 1, 1, kLegacyStream, false);
+      rc != CUDA_SUCCESS)
     return rc;
   {
     std::lock_guard<std::mutex> lock(g->mutex);

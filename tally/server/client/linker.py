@@ -34,7 +34,7 @@ import arpy
 from ptx_passes import ir
 from ptx_passes.errors import PtxParseError
 from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
-from ptx_passes.linking import LinkError, LinkInput, link_inputs, read_link_input
+from ptx_passes.linking import LinkError, LinkInput, link_inputs
 from ptx_passes.parser import parse_module
 from ptx_passes.printer import print_module
 from ptx_passes.text_memo import memo_by_ptx_bytes
@@ -89,10 +89,7 @@ class LinkState:
             else:
                 self.inputs.append(LinkInput(name, newer, _parse_input(newer, name), library=True))
         else:
-            try:
-                self.inputs.append(read_link_input(name, text))
-            except PtxParseError as e:
-                raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{name}: not valid PTX: {e.one_line()}") from None
+            self.inputs.append(LinkInput(name, text, _parse_input(text, name, parse_module)))
         self.bytes += len(data)
 
     def complete(self, verbose: bool, max_registers: int = 0) -> LinkResult:
@@ -232,9 +229,11 @@ def _parsed_by_text(text: str, label: str):
     return parse_module(text, label)
 
 
-def _parse_input(text: str, label: str):
+def _parse_input(text: str, label: str, parse=None):
+    """The input parsed (by `parse`; default: kept for the next link of the same text),
+    or DeviceError saying where it is not PTX."""
     try:
-        return _parsed(text, label)
+        return (parse or _parsed)(text, label)
     except PtxParseError as e:
         raise DeviceError(CUDA_ERROR_INVALID_PTX, f"{label}: not valid PTX: {e.one_line()}") from None
 
