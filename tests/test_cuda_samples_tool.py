@@ -126,3 +126,17 @@ def test_builds_runs_and_tabulates_a_snapshot(tmp_path):
     assert rows["miniMissing"][3].startswith("no sample named miniMissing")
     assert (tmp_path / "work" / "build" / "miniDrv" / "mini_kernel64.fatbin").exists()
     assert "2 pass, 1 fail, 1 timeout of 7 samples." in out.read_text()
+
+
+def test_separable_compilation_builds_with_rdc(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import cuda_samples
+    finally:
+        sys.path.pop(0)
+    add_sample(tmp_path, "miniCdp", {"main.cu": RUNTIME_SAMPLE},
+               extra="set_target_properties(miniCdp PROPERTIES CUDA_SEPARABLE_COMPILATION ON)\n")
+    add_sample(tmp_path, "miniWhole", {"main.cu": RUNTIME_SAMPLE})
+    samples = tmp_path / "Samples" / "0_Introduction"
+    assert cuda_samples.read_cmake("miniCdp", samples / "miniCdp").flags == ["-rdc=true"]
+    assert cuda_samples.read_cmake("miniWhole", samples / "miniWhole").flags == []

@@ -77,6 +77,7 @@ class Sample:
     link: list[str] = field(default_factory=list)
     device_files: list[tuple[str, Path, str]] = field(default_factory=list)  # (output name, kernel source, -fatbin/-ptx)
     missing: list[str] = field(default_factory=list)  # link targets this tool cannot provide
+    flags: list[str] = field(default_factory=list)    # nvcc flags its CMake target properties imply
 
 
 # ---- the snapshot ---------------------------------------------------------------------------
@@ -132,6 +133,9 @@ def read_cmake(name: str, directory: Path) -> Sample:
                 sample.link += [f for f in LINK_FLAGS[target] if f not in sample.link]
             elif target not in sample.missing:
                 sample.missing.append(target)
+    # CMake's separable compilation is nvcc -rdc=true (the dynamic-parallelism samples need it)
+    if re.search(r"CUDA_SEPARABLE_COMPILATION\s+ON", text):
+        sample.flags.append("-rdc=true")
     variables = dict(re.findall(r'set\((CUDA_\w+)\s+"([^"]+)"\)', text))
     kernel = variables.get("CUDA_KERNEL_SOURCE", "").replace("${CMAKE_CURRENT_SOURCE_DIR}", str(directory))
     for var, flag in (("CUDA_FATBIN_FILE", "-fatbin"), ("CUDA_PTX_FILE", "-ptx")):
@@ -150,7 +154,7 @@ def build(sample: Sample, common: Path, nvcc: str, out: Path) -> tuple[bool, str
     out.mkdir(parents=True, exist_ok=True)
     commands = [[nvcc, *GENCODE, *NVCC_FLAGS, f"-I{common}", flag, str(kernel), "-o", str(out / name)]
                 for name, kernel, flag in sample.device_files]
-    commands.append([nvcc, *GENCODE, *NVCC_FLAGS, f"-I{common}", *map(str, sample.sources), *sample.link,
+    commands.append([nvcc, *GENCODE, *NVCC_FLAGS, *sample.flags, f"-I{common}", *map(str, sample.sources), *sample.link,
                      "-o", str(out / sample.name)])
     for cmd in commands:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=sample.directory)
