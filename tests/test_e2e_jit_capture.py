@@ -86,6 +86,26 @@ def test_a_record_that_does_not_match_its_cubin_is_never_used(server, program, j
     assert (again.value("load"), again.value("bad")) == ("0", "0")
 
 
+def test_a_device_linked_cubin_runs_on_the_emulator(server, program, tmp_path, nvcc):
+    """nvcc -dc and --device-link under tally-run's environment (tally-ptxas records each
+    translation unit, tally-nvlink the link): vadd launches a kernel that calls a function of
+    the other unit, and runs on the emulator from the linked record."""
+    from tally.jit.job_env import capture_environment
+    home = tmp_path / "cache-home"
+    env = {"XDG_CACHE_HOME": str(home)}
+    build = capture_environment({**{k: v for k, v in os.environ.items() if k not in ("NVCC", "CUDA_ROOT")}, **env},
+                                enabled=True, directory=home / "tally" / "jit-ptx")
+    gencode = ["-gencode", "arch=compute_80,code=sm_80"]
+    sources = [str(PROGRAMS / "jit_rdc_vadd.cu"), str(PROGRAMS / "jit_rdc_add.cu")]
+    for cmd in ([build["NVCC"], *gencode, "-dc", *sources],
+                [build["NVCC"], "--cubin", *gencode, "--device-link", "jit_rdc_vadd.o", "jit_rdc_add.o", "-o",
+                 "linked.cubin"]):
+        done = subprocess.run(cmd, env=build, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    job = run_job(server.socket, program, tmp_path / "linked.cubin", env=env)
+    assert (job.value("load"), job.value("checked"), job.value("bad")) == ("0", "1000", "0"), job.stdout + job.stderr
+
+
 def test_no_jit_capture_leaves_nothing_behind_and_reads_no_record(server, program, jit, tmp_path):
     env, cubin, _ptx, directory = jit
     cmd = job_command(server.socket, program, cubin)

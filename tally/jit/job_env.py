@@ -14,13 +14,15 @@ XLA (JAX) assembles its kernels with libnvptxcompiler inside its plugin, where n
 wrapper can see them; with `--xla_gpu_enable_libnvptxcompiler=false` (added to
 XLA_FLAGS unless the job says otherwise) it runs `<cuda root>/bin/ptxas` instead,
 and JAX takes its cuda root from CUDA_ROOT: tally-run points that at a folder of
-its own (in tally's cache) whose `bin/ptxas` is tally-ptxas and whose `nvvm` and
-`bin/nvlink` are the CUDA toolkit's ($CUDA_HOME, else /usr/local/cuda), or those of
-the job's own CUDA_ROOT when it set one. Where there is no toolkit, XLA is left alone.
+its own (in tally's cache) whose `bin/ptxas` is tally-ptxas, whose `bin/nvlink` is
+tally-nvlink (nvlink_wrapper.py) and whose `nvvm` and other tools are the CUDA
+toolkit's ($CUDA_HOME, else /usr/local/cuda), or those of the job's own CUDA_ROOT
+when it set one. Where there is no toolkit, XLA is left alone.
 The same folder links the rest of the toolkit (its nvcc sees the folder as its root, and
-nvcc runs the ptxas beside it), and tally-run names its nvcc in NVCC unless the job set
-that: CuPy (its NVCC backend, RawModule(backend='nvcc')) and build scripts that honor
-NVCC compile through it, so the cubins nvcc makes have their PTX recorded too.
+nvcc runs the ptxas and nvlink beside it), and tally-run names its nvcc in NVCC unless
+the job set that: CuPy (its NVCC backend, RawModule(backend='nvcc')) and build scripts
+that honor NVCC compile through it, so the cubins nvcc makes, device-linked ones
+included, have their PTX recorded too.
 Kernels Triton compiled before, without tally-run, come from its cache without an
 assembler run: TRITON_CACHE_MANAGER names tally's cache manager (Triton's own file
 cache that also records a cached cubin's PTX: triton_hook/tally_triton_cache.py),
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from tally import paths
 from tally.jit import records
+from tally.jit import nvlink_wrapper
 from tally.jit.ptxas_wrapper import REAL_BESIDE, REAL_ENV
 
 TRITON_ASSEMBLER_VARS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")
@@ -47,6 +50,7 @@ CUDA_ROOT_VAR = "CUDA_ROOT"
 NVCC_VAR = "NVCC"
 XLA_ROOT = "jit-cuda-root"          # the folder tally-run names in CUDA_ROOT, in tally's cache
 WRAPPER = "tally-ptxas"
+LINK_WRAPPER = "tally-nvlink"
 TRITON_CACHE_VAR = "TRITON_CACHE_MANAGER"
 TRITON_CACHE_MANAGER = "tally_triton_cache:CapturingCacheManager"
 TRITON_HOOK_DIR = Path(__file__).resolve().parent / "triton_hook"
@@ -117,8 +121,14 @@ def _route_toolkit_through(wrapper: Path, env: dict, out: dict) -> None:
     try:
         (root / "bin").mkdir(parents=True, exist_ok=True)
         links = [(root / "bin" / "ptxas", wrapper), (root / "bin" / REAL_BESIDE, real_ptxas)]
+        wrapped = {"ptxas"}
+        link_wrapper = wrapper.parent / LINK_WRAPPER
+        if link_wrapper.is_file() and (toolkit / "bin" / "nvlink").is_file():
+            links += [(root / "bin" / "nvlink", link_wrapper),
+                      (root / "bin" / nvlink_wrapper.REAL_BESIDE, toolkit / "bin" / "nvlink")]
+            wrapped.add("nvlink")
         links += [(root / e.name, e) for e in toolkit.iterdir() if e.name != "bin"]
-        links += [(root / "bin" / e.name, e) for e in (toolkit / "bin").iterdir() if e.name != "ptxas"]
+        links += [(root / "bin" / e.name, e) for e in (toolkit / "bin").iterdir() if e.name not in wrapped]
         for link, target in links:
             if not link.is_symlink() or Path(os.readlink(link)) != target:
                 link.unlink(missing_ok=True)

@@ -96,16 +96,22 @@ def real_ptxas() -> Path | None:
     triton = _triton_ptxas(os.getppid())
     if triton is not None:
         return triton
+    return real_tool("ptxas", REAL_BESIDE, CUDA_PTXAS)
+
+
+def real_tool(name: str, beside_name: str, fallback: Path) -> Path | None:
+    """The toolkit program a wrapper stands in for: `beside_name` beside the name we run
+    under, else `name` on PATH (never the wrapper itself), else `fallback`."""
     if sys.argv and sys.argv[0]:
-        beside = Path(sys.argv[0]).parent / REAL_BESIDE
+        beside = Path(sys.argv[0]).parent / beside_name
         if beside.is_file():
             return beside
     me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     for d in os.environ.get("PATH", "").split(os.pathsep):
-        found = shutil.which("ptxas", path=d) if d else None
+        found = shutil.which(name, path=d) if d else None
         if found and Path(found).resolve() != me:
             return Path(found)
-    return CUDA_PTXAS if CUDA_PTXAS.is_file() else None
+    return fallback if fallback.is_file() else None
 
 
 def _triton_ptxas(pid: int) -> Path | None:
