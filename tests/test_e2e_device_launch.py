@@ -25,6 +25,10 @@ def test_kernels_launch_kernels(nvcc, emulator_server, arch):
     assert job.value("weights") == str(1 + 2 * 10 + 4 * 100 + 8 * 1000)
     # The tail launch ran after the NULL-stream child; the device-side last error is clear.
     assert job.ints("tail_seen", "last_error") == [42, 0]
+    # Device-side streams: every partition's halves in two streams of its own, sorted;
+    # a child in one stream sees the write of a child in another after an event wait.
+    assert job.ints("unsorted", "same_sum") == [0, 1]
+    assert job.ints("event_seen", "stream_errors", "device", "count") == [42, 0, 0, 1]
     assert "done" in job.stdout
 
 

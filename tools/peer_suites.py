@@ -361,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         socket = work / "server.sock"
         server = start_server(socket, work / "server.log",
                               CUPY_SERVER if any(s in CUPY_SUITES for s in suites) else ())
-        # Triton's kernels compile into a cache of this run's and their records into
-        # another: nothing found from earlier runs, nothing left behind
-        env = {**job_env(), "TRITON_CACHE_DIR": str(work / "triton-cache"), "XDG_CACHE_HOME": str(work / "cache")}
+        # Triton's and CuPy's kernels compile into caches of this run's and their records
+        # into another: nothing found from earlier runs (a cubin cached by a run whose
+        # records are gone would run whole), nothing left behind
+        env = {**job_env(), "TRITON_CACHE_DIR": str(work / "triton-cache"), "CUPY_CACHE_DIR": str(work / "cupy-cache"),
+               "XDG_CACHE_HOME": str(work / "cache")}
         run_flags = ("--no-jit-capture",) if args.no_jit_capture else ()
         rss_start, most_attached, alive = rss_bytes(server.pid), 0, True
         try:

@@ -12,6 +12,11 @@
 // complete only when they are.
 //
 // The last error is per thread, as CUDA keeps it: by block and thread.
+//
+// Device-side streams and events (cudaStreamCreateWithFlags, cudaEventRecord,
+// cudaStreamWaitEvent, ... in device code) are handles and nothing more: the children
+// run one after another, in launch order, each complete before the next starts, and
+// that order keeps every ordering a stream or event of the grid can ask for.
 #include <algorithm>
 
 #include "emulator/device_heap.h"
@@ -125,10 +130,55 @@ EMU_HANDLER(h_set_last_error) {
   });
 }
 
+void set_result(Exec& e, uint64_t frame, const Instr& in, int lane) {
+  int32_t ok = 0;
+  if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, lane), &ok, 4);
+}
+
+// __cuda_syscall_cnpv2StreamCreate / EventCreate(handle pointer, flags) -> 0: a new
+// handle through the pointer (a generic address: the caller's local variable, mostly).
+// imm = the pointer's frame offset, target = the result's.
+EMU_HANDLER(h_create_handle) {
+  const uint64_t frame = e.frame_local_base();
+  DeviceLaunches& launches = launches_of(e);
+  for_lanes(m, [&](int l) {
+    uint64_t where, handle;
+    std::memcpy(&where, e.local(frame + static_cast<uint64_t>(in.imm), 8, l), 8);
+    {
+      std::lock_guard<std::mutex> lock(launches.mutex);
+      handle = launches.next_handle++;
+    }
+    std::memcpy(e.generic(where, 8, l), &handle, 8);
+    set_result(e, frame, in, l);
+  });
+}
+
+// __cuda_syscall_cnpv2GetDevice / GetDeviceCount(int pointer) -> 0: imm2 through the
+// pointer (the job's one device: 0, and a count of 1). imm = the pointer's frame offset.
+EMU_HANDLER(h_write_int) {
+  const uint64_t frame = e.frame_local_base();
+  for_lanes(m, [&](int l) {
+    uint64_t where;
+    std::memcpy(&where, e.local(frame + static_cast<uint64_t>(in.imm), 8, l), 8);
+    const int32_t value = static_cast<int32_t>(in.imm2);
+    std::memcpy(e.generic(where, 4, l), &value, 4);
+    set_result(e, frame, in, l);
+  });
+}
+
+// Stream and event destruction, event records and stream waits -> 0 (see the top).
+EMU_HANDLER(h_ordered_anyway) {
+  const uint64_t frame = e.frame_local_base();
+  for_lanes(m, [&](int l) { set_result(e, frame, in, l); });
+}
+
 const HandlerRegistrar registrar{EMU_ENTRY("cdp.parameter_buffer", h_parameter_buffer),
                                  EMU_ENTRY("cdp.launch", h_launch_device),
                                  EMU_ENTRY("cdp.get_last_error", h_get_last_error),
-                                 EMU_ENTRY("cdp.set_last_error", h_set_last_error)};
+                                 EMU_ENTRY("cdp.set_last_error", h_set_last_error),
+                                 EMU_ENTRY("cdp.create_handle", h_create_handle),
+                                 EMU_ENTRY("cdp.write_int", h_write_int),
+                                 EMU_ENTRY("cdp.ordered_anyway", h_ordered_anyway)};
 
 }  // namespace
 

@@ -40,6 +40,7 @@ struct DeviceLaunches {
   std::unordered_map<uint64_t, DeviceLaunchRequest> buffers;
   std::vector<DeviceLaunchRequest> requests;
   std::unordered_map<uint64_t, int32_t> last_errors;   // by block and thread: cudaGetLastError's
+  uint64_t next_handle = 0x10000;   // device-side streams and events: past the special streams (0..4)
 };
 
 struct LaunchConfig {

@@ -26,7 +26,19 @@ DEVICE_LAUNCH_CALLS = {
     "__cuda_syscall_cnpv2LaunchDeviceV2": ("cdp.launch", (8, 8)),
     "__cuda_syscall_cnpv2GetLastError": ("cdp.get_last_error", ()),
     "__cuda_syscall_cnpv2SetLastError": ("cdp.set_last_error", (4,)),
+    # device-side streams and events: handles; children run in launch order anyway
+    # (csrc/src/emulator/device_launch.cpp)
+    "__cuda_syscall_cnpv2StreamCreate": ("cdp.create_handle", (8, 4)),
+    "__cuda_syscall_cnpv2EventCreate": ("cdp.create_handle", (8, 4)),
+    "__cuda_syscall_cnpv2StreamDestroy": ("cdp.ordered_anyway", (8,)),
+    "__cuda_syscall_cnpv2EventDestroy": ("cdp.ordered_anyway", (8,)),
+    "__cuda_syscall_cnpv2EventRecord": ("cdp.ordered_anyway", (8, 8)),
+    "__cuda_syscall_cnpv2StreamWaitEvent": ("cdp.ordered_anyway", (8, 8, 4)),
+    "__cuda_syscall_cnpv2GetDevice": ("cdp.write_int", (8,)),
+    "__cuda_syscall_cnpv2GetDeviceCount": ("cdp.write_int", (8,)),
 }
+# what cdp.write_int stores: the job sees its one device
+WRITTEN_INTS = {"__cuda_syscall_cnpv2GetDevice": 0, "__cuda_syscall_cnpv2GetDeviceCount": 1}
 BUILTINS = ("vprintf", "__assertfail", "malloc", "free", *DEVICE_LAUNCH_CALLS)
 # The built-ins that allocate from the job's device heap: a kernel that reaches one needs
 # it (a device-side launch's parameter buffer comes from there too).
@@ -175,7 +187,7 @@ def _builtin(cx: FunctionLowering, callee: ir.Function, args: list[tuple[int, in
                 cx.kernel.launches_kernels = True
                 imm, imm2 = offsets[0] | offsets[1] << 32, offsets[2] | offsets[3] << 32
             else:
-                imm, imm2 = offsets[0], offsets[1]
+                imm, imm2 = offsets[0], WRITTEN_INTS.get(callee.name, offsets[1])
             cx.emit(op, [], imm=imm, imm2=imm2, target=rets[0][0])
             return
     raise cx.unsupported(f"a call to the external function {callee.name} (built in: {', '.join(BUILTINS)})")

@@ -5,6 +5,9 @@
 //   - tail: a child in the NULL stream writes, a tail launch (cudaStreamTailLaunch)
 //     checks that it runs after it;
 //   - cudaGetLastError in the parent after its launches;
+//   - streams: a quicksort whose every partition launches its two halves into two
+//     device-side streams it creates; an event recorded on one stream and waited for
+//     by another; cudaGetDevice/cudaGetDeviceCount in device code;
 //   - with the argument "fault": a child writes through a bad pointer; the host sees
 //     the launch fail at its next synchronization.
 // Prints key=value lines the test checks.
@@ -54,6 +57,53 @@ __global__ void tail(int* marker, int* seen, int* last_error) {
   *last_error = static_cast<int>(cudaGetLastError());
 }
 
+__device__ void swap_ints(int* a, int* b) {
+  int t = *a;
+  *a = *b;
+  *b = t;
+}
+
+// One thread sorts data[left..right]: short ranges (or deep ones) by insertion, the rest
+// partitioned around the last element with each half a child in a stream of its own.
+__global__ void quicksort(int* data, int left, int right, int depth) {
+  if (right - left < 8 || depth >= 12) {
+    for (int i = left + 1; i <= right; ++i)
+      for (int j = i; j > left && data[j - 1] > data[j]; --j) swap_ints(&data[j - 1], &data[j]);
+    return;
+  }
+  int pivot = data[right], store = left;
+  for (int j = left; j < right; ++j)
+    if (data[j] < pivot) swap_ints(&data[store++], &data[j]);
+  swap_ints(&data[store], &data[right]);
+  cudaStream_t low, high;
+  cudaStreamCreateWithFlags(&low, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&high, cudaStreamNonBlocking);
+  quicksort<<<1, 1, 0, low>>>(data, left, store - 1, depth + 1);
+  quicksort<<<1, 1, 0, high>>>(data, store + 1, right, depth + 1);
+  cudaStreamDestroy(low);
+  cudaStreamDestroy(high);
+}
+
+__global__ void event_between_streams(int* marker, int* seen, int* errors, int* device, int* count) {
+  cudaStream_t first, second;
+  cudaEvent_t written;
+  int bad = 0;
+  bad += cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking) != cudaSuccess;
+  bad += cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking) != cudaSuccess;
+  bad += first == second;
+  bad += cudaEventCreateWithFlags(&written, cudaEventDisableTiming) != cudaSuccess;
+  write_marker<<<1, 1, 0, first>>>(marker);
+  bad += cudaEventRecord(written, first) != cudaSuccess;
+  bad += cudaStreamWaitEvent(second, written, 0) != cudaSuccess;
+  check_marker<<<1, 1, 0, second>>>(marker, seen);
+  bad += cudaEventDestroy(written) != cudaSuccess;
+  bad += cudaStreamDestroy(first) != cudaSuccess;
+  bad += cudaStreamDestroy(second) != cudaSuccess;
+  bad += cudaGetDevice(device) != cudaSuccess;
+  bad += cudaGetDeviceCount(count) != cudaSuccess;
+  *errors = bad + static_cast<int>(cudaGetLastError());
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "fault") == 0) {
     faulty_parent<<<1, 1>>>();
@@ -97,6 +147,35 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(&s, seen, sizeof(s), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(&e, last_error, sizeof(e), cudaMemcpyDeviceToHost));
   printf("tail_seen=%d last_error=%d\n", s, e);
+
+  const int items = 300;
+  int values[items], *data;
+  long long sum_before = 0, sum_after = 0;
+  for (int i = 0; i < items; ++i) sum_before += values[i] = (i * 7919 + 13) % 1009 - 500;
+  CHECK(cudaMalloc(&data, sizeof(values)));
+  CHECK(cudaMemcpy(data, values, sizeof(values), cudaMemcpyHostToDevice));
+  quicksort<<<1, 1>>>(data, 0, items - 1, 0);
+  CHECK(cudaMemcpy(values, data, sizeof(values), cudaMemcpyDeviceToHost));
+  int unsorted = 0;
+  for (int i = 0; i < items; ++i) {
+    sum_after += values[i];
+    unsorted += i > 0 && values[i - 1] > values[i];
+  }
+  printf("unsorted=%d same_sum=%d\n", unsorted, static_cast<int>(sum_before == sum_after));
+
+  int *errors, *device, *count;
+  CHECK(cudaMalloc(&errors, sizeof(int)));
+  CHECK(cudaMalloc(&device, sizeof(int)));
+  CHECK(cudaMalloc(&count, sizeof(int)));
+  CHECK(cudaMemset(marker, 0, sizeof(int)));
+  CHECK(cudaMemset(seen, 0, sizeof(int)));
+  event_between_streams<<<1, 1>>>(marker, seen, errors, device, count);
+  int got[4];
+  CHECK(cudaMemcpy(&got[0], seen, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&got[1], errors, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&got[2], device, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&got[3], count, sizeof(int), cudaMemcpyDeviceToHost));
+  printf("event_seen=%d stream_errors=%d device=%d count=%d\n", got[0], got[1], got[2], got[3]);
   printf("done\n");
   return 0;
 }
