@@ -69,7 +69,7 @@ import itertools
 import re
 import struct
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 # --------------------------------------------------------------------------- operands
 
@@ -649,6 +649,53 @@ class Function:
                 return d
         return None
 
+    @property
+    def has_body(self) -> bool:
+        """A definition, not a declaration (without parsing a body not parsed yet)."""
+        return self.body is not None
+
+
+class LazyFunction(Function):
+    """A function whose body is parsed at its first use (parse_module's lazy_bodies,
+    for modules of many megabytes where a job runs a few kernels). Reading `body`
+    parses it (a PtxParseError then, not at parse_module); assigning it replaces it."""
+
+    def __init__(self, *args, parse_body: Callable[[], Block], source: str, span: tuple[int, int], **kwargs):
+        self._body: Block | None = None
+        self._parse_body: Callable[[], Block] | None = parse_body
+        self._source, self._span = source, span
+        super().__init__(*args, **kwargs)     # its `self.body = None` leaves the body pending
+
+    @property
+    def body_text(self) -> str | None:
+        """The body's source, `{` to `}`, while it is unparsed."""
+        return None if self._parse_body is None else self._source[self._span[0]:self._span[1]]
+
+    @property
+    def body(self) -> Block | None:
+        if self._parse_body is not None:
+            parse, self._parse_body = self._parse_body, None
+            try:
+                self._body = parse()
+            except BaseException:
+                self._parse_body = parse          # the next use reports the same error
+                raise
+        return self._body
+
+    @body.setter
+    def body(self, value: Block | None) -> None:
+        if value is None and self._parse_body is not None:
+            return                                # the dataclass __init__'s default
+        self._body, self._parse_body = value, None
+
+    @property
+    def is_parsed(self) -> bool:
+        return self._parse_body is None
+
+    @property
+    def has_body(self) -> bool:
+        return self._parse_body is not None or self._body is not None
+
 
 ModuleItem = Union[Function, VarDecl, FileDirective, Section, Pragma]
 
@@ -672,11 +719,11 @@ class Module:
     def entries(self) -> list[Function]:
         """The kernels defined here (`.entry` with a body), in source order."""
         return [i for i in self.items
-                if isinstance(i, Function) and i.kind == "entry" and i.body is not None]
+                if isinstance(i, Function) and i.kind == "entry" and i.has_body]
 
     def function(self, name: str) -> Function:
         for i in self.items:
-            if isinstance(i, Function) and i.name == name and i.body is not None:
+            if isinstance(i, Function) and i.name == name and i.has_body:
                 return i
         for i in self.items:
             if isinstance(i, Function) and i.name == name:

@@ -57,8 +57,11 @@ class Tokens:
     locator: SourceLocator
 
 
-def tokenize(text: str, source_name: str = "<ptx>") -> Tokens:
-    locator = SourceLocator(text, source_name)
+def tokenize(text: str, source_name: str = "<ptx>", *, base: int = 0,
+             locator: SourceLocator | None = None) -> Tokens:
+    """`text` may be a piece of a larger text (a function body parsed on its own):
+    `base` is where it starts there and `locator` locates positions in the whole."""
+    locator = locator or SourceLocator(text, source_name)
     kinds: list[str] = []
     texts: list[str] = []
     starts: list[int] = []
@@ -68,21 +71,21 @@ def tokenize(text: str, source_name: str = "<ptx>") -> Tokens:
         if kind == "EOF":
             break
         if kind == "ERR":
-            raise _bad_character(m, text, locator)
+            raise _bad_character(m, text, locator, base)
         add_kind(kind)
         add_text(m[kind])
-        add_start(m.start(kind))
+        add_start(m.start(kind) + base)
     add_kind(END)
     add_text("")
-    add_start(len(text))
+    add_start(len(text) + base)
     return Tokens(kinds, texts, starts, locator)
 
 
-def _bad_character(m: re.Match, text: str, locator: SourceLocator) -> PtxParseError:
+def _bad_character(m: re.Match, text: str, locator: SourceLocator, base: int) -> PtxParseError:
     pos = m.start("ERR")
     ch = m.group("ERR")
     if text.startswith("/*", pos):
-        return locator.error("unterminated /* comment: add the closing */", pos)
+        return locator.error("unterminated /* comment: add the closing */", pos + base)
     if ch == '"':
-        return locator.error("unterminated string literal: strings end with \" on the same line", pos)
-    return locator.error(f"unexpected character {ch!r} (not part of any PTX token)", pos)
+        return locator.error("unterminated string literal: strings end with \" on the same line", pos + base)
+    return locator.error(f"unexpected character {ch!r} (not part of any PTX token)", pos + base)

@@ -48,11 +48,16 @@ _VECTOR_PREFIX = {".v2": 2, ".v4": 4, ".v8": 8}
 _LOC_CLAUSES = {"function_name": 1, "inlined_at": 3}
 
 
-def parse_module(text: str, source_name: str = "<ptx>") -> ir.Module:
-    """Parse a PTX module. Raises PtxParseError (only) on malformed or unsupported input."""
+def parse_module(text: str, source_name: str = "<ptx>", *, lazy_bodies: bool = False) -> ir.Module:
+    """Parse a PTX module. Raises PtxParseError (only) on malformed or unsupported input.
+    With `lazy_bodies`, function bodies are parsed at their first use (lazy_bodies.py):
+    errors inside a body are raised then, not here."""
     if not isinstance(text, str):
         raise TypeError(f"parse_module takes PTX text (str), not {type(text).__name__}; "
                         "decode bytes first")
+    if lazy_bodies:
+        from .lazy_bodies import parse_with_lazy_bodies
+        return parse_with_lazy_bodies(text, source_name)
     try:
         return _Parser(text, source_name).module()
     except PtxParseError:
@@ -62,8 +67,8 @@ def parse_module(text: str, source_name: str = "<ptx>") -> ir.Module:
 
 
 class _Parser:
-    def __init__(self, text: str, source_name: str):
-        tokens = tokenize(text, source_name)
+    def __init__(self, text: str, source_name: str, tokens=None):
+        tokens = tokens or tokenize(text, source_name)
         self.kinds = tokens.kinds
         self.texts = tokens.texts
         self.starts = tokens.starts
@@ -366,16 +371,20 @@ class _Parser:
         if self.texts[self.i] != "{":
             raise self.error(f"expected '{{' (the body) or ';' after the .{kind} {name} header, "
                              f"found {self.describe()}")
+        fn.body = self.function_body(params, return_params)
+        return fn
+
+    def function_body(self, params: list[ir.Param], return_params: list[ir.Param] | None) -> ir.Block:
         self.label_names = set()
         self.symbol_users = []
         # .func parameters in .reg space are registers inside the body.
         self.scopes.append({p.name for p in params + (return_params or []) if p.space == "reg"})
         self.range_scopes.append([])
-        fn.body = self.block()
+        body = self.block()
         self.scopes.pop()
         self.range_scopes.pop()
         self.resolve_labels()
-        return fn
+        return body
 
     def param_list(self, what: str) -> list[ir.Param]:
         self.expect("(", f"'(' to open the {what} list")

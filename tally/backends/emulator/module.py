@@ -1,9 +1,17 @@
 """A loaded module on the emulator: its parsed PTX, the device memory of its
 .global/.const variables (initialized at load, like cuModuleLoad does), and
 its kernels, each lowered to an interpreter program at its first launch.
+
+A module of LAZY_BODIES_PTX_BYTES of PTX or more (a library's kernel collection:
+CuPy's CUB module is 21 MB in 383 functions) has its function bodies parsed at their
+first use (ptx_passes/lazy_bodies.py): its load reads signatures and variables only,
+and a launch parses the kernel and what it reaches. A syntax error inside such a body
+then fails the launches that reach it (CUDA_ERROR_INVALID_PTX), not the load.
 """
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -32,6 +40,11 @@ from tally.backends.clusters import KernelCluster
 from tally.backends.emulator.kernel_resources import KernelResources, kernel_resources
 from tally.backends.emulator.lowering import LoweredKernel, LoweringError, lower_kernel
 
+LAZY_BODIES_PTX_BYTES = 1 << 20
+# a variable declared inside a function body (.global/.const at the start of a statement;
+# `ld.global` is no match): such bodies are parsed at load, for the variable's memory
+_DECLARES_VARIABLE = re.compile(r"(?:^|[;{}])\s*\.(?:global|const)\b", re.MULTILINE)
+
 
 @dataclass
 class EmulatorFunction:
@@ -55,15 +68,17 @@ class EmulatorFunction:
     def uses_device_heap(self) -> bool:
         """The kernel (or a function it reaches) calls device-side malloc or free."""
         if self._uses_heap is None:
-            reached = reachable_functions(self.module.ir, self.module.ir.function(self.name))
-            self._uses_heap = any(f.body is None and f.name in HEAP_FUNCTIONS for f in reached)
+            with _body_errors(self.name):
+                reached = reachable_functions(self.module.ir, self.module.ir.function(self.name))
+                self._uses_heap = any(not f.has_body and f.name in HEAP_FUNCTIONS for f in reached)
         return self._uses_heap
 
     def resources(self) -> KernelResources:
         """What the kernel needs (cuFuncGetAttribute), read from its PTX once; known
         whether or not the emulator can run it."""
         if self._resources is None:
-            self._resources = kernel_resources(self.module.ir, self.module.ir.function(self.name))
+            with _body_errors(self.name):
+                self._resources = kernel_resources(self.module.ir, self.module.ir.function(self.name))
         return self._resources
 
     def lowered(self) -> LoweredKernel:
@@ -75,6 +90,8 @@ class EmulatorFunction:
                     self._lowered = lower_kernel(self.module.ir, self.name, self.module.addresses)
                 except LoweringError as e:
                     self._error = DeviceError(CUDA_ERROR_ILLEGAL_INSTRUCTION, f"kernel {self.name}: {e}")
+                except PtxParseError as e:      # a body parsed at its first use (LAZY_BODIES_PTX_BYTES)
+                    self._error = _unparsed_body(self.name, e)
             if self._error is not None:
                 raise self._error
             return self._lowered
@@ -90,7 +107,8 @@ class EmulatorModule:
                                   "build the program with PTX (e.g. nvcc -gencode arch=compute_90,code=compute_90)")
             raise DeviceError(CUDA_ERROR_INVALID_IMAGE, "module image holds neither PTX nor a cubin")
         try:
-            self.ir = parse_module(provide_grid_syscalls(source.ptx), "<module>")
+            self.ir = parse_module(provide_grid_syscalls(source.ptx), "<module>",
+                                   lazy_bodies=len(source.ptx) >= LAZY_BODIES_PTX_BYTES)
         except PtxParseError as e:
             raise DeviceError(CUDA_ERROR_INVALID_PTX, f"module PTX does not parse: {e}") from None
         self._memory = memory
@@ -126,6 +144,8 @@ class EmulatorModule:
         """Module-scope .global/.const variables with storage here (not `.extern`)."""
         out = [g for g in self.ir.globals() if g.space in ("global", "const") and "extern" not in g.linkage]
         for fn in self.ir.functions():
+            if isinstance(fn, ir.LazyFunction) and not fn.is_parsed and not _DECLARES_VARIABLE.search(fn.body_text):
+                continue                 # left unparsed: it declares no variable
             if fn.body is not None:
                 for _b, _i, s in ir.iter_statements(fn.body):
                     if isinstance(s, ir.VarDecl) and s.space in ("global", "const"):
@@ -201,3 +221,16 @@ def _block_limits(fn: ir.Function) -> tuple[int | None, tuple[int, int, int] | N
         return tuple(values[:3])
     maxntid, reqntid = dims("maxntid"), dims("reqntid")
     return (maxntid[0] * maxntid[1] * maxntid[2] if maxntid else None), reqntid
+
+
+def _unparsed_body(kernel: str, e: PtxParseError) -> DeviceError:
+    return DeviceError(CUDA_ERROR_INVALID_PTX, f"kernel {kernel}: the module's PTX does not parse: {e}")
+
+
+@contextlib.contextmanager
+def _body_errors(kernel: str):
+    """A body parsed at its first use that does not parse: the kernel's error."""
+    try:
+        yield
+    except PtxParseError as e:
+        raise _unparsed_body(kernel, e) from None
