@@ -105,3 +105,41 @@ def test_per_kernel_against_lexer_and_ptxas(benchmark, corpus, parsed, figures, 
     figures.add("per kernel", f"(parse + print) / ptxas: median {statistics.median(ptxas_ratio):.3f}, "
                 f"max {max(ptxas_ratio):.3f}")
     assert median_kernel < TARGET_KERNEL_MS
+
+
+def _library_ptx() -> str:
+    """libcudadevrt's PTX (780 KB, 64 kernels in CUDA 13.0): a library module every
+    toolkit ships, standing in for CuPy's CUB module (21 MB, 383 functions)."""
+    import io
+
+    import arpy
+
+    from ptx_passes.fatbin import ptx_of, read_fatbin_entries
+
+    library = Path(cuda_tool("nvcc")).resolve().parents[1] / "targets" / "x86_64-linux" / "lib" / "libcudadevrt.a"
+    archive = arpy.Archive(fileobj=io.BytesIO(library.read_bytes()))
+    archive.read_all_headers()
+    for member in archive.namelist():
+        try:
+            text = ptx_of([e for e in read_fatbin_entries(archive.open(member).read()) if e.kind == "ptx"], None)
+        except ValueError:
+            continue
+        if text:
+            return text
+    pytest.skip("no PTX in libcudadevrt.a")
+
+
+def test_library_module_load_lazy_against_whole(benchmark, figures):
+    """What the emulator pays to load a library module and run one kernel of it: bodies
+    parsed at first use (modules of 1 MiB or more) against the whole parse (baseline)."""
+    text = _library_ptx()
+
+    def lazy_load_and_one_kernel():
+        module = parse_module(text, "library", lazy_bodies=True)
+        return module.entries()[0].body
+
+    whole = median_seconds(parse_module, text, repeat=5)
+    benchmark(lazy_load_and_one_kernel)
+    lazy = benchmark.stats["median"]
+    figures.add("library module", f"{len(text) / 1e6:.2f} MB: whole parse {whole * 1e3:.0f} ms, lazy load + one "
+                f"kernel's body {lazy * 1e3:.1f} ms ({whole / lazy:.1f}x)")
