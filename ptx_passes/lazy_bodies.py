@@ -14,16 +14,16 @@ Bodies are found by one scan for braces outside comments and strings: a `{` at
 module scope opens a body when the item it starts (since the last `;` or `}` at
 module scope) is a `.entry` or `.func` (an initializer's follows `=` in a variable
 declaration, a DWARF section's follows `.section`). Where the skeleton's functions do
-not line up with the bodies found, or the skeleton does not parse, the module is
-parsed whole, which reports any error exactly.
+not line up with the bodies found, or the skeleton does not parse, the parser parses
+the module whole, which reports any error exactly (parser.py: _parse_lazily).
 """
 from __future__ import annotations
 
+import functools
 import re
+from typing import Callable
 
 from . import ir
-from .errors import PtxParseError, SourceLocator
-from .lexer import END, tokenize
 
 _COMMENT = r"//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"
 _SCAN = re.compile(_COMMENT + r'|"(?:[^"\\\n]|\\.)*"|[{};]')
@@ -59,48 +59,27 @@ def body_spans(text: str) -> list[tuple[int, int]] | None:
     return spans if depth == 0 else None
 
 
-def parse_with_lazy_bodies(text: str, source_name: str) -> ir.Module:
-    from .parser import _Parser, parse_module
-
-    spans = body_spans(text)
-    if not spans:
-        return parse_module(text, source_name)
+def skeleton(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with each body in `spans` reduced to its braces and newlines."""
     pieces, last = [], 0
     for start, end in spans:
         pieces += [text[last:start], "{", "\n" * text.count("\n", start, end), "}"]
         last = end
     pieces.append(text[last:])
-    try:
-        module = _Parser("".join(pieces), source_name).module()
-    except PtxParseError:
-        return parse_module(text, source_name)      # its error, located in the real text
+    return "".join(pieces)
+
+
+def attach_lazy_bodies(module: ir.Module, text: str, spans: list[tuple[int, int]],
+                       parse_body: Callable[[tuple[int, int], ir.Function], ir.Block]) -> bool:
+    """Make each function the skeleton defines an ir.LazyFunction of its span of `text`,
+    read by parse_body(span, function); False (the module unchanged) when the skeleton's
+    definitions are not the spans found."""
     defined = [i for i, item in enumerate(module.items) if isinstance(item, ir.Function) and item.body is not None]
     if len(defined) != len(spans):
-        return parse_module(text, source_name)
-    locator = SourceLocator(text, source_name)
+        return False
     for index, span in zip(defined, spans):
         fn = module.items[index]
         module.items[index] = ir.LazyFunction(
             fn.name, fn.kind, fn.linkage, fn.params, fn.return_params, fn.directives,
-            parse_body=_body_parser(text, source_name, locator, span, fn), source=text, span=span)
-    return module
-
-
-def _body_parser(text: str, source_name: str, locator: SourceLocator, span: tuple[int, int], fn: ir.Function):
-    params, return_params = fn.params, fn.return_params
-
-    def parse() -> ir.Block:
-        from .parser import _Parser
-
-        start, end = span
-        tokens = tokenize(text[start:end], source_name, base=start, locator=locator)
-        parser = _Parser(text, source_name, tokens)
-        try:
-            body = parser.function_body(params, return_params)
-        except RecursionError:
-            raise PtxParseError("input nests too deeply to parse", 1, 1, "", source_name) from None
-        if parser.kinds[parser.i] != END:
-            raise parser.error(f"unexpected {parser.describe()} after the body of {fn.name}")
-        return body
-
-    return parse
+            parse_body=functools.partial(parse_body, span, fn), source=text, span=span)
+    return True

@@ -16,7 +16,8 @@ import re
 import struct
 
 from . import ir
-from .errors import PtxParseError
+from .errors import PtxParseError, SourceLocator
+from .lazy_bodies import attach_lazy_bodies, body_spans, skeleton
 from .lexer import END, tokenize
 
 _MAX_NESTING = 64
@@ -56,14 +57,41 @@ def parse_module(text: str, source_name: str = "<ptx>", *, lazy_bodies: bool = F
         raise TypeError(f"parse_module takes PTX text (str), not {type(text).__name__}; "
                         "decode bytes first")
     if lazy_bodies:
-        from .lazy_bodies import parse_with_lazy_bodies
-        return parse_with_lazy_bodies(text, source_name)
+        return _parse_lazily(text, source_name)
     try:
         return _Parser(text, source_name).module()
     except PtxParseError:
         raise
     except RecursionError:
         raise PtxParseError("input nests too deeply to parse", 1, 1, "", source_name) from None
+
+
+def _parse_lazily(text: str, source_name: str) -> ir.Module:
+    """The module with its function bodies parsed at first use (lazy_bodies.py); parsed
+    whole where the skeleton does not parse or line up (that parse names any error)."""
+    spans = body_spans(text)
+    if not spans:
+        return parse_module(text, source_name)
+    try:
+        module = _Parser(skeleton(text, spans), source_name).module()
+    except PtxParseError:
+        return parse_module(text, source_name)
+    locator = SourceLocator(text, source_name)
+
+    def parse_body(span: tuple[int, int], fn: ir.Function) -> ir.Block:
+        start, end = span
+        parser = _Parser(text, source_name, tokenize(text[start:end], source_name, base=start, locator=locator))
+        try:
+            body = parser.function_body(fn.params, fn.return_params)
+        except RecursionError:
+            raise PtxParseError("input nests too deeply to parse", 1, 1, "", source_name) from None
+        if parser.kinds[parser.i] != END:
+            raise parser.error(f"unexpected {parser.describe()} after the body of {fn.name}")
+        return body
+
+    if not attach_lazy_bodies(module, text, spans, parse_body):
+        return parse_module(text, source_name)
+    return module
 
 
 class _Parser:
