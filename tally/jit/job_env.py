@@ -38,8 +38,7 @@ import sys
 from pathlib import Path
 
 from tally import paths
-from tally.jit import records
-from tally.jit import nvlink_wrapper
+from tally.jit import nvlink_wrapper, records
 from tally.jit.ptxas_wrapper import REAL_BESIDE, REAL_ENV
 
 TRITON_ASSEMBLER_VARS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")
