@@ -28,7 +28,7 @@ from . import ir
 _COMMENT = r"//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"
 _SCAN = re.compile(_COMMENT + r'|"(?:[^"\\\n]|\\.)*"|[{};]')
 _COMMENTS = re.compile(_COMMENT)
-_FUNCTION_ITEM = re.compile(r"(?:^|\s)\.(?:entry|func)\s")
+_FUNCTION_ITEM = re.compile(r"(?:^|\s)\.(?:entry|func)(?=[\s(])")
 _SECTION_ITEM = re.compile(r"(?:^|\s)\.section\s")
 
 

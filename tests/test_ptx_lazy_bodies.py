@@ -68,6 +68,7 @@ def test_bodies_are_found_past_comments_strings_and_initializers():
     assert [PTX[a:b].splitlines()[1].strip() for a, b in spans] == [
         ".reg .b32 %r<3>;", ".reg .b32 %r<4>;", ".reg .b32 %r<2>;"]
     assert body_spans("{ } }") is None and body_spans(".entry f() {") is None
+    assert len(body_spans(PTX.replace(".func (.param .b32 out)", ".func(.param .b32 out)"))) == 3
 
 
 def test_a_lazy_module_reads_the_same_and_parses_a_body_only_when_asked():
