@@ -95,3 +95,15 @@ def test_a_failed_link_passes_through_and_records_nothing(tmp_path, nvcc):
                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert failed.returncode != 0 and "add_pair" in failed.stderr, failed.stderr
     assert len(list(cache.glob("*.rec"))) == 1          # the -dc's only
+
+
+def test_a_recording_that_breaks_never_fails_the_link(monkeypatch, capsys):
+    from tally.jit import nvlink_wrapper
+
+    def broken(_args):
+        raise RuntimeError("a bug in recording")
+
+    monkeypatch.setattr(nvlink_wrapper, "record", broken)
+    monkeypatch.setenv("TALLY_JIT_DEBUG", "1")
+    assert nvlink_wrapper.main(["--version"]) == 0          # nvlink's own answer and status
+    assert "RuntimeError: a bug in recording" in capsys.readouterr().err
