@@ -35,6 +35,12 @@ uint64_t thread_key(Exec& e, int lane) {
   return e.launch->block.linear << 11 | (static_cast<uint64_t>(e.warp->index) * kWarpSize + lane);
 }
 
+// A system call's 32-bit result (a CNPerror; 0 is success) into its frame slot, when
+// the call's result is used (target >= 0).
+void set_result(Exec& e, uint64_t frame, const Instr& in, int lane, int32_t value = 0) {
+  if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, lane), &value, 4);
+}
+
 // __cuda_syscall_cnpv2GetParameterBufferV2(kernel pointer, grid dim3, block dim3,
 // dynamic shared bytes) -> parameter buffer, 0 when the heap has no room (as CUDA
 // returns NULL when its launch pool is full). imm = kernel | grid << 32,
@@ -90,8 +96,7 @@ EMU_HANDLER(h_launch_device) {
       r.stream = stream;
       launches.requests.push_back(r);
     }
-    int32_t ok = 0;
-    if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, l), &ok, 4);
+    set_result(e, frame, in, l);
   });
 }
 
@@ -106,7 +111,7 @@ EMU_HANDLER(h_get_last_error) {
       auto it = launches.last_errors.find(thread_key(e, l));
       if (it != launches.last_errors.end()) error = it->second;
     }
-    if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, l), &error, 4);
+    set_result(e, frame, in, l, error);
   });
 }
 
@@ -125,14 +130,8 @@ EMU_HANDLER(h_set_last_error) {
         launches.last_errors[thread_key(e, l)] = error;
       }
     }
-    int32_t ok = 0;
-    if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, l), &ok, 4);
+    set_result(e, frame, in, l);
   });
-}
-
-void set_result(Exec& e, uint64_t frame, const Instr& in, int lane) {
-  int32_t ok = 0;
-  if (in.target >= 0) std::memcpy(e.local(frame + static_cast<uint64_t>(in.target), 4, lane), &ok, 4);
 }
 
 // __cuda_syscall_cnpv2StreamCreate / EventCreate(handle pointer, flags) -> 0: a new
