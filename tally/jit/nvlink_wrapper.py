@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tally.jit import records
-from tally.jit.ptxas_wrapper import real_tool
+from tally.jit.ptxas_wrapper import real_tool, run_then_record
 
 REAL_BESIDE = "real-nvlink"     # beside the name we run under (job_env.py's CUDA root)
 CUDA_NVLINK = Path("/usr/local/cuda/bin/nvlink")
@@ -62,20 +61,8 @@ UNRECORDED = {
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    real = real_tool("nvlink", REAL_BESIDE, CUDA_NVLINK)
-    if real is None:
-        print("tally-nvlink: no nvlink found to run (put the CUDA toolkit's nvlink on PATH); run the job "
-              "with tally-run --no-jit-capture to use its own", file=sys.stderr)
-        return 127
-    done = subprocess.run([str(real), *args])
-    if done.returncode == 0:
-        try:
-            why = record(args)
-        except Exception as e:      # noqa: BLE001 - the link succeeded; recording must never fail it
-            why = f"{type(e).__name__}: {e}"
-        if why and os.environ.get("TALLY_JIT_DEBUG"):
-            print(f"tally-nvlink: the link's PTX was not recorded: {why}", file=sys.stderr)
-    return done.returncode
+    return run_then_record("nvlink", real_tool("nvlink", REAL_BESIDE, CUDA_NVLINK), args, record,
+                           "put the CUDA toolkit's nvlink on PATH")
 
 
 @dataclass

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from tally.jit import records
 
@@ -31,18 +32,33 @@ TRITON_LIBRARY = "/triton/_C/libtriton.so"
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    real = real_ptxas()
+
+    def record_quietly(a: list[str]) -> str:
+        record(a)            # None (nothing assembled from PTX) is no news
+        return ""
+
+    return run_then_record("ptxas", real_ptxas(), args, record_quietly,
+                           "set TALLY_REAL_PTXAS, or put the CUDA toolkit's ptxas on PATH")
+
+
+def run_then_record(tool: str, real: Path | None, args: list[str], record_run: Callable[[list[str]], str],
+                    how_to_find: str) -> int:
+    """What each JIT wrapper does: run the real `tool` with the job's command line and
+    pass its status on; after a success, `record_run(args)` (why nothing was recorded,
+    or ""). Recording never fails the job's run: its errors, like its reasons, are
+    printed only with TALLY_JIT_DEBUG set."""
     if real is None:
-        print("tally-ptxas: no ptxas found to run (set TALLY_REAL_PTXAS, or put the CUDA toolkit's "
-              "ptxas on PATH); run the job with tally-run --no-jit-capture to use its own", file=sys.stderr)
+        print(f"tally-{tool}: no {tool} found to run ({how_to_find}); run the job with tally-run "
+              "--no-jit-capture to use its own", file=sys.stderr)
         return 127
     done = subprocess.run([str(real), *args])
     if done.returncode == 0:
         try:
-            record(args)
-        except Exception as e:      # noqa: BLE001 - the assembly succeeded; recording must never fail it
-            if os.environ.get("TALLY_JIT_DEBUG"):
-                print(f"tally-ptxas: the PTX was not recorded: {e}", file=sys.stderr)
+            why = record_run(args)
+        except Exception as e:      # noqa: BLE001 - the tool succeeded; recording must never fail it
+            why = f"{type(e).__name__}: {e}"
+        if why and os.environ.get("TALLY_JIT_DEBUG"):
+            print(f"tally-{tool}: the PTX was not recorded: {why}", file=sys.stderr)
     return done.returncode
 
 
