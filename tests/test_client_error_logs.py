@@ -6,7 +6,7 @@ from __future__ import annotations
 from client_helpers import build_c, run_client
 
 CUDA_ERROR_INVALID_VALUE = 1
-ARRAY_CREATE = "cuMipmappedArrayCreate is not supported by tally (textures, surfaces, mipmapped"
+ARRAY_CREATE = "cuMipmappedArrayCreate is not supported by tally (mipmapped, sparse and planar"
 
 
 def test_messages_reach_callbacks_and_dumps(tmp_path):

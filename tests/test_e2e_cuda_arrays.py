@@ -1,6 +1,6 @@
 """CUDA arrays as tally models them: linear device memory behind a handle (cuArrayCreate,
 cuArray3DCreate, their descriptors, cuArrayDestroy) with copies in and out by every form,
-charged to the job's quota like any allocation; textures and surfaces stay refused."""
+charged to the job's quota like any allocation (textures and surfaces over them: test_e2e_textures.py)."""
 from __future__ import annotations
 
 from e2e_helpers import build_driver_c, emulator_server, run_job  # noqa: F401

@@ -47,7 +47,7 @@ def _sample(f: spec.Field, i: int):
     if f.type == "u8" and f.count > 1:
         return bytes([i + 1]) * min(f.count, 3)
     if f.type == "f64":
-        return i + 0.5
+        return tuple(i + k + 0.5 for k in range(f.count)) if f.count > 1 else i + 0.5
     return tuple(i * 10 + k for k in range(f.count)) if f.count > 1 else i + 1
 
 

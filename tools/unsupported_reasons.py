@@ -38,10 +38,10 @@ RULES = (
     Rule(r"cuCtxAttach|cuCtxDetach|cuDeviceGetProperties",
          "deprecated since CUDA 4/5; cuDevicePrimaryCtxRetain and cuDeviceGetAttribute replace it"),
     Rule(r"cuArray(GetSparseProperties|GetMemoryRequirements|GetPlane)\w*|cuMipmappedArray\w*|cuMemMapArrayAsync"
-         r"|cuTexObject\w*|cuSurfObject\w*|cuDeviceGetTexture1DLinearMaxWidth",
-         "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units "
-         "(plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, "
-         "NCCL, Triton and PyTorch use none (docs: driver census)"),
+         r"|cuDeviceGetTexture1DLinearMaxWidth",
+         "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture "
+         "and surface objects read it there), with one level and every page present; the kernels of cuBLAS, "
+         "cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)"),
     Rule(r"cuGraphics\w*", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server"),
     Rule(r"cuImportExternal(Memory|Semaphore)|cuDestroyExternal(Memory|Semaphore)|cuExternalMemory\w*"
          r"|cu(Signal|Wait)ExternalSemaphoresAsync|cuGraph(Exec)?(Add)?ExternalSemaphores\w*"

@@ -37,6 +37,7 @@ from tally.protocol.errors import CUDA_ERROR_NOT_SUPPORTED, DeviceError
 
 if TYPE_CHECKING:
     from tally.backends.tensor_maps import TensorMapRequest
+    from tally.backends.texture_objects import TextureRequest
 
 @dataclass(frozen=True, kw_only=True)
 class BackendTraits:
@@ -307,6 +308,11 @@ class DeviceBackend(Protocol):
     # DeviceError(CUDA_ERROR_INVALID_VALUE).
     def tensor_map_encode(self, req: TensorMapRequest) -> bytes: ...
     def tensor_map_replace_address(self, tensor_map: bytes, address: int) -> bytes: ...
+    # Texture and surface objects (tally/backends/texture_objects.py): the handle a
+    # job's kernels name; bad input raises DeviceError (INVALID_VALUE, or NOT_SUPPORTED
+    # for what the backend cannot make).
+    def texture_create(self, req: TextureRequest) -> int: ...
+    def texture_destroy(self, handle: int) -> None: ...
     def stream_set_access_policy(self, stream: Stream, window: AccessPolicyWindow) -> None:
         """The stream's later kernels use this L2 access-policy window (a device
         without an L2 to steer accepts it and changes nothing)."""

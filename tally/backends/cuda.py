@@ -39,6 +39,7 @@ from tally.backends.cuda_context import CudaContext
 from tally.backends.cuda_host_memory import CudaHostMemory, host_address
 from tally.backends.cuda_value_waits import CudaValueWaits
 from tally.backends.cuda_tensor_maps import CudaTensorMaps
+from tally.backends.cuda_textures import CudaTextureObjects
 from tally.backends.cuda_vmm import CudaVirtualMemory
 from tally.backends.green_partitions import GreenPartitions
 from tally.backends.ptx_variants import PtxVariants
@@ -137,7 +138,8 @@ class CudaModule:
     pinned: str | None = None
 
 
-class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTensorMaps, CudaGraphs, PtxVariants):
+class CudaBackend(CudaAddressRestore, CudaHostMemory, CudaVirtualMemory, CudaTensorMaps, CudaTextureObjects, CudaGraphs,
+                  PtxVariants):
     kind = "cuda"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=True, session_spin_us=1000.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=False,

@@ -25,6 +25,7 @@ from tally.protocol.errors import (
 from tally.backends.device_attributes import synthetic_attributes
 from tally.backends.ptx_variants import PtxVariants
 from tally.backends.tensor_maps import TallyTensorMaps
+from tally.backends.texture_objects import TallyTextureObjects
 from tally.backends.graph_launch import StreamOrderedGraphs
 
 ALIGNMENT = 256
@@ -56,7 +57,7 @@ class NullEvent:
     pass
 
 
-class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrderedGraphs):
+class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, TallyTextureObjects, StreamOrderedGraphs):
     kind = "null"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=False, virtual_clock=False, printf_per_stream=False,
@@ -202,6 +203,9 @@ class NullBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrdere
     def mem_info(self) -> tuple[int, int]:
         with self._lock:
             return self._total - sum(self._live.values()) - sum(self._physical.values()), self._total
+
+    def write_now(self, address: int, data: bytes) -> None:
+        """No device memory holds bytes here (a texture descriptor is only its address)."""
 
     # virtual memory: address ranges come from the same space; physical memory is a count
     def vmm_reserve(self, nbytes: int, alignment: int, hint: int = 0) -> int:

@@ -2707,6 +2707,107 @@ class TensorMapReply:
         return _TensorMapReply.pack(self.map)
 
 
+_TextureCreate = struct.Struct('<QQQIIIIIIIIIII3I4d')
+
+
+@dataclass(frozen=True, slots=True)
+class TextureCreate:
+    """a texture (`kind` 1) or surface (2) object over `address`: `resource` is the job's CUresourcetype (0
+    array, 2 linear, 3 pitch 2D), `shape` what the instructions see (texture.h's TextureShape),
+    `pitch`/`slice_pitch` bytes between rows and slices or layers; the sampling fields are
+    CUDA_TEXTURE_DESC's; answered by TextureReply
+    """
+
+    KIND: ClassVar[int] = 280
+    SIZE: ClassVar[int] = 112  # bytes before the tail
+    address: int = 0
+    pitch: int = 0
+    slice_pitch: int = 0
+    kind: int = 0
+    resource: int = 0
+    shape: int = 0
+    format: int = 0
+    channels: int = 0
+    width: int = 0
+    height: int = 0
+    depth: int = 0
+    layers: int = 0
+    flags: int = 0
+    filter_mode: int = 0
+    address_mode: tuple[int, int, int] = (0, 0, 0)
+    border: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+
+    @classmethod
+    def decode(cls, payload) -> TextureCreate:
+        if len(payload) != 112:
+            if len(payload) < 112:
+                raise _short('TextureCreate', len(payload), 112)
+            raise _trailing('TextureCreate', len(payload) - 112)
+        v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15, v16, v17, v18, v19, v20 = _TextureCreate.unpack_from(payload)
+        return cls(v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, (v14, v15, v16),
+                   (v17, v18, v19, v20))
+
+    def encode(self) -> bytes:
+        if len(self.address_mode) != 3:
+            raise _wrong_count('TextureCreate', 'address_mode', len(self.address_mode), 3)
+        if len(self.border) != 4:
+            raise _wrong_count('TextureCreate', 'border', len(self.border), 4)
+        return _TextureCreate.pack(self.address, self.pitch, self.slice_pitch, self.kind, self.resource,
+                                   self.shape, self.format, self.channels, self.width, self.height,
+                                   self.depth, self.layers, self.flags, self.filter_mode, *self.address_mode,
+                                   *self.border)
+
+
+_TextureDestroy = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class TextureDestroy:
+    """cuTexObjectDestroy / cuSurfObjectDestroy: the object goes once the job's queued work is done;
+    answered Done or Error
+    """
+
+    KIND: ClassVar[int] = 281
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    handle: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> TextureDestroy:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('TextureDestroy', len(payload), 8)
+            raise _trailing('TextureDestroy', len(payload) - 8)
+        (v0,) = _TextureDestroy.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _TextureDestroy.pack(self.handle)
+
+
+_TextureReply = struct.Struct('<Q')
+
+
+@dataclass(frozen=True, slots=True)
+class TextureReply:
+    """the CUtexObject / CUsurfObject the job's kernels name"""
+
+    KIND: ClassVar[int] = 282
+    SIZE: ClassVar[int] = 8  # bytes before the tail
+    handle: int = 0
+
+    @classmethod
+    def decode(cls, payload) -> TextureReply:
+        if len(payload) != 8:
+            if len(payload) < 8:
+                raise _short('TextureReply', len(payload), 8)
+            raise _trailing('TextureReply', len(payload) - 8)
+        (v0,) = _TextureReply.unpack_from(payload)
+        return cls(v0)
+
+    def encode(self) -> bytes:
+        return _TextureReply.pack(self.handle)
+
+
 _GraphDefine = struct.Struct('<QIIII')
 
 
@@ -2918,6 +3019,9 @@ MESSAGES = (
     TensorMapEncode,
     TensorMapReplaceAddress,
     TensorMapReply,
+    TextureCreate,
+    TextureDestroy,
+    TextureReply,
     GraphDefine,
     GraphLaunch,
     GraphDestroy,

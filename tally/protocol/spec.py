@@ -333,6 +333,20 @@ DRIVER_MESSAGES = (
             (F("map", "u8", 128), F("global_address", "u64"))),
     Message("TensorMapReply", 263, "an encoded tensor map (CUtensorMap's 128 opaque bytes)",
             (F("map", "u8", 128),)),
+    # Texture and surface objects (cuTexObjectCreate, cuSurfObjectCreate): the client
+    # resolves the resource (a CUDA array is linear memory it placed) and checks the
+    # descriptors; the server's backend makes the object (tally/backends/texture_objects.py).
+    Message("TextureCreate", 280, "a texture (`kind` 1) or surface (2) object over `address`: `resource` is the "
+            "job's CUresourcetype (0 array, 2 linear, 3 pitch 2D), `shape` what the instructions see (texture.h's "
+            "TextureShape), `pitch`/`slice_pitch` bytes between rows and slices or layers; the sampling fields are "
+            "CUDA_TEXTURE_DESC's; answered by TextureReply",
+            (F("address", "u64"), F("pitch", "u64"), F("slice_pitch", "u64"), F("kind", "u32"), F("resource", "u32"),
+             F("shape", "u32"), F("format", "u32"), F("channels", "u32"), F("width", "u32"), F("height", "u32"),
+             F("depth", "u32"), F("layers", "u32"), F("flags", "u32"), F("filter_mode", "u32"),
+             F("address_mode", "u32", 3), F("border", "f64", 4))),
+    Message("TextureDestroy", 281, "cuTexObjectDestroy / cuSurfObjectDestroy: the object goes once the job's "
+            "queued work is done; answered Done or Error", (F("handle", "u64"),)),
+    Message("TextureReply", 282, "the CUtexObject / CUsurfObject the job's kernels name", (F("handle", "u64"),)),
     # CUDA graphs known to the server (tally/server/client/graphs.py): an instantiated
     # graph arrives once, then each replay is one message.
     Message("GraphDefine", 270, "cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; "

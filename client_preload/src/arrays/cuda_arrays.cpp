@@ -22,8 +22,8 @@ struct CudaArray {
 std::mutex g_mutex;
 std::unordered_map<CUarray, std::unique_ptr<CudaArray>> g_arrays;
 
-// Bytes of one texel of `format` with `channels` channels; 0 for a format tally does
-// not lay out (block-compressed and video formats, which only texture units read).
+}  // namespace
+
 size_t texel_bytes(CUarray_format format, unsigned channels) {
   size_t channel = 0;
   switch (format) {
@@ -42,6 +42,8 @@ size_t texel_bytes(CUarray_format format, unsigned channels) {
   }
   return channels == 1 || channels == 2 || channels == 4 ? channel * channels : 0;
 }
+
+namespace {
 
 // The flags whose arrays are plain memory here (they only change how textures and
 // surfaces may use the array); sparse and deferred-mapping arrays are not modeled.
@@ -95,6 +97,14 @@ CUresult array_place(CUarray handle, size_t x, size_t y, size_t z, ArrayPlace* o
   if (x >= a->row_bytes || y >= a->rows || z >= slices) return CUDA_ERROR_INVALID_VALUE;
   const size_t offset = (z * a->rows + y) * a->row_bytes + x;
   *out = {a->dptr + offset, a->row_bytes, a->rows, a->bytes - offset};
+  return CUDA_SUCCESS;
+}
+
+CUresult array_layout(CUarray handle, ArrayLayout* out) {
+  std::lock_guard lock(g_mutex);
+  CudaArray* a = find(handle);
+  if (a == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *out = {a->desc, a->dptr, a->row_bytes, a->rows, a->bytes};
   return CUDA_SUCCESS;
 }
 

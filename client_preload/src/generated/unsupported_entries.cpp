@@ -11,7 +11,7 @@ CUresult tally_entry_cuDeviceGetLuid_v10000(char *luid, unsigned int *deviceNode
 }
 CUresult tally_entry_cuDeviceGetTexture1DLinearMaxWidth_v11010(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice_v1 dev) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuDeviceGetTexture1DLinearMaxWidth", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuDeviceGetHostAtomicCapabilities_v13000(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count, CUdevice dev) {
   static tally::client::OnceFlag logged;
@@ -75,39 +75,39 @@ CUresult tally_entry_cuMemcpy3DBatchAsync_v13000_ptsz(size_t numParams, CUDA_MEM
 }
 CUresult tally_entry_cuArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUarray array) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUmipmappedArray mipmap) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetSparseProperties", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUarray array, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetMemoryRequirements", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetMemoryRequirements_v11060(CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 *memoryRequirements, CUmipmappedArray mipmap, CUdevice device) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetMemoryRequirements", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuArrayGetPlane_v11020(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuArrayGetPlane", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuArrayGetPlane", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayCreate_v5000(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc, unsigned int numMipmapLevels) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayCreate", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayGetLevel_v5000(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayGetLevel", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMipmappedArrayDestroy_v5000(CUmipmappedArray hMipmappedArray) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMipmappedArrayDestroy", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync_ptsz", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
@@ -377,38 +377,6 @@ CUresult tally_entry_cuSurfRefGetArray_v3000(CUarray *phArray, CUsurfref hSurfRe
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuSurfRefGetArray", "a legacy API (texture and surface references, the pre-CUDA 4.0 launch API) that CUDA 12 deprecated and no framework calls");
 }
-CUresult tally_entry_cuTexObjectCreate_v5000(CUtexObject_v1 *pTexObject, const CUDA_RESOURCE_DESC_v1 *pResDesc, const CUDA_TEXTURE_DESC_v1 *pTexDesc, const CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuTexObjectDestroy_v5000(CUtexObject_v1 texObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuTexObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUtexObject_v1 texObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuTexObjectGetTextureDesc_v5000(CUDA_TEXTURE_DESC_v1 *pTexDesc, CUtexObject_v1 texObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetTextureDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuTexObjectGetResourceViewDesc_v5000(CUDA_RESOURCE_VIEW_DESC_v1 *pResViewDesc, CUtexObject_v1 texObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuTexObjectGetResourceViewDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuSurfObjectCreate_v5000(CUsurfObject_v1 *pSurfObject, const CUDA_RESOURCE_DESC_v1 *pResDesc) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectCreate", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuSurfObjectDestroy_v5000(CUsurfObject_v1 surfObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectDestroy", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
-CUresult tally_entry_cuSurfObjectGetResourceDesc_v5000(CUDA_RESOURCE_DESC_v1 *pResDesc, CUsurfObject_v1 surfObject) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuSurfObjectGetResourceDesc", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
-}
 CUresult tally_entry_cuCtxEnablePeerAccess_v4000(CUcontext peerContext, unsigned int Flags) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuCtxEnablePeerAccess", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
@@ -503,7 +471,7 @@ CUresult tally_entry_cuWaitExternalSemaphoresAsync_v10000(const CUexternalSemaph
 }
 CUresult tally_entry_cuMemMapArrayAsync_v11010(CUarrayMapInfo_v1 *mapInfoList, unsigned int count, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync", "textures, surfaces, mipmapped, sparse and planar CUDA arrays: tally's devices model no texture units (plain CUDA arrays are linear device memory, with copies in and out); the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
+  return tally::client::unsupported_entry(logged, "cuMemMapArrayAsync", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
 }
 CUresult tally_entry_cuFlushGPUDirectRDMAWrites_v11030(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
   static tally::client::OnceFlag logged;

@@ -165,6 +165,9 @@ enum class MessageKind : uint32_t {
   TensorMapEncode = 261,
   TensorMapReplaceAddress = 262,
   TensorMapReply = 263,
+  TextureCreate = 280,
+  TextureDestroy = 281,
+  TextureReply = 282,
   GraphDefine = 270,
   GraphLaunch = 271,
   GraphDestroy = 272,
@@ -278,6 +281,9 @@ inline const char* message_name(uint32_t kind) {
     case MessageKind::TensorMapEncode: return "TensorMapEncode";
     case MessageKind::TensorMapReplaceAddress: return "TensorMapReplaceAddress";
     case MessageKind::TensorMapReply: return "TensorMapReply";
+    case MessageKind::TextureCreate: return "TextureCreate";
+    case MessageKind::TextureDestroy: return "TextureDestroy";
+    case MessageKind::TextureReply: return "TextureReply";
     case MessageKind::GraphDefine: return "GraphDefine";
     case MessageKind::GraphLaunch: return "GraphLaunch";
     case MessageKind::GraphDestroy: return "GraphDestroy";
@@ -1629,6 +1635,66 @@ struct TensorMapReplyMsg {
 static_assert(sizeof(TensorMapReplyMsg) == 128, "TensorMapReplyMsg layout differs from the Python codec");
 static_assert(offsetof(TensorMapReplyMsg, map) == 0);
 constexpr uint32_t kTensorMapReplySize = 128;  // bytes on the wire (0: empty)
+
+// a texture (`kind` 1) or surface (2) object over `address`: `resource` is the job's CUresourcetype (0 array, 2 linear, 3 pitch 2D), `shape` what the instructions see (texture.h's TextureShape), `pitch`/`slice_pitch` bytes between rows and slices or layers; the sampling fields are CUDA_TEXTURE_DESC's; answered by TextureReply
+struct TextureCreateMsg {
+  static constexpr MessageKind kKind = MessageKind::TextureCreate;
+  static constexpr bool kHasTail = false;
+  uint64_t address;
+  uint64_t pitch;
+  uint64_t slice_pitch;
+  uint32_t kind;
+  uint32_t resource;
+  uint32_t shape;
+  uint32_t format;
+  uint32_t channels;
+  uint32_t width;
+  uint32_t height;
+  uint32_t depth;
+  uint32_t layers;
+  uint32_t flags;
+  uint32_t filter_mode;
+  uint32_t address_mode[3];
+  double border[4];
+};
+static_assert(sizeof(TextureCreateMsg) == 112, "TextureCreateMsg layout differs from the Python codec");
+static_assert(offsetof(TextureCreateMsg, address) == 0);
+static_assert(offsetof(TextureCreateMsg, pitch) == 8);
+static_assert(offsetof(TextureCreateMsg, slice_pitch) == 16);
+static_assert(offsetof(TextureCreateMsg, kind) == 24);
+static_assert(offsetof(TextureCreateMsg, resource) == 28);
+static_assert(offsetof(TextureCreateMsg, shape) == 32);
+static_assert(offsetof(TextureCreateMsg, format) == 36);
+static_assert(offsetof(TextureCreateMsg, channels) == 40);
+static_assert(offsetof(TextureCreateMsg, width) == 44);
+static_assert(offsetof(TextureCreateMsg, height) == 48);
+static_assert(offsetof(TextureCreateMsg, depth) == 52);
+static_assert(offsetof(TextureCreateMsg, layers) == 56);
+static_assert(offsetof(TextureCreateMsg, flags) == 60);
+static_assert(offsetof(TextureCreateMsg, filter_mode) == 64);
+static_assert(offsetof(TextureCreateMsg, address_mode) == 68);
+static_assert(offsetof(TextureCreateMsg, border) == 80);
+constexpr uint32_t kTextureCreateSize = 112;  // bytes on the wire (0: empty)
+
+// cuTexObjectDestroy / cuSurfObjectDestroy: the object goes once the job's queued work is done; answered Done or Error
+struct TextureDestroyMsg {
+  static constexpr MessageKind kKind = MessageKind::TextureDestroy;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(TextureDestroyMsg) == 8, "TextureDestroyMsg layout differs from the Python codec");
+static_assert(offsetof(TextureDestroyMsg, handle) == 0);
+constexpr uint32_t kTextureDestroySize = 8;  // bytes on the wire (0: empty)
+
+// the CUtexObject / CUsurfObject the job's kernels name
+struct TextureReplyMsg {
+  static constexpr MessageKind kKind = MessageKind::TextureReply;
+  static constexpr bool kHasTail = false;
+  uint64_t handle;
+};
+static_assert(sizeof(TextureReplyMsg) == 8, "TextureReplyMsg layout differs from the Python codec");
+static_assert(offsetof(TextureReplyMsg, handle) == 0);
+constexpr uint32_t kTextureReplySize = 8;  // bytes on the wire (0: empty)
 
 // cuGraphInstantiate*: the instantiated graph `graph` (a client-chosen id; a second define of the same id replaces it); validated here, answered Done or Error; tail: node_count GraphNode records (48-byte header then the kernel's parameter block, padded to 8 bytes), then edge_count (u32 from, u32 to) node-index pairs; in the staging buffer instead when `staged` (a graph too big for one record)
 struct GraphDefineMsg {

@@ -15,6 +15,7 @@
 #include "emulator/program.h"
 #include "emulator/stream_queue.h"
 #include "emulator/tensor_map.h"
+#include "emulator/texture.h"
 #include "module_registry.h"
 
 namespace py = pybind11;
@@ -354,6 +355,17 @@ void bind_constants(py::module_& m) {
       },
       py::arg("name"), py::arg("ordinal") = 0,
       "(offset, size) of a field of the emulator's tensor map (tensor_map.h); None if it has none");
+  m.attr("TEXTURE_BYTES") = kTextureBytes;
+  m.attr("TEXTURE_MAGIC") = kTextureMagic;
+  m.def(
+      "texture_field",
+      [](const std::string& name, uint32_t ordinal) -> py::object {
+        TextureField f = texture_field(name, ordinal);
+        if (f.size == 0) return py::none();
+        return py::make_tuple(f.offset, f.size);
+      },
+      py::arg("name"), py::arg("ordinal") = 0,
+      "(offset, size) of a field of the emulator's texture/surface descriptor (texture.h); None if it has none");
 }
 
 const ModuleRegistrar registrar("emulator", [](py::module_& parent) {

@@ -7,7 +7,8 @@ How it is built
 - module.py parses a module's PTX (ptx_passes) at load, allocates and initializes
   its .global/.const variables, and lowers each kernel at its first launch.
 - lowering.py (+ context.py and one lowerer per family: lower_compute.py,
-  lower_memory.py, lower_control.py, lower_mbarrier.py, lower_async_copy.py, lower_tensor_copy.py) turns a kernel and the functions it calls into
+  lower_memory.py, lower_control.py, lower_mbarrier.py, lower_async_copy.py, lower_tensor_copy.py,
+  lower_texture.py, ...) turns a kernel and the functions it calls into
   a `tally._core.emulator.Program`: an array of pre-decoded instructions (handler,
   operand slots, immediate, flags), run by the C++ interpreter in
   csrc/src/emulator/ with the GIL released.
@@ -91,6 +92,11 @@ im2col_no_offs stores): csrc/src/emulator/ops_tensor_copy.cpp, reading tally's t
 the box lands densely in shared memory with the 32/64/128-byte swizzle patterns
 applied to its addresses, elements outside the tensor read as zero (or NaN) and
 are not stored.
+
+Texture and surface objects (tex, tld4, suld.b, sust.b): csrc/src/emulator/ops_texture.cpp.
+A CUtexObject is the device address of tally's descriptor (texture.h; the server
+writes it, tally/backends/texture_objects.py), and each fetch is computed as CUDA's
+programming guide defines texture fetching (lower_texture.py lists the forms).
 
 Tensor cores: mma.sync (the m16n8 and m8n8 shapes of f16, bf16, tf32, f64, fp8 and
 8/4-bit integers) and wgmma.mma_async (m64nNk*, A from a shared-memory descriptor or

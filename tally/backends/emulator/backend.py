@@ -52,6 +52,7 @@ from tally.backends.emulator.module import EmulatorFunction, EmulatorModule
 from tally.backends.emulator import value_waits
 from tally.backends.emulator.streams import EmulatorEvent, EmulatorStream
 from tally.backends.tensor_maps import TallyTensorMaps
+from tally.backends.texture_objects import TallyTextureObjects
 from tally.backends.graph_launch import StreamOrderedGraphs
 
 DEFAULT_COMPUTE_CAPABILITY = (9, 0)
@@ -70,7 +71,7 @@ def _memory_call(fn, *args):
         raise DeviceError(code, message) from None
 
 
-class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOrderedGraphs):
+class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, TallyTextureObjects, StreamOrderedGraphs):
     kind = "emulator"
     traits = BackendTraits(runs_cubins=False, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=False, printf_per_stream=True,
@@ -120,6 +121,10 @@ class EmulatorBackend(NoHostRegistration, PtxVariants, TallyTensorMaps, StreamOr
 
     def mem_info(self) -> tuple[int, int]:
         return self._memory.capacity - self._memory.used, self._memory.capacity
+
+    def write_now(self, address: int, data: bytes) -> None:
+        """Device bytes written at once, outside any stream (a texture descriptor)."""
+        _memory_call(self._memory.write, address, memoryview(data))
 
     # ------------------------------------------------------------------ restoring at addresses (AddressRestore)
 

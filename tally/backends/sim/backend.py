@@ -61,6 +61,7 @@ from tally.backends.sim.ops import CallbackOp, CopyOp, KernelOp, Op, RecordOp, V
 from tally.backends.sim.ptx import entry_params, global_sizes
 from tally.backends.sim.variants import SimVariantProvider
 from tally.backends.tensor_maps import TallyTensorMaps
+from tally.backends.texture_objects import TallyTextureObjects
 
 __all__ = ["KernelEffect", "SimBackend", "SimFunction", "sim_module_source"]
 
@@ -76,7 +77,7 @@ _ATTR_MAX_BLOCKS_PER_SM = 106
 _ATTR_COOPERATIVE_LAUNCH, _ATTR_COOPERATIVE_MULTI_DEVICE_LAUNCH = 95, 96
 
 
-class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTensorMaps):
+class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTensorMaps, TallyTextureObjects):
     kind = "sim"
     traits = BackendTraits(runs_cubins=True, errors_are_context_wide=False, session_spin_us=20.0,
                            executes_work=True, virtual_clock=True, printf_per_stream=False,
@@ -159,6 +160,9 @@ class SimBackend(NoVirtualMemory, NoManagedMemory, NoHostRegistration, TallyTens
 
     def mem_info(self) -> tuple[int, int]:
         return self.memory.total_bytes - self.memory.used_bytes, self.memory.total_bytes
+
+    def write_now(self, address: int, data: bytes) -> None:
+        """The simulated device keeps no bytes (a texture descriptor is only its address)."""
 
     # modules -------------------------------------------------------------------------
     def module_load(self, source: ModuleSource) -> SimModule:

@@ -26,6 +26,7 @@ from tally.server.client.managed_objects import ManagedObjects
 from tally.server.client.memory import Allocations
 from tally.server.client.modules import ModuleRegistry
 from tally.server.client.streams import StreamTable
+from tally.server.client.textures import TextureObjects
 from tally.server.client.virtual_memory import VirtualMemory
 
 log = logging.getLogger("tally.server")
@@ -54,6 +55,7 @@ class ClientState:
         self.regions = PinnedRegions(job.pid, services.backend)
         self.host_functions = HostFunctions(job)
         self.events = EventTable(self.executor, job.client_id)
+        self.textures = TextureObjects(services.backend)   # its texture and surface objects
         self.staging = bytearray()                  # StageBytes accumulates module images here
         self.links: dict[int, LinkState] = {}       # client link-state id -> its inputs (cuLink*)
         self.graphs = JobGraphs()                   # its instantiated CUDA graphs (GraphDefine)
@@ -80,6 +82,7 @@ class ClientState:
         self.opened.clear()
         self.events.clear()
         self.graphs.clear()
+        self.textures.clear()
         self._ipc.forget_events_of(self.client_id)
         self.modules.clear()
         self.device_heap.close()

@@ -25,12 +25,13 @@ from tally.server.handlers import (
     streams,
     sync,
     tensor_maps,
+    textures,
     virtual_memory,
 )
 
 MODULES = (connection, memory, copies, host_memory, managed_memory, virtual_memory, ipc, streams, stream_attributes,
            events, host_functions, sync, modules, linker, launch, green_contexts, contexts, stream_memory_ops, tensor_maps,
-           graphs)
+           textures, graphs)
 
 
 def _table() -> dict[int, tuple[type, Handler]]:

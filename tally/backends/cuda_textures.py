@@ -1,0 +1,66 @@
+"""Texture and surface objects on a GPU: the driver's own, made in the server over
+the job's memory (its device addresses are the server's), so a job's kernels sample
+through the texture units as they would without tally.
+
+tally keeps a job's CUDA arrays in linear memory (client_preload/src/arrays/), and
+the driver samples linear memory only as a linear (1-D, fetched by index) or
+pitch-2D resource: those, and 2-D arrays as pitch-2D, are made here; 1-D, 3-D,
+layered and cubemap arrays and surface objects, which need the driver's own arrays,
+are refused with CUDA_ERROR_NOT_SUPPORTED and the reason. The driver checks the rest
+(texture alignment, pitch alignment, sizes).
+"""
+from __future__ import annotations
+
+from cuda.bindings import driver as cu
+
+from tally.backends.texture_objects import LINEAR, SHAPE_2D, SHAPE_NAMES, SURFACE, TextureRequest, validate
+from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
+
+
+class CudaTextureObjects:
+    """Uses CudaBackend's `_current` and `_check`."""
+
+    _texture_objects: set[int] | None = None
+
+    def texture_create(self, req: TextureRequest) -> int:
+        validate(req)
+        if req.kind == SURFACE or req.shape not in (LINEAR, SHAPE_2D):
+            what = "surface objects" if req.kind == SURFACE else f"textures over {SHAPE_NAMES[req.shape]} CUDA arrays"
+            raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
+                              f"{req.what}: {what} need the driver's CUDA arrays, and on a GPU tally keeps a job's "
+                              f"arrays in linear memory (linear and pitch-2D textures, and 2-D arrays, work)")
+        self._current()
+        res = cu.CUDA_RESOURCE_DESC()
+        if req.shape == LINEAR:
+            res.resType = cu.CUresourcetype.CU_RESOURCE_TYPE_LINEAR
+            res.res.linear.devPtr = req.address
+            res.res.linear.format = cu.CUarray_format(req.format)
+            res.res.linear.numChannels = req.channels
+            res.res.linear.sizeInBytes = req.width * req.texel_bytes
+        else:
+            res.resType = cu.CUresourcetype.CU_RESOURCE_TYPE_PITCH2D
+            res.res.pitch2D.devPtr = req.address
+            res.res.pitch2D.format = cu.CUarray_format(req.format)
+            res.res.pitch2D.numChannels = req.channels
+            res.res.pitch2D.width = req.width
+            res.res.pitch2D.height = req.height
+            res.res.pitch2D.pitchInBytes = req.pitch
+        tex = cu.CUDA_TEXTURE_DESC()
+        tex.addressMode = [cu.CUaddress_mode(m) for m in req.address_mode]
+        tex.filterMode = cu.CUfilter_mode(req.filter_mode)
+        tex.flags = req.flags
+        tex.borderColor = list(req.border)
+        handle = int(self._check(cu.cuTexObjectCreate(res, tex, None)))
+        if self._texture_objects is None:
+            self._texture_objects = set()
+        self._texture_objects.add(handle)
+        return handle
+
+    def texture_destroy(self, handle: int) -> None:
+        if self._texture_objects is None or handle not in self._texture_objects:
+            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{handle:#x} is no texture object")
+        self._texture_objects.discard(handle)
+        if self._lost:     # the context died with a fault: its objects are gone with it
+            return
+        self._current()
+        self._check(cu.cuTexObjectDestroy(handle))
