@@ -34,7 +34,8 @@ serves.
 What cannot move (refused with the reason): memory or events shared with
 another job through IPC (the other job holds its addresses on this server), a
 link or a module upload under way (its inputs are the session's, not yet a
-module), a suspended or paused job, and an error the job has not been told yet.
+module), texture and surface objects (the job holds their handles), a suspended or
+paused job, and an error the job has not been told yet.
 """
 from __future__ import annotations
 
@@ -202,6 +203,9 @@ def _check_movable(server: MigrationHost, session: ServedJob) -> None:
     why += _pinned_modules(backend, client)
     if client.device_heap.in_use:
         why.append("its kernels have used their device heap (malloc/free), which does not move")
+    if len(client.textures):
+        why.append(f"it holds {len(client.textures)} texture or surface objects, whose handles its kernels "
+                   f"hold and another server would give other values")
     if why:
         raise MigrationRefused(f"{name(session)} cannot move: {'; '.join(why)}")
 

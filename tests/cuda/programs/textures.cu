@@ -5,7 +5,8 @@
 // normalized-float reads, tex2Dgather, surface loads and stores with their boundary
 // modes, the descriptor queries, and the creations the driver refuses.
 // `textures bad_handle` launches a fetch through a handle that names no texture;
-// `textures flat` runs only the linear, pitch-2D and 2-D array forms (what tally
+// `textures hold` makes a texture, prints held=1, and samples it after a line on
+// stdin (a migration asked meanwhile must refuse the job); `textures flat` runs only the linear, pitch-2D and 2-D array forms (what tally
 // makes on a GPU) and prints what the other forms' creation returns.
 #include <cuda_runtime.h>
 
@@ -145,6 +146,34 @@ int main(int argc, char** argv) {
     bad_fetch<<<1, 32>>>(reinterpret_cast<unsigned long long>(out) + 4096, out);
     cudaError_t e = cudaDeviceSynchronize();
     std::printf("bad_handle=%s\n", cudaGetErrorName(e));
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "hold") == 0) {
+    const int n = 64;
+    std::vector<float> h(n);
+    for (int i = 0; i < n; ++i) h[i] = i * 0.5f;
+    float *d, *out;
+    CHECK(cudaMalloc(&d, n * sizeof(float)));
+    CHECK(cudaMalloc(&out, (n + 4) * sizeof(float)));
+    CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaResourceDesc r;
+    std::memset(&r, 0, sizeof r);
+    r.resType = cudaResourceTypeLinear;
+    r.res.linear.devPtr = d;
+    r.res.linear.desc = cudaCreateChannelDesc<float>();
+    r.res.linear.sizeInBytes = n * sizeof(float);
+    cudaTextureDesc td = texture_desc(cudaAddressModeClamp, cudaFilterModePoint, cudaReadModeElementType, 0);
+    cudaTextureObject_t t;
+    CHECK(cudaCreateTextureObject(&t, &r, &td, nullptr));
+    std::printf("held=1\n");
+    std::fflush(stdout);
+    char line[64];
+    if (std::fgets(line, sizeof line, stdin) == nullptr) return 1;
+    fetch_linear<<<1, n + 4>>>(t, out, n + 4);
+    std::vector<float> got(n + 4), want(n + 4, 0.0f);
+    CHECK(cudaMemcpy(got.data(), out, (n + 4) * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 2; i < n + 2; ++i) want[i] = h[i - 2];
+    std::printf("held_good=%d of %d\n", good(got.data(), want.data(), n + 4), n + 4);
     return 0;
   }
   const bool flat = argc > 1 && std::strcmp(argv[1], "flat") == 0;
