@@ -35,6 +35,8 @@ def test_linear_pitch_and_2d_array_textures_are_the_drivers(nvcc, cuda_server):
     assert job.value("foreign_memory") == str(INVALID_VALUE)
     # a 3-D array's texture and a surface need the driver's own arrays
     assert job.value("array_forms") == f"{NOT_SUPPORTED},{NOT_SUPPORTED}"
+    # a 2-D array is sampled as pitch-2D memory: rows of 28 bytes miss the 32-byte alignment
+    assert job.value("narrow_rows") == str(NOT_SUPPORTED)
     # the ten textures the job made, and only those, were made by the nested server's
     # driver (sRGB, foreign memory, the 3-D array's and the surfaces never reach it)
     assert creations_forwarded(cuda_server) - before == 10

@@ -63,6 +63,7 @@ def test_objects_go_with_the_job_and_a_bad_handle_faults_only_its_job(program, e
     again = run_job(emulator_server.socket, program, "flat", timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     check_fetches(again.stdout, EVERY_FETCH)
+    assert again.value("array_forms") == "0,0" and again.value("narrow_rows") == "0"   # all made here
     status = emulator_server.status()
     assert all(c["device_bytes"] == 0 for c in status.get("clients", []))
 

@@ -4,7 +4,8 @@ through the texture units as they would without tally.
 
 tally keeps a job's CUDA arrays in linear memory (client_preload/src/arrays/), and
 the driver samples linear memory only as a linear (1-D, fetched by index) or
-pitch-2D resource: those, and 2-D arrays as pitch-2D, are made here; 1-D, 3-D,
+pitch-2D resource: those, and 2-D arrays as pitch-2D (whose rows, packed, must then
+be a multiple of the GPU's texture pitch alignment, 32 bytes), are made here; 1-D, 3-D,
 layered and cubemap arrays and surface objects, which need the driver's own arrays,
 are refused with CUDA_ERROR_NOT_SUPPORTED and the reason. The driver checks the rest
 (texture alignment, pitch alignment, sizes).
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 from cuda.bindings import driver as cu
 
-from tally.backends.texture_objects import LINEAR, SHAPE_2D, SHAPE_NAMES, SURFACE, TextureRequest, validate
+from tally.backends.texture_objects import (LINEAR, RESOURCE_ARRAY, SHAPE_2D, SHAPE_NAMES, SURFACE, TextureRequest,
+                                            validate)
 from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
 
 
+_TEXTURE_PITCH_ALIGNMENT = 51      # CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT
+
+
 class CudaTextureObjects:
-    """Uses CudaBackend's `_current` and `_check`."""
+    """Uses CudaBackend's `_current`, `_check`, `_lost` and `describe`."""
 
     _texture_objects: set[int] | None = None
 
@@ -29,6 +34,12 @@ class CudaTextureObjects:
             raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
                               f"{req.what}: {what} need the driver's CUDA arrays, and on a GPU tally keeps a job's "
                               f"arrays in linear memory (linear and pitch-2D textures, and 2-D arrays, work)")
+        alignment = self.describe().attributes.get(_TEXTURE_PITCH_ALIGNMENT) or 32
+        if req.resource == RESOURCE_ARRAY and req.pitch % alignment:
+            raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
+                              f"{req.what}: on a GPU tally samples a 2-D CUDA array as pitch-2D memory, and this "
+                              f"array's rows ({req.pitch} bytes) are not a multiple of the texture pitch alignment "
+                              f"({alignment} bytes)")
         self._current()
         res = cu.CUDA_RESOURCE_DESC()
         if req.shape == LINEAR:

@@ -2,8 +2,12 @@
 job destroys only its own and what it leaves behind goes with it."""
 from __future__ import annotations
 
+import logging
+
 from tally.backends.texture_objects import TextureRequest
 from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, DeviceError
+
+log = logging.getLogger("tally.server")
 
 
 class TextureObjects:
@@ -29,6 +33,11 @@ class TextureObjects:
         return len(self._handles)
 
     def clear(self) -> None:
+        """The job is gone: its objects go too (a failure is logged; the job's other
+        state is freed all the same)."""
         handles, self._handles = self._handles, set()
         for handle in handles:
-            self._backend.texture_destroy(handle)
+            try:
+                self._backend.texture_destroy(handle)
+            except DeviceError as e:
+                log.warning("destroying texture object 0x%x failed: %s", handle, e)

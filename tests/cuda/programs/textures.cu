@@ -491,8 +491,16 @@ int main(int argc, char** argv) {
     cudaGetLastError();
     const int surface = cudaCreateSurfaceObject(&s, &r);
     cudaGetLastError();
-    std::printf("array_forms=%d,%d\n", volume, surface);
+    // a 2-D array of 7 floats a row: 28-byte rows
+    cudaArray_t narrow;
+    CHECK(cudaMallocArray(&narrow, &c, 7, 4));
+    r = array_resource(narrow);
+    const int narrow_rows = cudaCreateTextureObject(&t, &r, &td, nullptr);
+    cudaGetLastError();
+    if (narrow_rows == cudaSuccess) CHECK(cudaDestroyTextureObject(t));
+    std::printf("array_forms=%d,%d narrow_rows=%d\n", volume, surface, narrow_rows);
     CHECK(cudaFreeArray(a));
+    CHECK(cudaFreeArray(narrow));
   }
 
   // 9. Surfaces.
