@@ -58,11 +58,30 @@ struct Texture {
   float border[4];
 };
 
+// Each field's offset, asked of texture.h once (the names are compared only here).
+struct Offsets {
+  uint32_t magic, kind, shape, format, channels, texel_bytes, flags, filter, base, pitch, slice_pitch, layers;
+  uint32_t size[3], mode[3], border[4];
+  Offsets() {
+    auto at = [](const char* name, uint32_t ordinal = 0) { return texture_field(name, ordinal).offset; };
+    magic = at("magic"), kind = at("kind"), shape = at("shape"), format = at("format");
+    channels = at("channels"), texel_bytes = at("texel_bytes"), flags = at("flags"), filter = at("filter_mode");
+    base = at("base"), pitch = at("pitch"), slice_pitch = at("slice_pitch"), layers = at("layers");
+    size[0] = at("width"), size[1] = at("height"), size[2] = at("depth");
+    for (uint32_t i = 0; i < 3; ++i) mode[i] = at("address_mode", i);
+    for (uint32_t i = 0; i < 4; ++i) border[i] = at("border", i);
+  }
+};
+
+const Offsets& offsets() {
+  static const Offsets kOffsets;
+  return kOffsets;
+}
+
 template <class T>
-T field(const uint8_t* raw, const char* name, uint32_t ordinal = 0) {
-  TextureField f = texture_field(name, ordinal);
+T field(const uint8_t* raw, uint32_t offset) {
   T v{};
-  std::memcpy(&v, raw + f.offset, sizeof v);
+  std::memcpy(&v, raw + offset, sizeof v);
   return v;
 }
 
@@ -78,37 +97,60 @@ bool geometry_fits(uint32_t geometry, uint32_t shape) {
 }
 
 Texture read_texture(Exec& e, uint64_t handle, uint32_t kind, uint32_t geometry, const char* what, int lane) {
+  const Offsets& o = offsets();
   const uint8_t* raw = e.global(handle, kTextureBytes, lane);
-  if (field<uint32_t>(raw, "magic") != kTextureMagic || field<uint32_t>(raw, "kind") != kind) {
+  if (field<uint32_t>(raw, o.magic) != kTextureMagic || field<uint32_t>(raw, o.kind) != kind) {
     fault(kIllegalAddress, std::string(what) + " with the handle " + hex(handle) + ", which names no " +
                                (kind == kTextureKind ? "texture" : "surface") + " object", lane);
   }
   Texture t{};
   t.kind = kind;
-  t.shape = field<uint32_t>(raw, "shape");
-  t.format = field<uint32_t>(raw, "format");
-  t.channels = field<uint32_t>(raw, "channels");
-  t.texel_bytes = field<uint32_t>(raw, "texel_bytes");
-  t.flags = field<uint32_t>(raw, "flags");
-  t.filter = field<uint32_t>(raw, "filter_mode");
-  t.base = field<uint64_t>(raw, "base");
-  t.pitch = field<uint64_t>(raw, "pitch");
-  t.slice_pitch = field<uint64_t>(raw, "slice_pitch");
-  t.size[0] = field<uint32_t>(raw, "width");
-  t.size[1] = field<uint32_t>(raw, "height");
-  t.size[2] = field<uint32_t>(raw, "depth");
-  t.layers = field<uint32_t>(raw, "layers");
-  for (uint32_t i = 0; i < 3; ++i) t.mode[i] = field<uint32_t>(raw, "address_mode", i);
+  t.shape = field<uint32_t>(raw, o.shape);
+  t.format = field<uint32_t>(raw, o.format);
+  t.channels = field<uint32_t>(raw, o.channels);
+  t.texel_bytes = field<uint32_t>(raw, o.texel_bytes);
+  t.flags = field<uint32_t>(raw, o.flags);
+  t.filter = field<uint32_t>(raw, o.filter);
+  t.base = field<uint64_t>(raw, o.base);
+  t.pitch = field<uint64_t>(raw, o.pitch);
+  t.slice_pitch = field<uint64_t>(raw, o.slice_pitch);
+  for (uint32_t i = 0; i < 3; ++i) t.size[i] = field<uint32_t>(raw, o.size[i]);
+  t.layers = field<uint32_t>(raw, o.layers);
+  for (uint32_t i = 0; i < 3; ++i) t.mode[i] = field<uint32_t>(raw, o.mode[i]);
   if (t.shape == kShapeCube || t.shape == kShapeLayeredCube) {
     for (uint32_t& mode : t.mode) mode = kClamp;   // a face's edge texel (no seamless filtering)
   }
-  for (uint32_t i = 0; i < 4; ++i) t.border[i] = field<float>(raw, "border", i);
+  for (uint32_t i = 0; i < 4; ++i) t.border[i] = field<float>(raw, o.border[i]);
   if (!geometry_fits(geometry, t.shape)) {
     fault(kLaunchFailed, std::string(what) + "." + shape_name(geometry) + " on a " + shape_name(t.shape) + " " +
                              (kind == kTextureKind ? "texture" : "surface"), lane);
   }
   return t;
 }
+
+// The descriptor of each lane's handle, read once per distinct handle of the warp's
+// instruction (a warp's lanes nearly always name the same object).
+class Descriptors {
+ public:
+  Descriptors(Exec& e, uint32_t kind, uint32_t geometry, const char* what)
+      : e_(e), kind_(kind), geometry_(geometry), what_(what) {}
+  const Texture& of(uint64_t handle, int lane) {
+    if (!valid_ || handle != handle_) {
+      texture_ = read_texture(e_, handle, kind_, geometry_, what_, lane);
+      handle_ = handle;
+      valid_ = true;
+    }
+    return texture_;
+  }
+
+ private:
+  Exec& e_;
+  uint32_t kind_, geometry_;
+  const char* what_;
+  bool valid_ = false;
+  uint64_t handle_ = 0;
+  Texture texture_{};
+};
 
 // ---------------------------------------------------------------- texels
 
@@ -362,8 +404,9 @@ Place place_of(Exec& e, const Instr& in, const Texture& t, int l) {
 
 EMU_HANDLER(h_tex) {
   const uint64_t* handle = e.lanes(in.op[4]);
+  Descriptors descriptors(e, kTextureKind, static_cast<uint32_t>(in.imm), "tex");
   for_lanes(m, [&](int l) {
-    const Texture t = read_texture(e, handle[l], kTextureKind, static_cast<uint32_t>(in.imm), "tex", l);
+    const Texture& t = descriptors.of(handle[l], l);
     const Texel x = fetch(e, t, place_of(e, in, t, l), (in.flags & kIntegerCoordinates) != 0, l);
     for (int c = 0; c < 4; ++c) {
       if (in.op[c] != kNoSlot) e.lanes(in.op[c])[l] = x.v[c];
@@ -374,8 +417,9 @@ EMU_HANDLER(h_tex) {
 EMU_HANDLER(h_tld4) {
   const uint64_t* handle = e.lanes(in.op[4]);
   const int component = static_cast<int>(in.imm2);
+  Descriptors descriptors(e, kTextureKind, kShape2d, "tld4");
   for_lanes(m, [&](int l) {
-    const Texture t = read_texture(e, handle[l], kTextureKind, kShape2d, "tld4", l);
+    const Texture& t = descriptors.of(handle[l], l);
     const Place p = place_of(e, in, t, l);
     const bool integer = integer_result(t);
     int64_t i0 = static_cast<int64_t>(std::floor(p.u[0] - 0.5f)), j0 = static_cast<int64_t>(std::floor(p.u[1] - 0.5f));
@@ -428,8 +472,9 @@ uint64_t surface_address(Exec& e, const Instr& in, const Texture& t, uint32_t by
 EMU_HANDLER(h_suld) {
   const uint64_t* handle = e.lanes(in.op[4]);
   const uint32_t bytes = static_cast<uint32_t>(in.size) * in.width;
+  Descriptors descriptors(e, kSurfaceKind, static_cast<uint32_t>(in.imm), "suld");
   for_lanes(m, [&](int l) {
-    const Texture t = read_texture(e, handle[l], kSurfaceKind, static_cast<uint32_t>(in.imm), "suld", l);
+    const Texture& t = descriptors.of(handle[l], l);
     const uint64_t at = surface_address(e, in, t, bytes, "suld", l);
     const uint8_t* p = at == 0 ? nullptr : e.global(at, bytes, l);
     for (uint32_t i = 0; i < in.width; ++i) {
@@ -443,8 +488,9 @@ EMU_HANDLER(h_suld) {
 EMU_HANDLER(h_sust) {
   const uint64_t* handle = e.lanes(in.op[4]);
   const uint32_t bytes = static_cast<uint32_t>(in.size) * in.width;
+  Descriptors descriptors(e, kSurfaceKind, static_cast<uint32_t>(in.imm), "sust");
   for_lanes(m, [&](int l) {
-    const Texture t = read_texture(e, handle[l], kSurfaceKind, static_cast<uint32_t>(in.imm), "sust", l);
+    const Texture& t = descriptors.of(handle[l], l);
     const uint64_t at = surface_address(e, in, t, bytes, "sust", l);
     if (at == 0) return;
     uint8_t* p = e.global(at, bytes, l);
