@@ -7,7 +7,8 @@ no texture faults its own job only."""
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import best_effort_beside_inference, build_cuda, emulator_server, run_job  # noqa: F401
+from e2e_helpers import (best_effort_beside_inference, build_cuda, emulator_server, finish, run_job,  # noqa: F401
+                         start_job, tally_server, tell)
 
 INVALID_VALUE, NOT_SUPPORTED = 1, 801
 INVALID_FILTER_SETTING = 26      # cudart's own check, before the driver is asked
@@ -74,3 +75,18 @@ def test_best_effort_variants_sample_as_the_kernels_do_whole(nvcc, tmp_path, pro
     check_fetches(run.best_effort, EVERY_FETCH + ARRAY_FORMS)
     kind = "kernels_sliced" if mode == "slice" else "kernels_ptb"
     assert run.scheduler[kind] > 0, run.scheduler
+
+
+def test_a_suspended_job_samples_its_texture_after_resume(program, emulator_server):
+    """Suspend frees the job's memory and brings it back at the same addresses, so the
+    descriptor (the server's, not the job's memory) still names the right texels."""
+    job = start_job(emulator_server.socket, program, "hold")
+    assert job.stdout.readline().strip() == "held=1"
+    [client] = [c for c in emulator_server.status()["clients"] if "textures" in c["program"]]
+    cid = str(client["client_id"])
+    for command in ("suspend", "resume"):
+        r = tally_server(emulator_server, command, "--client", cid)
+        assert r.returncode == 0, r.stdout + r.stderr
+    tell(job, "sample")
+    held = finish(job)
+    assert held.returncode == 0 and held.value("held_good") == "68", held.stdout + held.stderr
