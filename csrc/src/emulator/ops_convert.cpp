@@ -184,8 +184,35 @@ EMU_HANDLER(h_mov_unpack) {
   }
 }
 
+// cvt{.rna,.rn,.rz}{.satfinite}{.relu}.tf32.f32 d, a: a with its 13 low mantissa bits
+// rounded away (nearest with ties away from zero, nearest even, or toward zero); the
+// result is an f32 bit pattern whose low 13 bits are zero. flags: the rounding
+// (0 rna, 1 rn, 2 rz) in bits 0-1, .satfinite (bit 2: an infinity becomes the
+// largest finite tf32 of its sign), .relu (bit 3: negative results become +0).
+EMU_HANDLER(h_cvt_tf32) {
+  uint64_t* d = e.lanes(in.op[0]);
+  const uint64_t* a = e.lanes(in.op[1]);
+  const uint32_t rounding = in.flags & 3;
+  const bool satfinite = (in.flags & 4) != 0, relu = (in.flags & 8) != 0;
+  for_lanes(m, [&](int l) {
+    uint32_t bits = static_cast<uint32_t>(a[l]);
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+      d[l] = 0x7fffffffu;   // NaN: the canonical one
+      return;
+    }
+    if ((bits & 0x7f800000u) != 0x7f800000u) {   // finite: round the 13 low bits away
+      if (rounding == 0) bits += 0x1000u;
+      if (rounding == 1) bits += 0xfffu + ((bits >> 13) & 1u);
+    }
+    bits &= 0xffffe000u;
+    if (satfinite && (bits & 0x7fffffffu) == 0x7f800000u) bits = (bits & 0x80000000u) | 0x7f7fe000u;
+    if (relu && (bits & 0x80000000u)) bits = 0;
+    d[l] = bits;
+  });
+}
+
 const HandlerRegistrar registrar{
-    EMU_ENTRY("cvt", h_cvt), EMU_ENTRY("cvt.pack.f16x2", h_cvt_pack<false>),
+    EMU_ENTRY("cvt", h_cvt), EMU_ENTRY("cvt.tf32.f32", h_cvt_tf32), EMU_ENTRY("cvt.pack.f16x2", h_cvt_pack<false>),
     EMU_ENTRY("cvt.pack.bf16x2", h_cvt_pack<true>), EMU_ENTRY("mov", h_mov),
     EMU_ENTRY("mov.pack", h_mov_pack), EMU_ENTRY("mov.unpack", h_mov_unpack),
 };

@@ -98,6 +98,10 @@ A CUtexObject is the device address of tally's descriptor (texture.h; the server
 writes it, tally/backends/texture_objects.py), and each fetch is computed as CUDA's
 programming guide defines texture fetching (lower_texture.py lists the forms).
 
+Warp matrix functions (wmma.load/store/mma, nvcuda::wmma; ops_wmma.cpp): fragments in the
+emulator's own layout (the PTX ISA leaves it to the implementation), multiplied with
+mma.sync's arithmetic; f16, bf16, s8/u8, tf32 and f64 shapes (lower_wmma.py lists them).
+
 Tensor cores: mma.sync (the m16n8 and m8n8 shapes of f16, bf16, tf32, f64, fp8 and
 8/4-bit integers) and wgmma.mma_async (m64nNk*, A from a shared-memory descriptor or
 registers, every swizzle, both majors) with its fence/commit/wait: ops_mma.cpp,

@@ -326,6 +326,13 @@ def lower_cvt(cx: FunctionLowering, ins: ir.Instruction) -> None:
     if len(types) != 2:
         raise cx.unsupported(f"{ins.full_opcode}")
     dtype, stype = types
+    if (dtype, stype) == ("tf32", "f32"):
+        rounding = next((code for code, name in enumerate(("rna", "rn", "rz")) if ins.has(name)), None)
+        if rounding is None or len(ins.operands) != 2:
+            raise cx.unsupported(f"{ins.full_opcode} (tf32 conversions round with .rna, .rn or .rz)")
+        flags = rounding | (4 if ins.has("satfinite") else 0) | (8 if ins.has("relu") else 0)
+        cx.emit("cvt.tf32.f32", _sources(cx, ins, "f32", 1), flags=flags)
+        return
     flags = rounding_flags(ins)
     if (dtype, stype) in PACKED_8BIT_CONVERSIONS:
         # fp8 / ue8m0 pairs (csrc/src/emulator/ops_fp8.cpp): two f32 sources, or one packed source

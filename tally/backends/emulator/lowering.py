@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from ptx_passes import ir
 from tally.backends.emulator import lower_async_copy, lower_compute, lower_control, lower_mbarrier, lower_memory
-from tally.backends.emulator import lower_matrix_fragments, lower_matrix_multiply, lower_texture, lower_video
+from tally.backends.emulator import lower_matrix_fragments, lower_matrix_multiply, lower_wmma
+from tally.backends.emulator import lower_texture, lower_video
 from tally.backends.emulator.context import FunctionLowering, KernelLowering, Lowerers, LoweringError
 from tally.backends.emulator.layout import DYNAMIC_SHARED_ALIGN, LayoutError
 
@@ -36,7 +37,7 @@ from tally.backends.emulator.layout import DYNAMIC_SHARED_ALIGN, LayoutError
 LOWERERS = Lowerers.join(lower_compute.COMPUTE, lower_control.CONTROL, lower_memory.MEMORY,
                          lower_mbarrier.MBARRIER, lower_async_copy.ASYNC_COPY,
                          lower_matrix_fragments.MATRIX_FRAGMENTS, lower_matrix_multiply.MATRIX_MULTIPLY,
-                         lower_texture.TEXTURE, lower_video.VIDEO)
+                         lower_texture.TEXTURE, lower_video.VIDEO, lower_wmma.WMMA)
 
 
 @dataclass
