@@ -50,7 +50,9 @@ def value_for(f: spec.Field, rng: random.Random, addresses: list[int]):
     if f.type == "u8" and f.count > 1:
         return rng.randbytes(rng.randint(0, f.count))
     if f.type == "f64":
-        return rng.choice((0.0, -1.0, 1e300, -1e-300, rng.uniform(-1e6, 1e6)))
+        def real() -> float:
+            return rng.choice((0.0, -1.0, 1e300, -1e-300, rng.uniform(-1e6, 1e6)))
+        return tuple(real() for _ in range(f.count)) if f.count > 1 else real()
     bits = spec.SCALARS[f.type][2] * 8
     signed = f.type.startswith("i")
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
