@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from cuda.bindings import driver as cu
 
-from tally.backends.texture_objects import (LINEAR, RESOURCE_ARRAY, SHAPE_2D, SHAPE_NAMES, SURFACE, TextureRequest,
-                                            validate)
-from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
+from tally.backends.texture_objects import LINEAR, RESOURCE_ARRAY, SHAPE_2D, SHAPE_NAMES, SURFACE, TextureRequest
+from tally.protocol.errors import CUDA_ERROR_NOT_SUPPORTED, DeviceError
 
 
 _TEXTURE_PITCH_ALIGNMENT = 51      # CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT
@@ -25,10 +24,7 @@ _TEXTURE_PITCH_ALIGNMENT = 51      # CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT
 class CudaTextureObjects:
     """Uses CudaBackend's `_current`, `_check`, `_lost` and `describe`."""
 
-    _texture_objects: set[int] | None = None
-
     def texture_create(self, req: TextureRequest) -> int:
-        validate(req)
         if req.kind == SURFACE or req.shape not in (LINEAR, SHAPE_2D):
             what = "surface objects" if req.kind == SURFACE else f"textures over {SHAPE_NAMES[req.shape]} CUDA arrays"
             raise DeviceError(CUDA_ERROR_NOT_SUPPORTED,
@@ -61,16 +57,9 @@ class CudaTextureObjects:
         tex.filterMode = cu.CUfilter_mode(req.filter_mode)
         tex.flags = req.flags
         tex.borderColor = list(req.border)
-        handle = int(self._check(cu.cuTexObjectCreate(res, tex, None)))
-        if self._texture_objects is None:
-            self._texture_objects = set()
-        self._texture_objects.add(handle)
-        return handle
+        return int(self._check(cu.cuTexObjectCreate(res, tex, None)))
 
     def texture_destroy(self, handle: int) -> None:
-        if self._texture_objects is None or handle not in self._texture_objects:
-            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{handle:#x} is no texture object")
-        self._texture_objects.discard(handle)
         if self._lost:     # the context died with a fault: its objects are gone with it
             return
         self._current()

@@ -4,7 +4,9 @@ The client resolves a job's resource to device memory (a CUDA array is linear
 memory it placed: client_preload/src/arrays/) and sends what the sampling
 instructions need (TextureCreate). The server checks it here, with
 CUDA_ERROR_INVALID_VALUE and the reason for bad input and CUDA_ERROR_NOT_SUPPORTED
-for what tally does not model, then asks its backend for the object:
+for what tally does not model, then asks its backend for the object (backends get
+checked requests, and destroy only handles they made: tally/server/client/textures.py
+keeps each job's):
 
 - devices that are no GPU (emulator, null, sim): the object is the device address of
   a 128-byte descriptor in tally's layout (csrc/src/emulator/texture.h defines it;
@@ -17,8 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tally.protocol.errors import CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, \
-    DeviceError
+from tally.protocol.errors import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, DeviceError
 
 TEXTURE, SURFACE = 1, 2
 KIND_NAMES = {TEXTURE: "cuTexObjectCreate", SURFACE: "cuSurfObjectCreate"}
@@ -172,10 +173,7 @@ class TallyTextureObjects:
     `mem_free` and `write_now` (device bytes written at once: no kernel knows the
     new descriptor's address yet)."""
 
-    _texture_objects: set[int] | None = None
-
     def texture_create(self, req: TextureRequest) -> int:
-        validate(req)
         data = descriptor(req)
         address = self.mem_alloc(len(data))
         try:
@@ -183,13 +181,7 @@ class TallyTextureObjects:
         except BaseException:
             self.mem_free(address)
             raise
-        if self._texture_objects is None:
-            self._texture_objects = set()
-        self._texture_objects.add(address)
         return address
 
     def texture_destroy(self, handle: int) -> None:
-        if self._texture_objects is None or handle not in self._texture_objects:
-            raise DeviceError(CUDA_ERROR_INVALID_HANDLE, f"{handle:#x} is no texture or surface object")
-        self._texture_objects.discard(handle)
         self.mem_free(handle)

@@ -1,8 +1,9 @@
 """Texture and surface objects (cuTexObjectCreate/Destroy, cuSurfObjectCreate/Destroy).
 
-The memory an object reads must be the job's own (client.check_device_range over
-every byte it can reach), so no texture reads another job's memory; the backend
-checks the rest (tally/backends/texture_objects.py). A destroy waits for the job's
+The request is checked as the driver documents (tally/backends/texture_objects.py:
+validate), then the memory an object reads must be the job's own
+(client.check_device_range over every byte it can reach), so no texture reads
+another job's memory; only then does the backend make the object. A destroy waits for the job's
 queued work, which may still sample the object, as mem_free does.
 """
 from __future__ import annotations
