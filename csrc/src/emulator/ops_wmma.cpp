@@ -40,8 +40,6 @@ struct Fragment {
   }
 };
 
-uint32_t per_register(MmaType t) { return mma_per_register(t); }
-
 // (row, column) of element j of lane `lane` in a fragment of `per_lane` elements.
 MatrixCoord element_place(uint32_t rows, uint32_t cols, uint32_t per_lane, int lane, uint32_t j) {
   const uint32_t holders = rows * cols / per_lane;
@@ -50,7 +48,7 @@ MatrixCoord element_place(uint32_t rows, uint32_t cols, uint32_t per_lane, int l
 }
 
 uint32_t elements_per_lane(uint32_t rows, uint32_t cols, uint32_t registers, MmaType t, const char* what) {
-  const uint32_t per_lane = registers * per_register(t);
+  const uint32_t per_lane = registers * mma_per_register(t);
   if (per_lane == 0 || (rows * cols) % per_lane != 0 || kWarpSize % (rows * cols / per_lane) != 0) {
     fault(kIllegalInstruction, std::string(what) + " with " + std::to_string(registers) +
                                    " registers for a " + std::to_string(rows) + " x " + std::to_string(cols) +
@@ -69,14 +67,12 @@ uint8_t* element_at(Exec& e, uint32_t space, uint64_t address, uint32_t bytes, i
 
 // Calls f(lane, register, field, device address) for every element of every lane.
 template <class F>
-void for_elements(Exec& e, const Instr& in, const Fragment& f, const std::vector<uint32_t>& slots, const char* what,
-                  F fn) {
+void for_elements(Exec& e, const Fragment& f, const std::vector<uint32_t>& slots, const char* what, F fn) {
   const uint32_t per_lane = elements_per_lane(f.rows, f.cols, f.registers, f.type, what);
-  const uint32_t per = per_register(f.type), bytes = mma_bits(f.type) / 8;
+  const uint32_t per = mma_per_register(f.type), bytes = mma_bits(f.type) / 8;
   const uint64_t* address = e.lanes(slots[f.registers]);
   const uint32_t stride_slot = slots[f.registers + 1];
   const uint64_t* stride = stride_slot == kNoSlot ? nullptr : e.lanes(stride_slot);
-  (void)in;
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const uint64_t ld = stride != nullptr ? static_cast<uint32_t>(stride[lane]) : (f.column_major ? f.rows : f.cols);
     for (uint32_t j = 0; j < per_lane; ++j) {
@@ -93,7 +89,7 @@ EMU_HANDLER(h_wmma_load) {
   const auto& slots = slot_list(e, in, f.registers + 2, "wmma.load");
   const uint32_t bits = mma_bits(f.type);
   std::vector<uint64_t> values(static_cast<size_t>(f.registers) * kWarpSize, 0);
-  for_elements(e, in, f, slots, "wmma.load", [&](int lane, uint32_t r, uint32_t field, const uint8_t* p) {
+  for_elements(e, f, slots, "wmma.load", [&](int lane, uint32_t r, uint32_t field, const uint8_t* p) {
     uint64_t raw = 0;
     std::memcpy(&raw, p, bits / 8);
     values[static_cast<size_t>(r) * kWarpSize + lane] |= bits >= 64 ? raw : raw << (bits * field);
@@ -110,7 +106,7 @@ EMU_HANDLER(h_wmma_store) {
   const Fragment f = Fragment::unpack(in.imm2);
   const auto& slots = slot_list(e, in, f.registers + 2, "wmma.store");
   const uint32_t bits = mma_bits(f.type);
-  for_elements(e, in, f, slots, "wmma.store", [&](int lane, uint32_t r, uint32_t field, uint8_t* p) {
+  for_elements(e, f, slots, "wmma.store", [&](int lane, uint32_t r, uint32_t field, uint8_t* p) {
     const uint64_t raw = mma_field(e.lanes(slots[r])[lane], bits, field);
     std::memcpy(p, &raw, bits / 8);
   });
@@ -118,7 +114,7 @@ EMU_HANDLER(h_wmma_store) {
 
 void read_matrix(Exec& e, const uint32_t* regs, uint32_t nregs, MmaType t, MmaMatrix& into) {
   const uint32_t per_lane = elements_per_lane(into.rows, into.cols, nregs, t, "wmma.mma");
-  const uint32_t per = per_register(t), holders = into.rows * into.cols / per_lane;
+  const uint32_t per = mma_per_register(t), holders = into.rows * into.cols / per_lane;
   for (int lane = 0; lane < static_cast<int>(holders); ++lane) {
     for (uint32_t j = 0; j < per_lane; ++j) {
       const MatrixCoord at = element_place(into.rows, into.cols, per_lane, lane, j);
@@ -129,7 +125,7 @@ void read_matrix(Exec& e, const uint32_t* regs, uint32_t nregs, MmaType t, MmaMa
 
 void write_matrix(Exec& e, const uint32_t* regs, uint32_t nregs, MmaType t, const MmaMatrix& acc, bool satfinite) {
   const uint32_t per_lane = elements_per_lane(acc.rows, acc.cols, nregs, t, "wmma.mma");
-  const uint32_t per = per_register(t), bits = mma_bits(t);
+  const uint32_t per = mma_per_register(t), bits = mma_bits(t);
   std::vector<uint64_t> values(static_cast<size_t>(nregs) * kWarpSize, 0);
   for (int lane = 0; lane < kWarpSize; ++lane) {
     for (uint32_t j = 0; j < per_lane; ++j) {
