@@ -6,18 +6,9 @@ tally's libcuda in front of an emulator server, which runs the clusters."""
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server_process, run_job
-from test_cuda_backend_nested import NestedCudaServer
+from e2e_helpers import build_cuda, run_job
+from test_cuda_backend_nested import cuda_server  # noqa: F401  (one nested cuda-backend server for the module)
 from test_e2e_clusters import SM90, check_cluster_job, check_whole_runs_logged
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    under = emulator_server_process()
-    server = NestedCudaServer(under)
-    yield server
-    server.stop()
-    under.stop()
 
 
 def launches_forwarded(server) -> int:

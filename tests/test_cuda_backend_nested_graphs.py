@@ -7,18 +7,9 @@ which receives the graph once and each replay as one message, and runs it."""
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import build_cuda, emulator_server_process, run_job
-from test_cuda_backend_nested import NestedCudaServer
+from e2e_helpers import build_cuda, run_job
+from test_cuda_backend_nested import cuda_server  # noqa: F401  (one nested cuda-backend server for the module)
 from test_e2e_graph_server import KERNEL_NODES
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    under = emulator_server_process()
-    server = NestedCudaServer(under)
-    yield server
-    server.stop()
-    under.stop()
 
 
 def forwarded(server, kind: str) -> int:

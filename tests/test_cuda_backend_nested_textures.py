@@ -6,19 +6,9 @@ an emulator server, which makes and samples them. The forms that need the driver
 own CUDA arrays are refused with the reason."""
 from __future__ import annotations
 
-import pytest
-from e2e_helpers import build_cuda, emulator_server_process, run_job
-from test_cuda_backend_nested import NestedCudaServer
+from e2e_helpers import build_cuda, run_job
+from test_cuda_backend_nested import cuda_server  # noqa: F401  (one nested cuda-backend server for the module)
 from test_e2e_textures import EVERY_FETCH, INVALID_VALUE, NOT_SUPPORTED, check_fetches
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    under = emulator_server_process()
-    server = NestedCudaServer(under)
-    yield server
-    server.stop()
-    under.stop()
 
 
 def creations_forwarded(server) -> int:

@@ -6,19 +6,9 @@ whose bytes the job's kernels then read; that driver is tally's libcuda in front
 emulator server, which encodes and runs the copies. The driver's refusals reach the job."""
 from __future__ import annotations
 
-import pytest
-from e2e_helpers import build_cuda, emulator_server_process, run_job
-from test_cuda_backend_nested import NestedCudaServer
+from e2e_helpers import build_cuda, run_job
+from test_cuda_backend_nested import cuda_server  # noqa: F401  (one nested cuda-backend server for the module)
 from test_e2e_tma import CUDA_ERROR_INVALID_VALUE, expected_shared, values
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    under = emulator_server_process()
-    server = NestedCudaServer(under)
-    yield server
-    server.stop()
-    under.stop()
 
 
 def encodes_forwarded(server) -> int:
