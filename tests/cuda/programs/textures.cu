@@ -131,6 +131,28 @@ static cudaTextureDesc texture_desc(cudaTextureAddressMode mode, cudaTextureFilt
   return t;
 }
 
+static cudaResourceDesc linear_resource(void* d, size_t bytes) {
+  cudaResourceDesc r;
+  std::memset(&r, 0, sizeof r);
+  r.resType = cudaResourceTypeLinear;
+  r.res.linear.devPtr = d;
+  r.res.linear.desc = cudaCreateChannelDesc<float>();
+  r.res.linear.sizeInBytes = bytes;
+  return r;
+}
+
+static cudaResourceDesc pitch2d_resource(void* d, size_t pitch, size_t width, size_t height) {
+  cudaResourceDesc r;
+  std::memset(&r, 0, sizeof r);
+  r.resType = cudaResourceTypePitch2D;
+  r.res.pitch2D.devPtr = d;
+  r.res.pitch2D.desc = cudaCreateChannelDesc<float>();
+  r.res.pitch2D.width = width;
+  r.res.pitch2D.height = height;
+  r.res.pitch2D.pitchInBytes = pitch;
+  return r;
+}
+
 static cudaResourceDesc array_resource(cudaArray_t a) {
   cudaResourceDesc r;
   std::memset(&r, 0, sizeof r);
@@ -156,12 +178,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&d, n * sizeof(float)));
     CHECK(cudaMalloc(&out, (n + 4) * sizeof(float)));
     CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaResourceDesc r;
-    std::memset(&r, 0, sizeof r);
-    r.resType = cudaResourceTypeLinear;
-    r.res.linear.devPtr = d;
-    r.res.linear.desc = cudaCreateChannelDesc<float>();
-    r.res.linear.sizeInBytes = n * sizeof(float);
+    cudaResourceDesc r = linear_resource(d, n * sizeof(float));
     cudaTextureDesc td = texture_desc(cudaAddressModeClamp, cudaFilterModePoint, cudaReadModeElementType, 0);
     cudaTextureObject_t t;
     CHECK(cudaCreateTextureObject(&t, &r, &td, nullptr));
@@ -189,12 +206,7 @@ int main(int argc, char** argv) {
     float* d;
     CHECK(cudaMalloc(&d, n * sizeof(float)));
     CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaResourceDesc r;
-    std::memset(&r, 0, sizeof r);
-    r.resType = cudaResourceTypeLinear;
-    r.res.linear.devPtr = d;
-    r.res.linear.desc = cudaCreateChannelDesc<float>();
-    r.res.linear.sizeInBytes = n * sizeof(float);
+    cudaResourceDesc r = linear_resource(d, n * sizeof(float));
     cudaTextureDesc td = texture_desc(cudaAddressModeClamp, cudaFilterModePoint, cudaReadModeElementType, 0);
     cudaTextureObject_t t;
     CHECK(cudaCreateTextureObject(&t, &r, &td, nullptr));
@@ -224,14 +236,7 @@ int main(int argc, char** argv) {
     size_t pitch;
     CHECK(cudaMallocPitch(&d, &pitch, W * sizeof(float), H));
     CHECK(cudaMemcpy2D(d, pitch, plane.data(), W * sizeof(float), W * sizeof(float), H, cudaMemcpyHostToDevice));
-    cudaResourceDesc r;
-    std::memset(&r, 0, sizeof r);
-    r.resType = cudaResourceTypePitch2D;
-    r.res.pitch2D.devPtr = d;
-    r.res.pitch2D.desc = cudaCreateChannelDesc<float>();
-    r.res.pitch2D.width = W;
-    r.res.pitch2D.height = H;
-    r.res.pitch2D.pitchInBytes = pitch;
+    cudaResourceDesc r = pitch2d_resource(d, pitch, W, H);
     cudaTextureDesc td = texture_desc(cudaAddressModeClamp, cudaFilterModePoint, cudaReadModeElementType, 0);
     cudaTextureObject_t t, tl;
     CHECK(cudaCreateTextureObject(&t, &r, &td, nullptr));
@@ -456,14 +461,7 @@ int main(int argc, char** argv) {
     size_t pitch;
     CHECK(cudaMallocPitch(&d, &pitch, side * sizeof(float), side));
     CHECK(cudaMemcpy2D(d, pitch, big.data(), side * 4, side * 4, side, cudaMemcpyHostToDevice));
-    cudaResourceDesc r;
-    std::memset(&r, 0, sizeof r);
-    r.resType = cudaResourceTypePitch2D;
-    r.res.pitch2D.devPtr = d;
-    r.res.pitch2D.desc = cudaCreateChannelDesc<float>();
-    r.res.pitch2D.width = side;
-    r.res.pitch2D.height = side;
-    r.res.pitch2D.pitchInBytes = pitch;
+    cudaResourceDesc r = pitch2d_resource(d, pitch, side, side);
     cudaTextureDesc td = texture_desc(cudaAddressModeWrap, cudaFilterModePoint, cudaReadModeElementType, 1);
     cudaTextureObject_t t;
     CHECK(cudaCreateTextureObject(&t, &r, &td, nullptr));
@@ -579,12 +577,7 @@ int main(int argc, char** argv) {
   // A texture over memory this job does not own (plain host memory).
   {
     std::vector<float> host(256);
-    cudaResourceDesc r;
-    std::memset(&r, 0, sizeof r);
-    r.resType = cudaResourceTypeLinear;
-    r.res.linear.devPtr = host.data();
-    r.res.linear.desc = cudaCreateChannelDesc<float>();
-    r.res.linear.sizeInBytes = 1024;
+    cudaResourceDesc r = linear_resource(host.data(), 1024);
     cudaTextureDesc td = texture_desc(cudaAddressModeClamp, cudaFilterModePoint, cudaReadModeElementType, 0);
     cudaTextureObject_t t;
     std::printf("foreign_memory=%d\n", static_cast<int>(cudaCreateTextureObject(&t, &r, &td, nullptr)));
