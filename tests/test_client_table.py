@@ -67,9 +67,10 @@ def test_library_exports_exactly_the_driver_symbols_and_its_own():
     cupti = {name for name in extra if name.startswith("cupti")}
     assert cupti <= declared_cupti_symbols(), sorted(cupti - declared_cupti_symbols())
     assert KINETO_CUPTI_IMPORTS <= cupti, sorted(KINETO_CUPTI_IMPORTS - cupti)
-    # the dlopen hook, the device files' stand-ins (device_files.cpp) and tally's own
+    # the dlopen hook, the device files' stand-ins (device_files.cpp), tally's own, and
+    # NVRTC's nvrtcGetCUBIN with the recorder tally's NVRTC stand-in calls (src/jit_capture/)
     assert extra - cupti == {"dlopen", "stat", "stat64", "access", "tally_client_version", "tally_client_ping",
-                             "tally_client_notify"}
+                             "tally_client_notify", "nvrtcGetCUBIN", "tally_client_record_nvrtc_cubin"}
     for name in ("cuMemAlloc", "cuMemAlloc_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemcpyHtoD_v2_ptds",
                  "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable", "cuCtxGetDevice_v2",
                  "cuProfilerStart"):

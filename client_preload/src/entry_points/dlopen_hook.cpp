@@ -2,20 +2,28 @@
 // the real driver (basename libcuda.so, libcuda.so.1 or libcuda.so.<version>, with
 // or without a directory) yields this library instead, so a framework that
 // dlopens /usr/lib/x86_64-linux-gnu/libcuda.so.1 by absolute path still lands on
-// tally. Everything else goes to the next dlopen (libc's).
+// tally. Opening NVRTC (libnvrtc.so[.<version>]) with JIT capture on yields tally's
+// stand-in in front of it (jit_capture/nvrtc_capture.h). Everything else goes to the
+// next dlopen (libc's).
+#include "entry_points/dlopen_hook.h"
+
 #include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "jit_capture/jit_records.h"
+#include "jit_capture/nvrtc_capture.h"
 #include "logging/log.h"
+#include "logging/trace.h"
 
 namespace tally::client {
-namespace {
 
-using DlopenFn = void* (*)(const char*, int);
-
-DlopenFn next_dlopen() {
+DlopenFn system_dlopen() {
   static std::atomic<DlopenFn> next{nullptr};
   DlopenFn fn = next.load(std::memory_order_acquire);
   if (fn == nullptr) {
@@ -24,6 +32,8 @@ DlopenFn next_dlopen() {
   }
   return fn;
 }
+
+namespace {
 
 bool names_the_driver(const char* filename) {
   const char* slash = std::strrchr(filename, '/');
@@ -36,6 +46,53 @@ bool names_the_driver(const char* filename) {
   for (const char* p = rest + 1; *p != '\0'; ++p)
     if ((*p < '0' || *p > '9') && *p != '.') return false;
   return rest[1] != '\0';
+}
+
+// libc's dlopen of `filename` as `caller` would have made it: a bare name is searched
+// first in the directories that depend on who calls (the caller's RPATH or RUNPATH,
+// with LD_LIBRARY_PATH where it falls between them: glibc's own list for that object),
+// then as anyone's. Only for the calls the hook makes itself; others are tail calls.
+void* open_as(DlopenFn next, const char* filename, int flags, const void* caller) {
+  if (std::strchr(filename, '/') != nullptr) return next(filename, flags);
+  if (void* loaded = next(filename, flags | RTLD_NOLOAD)) return loaded;
+  if ((flags & RTLD_NOLOAD) != 0) return nullptr;
+  Dl_info info{};
+  void* object = nullptr;  // glibc's handles are link maps
+  Dl_serinfo size{};
+  if (dladdr1(caller, &info, &object, RTLD_DL_LINKMAP) != 0 && object != nullptr &&
+      dlinfo(object, RTLD_DI_SERINFOSIZE, &size) == 0) {
+    std::vector<char> buffer(size.dls_size);
+    auto* paths = reinterpret_cast<Dl_serinfo*>(buffer.data());
+    paths->dls_size = size.dls_size;
+    paths->dls_cnt = size.dls_cnt;
+    if (dlinfo(object, RTLD_DI_SERINFO, paths) == 0) {
+      for (unsigned i = 0; i < paths->dls_cnt; ++i) {
+        if ((paths->dls_serpath[i].dls_flags & (LA_SER_RUNPATH | LA_SER_LIBPATH)) == 0) continue;
+        const std::string path = std::string(paths->dls_serpath[i].dls_name) + "/" + filename;
+        if (::access(path.c_str(), F_OK) == 0) return next(path.c_str(), flags);
+      }
+    }
+  }
+  return next(filename, flags);
+}
+
+// NVRTC opened with JIT capture on: the real one, found as the caller would have, with
+// tally's stand-in in front of it (jit_capture/nvrtc_capture.h) when there is one.
+__attribute__((noinline)) void* open_nvrtc(DlopenFn next, const char* filename, int flags, const void* caller) {
+  void* real = open_as(next, filename, flags, caller);
+  const std::string stand_in = real != nullptr ? nvrtc_stand_in_for(real) : std::string();
+  if (stand_in.empty()) return real;
+  // RTLD_NOLOAD asked whether NVRTC is loaded: it is, so its stand-in is the answer
+  void* wrapped = next(stand_in.c_str(), flags & ~RTLD_NOLOAD);
+  if (wrapped == nullptr) {
+    trace_line("jit capture: %s did not load (%s); %s is used as is", stand_in.c_str(), dlerror(), filename);
+    return real;
+  }
+  dlclose(real);  // the stand-in depends on it: it stays as long as the job's handle
+  Dl_info from{};
+  trace_line("jit capture: dlopen(%s) from %s -> %s", filename,
+             dladdr(caller, &from) != 0 && from.dli_fname != nullptr ? from.dli_fname : "?", stand_in.c_str());
+  return wrapped;
 }
 
 // The file this code was loaded from.
@@ -52,7 +109,7 @@ const char* own_path() {
 
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* filename, int flags) {
   using namespace tally::client;
-  DlopenFn next = next_dlopen();
+  DlopenFn next = system_dlopen();
   if (next == nullptr) {
     log_error("cannot find the system dlopen behind tally's; dlopen(%s) fails", filename ? filename : "NULL");
     return nullptr;
@@ -61,5 +118,10 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* filen
     const char* self = own_path();
     if (self != nullptr && std::strcmp(self, filename) != 0) return next(self, flags);
   }
+  if (names_nvrtc(filename) && jit_capture_on())
+    return open_nvrtc(next, filename, flags, __builtin_return_address(0));
+  // A tail call (GCC makes it one from -O1 on; tests/test_client_dlopen.py checks what
+  // depends on it): libc's dlopen then sees the job's return address, not ours, and
+  // searches the RUNPATH of the library that called, as it would without tally.
   return next(filename, flags);
 }

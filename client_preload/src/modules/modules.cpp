@@ -15,7 +15,7 @@
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
 #include "logging/log.h"
-#include "modules/jit_records.h"
+#include "jit_capture/jit_records.h"
 #include "modules/linker.h"
 #include "modules/module_images.h"
 #include "connection/staged_bytes.h"

@@ -9,6 +9,9 @@
 
 namespace tally::client {
 
+// Whether tally-run turned JIT capture on (it names the cache: TALLY_JIT_CAPTURE_DIR).
+bool jit_capture_on();
+
 // The record of a bare cubin image, or empty: capture is off (no
 // TALLY_JIT_CAPTURE_DIR), the image is not a cubin, or no record exists. A record
 // found is touched, so the cache's trimming keeps the records in use.
@@ -16,5 +19,11 @@ std::vector<uint8_t> jit_record_for(const uint8_t* image, size_t size);
 
 // "<fnv1a64 16 hex>-<size hex>.rec", the record's file name (records.py: record_name).
 std::string jit_record_name(const uint8_t* image, size_t size);
+
+// Writes the record of `cubin` (the PTX it was assembled from, and what made it) into
+// the cache, then trims the cache to its bound, as records.py's store does. Nothing is
+// written (false) when capture is off, the image is not a cubin, the record is over
+// the bound, or the cache cannot be written; a record already there is only touched.
+bool jit_record_store(const uint8_t* cubin, size_t size, const char* ptx, size_t ptx_size, const char* producer);
 
 }  // namespace tally::client

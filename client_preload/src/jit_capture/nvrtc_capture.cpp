@@ -1,0 +1,126 @@
+#include "jit_capture/nvrtc_capture.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "entry_points/dlopen_hook.h"
+#include "jit_capture/jit_records.h"
+#include "logging/trace.h"
+
+namespace tally::client {
+namespace {
+
+// nvrtc.h's types, declared here: the client builds without NVRTC's headers.
+using NvrtcProgram = void*;
+using NvrtcResult = int;
+constexpr NvrtcResult kNvrtcSuccess = 0;
+constexpr NvrtcResult kNvrtcInternalError = 11;  // NVRTC_ERROR_INTERNAL_ERROR
+using GetBytesFn = NvrtcResult (*)(NvrtcProgram, char*);
+using GetSizeFn = NvrtcResult (*)(NvrtcProgram, size_t*);
+
+// The sonames of the NVRTC versions tally has a stand-in for (CMakeLists.txt builds
+// libtally-nvrtc.so.<each>): CUDA 11.2 to 11.8, 12.x, 13.x.
+constexpr const char* kNvrtcVersions[] = {"13", "12", "11.2"};
+
+bool basename_is_nvrtc(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  const char* base = slash != nullptr ? slash + 1 : path;
+  constexpr char kStem[] = "libnvrtc.so";
+  return std::strncmp(base, kStem, sizeof kStem - 1) == 0 &&
+         (base[sizeof kStem - 1] == '\0' || base[sizeof kStem - 1] == '.');
+}
+
+bool lives_in_nvrtc(void* function) {
+  Dl_info info{};
+  return function != nullptr && dladdr(function, &info) != 0 && info.dli_fname != nullptr &&
+         basename_is_nvrtc(info.dli_fname);
+}
+
+// NVRTC's own `name`: the next definition after this library's (a program linked
+// against libnvrtc), else the one in the libnvrtc loaded privately (a library that
+// depends on it, dlopened without RTLD_GLOBAL: PyTorch's libcaffe2_nvrtc).
+void* real_nvrtc_function(const char* name) {
+  void* next = dlsym(RTLD_NEXT, name);
+  if (lives_in_nvrtc(next)) return next;
+  void* found = nullptr;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        if (info->dlpi_name == nullptr || !basename_is_nvrtc(info->dlpi_name)) return 0;
+        const DlopenFn open = system_dlopen();  // not this library's: it would hand out the stand-in
+        *static_cast<void**>(out) = open != nullptr ? open(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+        return *static_cast<void**>(out) != nullptr ? 1 : 0;
+      },
+      &found);
+  if (found == nullptr) return nullptr;
+  void* function = dlsym(found, name);
+  dlclose(found);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
+  return function;
+}
+
+}  // namespace
+
+bool names_nvrtc(const char* filename) { return filename != nullptr && basename_is_nvrtc(filename); }
+
+std::string nvrtc_stand_in_for(void* handle) {
+  const DlopenFn open = system_dlopen();
+  if (open == nullptr) return "";
+  if (!jit_capture_on()) return "";
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&names_nvrtc), &self) == 0 || self.dli_fname == nullptr) return "";
+  std::string folder = self.dli_fname;
+  folder.resize(folder.rfind('/') + 1);
+  for (const char* version : kNvrtcVersions) {
+    // The version is the soname's: a handle opened by soname is the same handle
+    // when the library is the one already loaded.
+    const std::string soname = std::string("libnvrtc.so.") + version;
+    void* same = open(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (same == nullptr) continue;
+    dlclose(same);
+    if (same != handle) continue;
+    const std::string stand_in = folder + "libtally-nvrtc.so." + version;
+    if (::access(stand_in.c_str(), R_OK) == 0) return stand_in;
+    trace_line("jit capture: no %s beside %s; NVRTC's cubins go unrecorded", stand_in.c_str(), self.dli_fname);
+    return "";
+  }
+  trace_line("jit capture: an NVRTC tally has no stand-in for (sonames libnvrtc.so.13, .12, .11.2 known)");
+  return "";
+}
+
+}  // namespace tally::client
+
+using namespace tally::client;
+
+// After NVRTC wrote the cubin of `program` into `cubin`: its PTX, from the same NVRTC,
+// recorded for it. Exported for tally's libtally-nvrtc (client_preload/nvrtc/), which
+// passes the functions of the libnvrtc it stands in front of.
+extern "C" __attribute__((visibility("default"))) void tally_client_record_nvrtc_cubin(
+    void* program, const char* cubin, void* get_cubin_size, void* get_ptx_size, void* get_ptx) {
+  if (!jit_capture_on() || get_cubin_size == nullptr || get_ptx_size == nullptr ||
+      get_ptx == nullptr)
+    return;
+  size_t cubin_size = 0, ptx_size = 0;
+  if (reinterpret_cast<GetSizeFn>(get_cubin_size)(program, &cubin_size) != kNvrtcSuccess || cubin_size == 0) return;
+  // a compile for a virtual architecture, or with -dlto, has no PTX to give: nothing to record
+  if (reinterpret_cast<GetSizeFn>(get_ptx_size)(program, &ptx_size) != kNvrtcSuccess || ptx_size <= 1) return;
+  std::vector<char> ptx(ptx_size);
+  if (reinterpret_cast<GetBytesFn>(get_ptx)(program, ptx.data()) != kNvrtcSuccess) return;
+  jit_record_store(reinterpret_cast<const uint8_t*>(cubin), cubin_size, ptx.data(), strnlen(ptx.data(), ptx_size),
+                   "nvrtc");
+}
+
+// What a program or library linked against libnvrtc calls (see nvrtc_capture.h).
+extern "C" __attribute__((visibility("default"))) NvrtcResult nvrtcGetCUBIN(NvrtcProgram program, char* cubin) {
+  static const auto real = reinterpret_cast<GetBytesFn>(real_nvrtc_function("nvrtcGetCUBIN"));
+  if (real == nullptr) return kNvrtcInternalError;  // unreachable: only NVRTC's users call this
+  const NvrtcResult rc = real(program, cubin);
+  if (rc == kNvrtcSuccess && cubin != nullptr)
+    tally_client_record_nvrtc_cubin(program, cubin, real_nvrtc_function("nvrtcGetCUBINSize"),
+                                    real_nvrtc_function("nvrtcGetPTXSize"), real_nvrtc_function("nvrtcGetPTX"));
+  return rc;
+}
