@@ -49,6 +49,21 @@ def ptxas() -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def nvrtc_home() -> Path:
+    """The folder of NVRTC 13 as its wheel (nvidia-cuda-nvrtc, a test requirement) installs
+    it: include/nvrtc.h and lib/libnvrtc.so.13 (the CUDA toolkit here has no NVRTC)."""
+    try:
+        import nvidia
+    except ImportError:
+        pytest.fail("NVRTC's wheel is missing: pip install -e '.[test]' (nvidia-cuda-nvrtc)")
+    for root in map(Path, nvidia.__path__):
+        if (root / "cu13" / "include" / "nvrtc.h").is_file() and (root / "cu13" / "lib" / "libnvrtc.so.13").exists():
+            return root / "cu13"
+    pytest.fail(f"no cu13/include/nvrtc.h with lib/libnvrtc.so.13 under {list(nvidia.__path__)}: "
+                "pip install -e '.[test]' (nvidia-cuda-nvrtc)")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_caches(tmp_path_factory):
     """Keep tests (and the servers they start) out of the user's caches."""

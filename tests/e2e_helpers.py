@@ -141,17 +141,19 @@ class BesideInference:
 
 
 def best_effort_beside_inference(nvcc: str, tmp_path: Path, be_transform: str, program: Path, *args,
-                                 timeout: float = 300) -> BesideInference:
+                                 timeout: float = 300, env: dict | None = None) -> BesideInference:
     """`program args` at best effort next to the demo's inference job (high priority), on an
     emulator server of its own run with --be-transform; the best-effort job and the inference
-    job must both exit 0, and the inference job print "results correct"."""
+    job must both exit 0, and the inference job print "results correct". `env`: more of
+    the best-effort job's environment."""
     from tally.bench.demo import compile_example
     inference = compile_example(nvcc, "inference", tmp_path)
     server = ServerProcess(tmp_path / "s.sock", backend="emulator", extra_args=("--be-transform", be_transform))
 
     def start(priority: str, *argv) -> subprocess.Popen:
         return subprocess.Popen(job_command(server.socket_path, *argv, priority=priority), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=job_env())
+                                stderr=subprocess.STDOUT, text=True,
+                                env={**job_env(), **((env or {}) if priority == "best-effort" else {})})
     try:
         be = start("best-effort", program, *args)
         hp = start("high", inference, 100)

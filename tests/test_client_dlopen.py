@@ -1,10 +1,15 @@
 """The dlopen hook: a job that opens the real driver by absolute path gets tally's
-library (when tally-run LD_PRELOADs it); every other dlopen is untouched."""
+library (when tally-run LD_PRELOADs it); with JIT capture on, one that opens NVRTC
+gets tally's stand-in in front of it; every other dlopen is untouched, searched as
+its caller's own."""
 from __future__ import annotations
+
+import os
+import subprocess
 
 import pytest
 
-from client_helpers import build_c, run_client
+from client_helpers import LIB_DIR, SOURCES, build_c, run_client
 
 DRIVER_PATHS = ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so", "libcuda.so",
                 "/opt/nvidia/libcuda.so.580.65.06"]
@@ -26,3 +31,59 @@ def test_other_names_are_not_taken_for_the_driver():
     assert run.value("driver_handle") != "set"
     run = run_client(build_c("dlopen_driver.c"), "/nonexistent/libcuda.so.1x")
     assert run.value("driver_handle") != "set"
+
+
+@pytest.fixture(scope="module")
+def runpath_libraries(tmp_path_factory):
+    """libouter.so whose RUNPATH is $ORIGIN/inner, inner/libsibling.so, and libnorunpath.so
+    (the same code without a RUNPATH: what the caller's search path decides)."""
+    root = tmp_path_factory.mktemp("runpath")
+    (root / "inner").mkdir()
+    cc = os.environ.get("CC", "cc")
+    shared = [cc, "-O1", "-shared", "-fPIC"]
+    subprocess.run([*shared, str(SOURCES / "runpath_sibling.c"), "-o", str(root / "inner" / "libsibling.so")],
+                   check=True)
+    subprocess.run([*shared, str(SOURCES / "runpath_outer.c"), "-o", str(root / "libouter.so"),
+                    "-Wl,--enable-new-dtags,-rpath,$ORIGIN/inner", "-ldl"], check=True)
+    subprocess.run([*shared, str(SOURCES / "runpath_outer.c"), "-o", str(root / "libnorunpath.so"), "-ldl"],
+                   check=True)
+    return root
+
+
+def test_a_library_opening_another_by_bare_name_searches_its_own_runpath(runpath_libraries):
+    """tally's dlopen passes the call on as a tail call, so libc sees the library that
+    called, not tally's, and searches that library's RUNPATH."""
+    program = build_c("dlopen_runpath.c")
+    for preload in (True, False):
+        run = run_client(program, runpath_libraries / "libouter.so", "libsibling.so", "sibling_answer",
+                         preload=preload)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.value("opened") == "set", run.stdout
+        assert run.value("sibling_answer") == str(runpath_libraries / "inner" / "libsibling.so")
+    # the same call from a library without that RUNPATH finds nothing: the search is the caller's
+    run = run_client(program, runpath_libraries / "libnorunpath.so", "libsibling.so")
+    assert run.value("opened").startswith("null")
+
+
+def test_nvrtc_opened_with_jit_capture_gets_tallys_stand_in_in_front_of_it(runpath_libraries, nvrtc_home,
+                                                                           tmp_path):
+    """With JIT capture on, a library that dlopens NVRTC by soname from its RUNPATH gets
+    tally's libtally-nvrtc.so.13: nvrtcGetCUBIN is tally's, every other name NVRTC's own.
+    With capture off it gets NVRTC itself."""
+    inner = runpath_libraries / "inner"
+    link = inner / "libnvrtc.so.13"
+    if not link.exists():
+        link.symlink_to(nvrtc_home / "lib" / "libnvrtc.so.13")
+    program = build_c("dlopen_runpath.c")
+    real = str(link)
+    args = (runpath_libraries / "libouter.so", "libnvrtc.so.13", "nvrtcGetCUBIN", "nvrtcVersion",
+            "nvrtcGetPTX")
+    on = run_client(program, *args, env={"TALLY_JIT_CAPTURE_DIR": str(tmp_path / "records")})
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert on.value("opened") == "set", on.stdout
+    assert on.value("nvrtcGetCUBIN") == str(LIB_DIR / "libtally-nvrtc.so.13")
+    assert on.value("nvrtcVersion") == real and on.value("nvrtcGetPTX") == real
+    assert "jit capture: dlopen(libnvrtc.so.13) from " + str(runpath_libraries / "libouter.so") in on.trace
+    off = run_client(program, *args)
+    assert off.value("opened") == "set", off.stdout
+    assert off.value("nvrtcGetCUBIN") == off.value("nvrtcVersion") == real

@@ -11,6 +11,7 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -48,30 +49,42 @@ bool names_the_driver(const char* filename) {
   return rest[1] != '\0';
 }
 
-// libc's dlopen of `filename` as `caller` would have made it: a bare name is searched
-// first in the directories that depend on who calls (the caller's RPATH or RUNPATH,
-// with LD_LIBRARY_PATH where it falls between them: glibc's own list for that object),
-// then as anyone's. Only for the calls the hook makes itself; others are tail calls.
+// The directories glibc searches for a bare name dlopened by the object that holds
+// `address`, in order (its RPATH, LD_LIBRARY_PATH, its RUNPATH, the system's).
+std::vector<std::string> search_path_of(const void* address) {
+  Dl_info info{};
+  void* object = nullptr;  // glibc's handles are link maps
+  Dl_serinfo size{};
+  if (dladdr1(address, &info, &object, RTLD_DL_LINKMAP) == 0 || object == nullptr ||
+      dlinfo(object, RTLD_DI_SERINFOSIZE, &size) != 0)
+    return {};
+  std::vector<char> buffer(size.dls_size);
+  auto* paths = reinterpret_cast<Dl_serinfo*>(buffer.data());
+  paths->dls_size = size.dls_size;
+  paths->dls_cnt = size.dls_cnt;
+  if (dlinfo(object, RTLD_DI_SERINFO, paths) != 0) return {};
+  std::vector<std::string> out;
+  for (unsigned i = 0; i < paths->dls_cnt; ++i) out.emplace_back(paths->dls_serpath[i].dls_name);
+  return out;
+}
+
+// libc's dlopen of `filename` as `caller` would have made it, for the calls the hook
+// makes itself (the others are tail calls). A bare name is looked for in the caller's
+// search path up to the last directory that is the caller's own (its RPATH or
+// RUNPATH: those not in this library's path, which has neither), so the order of
+// RPATH, LD_LIBRARY_PATH and RUNPATH is glibc's; then as anyone's (ld.so.cache).
 void* open_as(DlopenFn next, const char* filename, int flags, const void* caller) {
   if (std::strchr(filename, '/') != nullptr) return next(filename, flags);
   if (void* loaded = next(filename, flags | RTLD_NOLOAD)) return loaded;
   if ((flags & RTLD_NOLOAD) != 0) return nullptr;
-  Dl_info info{};
-  void* object = nullptr;  // glibc's handles are link maps
-  Dl_serinfo size{};
-  if (dladdr1(caller, &info, &object, RTLD_DL_LINKMAP) != 0 && object != nullptr &&
-      dlinfo(object, RTLD_DI_SERINFOSIZE, &size) == 0) {
-    std::vector<char> buffer(size.dls_size);
-    auto* paths = reinterpret_cast<Dl_serinfo*>(buffer.data());
-    paths->dls_size = size.dls_size;
-    paths->dls_cnt = size.dls_cnt;
-    if (dlinfo(object, RTLD_DI_SERINFO, paths) == 0) {
-      for (unsigned i = 0; i < paths->dls_cnt; ++i) {
-        if ((paths->dls_serpath[i].dls_flags & (LA_SER_RUNPATH | LA_SER_LIBPATH)) == 0) continue;
-        const std::string path = std::string(paths->dls_serpath[i].dls_name) + "/" + filename;
-        if (::access(path.c_str(), F_OK) == 0) return next(path.c_str(), flags);
-      }
-    }
+  const std::vector<std::string> theirs = search_path_of(caller);
+  const std::vector<std::string> ours = search_path_of(reinterpret_cast<const void*>(&search_path_of));
+  size_t own_end = 0;
+  for (size_t i = 0; i < theirs.size(); ++i)
+    if (std::find(ours.begin(), ours.end(), theirs[i]) == ours.end()) own_end = i + 1;
+  for (size_t i = 0; i < own_end; ++i) {
+    const std::string path = theirs[i] + "/" + filename;
+    if (::access(path.c_str(), F_OK) == 0) return next(path.c_str(), flags);
   }
   return next(filename, flags);
 }

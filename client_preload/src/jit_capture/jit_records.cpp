@@ -134,14 +134,17 @@ bool jit_record_store(const uint8_t* cubin, size_t size, const char* ptx, size_t
   const std::string folder = dir;
   const std::string name = jit_record_name(cubin, size);
   const std::string path = folder + "/" + name;
+  const size_t limit = cache_bound();
   // The same cubin recorded before (a program compiled again, or asked twice): its key and
-  // bytes say it is the same record; touch it so the trim keeps it.
-  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return true;
+  // size say it is the same record; touched, it is the newest the trim keeps.
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {
+    trim(folder, limit, name);
+    return true;
+  }
   std::string record = kMagic;
   record += "cubin-sha256 " + sha256_hex(cubin, size) + "\n";
   record += std::string("producer ") + producer + "\n\n";
   record.append(ptx, ptx_size);
-  const size_t limit = cache_bound();
   if (record.size() > std::min(limit, kMaxRecordBytes) || !make_dirs(folder)) {
     trace_line("jit capture: the record of %s not written (%zu bytes; bound %zu, or the folder cannot be made)",
                path.c_str(), record.size(), limit);

@@ -1,9 +1,10 @@
 // CUDA C++ compiled at run time with NVRTC for the device's own architecture
 // (-arch=sm_XX), as cuda-samples' *_nvrtc, PyTorch's jiterator and cuda-python's
 // examples do, and loaded as the cubin nvrtcGetCUBIN gives:
-//   nvrtc_cubin linked   NVRTC's functions called as linked (-lnvrtc)
-//   nvrtc_cubin dlopen   NVRTC dlopened by soname and its functions looked up in that
-//                        handle (as cuda-bindings does)
+//   nvrtc_cubin linked [CUBIN]   NVRTC's functions called as linked (-lnvrtc)
+//   nvrtc_cubin dlopen [CUBIN]   NVRTC dlopened by soname and its functions looked up in
+//                                that handle (as cuda-bindings does)
+// With CUBIN, the cubin is also written to that file.
 // Kernels: axpy<float> and axpy<int> (a template: found by their lowered names) and
 // square (extern "C"), each over 3000 elements in 12 blocks, checked on the host.
 // Prints cubin=<bytes>, load=<CUresult of cuModuleLoadData>, then with a module
@@ -126,8 +127,8 @@ int bad_results(CUfunction axpy_f, CUfunction axpy_i, CUfunction square, int n) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (strcmp(argv[1], "linked") != 0 && strcmp(argv[1], "dlopen") != 0)) {
-    printf("usage: nvrtc_cubin linked|dlopen\n");
+  if ((argc != 2 && argc != 3) || (strcmp(argv[1], "linked") != 0 && strcmp(argv[1], "dlopen") != 0)) {
+    printf("usage: nvrtc_cubin linked|dlopen [CUBIN]\n");
     return 2;
   }
   const Nvrtc nv = strcmp(argv[1], "linked") == 0 ? linked() : opened();
@@ -162,6 +163,13 @@ int main(int argc, char** argv) {
   char* cubin = new char[cubin_size];
   NVRTC(nv.cubin(prog, cubin));
   printf("cubin=%zu\n", cubin_size);
+  if (argc == 3) {
+    FILE* out = fopen(argv[2], "wb");
+    if (out == nullptr || fwrite(cubin, 1, cubin_size, out) != cubin_size || fclose(out) != 0) {
+      printf("error cannot write %s\n", argv[2]);
+      return 1;
+    }
+  }
 
   CUmodule mod;
   const CUresult rc = cuModuleLoadData(&mod, cubin);

@@ -1,0 +1,109 @@
+"""JIT capture of NVRTC's cubins, end to end on the emulator (which runs PTX only, so a
+cubin runs there only when its recorded PTX reached the server and matched it): CUDA
+C++ compiled at run time for the device's own architecture (-arch=sm_XX) and loaded as
+the cubin nvrtcGetCUBIN gave, by a program linked against NVRTC, by one that dlopens
+it, and through cuda-bindings, all under the real tally-run."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from e2e_helpers import (PROGRAMS, best_effort_beside_inference, build_cuda, emulator_server_process, job_command,
+                         job_env, run_job)
+
+from tally import paths
+from tally.jit import records
+
+
+@pytest.fixture(scope="module")
+def program(nvcc, nvrtc_home) -> Path:
+    lib = nvrtc_home / "lib"
+    # DT_RPATH (not RUNPATH): NVRTC finds libnvrtc-builtins through the program's
+    return build_cuda(nvcc, "nvrtc_cubin.cu", flags=(f"-I{nvrtc_home / 'include'}", f"-L{lib}",
+                                                     "-l:libnvrtc.so.13", "-Xlinker", "--disable-new-dtags",
+                                                     "-Xlinker", f"-rpath={lib}", f"-L{paths.LIB_DIR}", "-lcuda",
+                                                     "-ldl"))
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = emulator_server_process()
+    yield server
+    server.stop()
+
+
+def cache_env(tmp_path: Path) -> tuple[dict, Path]:
+    """The job's environment with a cache home of its own, and where its records go."""
+    home = tmp_path / "cache-home"
+    return {"XDG_CACHE_HOME": str(home)}, home / "tally" / "jit-ptx"
+
+
+@pytest.mark.parametrize("how", ["linked", "dlopen"])
+def test_an_nvrtc_cubin_runs_on_the_emulator_from_the_ptx_nvrtc_made_it_from(server, program, tmp_path, how):
+    env, directory = cache_env(tmp_path)
+    cubin_file = tmp_path / "kernels.cubin"
+    job = run_job(server.socket, program, how, cubin_file, env=env)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert (job.value("load"), job.value("checked"), job.value("bad")) == ("0", "9000", "0"), job.stdout
+    cubin = cubin_file.read_bytes()
+    assert cubin[:4] == b"\x7fELF"
+    # the record the client wrote: found by the cubin's key, named by its SHA-256
+    record = records.decode(records.lookup(directory, cubin))
+    assert record.producer == "nvrtc"
+    assert record.cubin_sha256 == hashlib.sha256(cubin).hexdigest()
+    assert ".entry square(" in record.ptx and "axpy" in record.ptx
+    assert [p.name for p in directory.iterdir()] == [records.record_name(cubin)]   # no partial files left
+    assert "a cubin's PTX came from JIT capture" in server.process.log()
+
+
+def test_a_cubin_compiled_again_reuses_its_record_and_the_cache_keeps_its_bound(server, program, tmp_path):
+    env, directory = cache_env(tmp_path)
+    first = run_job(server.socket, program, "linked", tmp_path / "k.cubin", env=env)
+    assert first.value("bad") == "0", first.stdout + first.stderr
+    (record,) = directory.glob("*.rec")
+    size = record.stat().st_size
+    # older records from other jobs: with the bound at one record and a half, all of them go
+    old = []
+    for i in range(3):
+        path = directory / f"{i:016x}-10.rec"
+        path.write_bytes(b"x" * (size // 2))
+        os.utime(path, (time.time() - 1000 + i, time.time() - 1000 + i))
+        old.append(path)
+    os.utime(record, (time.time() - 2000, time.time() - 2000))   # the oldest of all, until it is used again
+    again = run_job(server.socket, program, "linked", env={**env, records.MAX_BYTES_ENV: str(size * 3 // 2)})
+    assert again.value("bad") == "0", again.stdout + again.stderr
+    assert record.stat().st_mtime > time.time() - 600            # touched when compiled, and when loaded
+    assert sorted(p.name for p in directory.iterdir()) == sorted([record.name, old[2].name])
+    assert sum(p.stat().st_size for p in directory.iterdir()) <= size * 3 // 2
+
+
+def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(server, program, tmp_path):
+    env, directory = cache_env(tmp_path)
+    for how in ("linked", "dlopen"):
+        cmd = job_command(server.socket, program, how)
+        cmd.insert(cmd.index("--"), "--no-jit-capture")
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "load=209" in done.stdout, done.stdout   # CUDA_ERROR_NO_BINARY_FOR_GPU: a cubin, no PTX
+    assert not directory.exists()
+
+
+def test_cuda_bindings_nvrtc_cubin_runs_on_the_emulator(server, tmp_path):
+    env, directory = cache_env(tmp_path)
+    job = run_job(server.socket, Path(sys.executable), PROGRAMS / "nvrtc_cuda_bindings.py", env=env, timeout=180)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert (job.value("load"), job.value("checked"), job.value("bad")) == ("0", "4096", "0"), job.stdout
+    (record,) = directory.glob("*.rec")
+    assert records.decode(record.read_bytes()).producer == "nvrtc"
+
+
+def test_a_best_effort_nvrtc_job_gets_ptb_variants_beside_a_high_priority_one(nvcc, program, tmp_path):
+    env, _ = cache_env(tmp_path)
+    run = best_effort_beside_inference(nvcc, tmp_path, "ptb", program, "dlopen", env=env)
+    assert "checked=9000 bad=0" in run.best_effort, run.best_effort
+    assert run.scheduler["kernels_ptb"] > 0, run.scheduler
