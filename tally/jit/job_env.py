@@ -27,6 +27,8 @@ Kernels Triton compiled before, without tally-run, come from its cache without a
 assembler run: TRITON_CACHE_MANAGER names tally's cache manager (Triton's own file
 cache that also records a cached cubin's PTX: triton_hook/tally_triton_cache.py),
 whose folder goes first on PYTHONPATH; a job that named its own manager keeps it.
+NVRTC's cubins (nvrtcGetCUBIN) need nothing here but TALLY_JIT_CAPTURE_DIR: the client
+library records the PTX NVRTC keeps for them (client_preload/src/jit_capture/nvrtc_capture.h).
 With --no-jit-capture none of this is set, so nothing is written and no record is read.
 """
 from __future__ import annotations
