@@ -52,10 +52,11 @@ LINK_FLAGS = {
     "CUDA::cuda_driver": [f"-L{paths.LIB_DIR}", "-lcuda"], "CUDA::cudart": [], "CUDA::cudart_static": [],
     "OpenMP::OpenMP_CXX": ["-Xcompiler", "-fopenmp", "-lgomp"],
     "CUDA::cublas": ["-lcublas"], "CUDA::cufft": ["-lcufft"], "CUDA::curand": ["-lcurand"],
-    "CUDA::cusparse": ["-lcusparse"], "CUDA::cusolver": ["-lcusolver"], "CUDA::nvrtc": ["-lnvrtc"],
+    "CUDA::cusparse": ["-lcusparse"], "CUDA::cusolver": ["-lcusolver"],
     # the IPC samples' shared memory; `socket` is QNX's (their CMakeLists add it only there)
     "rt": ["-lrt"], "socket": [],
 }
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 EXIT_WAIVED = 2          # what the samples return when they cannot run on this system
 ERROR_WORDS = re.compile(r"error|fail|assert|abort|illegal|not supported|waived|exception", re.I)
 
@@ -78,6 +79,7 @@ class Sample:
     device_files: list[tuple[str, Path, str]] = field(default_factory=list)  # (output name, kernel source, -fatbin/-ptx)
     missing: list[str] = field(default_factory=list)  # link targets this tool cannot provide
     flags: list[str] = field(default_factory=list)    # nvcc flags its CMake target properties imply
+    copied: list[Path] = field(default_factory=list)  # files its build copies beside the program
 
 
 # ---- the snapshot ---------------------------------------------------------------------------
@@ -129,19 +131,46 @@ def read_cmake(name: str, directory: Path) -> Sample:
         for target in block.split()[1:]:
             if target in ("PUBLIC", "PRIVATE", "INTERFACE") or target.startswith("$<"):
                 continue
-            if target in LINK_FLAGS:
-                sample.link += [f for f in LINK_FLAGS[target] if f not in sample.link]
+            flags = nvrtc_flags() if target == "CUDA::nvrtc" else LINK_FLAGS.get(target)
+            if flags is not None:
+                sample.link += [f for f in flags if f not in sample.link]
             elif target not in sample.missing:
                 sample.missing.append(target)
     # CMake's separable compilation is nvcc -rdc=true (the dynamic-parallelism samples need it)
     if re.search(r"CUDA_SEPARABLE_COMPILATION\s+ON", text):
         sample.flags.append("-rdc=true")
+    # files copied beside the program after the build (the NVRTC samples' kernel sources)
+    places = {"${CMAKE_CURRENT_SOURCE_DIR}": str(directory), "${CUDA_INCLUDE_DIR}": str(CUDA_HOME / "include")}
+    for files in re.findall(r"copy_if_different\s+([^)]*?)\s+\$\{CMAKE_CURRENT_BINARY_DIR\}", text):
+        for source in files.split():
+            for name, value in places.items():
+                source = source.replace(name, value)
+            sample.copied.append(Path(source))
     variables = dict(re.findall(r'set\((CUDA_\w+)\s+"([^"]+)"\)', text))
     kernel = variables.get("CUDA_KERNEL_SOURCE", "").replace("${CMAKE_CURRENT_SOURCE_DIR}", str(directory))
     for var, flag in (("CUDA_FATBIN_FILE", "-fatbin"), ("CUDA_PTX_FILE", "-ptx")):
         if var in variables and kernel:
             sample.device_files.append((Path(variables[var]).name, Path(kernel), flag))
     return sample
+
+
+def nvrtc_flags() -> list[str] | None:
+    """nvcc's flags for CUDA::nvrtc: the toolkit's NVRTC, else the one of NVRTC's wheel
+    (nvidia-cuda-nvrtc, which tally's test requirements install) with its folder in the
+    program's DT_RPATH, where NVRTC also finds its libnvrtc-builtins. None: no NVRTC."""
+    if (CUDA_HOME / "include" / "nvrtc.h").is_file():
+        return ["-lnvrtc"]
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in map(Path, nvidia.__path__):
+        for home in sorted(root.glob("cu*"), reverse=True):
+            libs = sorted((home / "lib").glob("libnvrtc.so.*"))
+            if (home / "include" / "nvrtc.h").is_file() and libs:
+                return [f"-I{home / 'include'}", f"-L{home / 'lib'}", f"-l:{libs[0].name}", "-Xlinker",
+                        "--disable-new-dtags", "-Xlinker", f"-rpath={home / 'lib'}"]
+    return None
 
 
 # ---- building and running -------------------------------------------------------------------
@@ -161,6 +190,8 @@ def build(sample: Sample, common: Path, nvcc: str, out: Path) -> tuple[bool, str
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
             return False, (lines[0] if lines else f"nvcc exited {done.returncode}")
+    for source in sample.copied:
+        shutil.copyfile(source, out / source.name)
     data = sample.directory / "data"
     if data.is_dir() and not (out / "data").exists():
         (out / "data").symlink_to(data)
