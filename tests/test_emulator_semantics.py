@@ -802,3 +802,43 @@ def test_expect_tx_after_the_bytes_landed_completes_the_phase(ptxas, tmp_path):
     out = run_hand_written(ptxas, tmp_path, EXPECT_AFTER_LANDING_PTX, "sm_90", "expect_after_landing", 1,
                            np.zeros(2, np.int32))
     assert out.tolist() == [1, 0]   # not complete while bytes were owed; complete once announced
+
+
+# sm_100's 256-bit vector accesses (PyTorch's jiterator vectorizes by 8 for them): each
+# thread loads 8 floats from its 64-byte row and stores them, reversed and each plus its
+# position (1..8), in the row's second half.
+WIDE_COPIES_PTX = r""".version 8.8
+.target sm_100
+.address_size 64
+
+.visible .entry wide_copies(.param .u64 out)
+{
+	.reg .b32 %r<2>;
+	.reg .f32 %f<17>;
+	.reg .b64 %rd<5>;
+	ld.param.u64 	%rd1, [out];
+	cvta.to.global.u64 	%rd2, %rd1;
+	mov.u32 	%r1, %tid.x;
+	mul.wide.u32 	%rd3, %r1, 64;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.v8.f32 	{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, [%rd4];
+	add.f32 	%f9, %f8, 0f3F800000;
+	add.f32 	%f10, %f7, 0f40000000;
+	add.f32 	%f11, %f6, 0f40400000;
+	add.f32 	%f12, %f5, 0f40800000;
+	add.f32 	%f13, %f4, 0f40A00000;
+	add.f32 	%f14, %f3, 0f40C00000;
+	add.f32 	%f15, %f2, 0f40E00000;
+	add.f32 	%f16, %f1, 0f41000000;
+	st.global.v8.f32 	[%rd4+32], {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16};
+	ret;
+}
+"""
+
+
+def test_256_bit_vector_loads_and_stores(ptxas, tmp_path):
+    rows = np.zeros((32, 16), np.float32)
+    rows[:, :8] = np.arange(32 * 8, dtype=np.float32).reshape(32, 8)
+    out = run_hand_written(ptxas, tmp_path, WIDE_COPIES_PTX, "sm_100", "wide_copies", 32, rows).reshape(32, 16)
+    np.testing.assert_array_equal(out[:, :8], rows[:, :8])
+    np.testing.assert_array_equal(out[:, 8:], rows[:, 7::-1] + np.arange(1, 9, dtype=np.float32))

@@ -10,7 +10,8 @@ device-to-device copies on two streams, events, a cuBLAS handle, a CUDA graph
 captured and replayed (torch.cuda.graph), a Python thread that copies and
 synchronizes, allocators, a CUDA tensor shared with
 another process, and a kernel
-refused with CUDA's "no kernel image" error after which the job carries on.
+refused with CUDA's "no kernel image" error after which the job carries on; and
+a kernel of PyTorch's jiterator, which NVRTC compiles to a cubin whose PTX tally records.
 Each of these found a bug in the client the first time it ran."""
 from __future__ import annotations
 
@@ -126,3 +127,28 @@ def test_the_compiled_training_job_of_the_gpu_kit_checks_itself_on_the_cpu(tmp_p
     assert job.returncode == 0, job.stdout + job.stderr
     assert "bert-base (torch.compile) batch 2 on cpu" in job.stdout and "results correct" in job.stdout
     assert json.loads((tmp_path / "r.json").read_text())["job"] == "torch-bert-base-train-compiled"
+
+
+def test_a_jiterator_kernel_runs_on_the_emulator_through_nvrtc_capture(tmp_path):
+    """torch.cuda.jiterator compiles its kernel with NVRTC for the device's own architecture
+    and loads the cubin; on the emulator (PTX only) it runs from the PTX tally's client
+    recorded for it. A second job loads the cubin from PyTorch's kernel cache without
+    compiling, and its record (found by the cubin's bytes) still comes with it."""
+    python = torch_python()
+    server = Server("emulator", extra_args=("--emulate-cc", "12.0"))
+    kernels = tmp_path / "torch-kernels"
+    kernels.mkdir()          # PyTorch makes no parents for its kernel cache
+    env = {**job_env(), "XDG_CACHE_HOME": str(tmp_path / "cache-home"), "PYTORCH_KERNEL_CACHE_PATH": str(kernels)}
+    try:
+        for _ in range(2):
+            job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket), "--",
+                                  python, str(PROGRAMS / "torch_jiterator.py")], capture_output=True, text=True,
+                                 timeout=600, env=env, check=False)
+            assert job.returncode == 0, job.stdout + job.stderr
+            got = json.loads(job.stdout.strip().splitlines()[-1])
+            assert got == {"bad": 0, "bad_alpha": 0, "bad_again": 0, "cached_kernels": 1}, job.stderr
+        records = list((tmp_path / "cache-home" / "tally" / "jit-ptx").glob("*.rec"))
+        assert len(records) == 1 and b"producer nvrtc" in records[0].read_bytes()
+        assert server.alive()
+    finally:
+        server.stop()

@@ -40,12 +40,21 @@ def _element(cx: FunctionLowering, ins: ir.Instruction) -> tuple[str, int]:
     return t, size
 
 
+def _checked_width(cx: FunctionLowering, ins: ir.Instruction, size: int) -> int:
+    """The vector width of a load or store the emulator runs: up to .v4, and the 256-bit
+    .v8 of 32-bit elements (sm_100's ld/st.global.v8, in PyTorch's vectorized kernels),
+    which it runs as two 128-bit halves. PTX's memory model lets it: a vector access is
+    a set of scalar accesses to its elements, in no particular order."""
+    width = ins.vector_width
+    if width == 8 and size != 4:
+        raise cx.unsupported(ins.full_opcode)
+    return width
+
+
 @MEMORY.lowers("ld", "ldu")
 def lower_ld(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t, size = _element(cx, ins)
-    width = ins.vector_width
-    if width > 4:
-        raise cx.unsupported(ins.full_opcode)
+    width = _checked_width(cx, ins, size)
     dest, addr = ins.operands[0], ins.operands[1]
     space, base, offset = cx.address(addr, ins.state_space)
     elements = dest.elements if isinstance(dest, ir.Vector) else (dest,)
@@ -53,24 +62,26 @@ def lower_ld(cx: FunctionLowering, ins: ir.Instruction) -> None:
         raise cx.unsupported(f"{ins.full_opcode} with {len(elements)} destinations")
     dests = [cx.dst(e) for e in elements]
     flags = _order_flags(ins) | (FLAGS["SIGN_EXTEND"] if t in SIGNED_TYPES else 0)
-    cx.emit(f"ld.{space}", dests + [NO_SLOT] * (4 - width) + [base], imm=offset, flags=flags,
-            width=width, size=size)
+    for first in range(0, width, 4):           # a 256-bit .v8 as two 128-bit halves
+        part = dests[first:first + 4]
+        cx.emit(f"ld.{space}", part + [NO_SLOT] * (4 - len(part)) + [base], imm=offset + first * size,
+                flags=flags, width=len(part), size=size)
 
 
 @MEMORY.lowers("st")
 def lower_st(cx: FunctionLowering, ins: ir.Instruction) -> None:
     t, size = _element(cx, ins)
-    width = ins.vector_width
-    if width > 4:
-        raise cx.unsupported(ins.full_opcode)
+    width = _checked_width(cx, ins, size)
     addr, value = ins.operands[0], ins.operands[1]
     space, base, offset = cx.address(addr, ins.state_space)
     elements = value.elements if isinstance(value, ir.Vector) else (value,)
     if len(elements) != width:
         raise cx.unsupported(f"{ins.full_opcode} with {len(elements)} values")
     sources = [cx.src(e, t) for e in elements]
-    cx.emit(f"st.{space}", sources + [NO_SLOT] * (4 - width) + [base], imm=offset,
-            flags=_order_flags(ins), width=width, size=size)
+    for first in range(0, width, 4):           # a 256-bit .v8 as two 128-bit halves
+        part = sources[first:first + 4]
+        cx.emit(f"st.{space}", part + [NO_SLOT] * (4 - len(part)) + [base], imm=offset + first * size,
+                flags=_order_flags(ins), width=len(part), size=size)
 
 
 ATOM_TYPE_CODES = {"b16": "u16", "u16": "u16", "b32": "u32", "u32": "u32", "s32": "s32", "b64": "u64",
