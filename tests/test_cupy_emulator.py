@@ -1,6 +1,7 @@
 """CuPy, unmodified, under tally-run against a tally-server on the CPU emulator.
-tally-run sets CUPY_COMPILE_WITH_PTX=1 for the job (JIT capture, tally/jit/job_env.py):
-NVRTC then emits PTX, which the emulator runs; the job's environment does not.
+CuPy compiles its kernels with NVRTC to cubins for the device's architecture (no
+CUPY_COMPILE_WITH_PTX in the job's environment); the emulator runs them from the PTX
+tally's client records for each cubin (JIT capture, client_preload/src/jit_capture/).
 
 Opt-in (`pytest -m cupy`, CuPy's interpreter in TALLY_CUPY_PYTHON when it is not
 the current one, e.g. a venv with `pip install -e ".[cupy]"`): the install is about
@@ -49,7 +50,7 @@ def run_cupy(*server_args: str) -> tuple[dict, str, str]:
     server = ServerProcess(workdir / "server.sock", backend="emulator", extra_args=server_args)
     try:
         env = {**job_env(), "CUPY_CACHE_DIR": str(workdir / "cupy-cache")}
-        env.pop("CUPY_COMPILE_WITH_PTX", None)      # tally-run sets it
+        env.pop("CUPY_COMPILE_WITH_PTX", None)      # CuPy's own switch to PTX: not for this test
         job = subprocess.run([sys.executable, "-m", "tally.cli.run_main", "--server", str(server.socket_path),
                               "--priority", "high", "--", python, str(PROGRAMS / "cupy_on_emulator.py")],
                              capture_output=True, text=True, timeout=900, env=env, check=False)
@@ -66,8 +67,9 @@ def right(result: dict) -> bool:
 def test_cupy_on_the_default_emulator_is_right_or_told_why():
     results, stderr, log = run_cupy()
     assert set(results) == {*NVRTC_CASES, *CUB_CASES}
-    for name in NVRTC_CASES:                                     # NVRTC's PTX for compute_90
+    for name in NVRTC_CASES:                                     # NVRTC's cubins for sm_90, and their PTX
         assert right(results[name]), (name, results[name], stderr)
+    assert "a cubin's PTX came from JIT capture" in log
     for name in CUB_CASES:                                       # CUB: refused, and the job is told why
         assert right(results[name]) or CUB_REFUSED in stderr, (name, results[name], stderr)
     assert CUB_REFUSED in stderr and "PTX for compute_120 (ISA 9.2)" in stderr, stderr

@@ -192,14 +192,18 @@ def test_tally_run_environment(tmp_path, monkeypatch):
     assert env[records.DIR_ENV] == str(tmp_path)
     assert env["TRITON_PTXAS_PATH"] == env["TRITON_PTXAS_BLACKWELL_PATH"] == str(fake)
     assert env[REAL_ENV] == "/opt/my/ptxas"                 # the job's own assembler still runs
-    assert env[job_env.CUPY_PTX_VAR] == "1"                 # CuPy's NVRTC kernels come as PTX
-    own = job_env.capture_environment({job_env.CUPY_PTX_VAR: "0"}, enabled=True, directory=tmp_path)
-    assert own[job_env.CUPY_PTX_VAR] == "0"                  # a job's own choice stays
+    # CuPy's NVRTC cubins are recorded by the client: CuPy compiles as it would, into a
+    # kernel cache of tally's (no cubin there was compiled without capture)
+    assert "CUPY_COMPILE_WITH_PTX" not in env
+    assert env["CUPY_CACHE_DIR"] == str(job_env.cupy_cache_dir())
+    own = job_env.capture_environment({"CUPY_CACHE_DIR": "/data/cupy"}, enabled=True, directory=tmp_path)
+    assert own["CUPY_CACHE_DIR"] == "/data/cupy"             # a job's own choice stays
     off = job_env.capture_environment({**env, "TRITON_PTXAS_PATH": str(fake)}, enabled=False)
-    assert records.DIR_ENV not in off
+    assert records.DIR_ENV not in off and "CUPY_CACHE_DIR" not in off
     assert "TRITON_PTXAS_PATH" not in off and "TRITON_PTXAS_BLACKWELL_PATH" not in off
-    untouched = job_env.capture_environment({"TRITON_PTXAS_PATH": "/opt/my/ptxas"}, enabled=False)
-    assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas"}       # nothing set, CuPy's switch neither
+    untouched = job_env.capture_environment({"TRITON_PTXAS_PATH": "/opt/my/ptxas", "CUPY_CACHE_DIR": "/data/cupy"},
+                                            enabled=False)
+    assert untouched == {"TRITON_PTXAS_PATH": "/opt/my/ptxas", "CUPY_CACHE_DIR": "/data/cupy"}   # nothing set
 
 
 def test_tally_run_names_its_triton_cache_manager_unless_the_job_has_one(tmp_path, monkeypatch):

@@ -5,11 +5,12 @@ the job's client library reads at cubin loads, and Triton's assembler variables
 (`TRITON_PTXAS_PATH`, and `TRITON_PTXAS_BLACKWELL_PATH`, which Triton reads instead
 for compute capability 9.0 and newer) name tally-ptxas. An assembler the job named
 itself stays the one that runs: tally-ptxas runs it (TALLY_REAL_PTXAS).
-CuPy compiles its kernels with NVRTC to cubins unless CUPY_COMPILE_WITH_PTX is set,
-its documented switch to PTX: tally-run sets it to 1 (a job that set it keeps its
-own value), so CuPy's kernels reach tally as PTX (the driver, or tally's
-emulator, compiles them at load; CuPy's cache keys on the target, so cubins it
-cached before are not reused for them).
+CuPy compiles its kernels with NVRTC to cubins, whose PTX the client records
+(client_preload/src/jit_capture/nvrtc_capture.h), so they run as cubins where no
+transform is needed. CuPy keeps the cubins it compiled in a cache of its own
+(~/.cupy/kernel_cache), where those compiled without tally-run have no record:
+tally-run names a folder in tally's cache in CUPY_CACHE_DIR (a job that set it keeps
+its own), so each cubin CuPy finds there was compiled, and recorded, under capture.
 XLA (JAX) assembles its kernels with libnvptxcompiler inside its plugin, where no
 wrapper can see them; with `--xla_gpu_enable_libnvptxcompiler=false` (added to
 XLA_FLAGS unless the job says otherwise) it runs `<cuda root>/bin/ptxas` instead,
@@ -44,7 +45,8 @@ from tally.jit import nvlink_wrapper, records
 from tally.jit.ptxas_wrapper import REAL_BESIDE, REAL_ENV
 
 TRITON_ASSEMBLER_VARS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")
-CUPY_PTX_VAR = "CUPY_COMPILE_WITH_PTX"
+CUPY_CACHE_VAR = "CUPY_CACHE_DIR"
+CUPY_CACHE = "cupy-kernels"         # CuPy's kernel cache under tally-run, in tally's cache
 XLA_FLAGS_VAR = "XLA_FLAGS"
 XLA_ASSEMBLER_FLAG = "--xla_gpu_enable_libnvptxcompiler"
 CUDA_ROOT_VAR = "CUDA_ROOT"
@@ -64,6 +66,10 @@ def wrapper_path() -> Path | None:
         return beside
     found = shutil.which(WRAPPER)
     return Path(found) if found else None
+
+
+def cupy_cache_dir() -> Path:
+    return paths.cache_dir() / CUPY_CACHE
 
 
 def capture_environment(env: dict, enabled: bool, directory: Path | None = None) -> dict:
@@ -86,6 +92,8 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
                 out.pop(XLA_FLAGS_VAR, None)
         if out.get(TRITON_CACHE_VAR) == TRITON_CACHE_MANAGER:
             out.pop(TRITON_CACHE_VAR)
+        if out.get(CUPY_CACHE_VAR) == str(cupy_cache_dir()):
+            out.pop(CUPY_CACHE_VAR)
         entries = out.get("PYTHONPATH", "").split(os.pathsep)
         if str(TRITON_HOOK_DIR) in entries:      # an outer tally-run's
             _set_python_path(out, [p for p in entries if p != str(TRITON_HOOK_DIR)])
@@ -96,7 +104,7 @@ def capture_environment(env: dict, enabled: bool, directory: Path | None = None)
         out[REAL_ENV] = own[0]
     for var in TRITON_ASSEMBLER_VARS:
         out[var] = str(wrapper)
-    out.setdefault(CUPY_PTX_VAR, "1")
+    out.setdefault(CUPY_CACHE_VAR, str(cupy_cache_dir()))
     _route_toolkit_through(wrapper, env, out)
     if out.setdefault(TRITON_CACHE_VAR, TRITON_CACHE_MANAGER) == TRITON_CACHE_MANAGER:
         rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(TRITON_HOOK_DIR)]

@@ -93,7 +93,9 @@ void* open_as(DlopenFn next, const char* filename, int flags, const void* caller
 // tally's stand-in in front of it (jit_capture/nvrtc_capture.h) when there is one.
 __attribute__((noinline)) void* open_nvrtc(DlopenFn next, const char* filename, int flags, const void* caller) {
   void* real = open_as(next, filename, flags, caller);
-  const std::string stand_in = real != nullptr ? nvrtc_stand_in_for(real) : std::string();
+  if (real == nullptr) return nullptr;  // dlerror() says why, as it would have
+  const std::string stand_in = nvrtc_stand_in_for(real);
+  dlerror();  // the misses of the probes (RTLD_NOLOAD) are not the job's: its dlopen succeeds
   if (stand_in.empty()) return real;
   // RTLD_NOLOAD asked whether NVRTC is loaded: it is, so its stand-in is the answer
   void* wrapped = next(stand_in.c_str(), flags & ~RTLD_NOLOAD);

@@ -1,5 +1,5 @@
-"""CuPy, unmodified, under tally-run (run with CUPY_COMPILE_WITH_PTX=1 so NVRTC
-emits PTX, which the emulator runs): an elementwise expression, a reduction
+"""CuPy, unmodified, under tally-run (NVRTC's cubins run on the emulator from the
+PTX tally records for them): an elementwise expression, a reduction
 kernel and a raw kernel (NVRTC), and cupy.max and cupy.sum, which go through
 CUB's precompiled module. Prints
 one JSON line: for each case the value CuPy computed, numpy's, and the error
