@@ -135,12 +135,8 @@ bool jit_record_store(const uint8_t* cubin, size_t size, const char* ptx, size_t
   const std::string name = jit_record_name(cubin, size);
   const std::string path = folder + "/" + name;
   const size_t limit = cache_bound();
-  // The same cubin recorded before (a program compiled again, or asked twice): its key and
-  // size say it is the same record; touched, it is the newest the trim keeps.
-  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {
-    trim(folder, limit, name);
-    return true;
-  }
+  // Written whole each time, as records.py's store does: a record already there under
+  // this name (the same cubin asked for again, or another whose key collides) is replaced.
   std::string record = kMagic;
   record += "cubin-sha256 " + sha256_hex(cubin, size) + "\n";
   record += std::string("producer ") + producer + "\n\n";

@@ -23,7 +23,7 @@ std::string jit_record_name(const uint8_t* image, size_t size);
 // Writes the record of `cubin` (the PTX it was assembled from, and what made it) into
 // the cache, then trims the cache to its bound, as records.py's store does. Nothing is
 // written (false) when capture is off, the image is not a cubin, the record is over
-// the bound, or the cache cannot be written; a record already there is only touched.
+// the bound, or the cache cannot be written. A record of the same name is replaced.
 bool jit_record_store(const uint8_t* cubin, size_t size, const char* ptx, size_t ptx_size, const char* producer);
 
 }  // namespace tally::client
