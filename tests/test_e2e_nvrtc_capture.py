@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import (PROGRAMS, best_effort_beside_inference, build_cuda, emulator_server_process, job_command,
-                         job_env, run_job)
+from e2e_helpers import (PROGRAMS, Server, best_effort_beside_inference, build_cuda, emulator_server_process,
+                         job_command, job_env, run_job)
 
 from tally import paths
+from tally.backends.registry import real_driver_present
 from tally.jit import records
 
 
@@ -108,3 +109,24 @@ def test_a_best_effort_nvrtc_job_gets_ptb_variants_beside_a_high_priority_one(nv
     run = best_effort_beside_inference(nvcc, tmp_path, "ptb", program, "dlopen", env=env)
     assert "checked=9000 bad=0" in run.best_effort, run.best_effort
     assert run.scheduler["kernels_ptb"] > 0, run.scheduler
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("priority", ["high", "best-effort"])
+def test_nvrtc_cubins_on_the_gpu(program, tmp_path, priority):
+    """On a GPU (`--backend cuda`, `pytest -m gpu`): the cubin NVRTC made for the GPU's own
+    architecture loads with its record, and computes right at both priorities (as the
+    cubin itself, or a best-effort variant made from its PTX)."""
+    if not real_driver_present():
+        pytest.skip("no NVIDIA driver with a GPU on this machine")
+    server = Server("cuda", extra_args=("--be-transform", "ptb"))
+    try:
+        env, directory = cache_env(tmp_path)
+        for how in ("linked", "dlopen"):
+            job = run_job(server.socket, program, how, env=env, priority=priority)
+            assert job.returncode == 0, job.stdout + job.stderr
+            assert (job.value("load"), job.value("bad")) == ("0", "0"), job.stdout + job.stderr
+        assert len(list(directory.glob("*.rec"))) == 1
+        assert "a cubin's PTX came from JIT capture" in server.process.log()
+    finally:
+        server.stop()
