@@ -62,6 +62,16 @@ def test_an_nvrtc_cubin_runs_on_the_emulator_from_the_ptx_nvrtc_made_it_from(ser
     assert "a cubin's PTX came from JIT capture" in server.process.log()
 
 
+def test_relocatable_nvrtc_cubins_link_from_their_records(server, program, tmp_path):
+    """NVRTC's -dc cubins linked with cuLink (one passed as a cubin, one as PTX, as CuPy
+    passes them): each input's record goes with it and the server links the PTX."""
+    env, directory = cache_env(tmp_path)
+    job = run_job(server.socket, program, "rdc", env=env)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert (job.value("linked"), job.value("checked"), job.value("bad")) == ("0", "1000", "0"), job.stdout
+    assert len(list(directory.glob("*.rec"))) == 2
+
+
 def test_a_cubin_compiled_again_replaces_its_record_and_the_cache_keeps_its_bound(server, program, tmp_path):
     env, directory = cache_env(tmp_path)
     first = run_job(server.socket, program, "linked", tmp_path / "k.cubin", env=env)
@@ -92,6 +102,11 @@ def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(se
         done = subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "load=209" in done.stdout, done.stdout   # CUDA_ERROR_NO_BINARY_FOR_GPU: a cubin, no PTX
+    cmd = job_command(server.socket, program, "rdc")
+    cmd.insert(cmd.index("--"), "--no-jit-capture")
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
+    assert "linked=209" in done.stdout, done.stdout + done.stderr     # the linker links PTX only
+    assert "caller: holds no PTX (cubins: sm_90)" in done.stderr
     assert not directory.exists()
 
 

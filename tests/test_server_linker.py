@@ -3,6 +3,8 @@ linker.py): PTX as is, a fatbin's PTX closest to the device, and a clear refusal
 for inputs tally cannot link."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from e2e_helpers import build_device_code
 
@@ -24,7 +26,9 @@ from tally.server.client.linker import (
     INPUT_PTX,
     NothingForThisDevice,
     input_ptx,
+    kind_by_content,
 )
+from tally.jit import records
 
 CC = (9, 0)
 
@@ -93,3 +97,42 @@ def test_a_fatbin_with_only_sass_for_the_device_is_left_out_not_its_newer_ptx_us
         input_ptx(INPUT_FATBINARY, fatbin.read_bytes(), "devrt-like.fatbin", CC)
     ptx = input_ptx(INPUT_FATBINARY, fatbin.read_bytes(), "devrt-like.fatbin", (12, 0))
     assert read_link_input("x", ptx).module.targets == ("sm_120",)   # a device that new takes it
+
+
+@pytest.fixture(scope="module")
+def relocatable_cubin(nvcc, ptxas, tmp_path_factory):
+    """(a relocatable sm_80 cubin of link_functions.cu, the PTX ptxas made it from)."""
+    ptx = build_device_code(nvcc, "link_functions.cu", "ptx", ("-rdc=true", "-arch=compute_80"))
+    out = tmp_path_factory.mktemp("reloc") / "functions.cubin"
+    subprocess.run([ptxas, "-c", "-arch=sm_80", str(ptx), "-o", str(out)], check=True)
+    return out.read_bytes(), ptx.read_text()
+
+
+def test_a_cubin_or_fatbin_passed_as_ptx_is_taken_by_its_content(relocatable_cubin, nvcc):
+    """The driver takes an input by its bytes (CuPy passes its NVRTC -dc cubins as
+    CU_JIT_INPUT_PTX); so does tally."""
+    cubin, _ = relocatable_cubin
+    assert kind_by_content(INPUT_PTX, cubin) == INPUT_CUBIN
+    fatbin = build_device_code(nvcc, "link_functions.cu", "fatbin", ("-rdc=true", "-arch=sm_80")).read_bytes()
+    assert kind_by_content(INPUT_PTX, fatbin) == INPUT_FATBINARY
+    assert kind_by_content(INPUT_PTX, b".version 8.0") == INPUT_PTX
+    link = LinkState()
+    with pytest.raises(DeviceError) as e:                # read as a cubin: it has no PTX of its own
+        link.add("cupy.ptx", INPUT_PTX, cubin, CC)
+    assert e.value.code == CUDA_ERROR_NO_BINARY_FOR_GPU and "cupy.ptx: holds no PTX (cubins: sm_80)" in e.value.message
+
+
+def test_a_cubin_input_links_from_its_jit_capture_record(relocatable_cubin, nvcc):
+    cubin, ptx = relocatable_cubin
+    kernels = build_device_code(nvcc, "link_kernels.cu", "ptx", ("-rdc=true",)).read_text()
+    link = LinkState()
+    link.add("kernels.ptx", INPUT_PTX, kernels.encode(), CC)
+    link.add("cupy.ptx", INPUT_PTX, cubin, CC, records.encode(cubin, ptx, "nvrtc"))
+    result = link.complete(verbose=False)
+    assert result.status == 0, result.error_log
+    assert b"polynomial" in result.image and b".extern" not in result.image
+    # a record of another cubin is not used, and the info log says why
+    other = LinkState()
+    with pytest.raises(DeviceError):
+        other.add("cupy.ptx", INPUT_CUBIN, cubin, CC, records.encode(cubin + b"\0", ptx, "nvrtc"))
+    assert any("a JIT-capture record came with the cubin but was not used" in n for n in other.notes)

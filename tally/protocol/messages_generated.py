@@ -2145,9 +2145,10 @@ _LinkAdd = struct.Struct('<QQIIII')
 class LinkAdd:
     """cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id the client picks;
     the first input creates it): its CUjitInputType, its name, then its bytes from the tail or the
-    staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE,
-    NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked. Tail: the name (name_size
-    bytes), then the input bytes unless staged.
+    staging buffer when `staged` (`size` bytes: the input, then, when `record_size` is not 0, the
+    JIT-capture record of a bare cubin input, that many bytes); read now, so Error
+    CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input
+    cannot be linked. Tail: the name (name_size bytes), then the input bytes unless staged.
     """
 
     KIND: ClassVar[int] = 160
@@ -2157,6 +2158,7 @@ class LinkAdd:
     type: int = 0
     name_size: int = 0
     staged: int = 0
+    record_size: int = 0
     tail: bytes | memoryview = b""
 
     @classmethod
@@ -2164,10 +2166,11 @@ class LinkAdd:
         if len(payload) < 32:
             raise _short('LinkAdd', len(payload), 32)
         v0, v1, v2, v3, v4, v5 = _LinkAdd.unpack_from(payload)
-        return cls(v0, v1, v2, v3, v4, memoryview(payload)[32:])
+        return cls(v0, v1, v2, v3, v4, v5, memoryview(payload)[32:])
 
     def encode(self) -> bytes:
-        return _LinkAdd.pack(self.link, self.size, self.type, self.name_size, self.staged, 0) + self.tail
+        return _LinkAdd.pack(self.link, self.size, self.type, self.name_size, self.staged,
+                             self.record_size) + self.tail
 
 
 _LinkComplete = struct.Struct('<QII')

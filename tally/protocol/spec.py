@@ -254,10 +254,12 @@ DRIVER_MESSAGES = (
     # job then loads like any other (tally/server/client/linker.py says why it is done here).
     Message("LinkAdd", 160, "cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id "
             "the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from "
-            "the tail or the staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or "
-            "INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked",
+            "the tail or the staging buffer when `staged` (`size` bytes: the input, then, when `record_size` is "
+            "not 0, the JIT-capture record of a bare cubin input, that many bytes); read now, so Error "
+            "CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input "
+            "cannot be linked",
             (F("link", "u64"), F("size", "u64"), F("type", "u32"), F("name_size", "u32"), F("staged", "u32"),
-             F("_pad0", "u32")), tail="the name (name_size bytes), then the input bytes unless staged"),
+             F("record_size", "u32")), tail="the name (name_size bytes), then the input bytes unless staged"),
     Message("LinkComplete", 161, "cuLinkComplete: link the inputs added to `link` into one PTX module; "
             "`verbose` is CU_JIT_LOG_VERBOSE, `max_registers` CU_JIT_MAX_REGISTERS (0: none; every kernel of "
             "the image gets .maxnreg at most that); answered by LinkReply",

@@ -76,7 +76,8 @@ std::vector<std::string> search_path_of(const void* address) {
 void* open_as(DlopenFn next, const char* filename, int flags, const void* caller) {
   if (std::strchr(filename, '/') != nullptr) return next(filename, flags);
   if (void* loaded = next(filename, flags | RTLD_NOLOAD)) return loaded;
-  if ((flags & RTLD_NOLOAD) != 0) return nullptr;
+  if ((flags & RTLD_NOLOAD) != 0) return nullptr;  // dlerror() says so, as it would have
+  dlerror();  // the probe's miss is not the job's error
   const std::vector<std::string> theirs = search_path_of(caller);
   const std::vector<std::string> ours = search_path_of(reinterpret_cast<const void*>(&search_path_of));
   size_t own_end = 0;
@@ -135,8 +136,13 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* filen
   }
   if (names_nvrtc(filename) && jit_capture_on())
     return open_nvrtc(next, filename, flags, __builtin_return_address(0));
+#ifdef __OPTIMIZE__
   // A tail call (GCC makes it one from -O1 on; tests/test_client_dlopen.py checks what
   // depends on it): libc's dlopen then sees the job's return address, not ours, and
   // searches the RUNPATH of the library that called, as it would without tally.
   return next(filename, flags);
+#else
+  // Unoptimized builds make no tail call: search as the caller would, as the hook's own opens do.
+  return filename != nullptr ? open_as(next, filename, flags, __builtin_return_address(0)) : next(filename, flags);
+#endif
 }

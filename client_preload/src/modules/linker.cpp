@@ -8,11 +8,13 @@
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "connection/connection.h"
 #include "contexts/contexts.h"
 #include "driver_objects.h"
 #include "entry_points/entry_point.h"
+#include "jit_capture/jit_records.h"
 #include "logging/log.h"
 #include "modules/module_images.h"
 #include "connection/staged_bytes.h"
@@ -147,6 +149,17 @@ CUresult add_input(uint64_t link, CUjitInputType type, const uint8_t* data, size
   Connection& c = Connection::instance();
   protocol::LinkAddMsg m{};
   m.link = link;
+  // A bare cubin a JIT compiler of the job made (relocatable, as NVRTC's -dc makes) may
+  // have its PTX recorded (jit_capture/): it travels after the input, and the server links
+  // that PTX when the record matches the cubin. Whatever the type the job named: the
+  // driver takes an input by its content (CuPy passes its cubins as CU_JIT_INPUT_PTX).
+  std::vector<uint8_t> with_record = type == CU_JIT_INPUT_LIBRARY ? std::vector<uint8_t>() : jit_record_for(data, size);
+  if (!with_record.empty()) {
+    m.record_size = static_cast<uint32_t>(with_record.size());
+    with_record.insert(with_record.begin(), data, data + size);
+    data = with_record.data();
+    size = with_record.size();
+  }
   m.size = size;
   m.type = static_cast<uint32_t>(type);
   m.name_size = static_cast<uint32_t>(name.size());

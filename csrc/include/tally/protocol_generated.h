@@ -1332,7 +1332,7 @@ static_assert(offsetof(MemAllocManagedMsg, flags) == 16);
 static_assert(offsetof(MemAllocManagedMsg, _pad0) == 20);
 constexpr uint32_t kMemAllocManagedSize = 24;  // bytes on the wire (0: empty)
 
-// cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from the tail or the staging buffer when `staged`; read now, so Error CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked; tail: the name (name_size bytes), then the input bytes unless staged
+// cuLinkAddData/cuLinkAddFile: one input of the client's link state `link` (an id the client picks; the first input creates it): its CUjitInputType, its name, then its bytes from the tail or the staging buffer when `staged` (`size` bytes: the input, then, when `record_size` is not 0, the JIT-capture record of a bare cubin input, that many bytes); read now, so Error CUDA_ERROR_INVALID_PTX (or INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_SUPPORTED) says why the input cannot be linked; tail: the name (name_size bytes), then the input bytes unless staged
 struct LinkAddMsg {
   static constexpr MessageKind kKind = MessageKind::LinkAdd;
   static constexpr bool kHasTail = true;
@@ -1341,7 +1341,7 @@ struct LinkAddMsg {
   uint32_t type;
   uint32_t name_size;
   uint32_t staged;
-  uint32_t _pad0;
+  uint32_t record_size;
 };
 static_assert(sizeof(LinkAddMsg) == 32, "LinkAddMsg layout differs from the Python codec");
 static_assert(offsetof(LinkAddMsg, link) == 0);
@@ -1349,7 +1349,7 @@ static_assert(offsetof(LinkAddMsg, size) == 8);
 static_assert(offsetof(LinkAddMsg, type) == 16);
 static_assert(offsetof(LinkAddMsg, name_size) == 20);
 static_assert(offsetof(LinkAddMsg, staged) == 24);
-static_assert(offsetof(LinkAddMsg, _pad0) == 28);
+static_assert(offsetof(LinkAddMsg, record_size) == 28);
 constexpr uint32_t kLinkAddSize = 32;  // bytes on the wire (0: empty)
 
 // cuLinkComplete: link the inputs added to `link` into one PTX module; `verbose` is CU_JIT_LOG_VERBOSE, `max_registers` CU_JIT_MAX_REGISTERS (0: none; every kernel of the image gets .maxnreg at most that); answered by LinkReply

@@ -33,7 +33,8 @@ import arpy
 
 from ptx_passes import ir
 from ptx_passes.errors import PtxParseError
-from ptx_passes.fatbin import FatbinError, cubins_of, ptx_of, read_fatbin_entries
+from ptx_passes.elf_sections import ELF_MAGIC
+from ptx_passes.fatbin import FATBIN_MAGIC, FatbinError, cubins_of, ptx_of, read_fatbin_entries
 from ptx_passes.linking import LinkError, LinkInput, link_inputs
 from ptx_passes.parser import parse_module
 from ptx_passes.printer import print_module
@@ -47,6 +48,8 @@ from tally.protocol.errors import (
     CUDA_SUCCESS,
     DeviceError,
 )
+from tally.jit.ptx_match import captured_ptx
+from tally.jit.records import decode
 from tally.server.client.modules import MAX_IMAGE_BYTES
 
 # CUjitInputType
@@ -69,12 +72,20 @@ class LinkState:
     bytes: int = 0
     notes: list[str] = field(default_factory=list)    # inputs left out, and why (the info log)
 
-    def add(self, name: str, kind: int, data: bytes, compute_capability: tuple[int, int]) -> None:
-        """Read one input (a CUjitInputType `kind`); DeviceError says why it cannot be linked."""
+    def add(self, name: str, kind: int, data: bytes, compute_capability: tuple[int, int],
+            record: bytes = b"") -> None:
+        """Read one input (a CUjitInputType `kind`); DeviceError says why it cannot be linked.
+        `record`: the JIT-capture record the client found for a bare cubin input."""
         if self.bytes + len(data) > MAX_IMAGE_BYTES:
             raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: the link's inputs exceed {MAX_IMAGE_BYTES} bytes")
         if kind == INPUT_LIBRARY:
             self.inputs.extend(library_members(name, data, compute_capability, self.notes))
+            self.bytes += len(data)
+            return
+        kind = kind_by_content(kind, data)
+        captured = self._captured_ptx(name, kind, data, record)
+        if captured is not None:
+            self.inputs.append(LinkInput(name, captured, _parse_input(captured, name, parse_module)))
             self.bytes += len(data)
             return
         try:
@@ -91,6 +102,21 @@ class LinkState:
         else:
             self.inputs.append(LinkInput(name, text, _parse_input(text, name, parse_module)))
         self.bytes += len(data)
+
+    def _captured_ptx(self, name: str, kind: int, data: bytes, record: bytes) -> str | None:
+        """The PTX of a bare cubin input from its JIT-capture record, when the record
+        matches the cubin (tally/jit/ptx_match.py); else None, and the info log says why."""
+        if not record or kind != INPUT_CUBIN:
+            return None
+        try:
+            entries = read_fatbin_entries(data)
+        except FatbinError:
+            return None                  # input_ptx says what is wrong with the input
+        entry, why = captured_ptx(record, entries)
+        if entry is None:
+            self.notes.append(f"{name}: a JIT-capture record came with the cubin but was not used: {why}")
+            return None
+        return decode(record).ptx
 
     def complete(self, verbose: bool, max_registers: int = 0) -> LinkResult:
         """Link what was added (cuLinkComplete); a failed link is a result, not an exception.
@@ -126,6 +152,19 @@ class NothingForThisDevice(Exception):
     architecture. nvcc links the device runtime (cudadevrt: cubins for sm_75..sm_121,
     PTX for compute_121 only) into every -rdc program; a driver uses its sm_90 cubin,
     a PTX-only device can use none of it, and the program needs it only if it calls it."""
+
+
+def kind_by_content(kind: int, data: bytes) -> int:
+    """The input's kind as its bytes say: the driver takes a cubin or fatbin passed as
+    PTX by its content (CuPy passes every input of its links as CU_JIT_INPUT_PTX, cubins
+    of NVRTC's -dc included), so tally does too."""
+    if kind != INPUT_PTX:
+        return kind
+    if data[:4] == ELF_MAGIC:
+        return INPUT_CUBIN
+    if len(data) >= 4 and int.from_bytes(data[:4], "little") == FATBIN_MAGIC:
+        return INPUT_FATBINARY
+    return kind
 
 
 def input_ptx(kind: int, data: bytes, name: str, compute_capability: tuple[int, int]) -> str:

@@ -19,11 +19,13 @@ def link_add(job: Job, msg: LinkAdd, tag: int) -> None:
         data, client.staging = bytes(client.staging), bytearray()
     else:
         data = bytes(tail[name_size:])
-    if len(data) != msg.size:
-        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {msg.size} bytes arrived "
-                                                    f"with {len(data)}")
+    if len(data) != msg.size or msg.record_size > len(data):
+        raise DeviceError(CUDA_ERROR_INVALID_VALUE, f"{name}: link input of {msg.size} bytes (a record of "
+                                                    f"{msg.record_size}) arrived with {len(data)}")
+    record = data[len(data) - msg.record_size:] if msg.record_size else b""
+    data = data[:len(data) - msg.record_size]
     link = client.links.setdefault(msg.link, LinkState())
-    link.add(name, msg.type, data, job.backend.describe().compute_capability)
+    link.add(name, msg.type, data, job.backend.describe().compute_capability, record)
 
 
 def link_complete(job: Job, msg: LinkComplete, tag: int):

@@ -4,6 +4,11 @@
 //   nvrtc_cubin linked [CUBIN]   NVRTC's functions called as linked (-lnvrtc)
 //   nvrtc_cubin dlopen [CUBIN]   NVRTC dlopened by soname and its functions looked up in
 //                                that handle (as cuda-bindings does)
+//   nvrtc_cubin rdc              two programs compiled with -dc (relocatable cubins), one
+//                                calling a function the other defines, linked with cuLink:
+//                                one passed as CU_JIT_INPUT_CUBIN, the other as
+//                                CU_JIT_INPUT_PTX (CuPy passes its cubins so; the driver
+//                                takes an input by its content); prints linked=<CUresult>
 // With CUBIN, the cubin is also written to that file.
 // Kernels: axpy<float> and axpy<int> (a template: found by their lowered names) and
 // square (extern "C"), each over 3000 elements in 12 blocks, checked on the host.
@@ -14,6 +19,8 @@
 #include <nvrtc.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <vector>
 
 #include "driver_check.h"
 
@@ -124,14 +131,74 @@ int bad_results(CUfunction axpy_f, CUfunction axpy_i, CUfunction square, int n) 
   return bad;
 }
 
+const char kCaller[] = R"(
+extern __device__ float shifted(float x);
+extern "C" __global__ void shift_all(float* v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = shifted(v[i]);
+}
+)";
+const char kCallee[] = R"(
+__device__ float shifted(float x) { return 2.0f * x + 3.0f; }
+)";
+
+// A relocatable cubin of `source` for `arch` (-dc).
+std::vector<char> relocatable(const Nvrtc& nv, const char* source, const char* name, const char* arch) {
+  nvrtcProgram prog;
+  NVRTC(nv.create(&prog, source, name, 0, nullptr, nullptr));
+  const char* options[] = {arch, "-dc"};
+  NVRTC(nv.compile(prog, 2, options));
+  size_t size = 0;
+  NVRTC(nv.cubin_size(prog, &size));
+  std::vector<char> cubin(size);
+  NVRTC(nv.cubin(prog, cubin.data()));
+  NVRTC(nv.destroy(&prog));
+  return cubin;
+}
+
+int link_and_run(const Nvrtc& nv, const char* arch) {
+  std::vector<char> caller = relocatable(nv, kCaller, "caller.cu", arch);
+  std::vector<char> callee = relocatable(nv, kCallee, "callee.cu", arch);
+  CUlinkState link;
+  CHECK(cuLinkCreate(0, nullptr, nullptr, &link));
+  CUresult rc = cuLinkAddData(link, CU_JIT_INPUT_CUBIN, caller.data(), caller.size(), "caller", 0, nullptr, nullptr);
+  if (rc == CUDA_SUCCESS)
+    rc = cuLinkAddData(link, CU_JIT_INPUT_PTX, callee.data(), callee.size(), "callee", 0, nullptr, nullptr);
+  void* image = nullptr;
+  size_t image_size = 0;
+  if (rc == CUDA_SUCCESS) rc = cuLinkComplete(link, &image, &image_size);
+  printf("linked=%d\n", (int)rc);
+  if (rc != CUDA_SUCCESS) return 0;
+  CUmodule mod;
+  CHECK(cuModuleLoadData(&mod, image));
+  CHECK(cuLinkDestroy(link));
+  CUfunction shift_all;
+  CHECK(cuModuleGetFunction(&shift_all, mod, "shift_all"));
+  int n = 1000;
+  float* v = new float[n];
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(i % 50);
+  CUdeviceptr dv;
+  CHECK(cuMemAlloc(&dv, n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(dv, v, n * sizeof(float)));
+  void* params[] = {&dv, &n};
+  CHECK(cuLaunchKernel(shift_all, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  float* out = new float[n];
+  CHECK(cuMemcpyDtoH(out, dv, n * sizeof(float)));
+  int bad = 0;
+  for (int i = 0; i < n; ++i) bad += out[i] != 2.0f * v[i] + 3.0f;
+  printf("checked=%d bad=%d\n", n, bad);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if ((argc != 2 && argc != 3) || (strcmp(argv[1], "linked") != 0 && strcmp(argv[1], "dlopen") != 0)) {
-    printf("usage: nvrtc_cubin linked|dlopen [CUBIN]\n");
+  const bool rdc = argc == 2 && strcmp(argv[1], "rdc") == 0;
+  if (!rdc && ((argc != 2 && argc != 3) || (strcmp(argv[1], "linked") != 0 && strcmp(argv[1], "dlopen") != 0))) {
+    printf("usage: nvrtc_cubin linked|dlopen [CUBIN] | rdc\n");
     return 2;
   }
-  const Nvrtc nv = strcmp(argv[1], "linked") == 0 ? linked() : opened();
+  const Nvrtc nv = strcmp(argv[1], "dlopen") != 0 ? linked() : opened();
   setup();
   CUdevice dev;
   int major = 0, minor = 0;
@@ -140,6 +207,7 @@ int main(int argc, char** argv) {
   CHECK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   char arch[32];
   snprintf(arch, sizeof arch, "-arch=sm_%d%d", major, minor);
+  if (rdc) return link_and_run(nv, arch);
 
   nvrtcProgram prog;
   NVRTC(nv.create(&prog, kSource, "kernels.cu", 0, nullptr, nullptr));
