@@ -90,6 +90,11 @@ class LinkState:
             return
         try:
             text = input_ptx(kind, data, name, compute_capability)
+        except DeviceError as e:
+            if record and self.notes and "JIT-capture record" in self.notes[-1]:
+                # the error log says why the cubin's record did not stand in for its PTX
+                raise DeviceError(e.code, f"{e.message}; {self.notes[-1].removeprefix(name + ': ')}") from None
+            raise
         except NothingForThisDevice as e:
             # Linked from its newer PTX only where the program needs its symbols (the device
             # runtime that nvcc -rdc links into every program: a kernel that launches
