@@ -49,7 +49,6 @@ from tally.protocol.errors import (
     DeviceError,
 )
 from tally.jit.ptx_match import captured_ptx
-from tally.jit.records import decode
 from tally.server.client.modules import MAX_IMAGE_BYTES
 
 # CUjitInputType
@@ -83,17 +82,19 @@ class LinkState:
             self.bytes += len(data)
             return
         kind = kind_by_content(kind, data)
-        captured = self._captured_ptx(name, kind, data, record)
+        captured, unused = _captured_ptx(kind, data, record)
         if captured is not None:
             self.inputs.append(LinkInput(name, captured, _parse_input(captured, name, parse_module)))
             self.bytes += len(data)
             return
+        if unused:
+            unused = f"a JIT-capture record came with the cubin but was not used: {unused}"
+            self.notes.append(f"{name}: {unused}")
         try:
             text = input_ptx(kind, data, name, compute_capability)
         except DeviceError as e:
-            if record and self.notes and "JIT-capture record" in self.notes[-1]:
-                # the error log says why the cubin's record did not stand in for its PTX
-                raise DeviceError(e.code, f"{e.message}; {self.notes[-1].removeprefix(name + ': ')}") from None
+            if unused:      # the input's error says why its record did not stand in for its PTX
+                raise DeviceError(e.code, f"{e.message}; {unused}") from None
             raise
         except NothingForThisDevice as e:
             # Linked from its newer PTX only where the program needs its symbols (the device
@@ -107,21 +108,6 @@ class LinkState:
         else:
             self.inputs.append(LinkInput(name, text, _parse_input(text, name, parse_module)))
         self.bytes += len(data)
-
-    def _captured_ptx(self, name: str, kind: int, data: bytes, record: bytes) -> str | None:
-        """The PTX of a bare cubin input from its JIT-capture record, when the record
-        matches the cubin (tally/jit/ptx_match.py); else None, and the info log says why."""
-        if not record or kind != INPUT_CUBIN:
-            return None
-        try:
-            entries = read_fatbin_entries(data)
-        except FatbinError:
-            return None                  # input_ptx says what is wrong with the input
-        entry, why = captured_ptx(record, entries)
-        if entry is None:
-            self.notes.append(f"{name}: a JIT-capture record came with the cubin but was not used: {why}")
-            return None
-        return decode(record).ptx
 
     def complete(self, verbose: bool, max_registers: int = 0) -> LinkResult:
         """Link what was added (cuLinkComplete); a failed link is a result, not an exception.
@@ -157,6 +143,19 @@ class NothingForThisDevice(Exception):
     architecture. nvcc links the device runtime (cudadevrt: cubins for sm_75..sm_121,
     PTX for compute_121 only) into every -rdc program; a driver uses its sm_90 cubin,
     a PTX-only device can use none of it, and the program needs it only if it calls it."""
+
+
+def _captured_ptx(kind: int, data: bytes, record: bytes) -> tuple[str | None, str]:
+    """(the PTX of a bare cubin input from its JIT-capture record, "") when the record
+    matches the cubin (tally/jit/ptx_match.py); else (None, why not: "" without a record)."""
+    if not record or kind != INPUT_CUBIN:
+        return None, ""
+    try:
+        entries = read_fatbin_entries(data)
+    except FatbinError:
+        return None, ""                  # input_ptx says what is wrong with the input
+    entry, why = captured_ptx(record, entries)
+    return (entry.payload.decode(), "") if entry is not None else (None, why)
 
 
 def kind_by_content(kind: int, data: bytes) -> int:
