@@ -128,6 +128,13 @@ std::vector<uint8_t> jit_record_for(const uint8_t* image, size_t size) {
   return out;
 }
 
+std::vector<uint8_t> image_with_jit_record(const uint8_t* image, size_t size, uint32_t* record_size) {
+  std::vector<uint8_t> out = jit_record_for(image, size);
+  *record_size = static_cast<uint32_t>(out.size());
+  if (!out.empty()) out.insert(out.begin(), image, image + size);
+  return out;
+}
+
 bool jit_record_store(const uint8_t* cubin, size_t size, const char* ptx, size_t ptx_size, const char* producer) {
   const char* dir = capture_dir();
   if (dir == nullptr || size < 4 || std::memcmp(cubin, kElfMagic, 4) != 0) return false;

@@ -17,6 +17,11 @@ bool jit_capture_on();
 // found is touched, so the cache's trimming keeps the records in use.
 std::vector<uint8_t> jit_record_for(const uint8_t* image, size_t size);
 
+// What travels to the server for an input that may be a bare cubin (a module image, a
+// link input): the image followed by its record, with *record_size the record's bytes;
+// empty (and *record_size 0) when jit_record_for finds none, and the image goes alone.
+std::vector<uint8_t> image_with_jit_record(const uint8_t* image, size_t size, uint32_t* record_size);
+
 // "<fnv1a64 16 hex>-<size hex>.rec", the record's file name (records.py: record_name).
 std::string jit_record_name(const uint8_t* image, size_t size);
 

@@ -153,10 +153,9 @@ CUresult add_input(uint64_t link, CUjitInputType type, const uint8_t* data, size
   // have its PTX recorded (jit_capture/): it travels after the input, and the server links
   // that PTX when the record matches the cubin. Whatever the type the job named: the
   // driver takes an input by its content (CuPy passes its cubins as CU_JIT_INPUT_PTX).
-  std::vector<uint8_t> with_record = type == CU_JIT_INPUT_LIBRARY ? std::vector<uint8_t>() : jit_record_for(data, size);
+  const std::vector<uint8_t> with_record =
+      type == CU_JIT_INPUT_LIBRARY ? std::vector<uint8_t>() : image_with_jit_record(data, size, &m.record_size);
   if (!with_record.empty()) {
-    m.record_size = static_cast<uint32_t>(with_record.size());
-    with_record.insert(with_record.begin(), data, data + size);
     data = with_record.data();
     size = with_record.size();
   }

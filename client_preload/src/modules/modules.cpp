@@ -47,10 +47,8 @@ CUresult load_image(const uint8_t* data, size_t size, ModuleObject** out, std::s
   m.size = size;
   // A bare cubin a JIT compiler of the job made may have its PTX recorded
   // (tally/jit/): it travels after the image, and the server decides whether to use it.
-  std::vector<uint8_t> with_record = jit_record_for(data, size);
+  const std::vector<uint8_t> with_record = image_with_jit_record(data, size, &m.record_size);
   if (!with_record.empty()) {
-    m.record_size = static_cast<uint32_t>(with_record.size());
-    with_record.insert(with_record.begin(), data, data + size);
     data = with_record.data();
     size = with_record.size();
   }
