@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "entry_points/dlopen_hook.h"
@@ -36,31 +37,44 @@ bool basename_is_nvrtc(const char* path) {
          (base[sizeof kStem - 1] == '\0' || base[sizeof kStem - 1] == '.');
 }
 
-bool lives_in_nvrtc(void* function) {
-  Dl_info info{};
-  return function != nullptr && dladdr(function, &info) != 0 && info.dli_fname != nullptr &&
-         basename_is_nvrtc(info.dli_fname);
-}
+// The NVRTC functions the client's nvrtcGetCUBIN needs, all from one libnvrtc.
+struct NvrtcFunctions {
+  GetBytesFn get_cubin = nullptr;
+  void* get_cubin_size = nullptr;
+  void* get_ptx_size = nullptr;
+  void* get_ptx = nullptr;
+};
 
-// NVRTC's own `name`: the next definition after this library's (a program linked
-// against libnvrtc), else the one in the libnvrtc loaded privately (a library that
-// depends on it, dlopened without RTLD_GLOBAL: PyTorch's libcaffe2_nvrtc).
-void* real_nvrtc_function(const char* name) {
-  void* next = dlsym(RTLD_NEXT, name);
-  if (lives_in_nvrtc(next)) return next;
-  void* found = nullptr;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) -> int {
-        if (info->dlpi_name == nullptr || !basename_is_nvrtc(info->dlpi_name)) return 0;
-        const DlopenFn open = system_dlopen();  // not this library's: it would hand out the stand-in
-        *static_cast<void**>(out) = open != nullptr ? open(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
-        return *static_cast<void**>(out) != nullptr ? 1 : 0;
-      },
-      &found);
-  if (found == nullptr) return nullptr;
-  void* function = dlsym(found, name);
-  dlclose(found);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
-  return function;
+// NVRTC's own functions, looked up once: in the libnvrtc after this library (a program
+// linked against it), else in the one loaded privately (a library that depends on it,
+// dlopened without RTLD_GLOBAL: PyTorch's libcaffe2_nvrtc).
+const NvrtcFunctions& real_nvrtc() {
+  static const NvrtcFunctions found = [] {
+    std::string path;
+    Dl_info info{};
+    void* next = dlsym(RTLD_NEXT, "nvrtcGetCUBIN");
+    if (next != nullptr && dladdr(next, &info) != 0 && info.dli_fname != nullptr && basename_is_nvrtc(info.dli_fname)) {
+      path = info.dli_fname;
+    } else {
+      dl_iterate_phdr(
+          [](dl_phdr_info* object, size_t, void* out) -> int {
+            if (object->dlpi_name == nullptr || !basename_is_nvrtc(object->dlpi_name)) return 0;
+            *static_cast<std::string*>(out) = object->dlpi_name;
+            return 1;
+          },
+          &path);
+    }
+    const DlopenFn open = system_dlopen();  // not this library's: it would hand out the stand-in
+    void* library = open != nullptr && !path.empty() ? open(path.c_str(), RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+    NvrtcFunctions f;
+    if (library != nullptr) {
+      f = {reinterpret_cast<GetBytesFn>(dlsym(library, "nvrtcGetCUBIN")), dlsym(library, "nvrtcGetCUBINSize"),
+           dlsym(library, "nvrtcGetPTXSize"), dlsym(library, "nvrtcGetPTX")};
+      dlclose(library);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
+    }
+    return f;
+  }();
+  return found;
 }
 
 }  // namespace
@@ -69,8 +83,7 @@ bool names_nvrtc(const char* filename) { return filename != nullptr && basename_
 
 std::string nvrtc_stand_in_for(void* handle) {
   const DlopenFn open = system_dlopen();
-  if (open == nullptr) return "";
-  if (!jit_capture_on()) return "";
+  if (open == nullptr || !jit_capture_on()) return "";
   Dl_info self{};
   if (dladdr(reinterpret_cast<void*>(&names_nvrtc), &self) == 0 || self.dli_fname == nullptr) return "";
   std::string folder = self.dli_fname;
@@ -116,11 +129,10 @@ extern "C" __attribute__((visibility("default"))) void tally_client_record_nvrtc
 
 // What a program or library linked against libnvrtc calls (see nvrtc_capture.h).
 extern "C" __attribute__((visibility("default"))) NvrtcResult nvrtcGetCUBIN(NvrtcProgram program, char* cubin) {
-  static const auto real = reinterpret_cast<GetBytesFn>(real_nvrtc_function("nvrtcGetCUBIN"));
-  if (real == nullptr) return kNvrtcInternalError;  // unreachable: only NVRTC's users call this
-  const NvrtcResult rc = real(program, cubin);
+  const NvrtcFunctions& nvrtc = real_nvrtc();
+  if (nvrtc.get_cubin == nullptr) return kNvrtcInternalError;  // unreachable: only NVRTC's users call this
+  const NvrtcResult rc = nvrtc.get_cubin(program, cubin);
   if (rc == kNvrtcSuccess && cubin != nullptr)
-    tally_client_record_nvrtc_cubin(program, cubin, real_nvrtc_function("nvrtcGetCUBINSize"),
-                                    real_nvrtc_function("nvrtcGetPTXSize"), real_nvrtc_function("nvrtcGetPTX"));
+    tally_client_record_nvrtc_cubin(program, cubin, nvrtc.get_cubin_size, nvrtc.get_ptx_size, nvrtc.get_ptx);
   return rc;
 }
