@@ -96,15 +96,17 @@ def test_a_cubin_compiled_again_replaces_its_record_and_the_cache_keeps_its_boun
 
 def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(server, program, tmp_path):
     env, directory = cache_env(tmp_path)
-    for how in ("linked", "dlopen"):
+
+    def without_capture(how: str) -> subprocess.CompletedProcess:
         cmd = job_command(server.socket, program, how)
         cmd.insert(cmd.index("--"), "--no-jit-capture")
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
+        return subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
+
+    for how in ("linked", "dlopen"):
+        done = without_capture(how)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "load=209" in done.stdout, done.stdout   # CUDA_ERROR_NO_BINARY_FOR_GPU: a cubin, no PTX
-    cmd = job_command(server.socket, program, "rdc")
-    cmd.insert(cmd.index("--"), "--no-jit-capture")
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
+    done = without_capture("rdc")
     assert "linked=209" in done.stdout, done.stdout + done.stderr     # the linker links PTX only
     assert "caller: holds no PTX (cubins: sm_90)" in done.stderr
     assert not directory.exists()
