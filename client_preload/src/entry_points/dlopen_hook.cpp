@@ -111,7 +111,8 @@ __attribute__((noinline)) void* open_nvrtc(DlopenFn next, const char* filename, 
   return wrapped;
 }
 
-// The file this code was loaded from.
+}  // namespace
+
 const char* own_path() {
   static const char* path = [] {
     Dl_info info{};
@@ -120,7 +121,6 @@ const char* own_path() {
   return path;
 }
 
-}  // namespace
 }  // namespace tally::client
 
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* filename, int flags) {

@@ -9,4 +9,7 @@ using DlopenFn = void* (*)(const char*, int);
 // libc's dlopen, or null when it cannot be found (the hook then fails every call).
 DlopenFn system_dlopen();
 
+// The file this library was loaded from (tally's libcuda.so.1), or null.
+const char* own_path();
+
 }  // namespace tally::client

@@ -84,9 +84,9 @@ bool names_nvrtc(const char* filename) { return filename != nullptr && basename_
 std::string nvrtc_stand_in_for(void* handle) {
   const DlopenFn open = system_dlopen();
   if (open == nullptr || !jit_capture_on()) return "";
-  Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&names_nvrtc), &self) == 0 || self.dli_fname == nullptr) return "";
-  std::string folder = self.dli_fname;
+  const char* self = own_path();
+  if (self == nullptr) return "";
+  std::string folder = self;
   folder.resize(folder.rfind('/') + 1);
   for (const char* version : kNvrtcVersions) {
     // The version is the soname's: a handle opened by soname is the same handle
@@ -98,7 +98,7 @@ std::string nvrtc_stand_in_for(void* handle) {
     if (same != handle) continue;
     const std::string stand_in = folder + "libtally-nvrtc.so." + version;
     if (::access(stand_in.c_str(), R_OK) == 0) return stand_in;
-    trace_line("jit capture: no %s beside %s; NVRTC's cubins go unrecorded", stand_in.c_str(), self.dli_fname);
+    trace_line("jit capture: no %s beside %s; NVRTC's cubins go unrecorded", stand_in.c_str(), self);
     return "";
   }
   trace_line("jit capture: an NVRTC tally has no stand-in for (sonames libnvrtc.so.13, .12, .11.2 known)");
