@@ -67,10 +67,16 @@ def test_library_exports_exactly_the_driver_symbols_and_its_own():
     cupti = {name for name in extra if name.startswith("cupti")}
     assert cupti <= declared_cupti_symbols(), sorted(cupti - declared_cupti_symbols())
     assert KINETO_CUPTI_IMPORTS <= cupti, sorted(KINETO_CUPTI_IMPORTS - cupti)
-    # the dlopen hook, the device files' stand-ins (device_files.cpp), tally's own, and
-    # NVRTC's nvrtcGetCUBIN with the recorder tally's NVRTC stand-in calls (src/jit_capture/)
+    # the dlopen hook, the device files' stand-ins (device_files.cpp), tally's own, NVRTC's
+    # nvrtcGetCUBIN with the recorder tally's NVRTC stand-in calls, and nvJitLink's versioned
+    # names (12.0 to 13.9) with the hooks tally's nvJitLink stand-in calls (src/jit_capture/)
+    nvjitlink = {f"__nvJitLink{fn}_{major}_{minor}" for fn in ("Create", "AddData", "AddFile", "GetLinkedCubin",
+                                                               "Destroy")
+                 for major in (12, 13) for minor in range(10)}
     assert extra - cupti == {"dlopen", "stat", "stat64", "access", "tally_client_version", "tally_client_ping",
-                             "tally_client_notify", "nvrtcGetCUBIN", "tally_client_record_nvrtc_cubin"}
+                             "tally_client_notify", "nvrtcGetCUBIN", "tally_client_record_nvrtc_cubin",
+                             *nvjitlink, "tally_client_nvjitlink_created", "tally_client_nvjitlink_input",
+                             "tally_client_nvjitlink_cubin", "tally_client_nvjitlink_destroyed"}
     for name in ("cuMemAlloc", "cuMemAlloc_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemcpyHtoD_v2_ptds",
                  "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable", "cuCtxGetDevice_v2",
                  "cuProfilerStart"):

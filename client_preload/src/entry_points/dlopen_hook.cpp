@@ -2,9 +2,9 @@
 // the real driver (basename libcuda.so, libcuda.so.1 or libcuda.so.<version>, with
 // or without a directory) yields this library instead, so a framework that
 // dlopens /usr/lib/x86_64-linux-gnu/libcuda.so.1 by absolute path still lands on
-// tally. Opening NVRTC (libnvrtc.so[.<version>]) with JIT capture on yields tally's
-// stand-in in front of it (jit_capture/nvrtc_capture.h). Everything else goes to the
-// next dlopen (libc's).
+// tally. Opening a JIT compiler's library (NVRTC, nvJitLink) with JIT capture on
+// yields tally's stand-in in front of it (jit_capture/stand_ins.h). Everything else
+// goes to the next dlopen (libc's).
 #include "entry_points/dlopen_hook.h"
 
 #include <dlfcn.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "jit_capture/jit_records.h"
-#include "jit_capture/nvrtc_capture.h"
+#include "jit_capture/stand_ins.h"
 #include "logging/log.h"
 #include "logging/trace.h"
 
@@ -90,19 +90,36 @@ void* open_as(DlopenFn next, const char* filename, int flags, const void* caller
   return next(filename, flags);
 }
 
-// NVRTC opened with JIT capture on: the real one, found as the caller would have, with
-// tally's stand-in in front of it (jit_capture/nvrtc_capture.h) when there is one.
-__attribute__((noinline)) void* open_nvrtc(DlopenFn next, const char* filename, int flags, const void* caller) {
-  void* real = open_as(next, filename, flags, caller);
+// A JIT compiler's library opened with JIT capture on: the real one, found as the caller
+// would have, with tally's stand-in in front of it (jit_capture/stand_ins.h) when there is one.
+// The real library opened as the job asked, for when no stand-in goes in front of it:
+// `local` (opened without RTLD_GLOBAL) made global if the job asked for that.
+void* as_asked(DlopenFn next, void* local, int flags) {
+  if ((flags & RTLD_GLOBAL) == 0) return local;
+  link_map* map = nullptr;
+  if (dlinfo(local, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr) return local;
+  void* global = next(map->l_name, flags | RTLD_NOLOAD);  // RTLD_NOLOAD | RTLD_GLOBAL: made global
+  if (global == nullptr) return local;
+  dlclose(local);
+  return global;
+}
+
+__attribute__((noinline)) void* open_with_stand_in(const StandIn& library, DlopenFn next, const char* filename,
+                                                   int flags, const void* caller) {
+  // Opened local first: a job that asks for RTLD_GLOBAL (cuda-pathfinder does) and looks
+  // names up with RTLD_DEFAULT (cuda-bindings does, before its handle) must find the
+  // stand-in's definitions first, so the stand-in joins the global scope before the real
+  // library, as its dependency, when it is opened below.
+  void* real = open_as(next, filename, flags & ~RTLD_GLOBAL, caller);
   if (real == nullptr) return nullptr;  // dlerror() says why, as it would have
-  const std::string stand_in = nvrtc_stand_in_for(real);
+  const std::string stand_in = stand_in_path(library, real);
   dlerror();  // the misses of the probes (RTLD_NOLOAD) are not the job's: its dlopen succeeds
-  if (stand_in.empty()) return real;
-  // RTLD_NOLOAD asked whether NVRTC is loaded: it is, so its stand-in is the answer
+  if (stand_in.empty()) return as_asked(next, real, flags);
+  // RTLD_NOLOAD asked whether the library is loaded: it is, so its stand-in is the answer
   void* wrapped = next(stand_in.c_str(), flags & ~RTLD_NOLOAD);
   if (wrapped == nullptr) {
     trace_line("jit capture: %s did not load (%s); %s is used as is", stand_in.c_str(), dlerror(), filename);
-    return real;
+    return as_asked(next, real, flags);
   }
   dlclose(real);  // the stand-in depends on it: it stays as long as the job's handle
   Dl_info from{};
@@ -134,8 +151,8 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* filen
     const char* self = own_path();
     if (self != nullptr && std::strcmp(self, filename) != 0) return next(self, flags);
   }
-  if (names_nvrtc(filename) && jit_capture_on())
-    return open_nvrtc(next, filename, flags, __builtin_return_address(0));
+  if (const StandIn* library = stand_in_library(filename); library != nullptr && jit_capture_on())
+    return open_with_stand_in(*library, next, filename, flags, __builtin_return_address(0));
 #ifdef __OPTIMIZE__
   // A tail call (GCC makes it one from -O1 on; tests/test_client_dlopen.py checks what
   // depends on it): libc's dlopen then sees the job's return address, not ours, and

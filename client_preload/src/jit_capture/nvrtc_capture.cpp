@@ -1,8 +1,6 @@
 #include "jit_capture/nvrtc_capture.h"
 
 #include <dlfcn.h>
-#include <link.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +10,7 @@
 
 #include "entry_points/dlopen_hook.h"
 #include "jit_capture/jit_records.h"
+#include "jit_capture/stand_ins.h"
 #include "logging/trace.h"
 
 namespace tally::client {
@@ -25,18 +24,6 @@ constexpr NvrtcResult kNvrtcInternalError = 11;  // NVRTC_ERROR_INTERNAL_ERROR
 using GetBytesFn = NvrtcResult (*)(NvrtcProgram, char*);
 using GetSizeFn = NvrtcResult (*)(NvrtcProgram, size_t*);
 
-// The sonames of the NVRTC versions tally has a stand-in for (CMakeLists.txt builds
-// libtally-nvrtc.so.<each>): CUDA 11.2 to 11.8, 12.x, 13.x.
-constexpr const char* kNvrtcVersions[] = {"13", "12", "11.2"};
-
-bool basename_is_nvrtc(const char* path) {
-  const char* slash = std::strrchr(path, '/');
-  const char* base = slash != nullptr ? slash + 1 : path;
-  constexpr char kStem[] = "libnvrtc.so";
-  return std::strncmp(base, kStem, sizeof kStem - 1) == 0 &&
-         (base[sizeof kStem - 1] == '\0' || base[sizeof kStem - 1] == '.');
-}
-
 // The NVRTC functions the client's nvrtcGetCUBIN needs, all from one libnvrtc.
 struct NvrtcFunctions {
   GetBytesFn get_cubin = nullptr;
@@ -45,25 +32,10 @@ struct NvrtcFunctions {
   void* get_ptx = nullptr;
 };
 
-// NVRTC's own functions, looked up once: in the libnvrtc after this library (a program
-// linked against it), else in the one loaded privately (a library that depends on it,
-// dlopened without RTLD_GLOBAL: PyTorch's libcaffe2_nvrtc).
+// NVRTC's own functions, looked up once, in the libnvrtc the job loaded (stand_ins.h).
 const NvrtcFunctions& real_nvrtc() {
   static const NvrtcFunctions found = [] {
-    std::string path;
-    Dl_info info{};
-    void* next = dlsym(RTLD_NEXT, "nvrtcGetCUBIN");
-    if (next != nullptr && dladdr(next, &info) != 0 && info.dli_fname != nullptr && basename_is_nvrtc(info.dli_fname)) {
-      path = info.dli_fname;
-    } else {
-      dl_iterate_phdr(
-          [](dl_phdr_info* object, size_t, void* out) -> int {
-            if (object->dlpi_name == nullptr || !basename_is_nvrtc(object->dlpi_name)) return 0;
-            *static_cast<std::string*>(out) = object->dlpi_name;
-            return 1;
-          },
-          &path);
-    }
+    const std::string path = loaded_library("libnvrtc.so", "nvrtcGetCUBIN");
     const DlopenFn open = system_dlopen();  // not this library's: it would hand out the stand-in
     void* library = open != nullptr && !path.empty() ? open(path.c_str(), RTLD_LAZY | RTLD_NOLOAD) : nullptr;
     NvrtcFunctions f;
@@ -78,32 +50,6 @@ const NvrtcFunctions& real_nvrtc() {
 }
 
 }  // namespace
-
-bool names_nvrtc(const char* filename) { return filename != nullptr && basename_is_nvrtc(filename); }
-
-std::string nvrtc_stand_in_for(void* handle) {
-  const DlopenFn open = system_dlopen();
-  if (open == nullptr || !jit_capture_on()) return "";
-  const char* self = own_path();
-  if (self == nullptr) return "";
-  std::string folder = self;
-  folder.resize(folder.rfind('/') + 1);
-  for (const char* version : kNvrtcVersions) {
-    // The version is the soname's: a handle opened by soname is the same handle
-    // when the library is the one already loaded.
-    const std::string soname = std::string("libnvrtc.so.") + version;
-    void* same = open(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-    if (same == nullptr) continue;
-    dlclose(same);
-    if (same != handle) continue;
-    const std::string stand_in = folder + "libtally-nvrtc.so." + version;
-    if (::access(stand_in.c_str(), R_OK) == 0) return stand_in;
-    trace_line("jit capture: no %s beside %s; NVRTC's cubins go unrecorded", stand_in.c_str(), self);
-    return "";
-  }
-  trace_line("jit capture: an NVRTC tally has no stand-in for (sonames libnvrtc.so.13, .12, .11.2 known)");
-  return "";
-}
 
 }  // namespace tally::client
 

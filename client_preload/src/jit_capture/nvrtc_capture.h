@@ -10,23 +10,12 @@
 //   library exports (it is preloaded, so it comes first);
 // - a job that dlopens libnvrtc and looks its functions up in that handle (cuda-
 //   bindings, cuda.core) gets, from tally's dlopen, a small library of tally's
-//   (client_preload/nvrtc/: libtally-nvrtc.so.<NVRTC's soname version>) that
-//   defines nvrtcGetCUBIN and depends on the real libnvrtc, so every other name
+//   (client_preload/nvrtc/: libtally-nvrtc.so.<NVRTC's soname version>, stand_ins.h)
+//   that defines nvrtcGetCUBIN and depends on the real libnvrtc, so every other name
 //   resolves to NVRTC's own.
 // With capture off (tally-run --no-jit-capture: no TALLY_JIT_CAPTURE_DIR) the
 // call is only passed on, and dlopen hands out the real libnvrtc.
 #pragma once
 
-#include <string>
-
-namespace tally::client {
-
-// Whether `filename` (as given to dlopen) names NVRTC itself: libnvrtc.so[.<version>].
-bool names_nvrtc(const char* filename);
-
-// The path of tally's library standing in for the libnvrtc at `handle` (just opened),
-// or "" when capture is off or tally has none for that NVRTC's version. tally's
-// dlopen (entry_points/dlopen_hook.cpp) opens it in front of the real one.
-std::string nvrtc_stand_in_for(void* handle);
-
-}  // namespace tally::client
+// The client's part is in nvrtc_capture.cpp: the nvrtcGetCUBIN it exports, and
+// tally_client_record_nvrtc_cubin, which the stand-in calls.

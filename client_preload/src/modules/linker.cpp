@@ -222,23 +222,32 @@ CUresult add_to(LinkStateObject* link, CUjitInputType type, const uint8_t* data,
 
 }  // namespace
 
-CUresult link_relocatable_fatbins(const uint64_t* fatbins, std::vector<uint8_t>* image) {
+CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, std::vector<uint8_t>* image,
+                             std::string* error) {
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   const uint64_t link = g_next_link.fetch_add(1, std::memory_order_relaxed);
-  std::string info, error;
+  std::string info;
   CUresult rc = CUDA_SUCCESS;
-  int count = 0;
-  for (; rc == CUDA_SUCCESS && fatbins[count] != 0; ++count) {
-    const auto* fatbin = reinterpret_cast<const uint8_t*>(fatbins[count]);
-    const size_t size = fatbin_bytes(fatbin);
-    rc = size == 0 ? CUDA_ERROR_INVALID_IMAGE
-                   : add_input(link, CU_JIT_INPUT_FATBINARY, fatbin, size,
-                               "relocatable device code " + std::to_string(count + 1), &error);
-  }
-  if (rc == CUDA_SUCCESS) rc = complete(link, LinkOptions{}, image, &info, &error);
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < inputs.size(); ++i)
+    rc = add_input(link, inputs[i].type, inputs[i].data, inputs[i].size, inputs[i].name, error);
+  if (rc == CUDA_SUCCESS) rc = complete(link, LinkOptions{}, image, &info, error);
   Connection::instance().send(protocol::LinkDestroyMsg{link});
+  return rc;
+}
+
+CUresult link_relocatable_fatbins(const uint64_t* fatbins, std::vector<uint8_t>* image) {
+  std::vector<LinkInputBytes> inputs;
+  for (int i = 0; fatbins[i] != 0; ++i) {
+    const auto* fatbin = reinterpret_cast<const uint8_t*>(fatbins[i]);
+    const size_t size = fatbin_bytes(fatbin);
+    if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
+    inputs.push_back({CU_JIT_INPUT_FATBINARY, fatbin, size, "relocatable device code " + std::to_string(i + 1)});
+  }
+  std::string error;
+  const CUresult rc = link_through_server(inputs, image, &error);
   if (rc != CUDA_SUCCESS)
-    log_error("linking the program's relocatable device code (nvcc -rdc=true, %d translation units) failed: %s", count,
-              error.empty() ? "no reason given" : error.c_str());
+    log_error("linking the program's relocatable device code (nvcc -rdc=true, %zu translation units) failed: %s",
+              inputs.size(), error.empty() ? "no reason given" : error.c_str());
   return rc;
 }
 

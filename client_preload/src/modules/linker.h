@@ -3,12 +3,29 @@
 // passed (log buffers it owns, output slots it reads back) and the linked image,
 // which lives as long as its link state.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "driver_headers.h"
 
 namespace tally::client {
+
+// One input of a link tally makes for itself, as cuLinkAddData takes it.
+struct LinkInputBytes {
+  CUjitInputType type;
+  const uint8_t* data;
+  size_t size;
+  std::string name;
+};
+
+// Links `inputs` on the server, as cuLinkCreate/AddData/Complete would, without a link
+// state the application sees (nor a current context): *image is the linked PTX,
+// *error what the server said when it failed. CUDA_ERROR_NOT_INITIALIZED before the
+// client has connected.
+CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, std::vector<uint8_t>* image,
+                             std::string* error);
 
 // Links an -rdc program's relocatable fatbins (the NULL-terminated array a version-2
 // fatbin wrapper points at) into one image for the module loader.
