@@ -64,6 +64,21 @@ def nvrtc_home() -> Path:
                 "pip install -e '.[test]' (nvidia-cuda-nvrtc)")
 
 
+@pytest.fixture(scope="session")
+def nvjitlink_home() -> Path:
+    """The folder of nvJitLink 13 as its wheel (nvidia-nvjitlink, a test requirement) installs
+    it: include/nvJitLink.h and lib/libnvJitLink.so.13 (the CUDA toolkit here has neither)."""
+    try:
+        import nvidia
+    except ImportError:
+        pytest.fail("nvJitLink's wheel is missing: pip install -e '.[test]' (nvidia-nvjitlink)")
+    for root in map(Path, nvidia.__path__):
+        if (root / "cu13" / "include" / "nvJitLink.h").is_file() and (root / "cu13" / "lib" / "libnvJitLink.so.13").exists():
+            return root / "cu13"
+    pytest.fail(f"no cu13/include/nvJitLink.h with lib/libnvJitLink.so.13 under {list(nvidia.__path__)}: "
+                "pip install -e '.[test]' (nvidia-nvjitlink)")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_caches(tmp_path_factory):
     """Keep tests (and the servers they start) out of the user's caches."""

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -82,16 +83,27 @@ int driver_input_type(int kind) {
   }
 }
 
-std::string text_of(const std::vector<uint8_t>& bytes) {
-  const auto end = std::find(bytes.begin(), bytes.end(), uint8_t{0});
-  return std::string(bytes.begin(), end);
+std::string text_of(const uint8_t* bytes, size_t size) {
+  return std::string(reinterpret_cast<const char*>(bytes), strnlen(reinterpret_cast<const char*>(bytes), size));
 }
 
-// The PTX of an LTO link: nvJitLink's own, from a second link of the same inputs with
-// the job's options and -ptx. `lookup` finds the real nvJitLink's functions named
-// <prefix>nvJitLink<Function><suffix>, as the job called them.
-bool lto_ptx(const Link& link, TallyNvJitLinkLookupFn lookup, const std::string& prefix, const std::string& suffix,
-             std::string* ptx, std::string* why) {
+// The register cap the job's options ask of every kernel (-maxrregcount=N), 0 for none:
+// what the cubin was built with travels in the recorded PTX (.maxnreg), as a cuLink with
+// CU_JIT_MAX_REGISTERS gets it, so the kernels' attributes say what the job asked for.
+unsigned register_cap(const std::vector<std::string>& options) {
+  constexpr char kOption[] = "-maxrregcount=";
+  unsigned cap = 0;
+  for (const std::string& o : options)
+    if (o.rfind(kOption, 0) == 0) cap = static_cast<unsigned>(std::strtoul(o.c_str() + sizeof kOption - 1, nullptr, 10));
+  return cap;
+}
+
+// The PTX of a link's LTO-IR inputs: nvJitLink's own, from a second link of those inputs
+// with the job's options and -ptx (which takes LTO-IR only; what the other inputs define
+// stays declared, for tally's linker). `lookup` finds the real nvJitLink's functions
+// named <prefix>nvJitLink<Function><suffix>, as the job called them.
+bool lto_ptx(const Link& link, const std::vector<const Input*>& lto_inputs, TallyNvJitLinkLookupFn lookup,
+             const std::string& prefix, const std::string& suffix, std::string* ptx, std::string* why) {
   auto fn = [&](const char* function) { return lookup((prefix + "nvJitLink" + function + suffix).c_str()); };
   auto create = reinterpret_cast<TallyNvJitLinkCreateFn>(fn("Create"));
   auto add = reinterpret_cast<TallyNvJitLinkAddDataFn>(fn("AddData"));
@@ -116,8 +128,8 @@ bool lto_ptx(const Link& link, TallyNvJitLinkLookupFn lookup, const std::string&
     return false;
   }
   int rc = 0;
-  for (const Input& input : link.inputs)
-    if (rc == 0) rc = add(handle, input.type, input.bytes.data(), input.bytes.size(), input.name.c_str());
+  for (const Input* input : lto_inputs)
+    if (rc == 0) rc = add(handle, input->type, input->bytes.data(), input->bytes.size(), input->name.c_str());
   size_t size = 0;
   if (rc == 0) rc = complete(handle);
   if (rc == 0) rc = ptx_size(handle, &size);
@@ -143,34 +155,56 @@ bool ptx_of(const Link& link, TallyNvJitLinkLookupFn lookup, const std::string& 
     *why = "the link had no inputs tally saw";
     return false;
   }
-  bool lto = false;
+  std::vector<const Input*> lto_inputs;
   for (const Input& input : link.inputs) {
     const int kind = kind_of(input);
     if (kind == kInputIndex) {
       *why = "an index file (" + input.name + ") names its inputs, which tally does not follow";
       return false;
     }
-    lto = lto || kind == kInputLtoir;
+    if (kind == kInputLtoir) lto_inputs.push_back(&input);
   }
-  if (lto) return lto_ptx(link, lookup, prefix, suffix, ptx, why);
-  if (link.inputs.size() == 1 && kind_of(link.inputs[0]) == kInputPtx) {
-    *ptx = text_of(link.inputs[0].bytes);
+  // The LTO-IR inputs become one PTX input, where the first of them was.
+  std::string lto_text;
+  if (!lto_inputs.empty() && !lto_ptx(link, lto_inputs, lookup, prefix, suffix, &lto_text, why)) return false;
+  std::vector<LinkInputBytes> inputs;
+  for (const Input& input : link.inputs) {
+    if (&input == (lto_inputs.empty() ? nullptr : lto_inputs[0])) {
+      inputs.push_back({CU_JIT_INPUT_PTX, reinterpret_cast<const uint8_t*>(lto_text.data()), lto_text.size(),
+                        "the LTO-IR inputs' PTX"});
+    } else if (kind_of(input) != kInputLtoir) {
+      inputs.push_back({static_cast<CUjitInputType>(driver_input_type(kind_of(input))), input.bytes.data(),
+                        input.bytes.size(), input.name});
+    }
+  }
+  const unsigned max_registers = register_cap(link.options);
+  if (inputs.size() == 1 && inputs[0].type == CU_JIT_INPUT_PTX && max_registers == 0) {
+    *ptx = text_of(inputs[0].data, inputs[0].size);
     return true;
   }
-  std::vector<LinkInputBytes> inputs;
-  for (const Input& input : link.inputs)
-    inputs.push_back({static_cast<CUjitInputType>(driver_input_type(kind_of(input))), input.bytes.data(),
-                      input.bytes.size(), input.name});
   std::vector<uint8_t> image;
   std::string error;
-  const CUresult rc = link_through_server(inputs, &image, &error);
+  const CUresult rc = link_through_server(inputs, max_registers, &image, &error);
   if (rc != CUDA_SUCCESS) {
     *why = "tally's linker could not link the inputs (CUresult " + std::to_string(rc) + (error.empty() ? "" : ": ") +
            error + ")";
     return false;
   }
-  *ptx = text_of(image);
+  *ptx = text_of(image.data(), image.size());
   return true;
+}
+
+// "PTX jit.ptx, LTO-IR 2.ltoir": what the link's inputs are, for the trace.
+std::string input_kinds(const Link& link) {
+  std::string out;
+  for (const Input& input : link.inputs) {
+    static const char* const kNames[] = {"none", "cubin", "PTX", "LTO-IR", "fatbin", "object", "library", "index"};
+    const int kind = kind_of(input);
+    if (!out.empty()) out += ", ";
+    out += kind >= 0 && kind < 8 ? kNames[kind] : "?";
+    out += " " + (input.name.empty() ? std::string("(unnamed)") : input.name);
+  }
+  return out;
 }
 
 // Whether the cache already holds this cubin's record (the same link made again).
@@ -238,8 +272,8 @@ extern "C" __attribute__((visibility("default"))) void tally_client_nvjitlink_cu
   if (recorded(bytes, size)) return;
   std::string ptx, why;
   if (!ptx_of(link, lookup, p, s, &ptx, &why)) {
-    trace_line("jit capture: nvJitLink's cubin (%zu bytes, %zu inputs) goes unrecorded: %s", size, link.inputs.size(),
-               why.c_str());
+    trace_line("jit capture: nvJitLink's cubin (%zu bytes; inputs: %s) goes unrecorded: %s", size,
+               input_kinds(link).c_str(), why.c_str());
     return;
   }
   jit_record_store(bytes, size, ptx.data(), ptx.size(), "nvjitlink");  // it traces what it wrote

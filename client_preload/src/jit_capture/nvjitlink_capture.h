@@ -6,14 +6,15 @@
 // before. The client follows each nvJitLink link (nvjitlink_forwarders.h: its
 // options and inputs) and, when the job takes the linked cubin, records the PTX the
 // cubin was made from (jit_records.h):
+// - LTO-IR inputs (-lto) first become PTX: nvJitLink's own, asked for in a second link
+//   of those inputs with the job's options and -ptx (numba-cuda compiles its kernels to
+//   LTO-IR when they link other files);
 // - one PTX input: that PTX;
 // - several inputs (PTX, fatbins, cubins with records of their own, libraries such as
-//   libcudadevrt.a): the PTX tally's own linker makes of them (the server links them as
-//   it links cuLink*'s inputs, modules/linker.h);
-// - LTO-IR inputs (-lto): the PTX nvJitLink itself makes of them, asked for in a second
-//   link of the same inputs with the job's options and -ptx.
+//   libcudadevrt.a), or a register cap (-maxrregcount): the PTX tally's own linker makes
+//   of them (the server links them as it links cuLink*'s inputs, modules/linker.h).
 // A link tally cannot make PTX of (an input it cannot read, an LTO link that gives no
-// PTX, a job not yet connected to the server) is left unrecorded, with the reason in
+// PTX, inputs tally's linker refuses) is left unrecorded, with the reason in
 // tally's trace; the cubin still runs where a cubin can.
 //
 // How the job's calls reach this: the client exports nvJitLink's versioned names (what

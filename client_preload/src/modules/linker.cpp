@@ -222,15 +222,23 @@ CUresult add_to(LinkStateObject* link, CUjitInputType type, const uint8_t* data,
 
 }  // namespace
 
-CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, std::vector<uint8_t>* image,
-                             std::string* error) {
-  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, unsigned max_registers,
+                             std::vector<uint8_t>* image, std::string* error) {
+  // A job may link before its first CUDA call (nvJitLink needs no driver): the server
+  // links, so connect as cuInit would (a second cuInit of the job's finds it connected).
+  if (CUresult rc = Connection::instance().usable(); rc == CUDA_ERROR_NOT_INITIALIZED) {
+    if (CUresult connected = Connection::instance().connect(); connected != CUDA_SUCCESS) return connected;
+  } else if (rc != CUDA_SUCCESS) {
+    return rc;
+  }
   const uint64_t link = g_next_link.fetch_add(1, std::memory_order_relaxed);
   std::string info;
   CUresult rc = CUDA_SUCCESS;
   for (size_t i = 0; rc == CUDA_SUCCESS && i < inputs.size(); ++i)
     rc = add_input(link, inputs[i].type, inputs[i].data, inputs[i].size, inputs[i].name, error);
-  if (rc == CUDA_SUCCESS) rc = complete(link, LinkOptions{}, image, &info, error);
+  LinkOptions options;
+  options.max_registers = max_registers;
+  if (rc == CUDA_SUCCESS) rc = complete(link, options, image, &info, error);
   Connection::instance().send(protocol::LinkDestroyMsg{link});
   return rc;
 }
@@ -244,7 +252,7 @@ CUresult link_relocatable_fatbins(const uint64_t* fatbins, std::vector<uint8_t>*
     inputs.push_back({CU_JIT_INPUT_FATBINARY, fatbin, size, "relocatable device code " + std::to_string(i + 1)});
   }
   std::string error;
-  const CUresult rc = link_through_server(inputs, image, &error);
+  const CUresult rc = link_through_server(inputs, 0, image, &error);
   if (rc != CUDA_SUCCESS)
     log_error("linking the program's relocatable device code (nvcc -rdc=true, %zu translation units) failed: %s",
               inputs.size(), error.empty() ? "no reason given" : error.c_str());

@@ -20,12 +20,13 @@ struct LinkInputBytes {
   std::string name;
 };
 
-// Links `inputs` on the server, as cuLinkCreate/AddData/Complete would, without a link
-// state the application sees (nor a current context): *image is the linked PTX,
-// *error what the server said when it failed. CUDA_ERROR_NOT_INITIALIZED before the
-// client has connected.
-CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, std::vector<uint8_t>* image,
-                             std::string* error);
+// Links `inputs` on the server, as cuLinkCreate/AddData/Complete would (with
+// CU_JIT_MAX_REGISTERS `max_registers`, 0 for none), without a link state the
+// application sees (nor a current context): *image is the linked PTX,
+// *error what the server said when it failed. Connects to the server first if the job
+// has not yet (as cuInit does).
+CUresult link_through_server(const std::vector<LinkInputBytes>& inputs, unsigned max_registers,
+                             std::vector<uint8_t>* image, std::string* error);
 
 // Links an -rdc program's relocatable fatbins (the NULL-terminated array a version-2
 // fatbin wrapper points at) into one image for the module loader.
