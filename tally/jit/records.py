@@ -6,7 +6,8 @@ size, in the file name `<fnv 16 hex>-<size hex>.rec`. The key only finds the
 record; the server trusts it after checking the SHA-256 written inside and the
 kernels themselves (ptx_match.py), so a key collision or an edited file falls back
 to the cubin. client_preload/src/jit_capture/jit_records.cpp computes the same name
-(and writes records of its own: the cubins NVRTC makes, nvrtc_capture.cpp).
+(and writes records of its own: the cubins NVRTC and nvJitLink make, nvrtc_capture.cpp and
+nvjitlink_capture.cpp).
 
 File layout (text header, then the PTX as the compiler wrote it):
 
