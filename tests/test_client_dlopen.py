@@ -87,3 +87,27 @@ def test_nvrtc_opened_with_jit_capture_gets_tallys_stand_in_in_front_of_it(runpa
     off = run_client(program, *args)
     assert off.value("opened") == "set", off.stdout
     assert off.value("nvrtcGetCUBIN") == off.value("nvrtcVersion") == real
+
+
+def test_nvjitlink_opened_with_jit_capture_gets_tallys_stand_in_in_front_of_it(runpath_libraries, nvjitlink_home,
+                                                                               tmp_path):
+    """The same for nvJitLink: libtally-nvjitlink.so.13 defines the calls JIT capture follows
+    (plain and versioned names), every other name is nvJitLink's own."""
+    inner = runpath_libraries / "inner"
+    link = inner / "libnvJitLink.so.13"
+    if not link.exists():
+        link.symlink_to(nvjitlink_home / "lib" / "libnvJitLink.so.13")
+    program = build_c("dlopen_runpath.c")
+    real = str(link)
+    stand_in = str(LIB_DIR / "libtally-nvjitlink.so.13")
+    args = (runpath_libraries / "libouter.so", "libnvJitLink.so.13", "nvJitLinkCreate", "__nvJitLinkAddData_13_0",
+            "nvJitLinkGetLinkedCubin", "nvJitLinkComplete", "nvJitLinkVersion")
+    on = run_client(program, *args, env={"TALLY_JIT_CAPTURE_DIR": str(tmp_path / "records")})
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert on.value("opened") == "set", on.stdout
+    assert on.value("nvJitLinkCreate") == on.value("__nvJitLinkAddData_13_0") == stand_in
+    assert on.value("nvJitLinkGetLinkedCubin") == stand_in
+    assert on.value("nvJitLinkComplete") == real and on.value("nvJitLinkVersion") == real
+    off = run_client(program, *args)
+    assert off.value("opened") == "set", off.stdout
+    assert off.value("nvJitLinkCreate") == off.value("nvJitLinkVersion") == real
