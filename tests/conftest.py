@@ -53,30 +53,23 @@ def ptxas() -> str:
 def nvrtc_home() -> Path:
     """The folder of NVRTC 13 as its wheel (nvidia-cuda-nvrtc, a test requirement) installs
     it: include/nvrtc.h and lib/libnvrtc.so.13 (the CUDA toolkit here has no NVRTC)."""
-    try:
-        import nvidia
-    except ImportError:
-        pytest.fail("NVRTC's wheel is missing: pip install -e '.[test]' (nvidia-cuda-nvrtc)")
-    for root in map(Path, nvidia.__path__):
-        if (root / "cu13" / "include" / "nvrtc.h").is_file() and (root / "cu13" / "lib" / "libnvrtc.so.13").exists():
-            return root / "cu13"
-    pytest.fail(f"no cu13/include/nvrtc.h with lib/libnvrtc.so.13 under {list(nvidia.__path__)}: "
-                "pip install -e '.[test]' (nvidia-cuda-nvrtc)")
+    return _wheel_home("nvrtc.h", "libnvrtc.so.13", "nvidia-cuda-nvrtc")
 
 
 @pytest.fixture(scope="session")
 def nvjitlink_home() -> Path:
     """The folder of nvJitLink 13 as its wheel (nvidia-nvjitlink, a test requirement) installs
     it: include/nvJitLink.h and lib/libnvJitLink.so.13 (the CUDA toolkit here has neither)."""
-    try:
-        import nvidia
-    except ImportError:
-        pytest.fail("nvJitLink's wheel is missing: pip install -e '.[test]' (nvidia-nvjitlink)")
-    for root in map(Path, nvidia.__path__):
-        if (root / "cu13" / "include" / "nvJitLink.h").is_file() and (root / "cu13" / "lib" / "libnvJitLink.so.13").exists():
-            return root / "cu13"
-    pytest.fail(f"no cu13/include/nvJitLink.h with lib/libnvJitLink.so.13 under {list(nvidia.__path__)}: "
-                "pip install -e '.[test]' (nvidia-nvjitlink)")
+    return _wheel_home("nvJitLink.h", "libnvJitLink.so.13", "nvidia-nvjitlink")
+
+
+def _wheel_home(header: str, library: str, wheel: str) -> Path:
+    from e2e_helpers import cuda_wheel_home
+    home = cuda_wheel_home(header, library)
+    if home is None:
+        pytest.fail(f"no cu13/include/{header} with lib/{library} in the nvidia package: "
+                    f"pip install -e '.[test]' ({wheel})")
+    return home
 
 
 @pytest.fixture(autouse=True, scope="session")

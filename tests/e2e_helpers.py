@@ -106,6 +106,19 @@ class Job:
         return [int(self.value(k), 0) for k in keys]
 
 
+def cuda_wheel_home(header: str, library: str) -> Path | None:
+    """The cu13 folder of NVIDIA's pip wheels (nvidia-cuda-nvrtc, nvidia-nvjitlink, ...) that
+    holds include/<header> and lib/<library>, or None."""
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in map(Path, nvidia.__path__):
+        if (root / "cu13" / "include" / header).is_file() and (root / "cu13" / "lib" / library).exists():
+            return root / "cu13"
+    return None
+
+
 def job_command(socket: Path, program: Path, *args, priority: str | None = None,
                 quota: str | None = None, sm_percent: float | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket)]

@@ -13,7 +13,9 @@
 // -lnvJitLink: the header's inline functions call its versioned names); dlopen (built
 // without): libnvJitLink opened RTLD_GLOBAL and its plain names looked up with
 // RTLD_DEFAULT, as cuda-bindings does.
-// Prints cubin=<bytes>, load=<CUresult of cuModuleLoadData>, then with a module
+// Prints cubin=<bytes>, link_us=<microseconds from nvJitLinkCreate to the cubin in hand,
+// what JIT capture adds to a link: bench/bench_jit_capture.py>, load=<CUresult of
+// cuModuleLoadData>, then with a module
 // checked=<n> bad=<n>. Exits 0 unless an NVRTC or nvJitLink call, or a call after the
 // load, fails.
 #include <cuda.h>
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <string>
 #include <vector>
@@ -142,6 +146,7 @@ std::vector<char> compile(const char* source, const char* name, const char* arch
 // The linked cubin of `inputs` (the last one added as a file when `last_as_file`).
 std::vector<char> link(const NvJitLink& j, const char* sm, bool lto, nvJitLinkInputType type,
                        const std::vector<std::vector<char>>& inputs, bool last_as_file) {
+  const auto started = std::chrono::steady_clock::now();
   nvJitLinkHandle handle;
   std::vector<const char*> options = {sm};
   if (lto) options.push_back("-lto");
@@ -172,6 +177,8 @@ std::vector<char> link(const NvJitLink& j, const char* sm, bool lto, nvJitLinkIn
   CALL(j.cubin_size(handle, &size));
   std::vector<char> cubin(size);
   CALL(j.cubin(handle, cubin.data()));
+  const auto took = std::chrono::steady_clock::now() - started;
+  printf("link_us=%lld\n", (long long)std::chrono::duration_cast<std::chrono::microseconds>(took).count());
   CALL(j.destroy(&handle));
   return cubin;
 }
