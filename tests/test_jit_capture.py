@@ -161,6 +161,25 @@ def test_records_that_do_not_match_their_cubin_are_refused(tmp_path, vadd_ptx, p
     assert "not a JIT-capture record" in why
 
 
+def test_a_cubin_may_hold_the_device_runtimes_own_kernels_beyond_its_record(tmp_path, vadd_ptx, ptxas):
+    """nvJitLink keeps libcudadevrt's whole objects, so its cubin holds the device runtime's
+    file-static kernels, which tally's linker leaves out of the record's PTX: no job can
+    name them, so the record still matches. Any other kernel in the cubin alone refuses it."""
+    ptx = vadd_ptx.read_text()
+    start = ptx.index(".visible .entry vadd(")
+    entry = ptx[start:]
+    internal = "__nv_static_52__f4510a67_22_cuda_device_runtime_cu_3ecce0c0_2317245__Z6helperv"
+    for extra, accepted in ((internal, True), ("other", False)):
+        source = tmp_path / f"{extra[:5]}.ptx"
+        source.write_text(ptx + "\n" + entry.replace("vadd", extra))
+        out = tmp_path / f"{extra[:5]}.cubin"
+        assert assemble(source, out, tmp_path / "c", ptxas).returncode == 0
+        why = mismatch(ptx, out.read_bytes())
+        assert (why == "") == accepted, why
+        if not accepted:
+            assert "only in the cubin: other" in why
+
+
 def _device(cc=(9, 0)) -> DeviceDescription:
     return DeviceDescription(name="test", uuid=bytes(16), total_memory=1 << 30, compute_capability=cc,
                              sm_count=4, driver_version=13000)

@@ -6,7 +6,11 @@ and the reason is logged:
   no record);
 - the record decodes and its SHA-256 is the cubin's (the file name is only a key);
 - the PTX parses, and its `.entry` kernels are the cubin's kernels, by name, with
-  the same parameter layout (offset and size of each parameter).
+  the same parameter layout (offset and size of each parameter). The one exception:
+  kernels of the device runtime's own (libcudadevrt's file-static helpers, which a
+  linker that keeps the library's whole objects, as nvJitLink does, leaves in the
+  cubin where tally's linker keeps only what the program reaches) may be in the cubin
+  alone: no job can name them.
 """
 from __future__ import annotations
 
@@ -62,9 +66,9 @@ def mismatch(ptx: str, cubin: bytes) -> str:
             in_ptx[entry.name] = [(slot.offset, slot.size) for slot in param_layout(entry)]
         except ValueError as e:
             return f"kernel {entry.name} of the record's PTX has no parameter layout: {e}"
-    if set(in_ptx) != set(in_cubin):
-        only_ptx = sorted(set(in_ptx) - set(in_cubin))
-        only_cubin = sorted(set(in_cubin) - set(in_ptx))
+    only_ptx = sorted(set(in_ptx) - set(in_cubin))
+    only_cubin = sorted(name for name in set(in_cubin) - set(in_ptx) if not _device_runtime_internal(name))
+    if only_ptx or only_cubin:
         return f"the record's kernels differ from the cubin's (only in the PTX: {_names(only_ptx)}; " \
                f"only in the cubin: {_names(only_cubin)})"
     for name, layout in in_ptx.items():
@@ -72,6 +76,12 @@ def mismatch(ptx: str, cubin: bytes) -> str:
             return f"kernel {name}'s parameters differ: the PTX lays them out as {layout}, " \
                    f"the cubin as {list(map(tuple, in_cubin[name]))}"
     return ""
+
+
+def _device_runtime_internal(name: str) -> bool:
+    """A kernel of libcudadevrt's own translation unit, file-static (nvcc names such a kernel
+    __nv_static_<n>__<hash>_<length>_cuda_device_runtime_cu_...)."""
+    return name.startswith("__nv_static_") and "_cuda_device_runtime_cu_" in name
 
 
 def _names(names: list[str]) -> str:
