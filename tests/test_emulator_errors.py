@@ -238,6 +238,48 @@ def test_unsupported_instruction_fails_only_that_kernel(backend, faults, vector_
     _vector_add_works(backend, vector_add, stream)
 
 
+WIDENED_SHARED_PTX = """.version 8.0
+.target sm_90
+.address_size 64
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry widened(.param .u64 out, .param .u32 offset)
+{
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<2>;
+	ld.param.u64 %rd1, [out];
+	cvta.to.global.u64 %rd1, %rd1;
+	ld.param.u32 %r1, [offset];
+	mov.u32 %r2, dyn;
+	add.u32 %r2, %r2, %r1;
+	mov.u32 %r3, 7;
+	st.shared.u32 [dyn+24], %r3;
+	ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r2];
+	st.global.v4.u32 [%rd1], {%r4, %r5, %r6, %r7};
+	ret;
+}
+"""
+
+
+def test_a_block_may_touch_the_rest_of_its_shared_memorys_allocation_unit(backend, stream):
+    """As on a GPU, which gives a block shared memory in 128-byte units: a 16-byte load at
+    offset 16 of a 28-byte dynamic array (LLVM widens loads so; nvJitLink's LTO did it to
+    numba-cuda's test_sm) reads the unit's padding as zeros; the next unit faults."""
+    module = backend.module_load(ModuleSource(original=WIDENED_SHARED_PTX.encode(), ptx=WIDENED_SHARED_PTX))
+    fn = backend.module_function(module, "widened")
+    out = backend.mem_alloc(16)
+    backend.launch(fn, (1, 1, 1), (1, 1, 1), 28, stream, struct.pack("<QI", out, 16))
+    got = bytearray(16)
+    backend.memcpy_dtoh_async(memoryview(got), out, stream)
+    backend.stream_synchronize(stream)
+    assert struct.unpack("<4I", got) == (0, 0, 7, 0)
+    backend.launch(fn, (1, 1, 1), (1, 1, 1), 28, stream, struct.pack("<QI", out, 128))
+    with pytest.raises(DeviceError) as failure:
+        backend.stream_synchronize(stream)
+    assert failure.value.code == CUDA_ERROR_ILLEGAL_ADDRESS and "shared space" in failure.value.message
+    backend.stream_synchronize(stream)
+    backend.mem_free(out)
+
+
 def test_illegal_address_names_address_thread_and_line(backend, faults, vector_add, stream):
     out = backend.mem_alloc(64)
     error = _launch_fails(backend, faults, stream, "store_index", block=(1, 1, 1),

@@ -156,9 +156,14 @@ void Runner::start_block(uint64_t linear) {
   B.ctaid[1] = static_cast<uint32_t>((linear / c.grid[0]) % c.grid[1]);
   B.ctaid[2] = static_cast<uint32_t>(linear / (static_cast<uint64_t>(c.grid[0]) * c.grid[1]));
   set_cluster_position(B);
+  // A GPU gives a block its shared memory in whole allocation units (128 bytes), so an
+  // access past the bytes asked for but inside the last unit does not fault there; LLVM's
+  // load widening relies on it (nvJitLink's LTO merges a kernel's loads of a 28-byte
+  // dynamic array into two 16-byte ones, numba-cuda's test_sm), so the emulator gives the
+  // same.
   size_t shared_end = prog_.reserved_shared_bytes
                           ? static_cast<size_t>(L_.reserved_shared_begin()) + prog_.reserved_shared_bytes
-                          : static_cast<size_t>(prog_.static_shared_bytes) + c.dynamic_shared;
+                          : static_cast<size_t>(L_.reserved_shared_begin());
   B.shared.assign(shared_end, 0);
   B.live_threads = L_.threads_per_block;
   for (auto& bar : B.barriers) bar = Barrier{};
