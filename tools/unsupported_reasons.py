@@ -72,8 +72,8 @@ RULES = (
          "not yet: kernel-node attributes (planned with CUDA graphs as units)"),
     Rule(r"cuGraph\w*|cuStreamBeginCaptureToGraph|cuStreamUpdateCaptureDependencies",
          "not yet: this graph node form or update (planned with CUDA graphs as units)"),
-    Rule(r"cuMem(Prefetch|Discard|DiscardAndPrefetch)BatchAsync|cuMemcpy(Batch|3DBatch)Async",
-         "not yet: batched copies and prefetches (CUDA 12.8+)"),
+    Rule(r"cuMem(Prefetch|Discard|DiscardAndPrefetch)BatchAsync|cuMemcpy3DBatchAsync",
+         "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)"),
     Rule(r"cuCtx(Record|Wait)Event", "not yet: context-wide events (CUDA 12.5+)"),
     Rule(r"cuLibrary(EnumerateKernels|GetKernelCount|GetManaged|GetUnifiedFunction)|cuModule(EnumerateFunctions"
          r"|GetFunctionCount)",
