@@ -51,7 +51,8 @@ ATTRIBUTE_IDS = {
     "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "MEMORY_POOLS_SUPPORTED": 115,
     "MEMPOOL_SUPPORTED_HANDLE_TYPES": 119, "CLUSTER_LAUNCH": 120,
     "CAN_USE_64_BIT_STREAM_MEM_OPS": 122, "CAN_USE_STREAM_WAIT_VALUE_NOR": 123,
-    "MPS_ENABLED": 133,
+    "MPS_ENABLED": 133, "HOST_NUMA_ID": 134, "HOST_NUMA_MEMORY_POOLS_SUPPORTED": 142,
+    "HOST_MEMORY_POOLS_SUPPORTED": 144,
     "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED": 104, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED": 105,
     "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED": 110, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED": 114,
     "GPU_DIRECT_RDMA_SUPPORTED": 116, "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS": 117, "DMA_BUF_SUPPORTED": 124,
@@ -150,6 +151,9 @@ def synthetic_attributes(compute_capability: tuple[int, int], sm_count: int,
         "RESERVED_SHARED_MEMORY_PER_BLOCK": RESERVED_SHARED_MEMORY_PER_BLOCK, "MEMORY_POOLS_SUPPORTED": 1,
         "CLUSTER_LAUNCH": int(compute_capability >= (9, 0)),
         "MPS_ENABLED": 0,
+        # Pinned host memory pools (location HOST or HOST_NUMA) and managed pools are the
+        # client's (client_preload/src/memory/memory_pools.cpp); the host is one NUMA node, 0.
+        "HOST_NUMA_ID": 0, "HOST_NUMA_MEMORY_POOLS_SUPPORTED": 1, "HOST_MEMORY_POOLS_SUPPORTED": 1,
         # Stream memory operations (wait/write value, batches): every backend runs them;
         # no remote-write flushing (that is GPUDirect RDMA's).
         "CAN_USE_STREAM_MEM_OPS_V1": 1, "CAN_USE_64_BIT_STREAM_MEM_OPS_V1": 1,

@@ -47,41 +47,6 @@ struct Advice {
 std::mutex g_advice_lock;
 std::map<uint64_t, Advice> g_advice;  // managed allocation start -> its advice
 
-CUresult allocate_managed(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
-  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
-  const size_t mapped = page_round(bytes);
-  std::vector<void*> refused;  // kept mapped while trying, so the kernel picks other addresses
-  CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    std::string name;
-    void* p = map_new_shared_object(mapped, &name);
-    if (p == nullptr) break;
-    const uint64_t address = reinterpret_cast<uint64_t>(p);
-    rc = Connection::instance().request_done(protocol::MemAllocManagedMsg{address, bytes, flags, 0}, name.data(),
-                                             static_cast<uint32_t>(name.size()));
-    shm_unlink(name.c_str());  // gone already if the server opened it
-    if (rc == CUDA_SUCCESS) {
-      device_ranges().add(address, bytes, DeviceRangeKind::kManaged);
-      {
-        std::lock_guard lock(g_advice_lock);
-        g_advice[address] = Advice{};
-      }
-      *dptr = address;
-      break;
-    }
-    if (rc != CUDA_ERROR_ALREADY_MAPPED) {
-      munmap(p, mapped);
-      break;
-    }
-    refused.push_back(p);
-    rc = CUDA_ERROR_OUT_OF_MEMORY;  // if no attempt is left
-  }
-  for (void* p : refused) munmap(p, mapped);
-  return rc;
-}
-
 // The managed allocation holding [ptr, ptr + count), or CUDA_ERROR_INVALID_VALUE.
 CUresult managed_range(CUdeviceptr ptr, size_t count, uint64_t* start, uint64_t* size = nullptr) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
@@ -205,6 +170,42 @@ CUresult attach(CUstream stream, CUdeviceptr ptr, size_t length, unsigned flags,
   return stream_id(stream, per_thread, &id);
 }
 }  // namespace
+
+CUresult allocate_managed(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
+  const size_t mapped = page_round(bytes);
+  std::vector<void*> refused;  // kept mapped while trying, so the kernel picks other addresses
+  CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::string name;
+    void* p = map_new_shared_object(mapped, &name);
+    if (p == nullptr) break;
+    const uint64_t address = reinterpret_cast<uint64_t>(p);
+    rc = Connection::instance().request_done(protocol::MemAllocManagedMsg{address, bytes, flags, 0}, name.data(),
+                                             static_cast<uint32_t>(name.size()));
+    shm_unlink(name.c_str());  // gone already if the server opened it
+    if (rc == CUDA_SUCCESS) {
+      device_ranges().add(address, bytes, DeviceRangeKind::kManaged);
+      {
+        std::lock_guard lock(g_advice_lock);
+        g_advice[address] = Advice{};
+      }
+      *dptr = address;
+      break;
+    }
+    if (rc != CUDA_ERROR_ALREADY_MAPPED) {
+      munmap(p, mapped);
+      break;
+    }
+    refused.push_back(p);
+    rc = CUDA_ERROR_OUT_OF_MEMORY;  // if no attempt is left
+  }
+  for (void* p : refused) munmap(p, mapped);
+  return rc;
+}
+
 
 void forget_managed(uint64_t start, uint64_t size) {
   munmap(reinterpret_cast<void*>(start), page_round(size));

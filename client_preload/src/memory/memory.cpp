@@ -47,6 +47,7 @@ CUresult free_now(CUdeviceptr dptr) {
   // cudart frees NULL as a no-op; so does the driver.
   if (dptr == 0) return Connection::instance().usable();
   if (CUresult rc; close_if_imported_pool_pointer(dptr, &rc)) return rc;
+  if (CUresult rc; free_if_host_pool_pointer(dptr, false, nullptr, false, &rc)) return rc;
   if (CUresult rc; free_graph_allocation(dptr, &rc)) return rc;   // marks it freed; its graphs keep the memory
   return free_device_memory(dptr);
 }

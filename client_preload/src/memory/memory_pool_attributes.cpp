@@ -91,8 +91,10 @@ TALLY_ENTRY(cuMemPoolGetAttribute_v11020)(CUmemoryPool pool, CUmemPool_attribute
 TALLY_ENTRY(cuMemPoolSetAccess_v11020)(CUmemoryPool pool, const CUmemAccessDesc_v1* map, size_t count) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   std::unique_lock<std::mutex> lock;
-  if (lock_pool(pool, "cuMemPoolSetAccess", &lock) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemoryPool* object = lock_pool(pool, "cuMemPoolSetAccess", &lock);
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (count > 0 && map == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool on_device = !object->managed() && !object->host();
   for (size_t i = 0; i < count; ++i) {
     if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
       log_error("cuMemPoolSetAccess: entry %zu: only device access can be set (CUDA_ERROR_INVALID_VALUE)", i);
@@ -103,22 +105,28 @@ TALLY_ENTRY(cuMemPoolSetAccess_v11020)(CUmemoryPool pool, const CUmemAccessDesc_
                 map[i].location.id);
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+    if (on_device && map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
       log_error("cuMemPoolSetAccess: entry %zu: the pool's own device keeps read-write access "
                 "(CUDA_ERROR_INVALID_VALUE)", i);
       return CUDA_ERROR_INVALID_VALUE;
     }
+    if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return CUDA_ERROR_INVALID_VALUE;
   }
+  // Kept and read back; tally's device reaches managed and pinned host memory whatever it says.
+  for (size_t i = 0; i < count && !on_device; ++i) object->device_access = map[i].flags;
   return CUDA_SUCCESS;
 }
 
 TALLY_ENTRY(cuMemPoolGetAccess_v11020)(CUmemAccess_flags* flags, CUmemoryPool memPool, CUmemLocation_v1* location) {
   if (CUresult rc = Connection::instance().usable(); rc != CUDA_SUCCESS) return rc;
   std::unique_lock<std::mutex> lock;
-  if (lock_pool(memPool, "cuMemPoolGetAccess", &lock) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemoryPool* object = lock_pool(memPool, "cuMemPoolGetAccess", &lock);
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
   if (location->id != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  *flags = object->device_access;
   return CUDA_SUCCESS;
 }

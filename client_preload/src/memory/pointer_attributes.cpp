@@ -97,7 +97,8 @@ CUresult write_attribute(void* data, CUpointer_attribute attribute, uint64_t ptr
                                               : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      put(data, f.device ? pool_of(f.start) : static_cast<CUmemoryPool>(nullptr));   // the pool it came from
+      // the pool it came from: device, managed or (pinned host memory) a host pool
+      put(data, f.known ? pool_of(f.start) : static_cast<CUmemoryPool>(nullptr));
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;  // P2P tokens and anything newer

@@ -23,6 +23,13 @@ struct MemoryPool {
   // the last reset. Reserved memory is the same: nothing is held back.
   uint64_t used = 0, used_high = 0;
   std::unordered_map<CUdeviceptr, uint64_t> sizes;   // its allocations
+  // Devices' access as cuMemPoolSetAccess set it, for pools not on a device (managed and
+  // host pools), which it may change; a device pool's own device keeps read-write access.
+  CUmemAccess_flags device_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+
+  bool managed() const { return props.allocType == CU_MEM_ALLOCATION_TYPE_MANAGED; }
+  // A pinned host memory pool (location HOST, HOST_NUMA or HOST_NUMA_CURRENT).
+  bool host() const { return !managed() && props.location.type != CU_MEM_LOCATION_TYPE_DEVICE; }
 };
 
 // The live pool behind `pool` with the pools' mutex held in *lock, or nullptr (the
