@@ -90,8 +90,6 @@ void* open_as(DlopenFn next, const char* filename, int flags, const void* caller
   return next(filename, flags);
 }
 
-// A JIT compiler's library opened with JIT capture on: the real one, found as the caller
-// would have, with tally's stand-in in front of it (jit_capture/stand_ins.h) when there is one.
 // The real library opened as the job asked, for when no stand-in goes in front of it:
 // `local` (opened without RTLD_GLOBAL) made global if the job asked for that.
 void* as_asked(DlopenFn next, void* local, int flags) {
@@ -104,6 +102,8 @@ void* as_asked(DlopenFn next, void* local, int flags) {
   return global;
 }
 
+// A JIT compiler's library opened with JIT capture on: the real one, found as the caller
+// would have, with tally's stand-in in front of it (jit_capture/stand_ins.h) when there is one.
 __attribute__((noinline)) void* open_with_stand_in(const StandIn& library, DlopenFn next, const char* filename,
                                                    int flags, const void* caller) {
   // Opened local first: a job that asks for RTLD_GLOBAL (cuda-pathfinder does) and looks

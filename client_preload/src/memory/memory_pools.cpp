@@ -9,8 +9,9 @@
 // and a current pool of their own (cuMemGetDefaultMemPool / cuMemGetMemPool /
 // cuMemSetMemPool with that type or location).
 //
-// A pool is the client's bookkeeping over ordinary device allocations: each one is
-// a MemAlloc the server charges to the job's quota and to the high-priority
+// A pool is the client's bookkeeping over ordinary allocations (a device pool's: device
+// memory; a managed pool's: managed memory; a host pool's: pinned host memory): each
+// device allocation is a MemAlloc the server charges to the job's quota and to the high-priority
 // reserve, so suspension and migration carry it like any other allocation, and a
 // free gives the memory back to the server at once. A pool therefore never holds
 // memory back from other jobs sharing the device: what it has reserved is what is
@@ -27,9 +28,9 @@
 #include "graphs/capture.h"
 #include "graphs/memory_nodes.h"
 #include "logging/log.h"
+#include "generated/entry_points.h"
 #include "memory/device_memory.h"
 #include "memory/managed_memory.h"
-#include "generated/entry_points.h"
 #include "memory/memory_pools.h"
 #include "memory/pool_objects.h"
 #include "streams/stream_ids.h"
@@ -37,23 +38,24 @@
 namespace tally::client {
 namespace {
 
+MemoryPool default_pool_of(CUmemAllocationType type, CUmemLocationType where) {
+  MemoryPool pool;
+  pool.props.allocType = type;
+  pool.props.location = {where, 0};
+  return pool;
+}
+
 MemoryPool g_default_pool;
-MemoryPool g_default_managed_pool{
-    {CU_MEM_ALLOCATION_TYPE_MANAGED, CU_MEM_HANDLE_TYPE_NONE, {CU_MEM_LOCATION_TYPE_NONE, 0}, nullptr, 0, 0, {}}};
+MemoryPool g_default_managed_pool = default_pool_of(CU_MEM_ALLOCATION_TYPE_MANAGED, CU_MEM_LOCATION_TYPE_NONE);
+MemoryPool g_default_host_pool = default_pool_of(CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_HOST);
 std::mutex g_mutex;                                        // guards everything below and every pool's counts
-std::unordered_set<MemoryPool*> g_pools;                  // live pools: a handle is valid iff it is here
+// live pools: a handle is valid iff it is here
+std::unordered_set<MemoryPool*> g_pools{&g_default_pool, &g_default_managed_pool, &g_default_host_pool};
 std::unordered_map<CUdeviceptr, MemoryPool*> g_pool_of;    // allocation -> the pool it came from
 MemoryPool* g_current = &g_default_pool;                   // cuDeviceSetMemPool's
-MemoryPool g_default_host_pool{
-    {CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_NONE, {CU_MEM_LOCATION_TYPE_HOST, 0}, nullptr, 0, 0, {}}};
 MemoryPool* g_current_managed = &g_default_managed_pool;   // cuMemSetMemPool's for managed memory
-const bool g_defaults_live = [] {
-  g_pools.insert({&g_default_pool, &g_default_managed_pool, &g_default_host_pool});
-  return true;
-}();
 MemoryPool* g_current_host = &g_default_host_pool;         // cuMemSetMemPool's for pinned host memory
 
-bool is_managed(const MemoryPool* pool) { return pool->managed(); }
 bool is_default(const MemoryPool* pool) {
   return pool == &g_default_pool || pool == &g_default_managed_pool || pool == &g_default_host_pool;
 }
@@ -169,9 +171,10 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread) {
   return rc;
 }
 
-// The one device is device 0; device memory pools live on it (host pools are not
-// modeled). A managed pool's location is only its memory's preferred place, which changes
-// nothing where nothing migrates (managed_memory.cpp): none, the device, or the host.
+// The one device is device 0, and the host one NUMA node: a device pool lives on device 0,
+// a host pool on the host (any NUMA id names it). A managed pool's location is only its
+// memory's preferred place, which changes nothing where nothing migrates
+// (managed_memory.cpp): none, the device, or the host.
 CUresult check_location(const CUmemLocation* location, CUmemAllocationType type, const char* call) {
   if (location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (type == CU_MEM_ALLOCATION_TYPE_MANAGED) {
