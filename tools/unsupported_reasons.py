@@ -72,8 +72,8 @@ RULES = (
          "not yet: kernel-node attributes (planned with CUDA graphs as units)"),
     Rule(r"cuGraph\w*|cuStreamBeginCaptureToGraph|cuStreamUpdateCaptureDependencies",
          "not yet: this graph node form or update (planned with CUDA graphs as units)"),
-    Rule(r"cuMem(Prefetch|Discard|DiscardAndPrefetch)BatchAsync|cuMemcpy3DBatchAsync",
-         "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)"),
+    Rule(r"cuMem(Prefetch|Discard|DiscardAndPrefetch)BatchAsync",
+         "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)"),
     Rule(r"cuCtx(Record|Wait)Event", "not yet: context-wide events (CUDA 12.5+)"),
     Rule(r"cuLibrary(EnumerateKernels|GetKernelCount|GetManaged|GetUnifiedFunction)|cuModule(EnumerateFunctions"
          r"|GetFunctionCount)",

@@ -57,14 +57,6 @@ CUresult tally_entry_cuMemcpy3DPeerAsync_v7000_ptsz(const CUDA_MEMCPY3D_PEER_v1 
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync_ptsz", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
-CUresult tally_entry_cuMemcpy3DBatchAsync_v12080_ptsz(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, size_t *failIdx, unsigned long long flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_ptsz", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
-}
-CUresult tally_entry_cuMemcpy3DBatchAsync_v13000_ptsz(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, unsigned long long flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2_ptsz", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
-}
 CUresult tally_entry_cuArrayGetSparseProperties_v11010(CUDA_ARRAY_SPARSE_PROPERTIES_v1 *sparseProperties, CUarray array) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuArrayGetSparseProperties", "mipmapped, sparse and planar CUDA arrays: tally keeps a CUDA array as linear device memory (texture and surface objects read it there), with one level and every page present; the kernels of cuBLAS, cuDNN, NCCL, Triton and PyTorch use none (docs: driver census)");
@@ -103,15 +95,15 @@ CUresult tally_entry_cuMemMapArrayAsync_v11010_ptsz(CUarrayMapInfo_v1 *mapInfoLi
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync_ptsz", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuMemDiscardBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync_ptsz", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync_ptsz", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000_ptsz(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync_ptsz", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync_ptsz", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuMulticastCreate_v12010(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop) {
   static tally::client::OnceFlag logged;
@@ -417,14 +409,6 @@ CUresult tally_entry_cuMemcpy3DPeerAsync_v4000(const CUDA_MEMCPY3D_PEER_v1 *pCop
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuMemcpy3DPeerAsync", "several GPUs (peer access, NVLink multicast): one tally-server serves one GPU");
 }
-CUresult tally_entry_cuMemcpy3DBatchAsync_v12080(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, size_t *failIdx, unsigned long long flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
-}
-CUresult tally_entry_cuMemcpy3DBatchAsync_v13000(size_t numParams, CUDA_MEMCPY3D_BATCH_OP_v1 *opList, unsigned long long flags, CUstream hStream) {
-  static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemcpy3DBatchAsync_v2", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
-}
 CUresult tally_entry_cuGraphicsMapResources_v3000(unsigned int count, CUgraphicsResource *resources, CUstream hStream) {
   static tally::client::OnceFlag logged;
   return tally::client::unsupported_entry(logged, "cuGraphicsMapResources", "graphics interop (OpenGL, Vulkan, Direct3D resources): no display on a shared GPU server");
@@ -435,15 +419,15 @@ CUresult tally_entry_cuGraphicsUnmapResources_v3000(unsigned int count, CUgraphi
 }
 CUresult tally_entry_cuMemPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemPrefetchBatchAsync", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuMemDiscardBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardBatchAsync", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuMemDiscardAndPrefetchBatchAsync_v13000(CUdeviceptr_v2 *dptrs, size_t *sizes, size_t count, CUmemLocation_v1 *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   static tally::client::OnceFlag logged;
-  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync", "not yet: batched 3-D copies and prefetches (CUDA 12.8+; cuMemcpyBatchAsync is implemented)");
+  return tally::client::unsupported_entry(logged, "cuMemDiscardAndPrefetchBatchAsync", "not yet: batched prefetches and discards (CUDA 12.8+; batched copies are implemented)");
 }
 CUresult tally_entry_cuSignalExternalSemaphoresAsync_v10000(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_v1 *paramsArray, unsigned int numExtSems, CUstream stream) {
   static tally::client::OnceFlag logged;

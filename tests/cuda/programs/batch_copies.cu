@@ -1,10 +1,12 @@
-// cuMemcpyBatchAsync (CUDA 12.8+), as cuda.core's copy_batch calls it: one batch of
+// cuMemcpyBatchAsync and cuMemcpy3DBatchAsync (CUDA 12.8+), as cuda.core's copy_batch calls them: one batch of
 // host-to-device copies with two sets of attributes (stream order; read during the
 // call, from a stack buffer overwritten right after), then device-to-device and
 // device-to-host batches (any order), the same batch captured into a graph and
-// replayed, and the arguments cuda.h refuses. Prints one line per check:
+// replayed, and the arguments cuda.h refuses; then 3-D batches: a pitched host buffer
+// into a 2-D CUDA array and the array into device memory (element size the array's),
+// back to the host pointer to pointer (element size 1), and two refusals. Prints:
 //   h2d=<bad> through=<bad, after device-to-device then device-to-host> graph=<bad>
-//   refused=<n of 4>
+//   refused=<n of 4> batch3d=<bad> refused3d=<n of 2>
 // Exits 0 unless a call that must succeed fails.
 #include <cuda.h>
 #include <stdio.h>
@@ -115,6 +117,54 @@ int main() {
   refused += cuMemcpyBatchAsync(dsts, srcs, sizes, kCopies, pair, twice, 2, stream) == CUDA_ERROR_INVALID_VALUE;
   refused += cuMemcpyBatchAsync(dsts, srcs, sizes, kCopies, &none, &first, 1, stream) == CUDA_ERROR_INVALID_VALUE;
   printf("refused=%d\n", refused);
+  CHECK(cuStreamSynchronize(stream));
+
+  // 3-D batches: host (rows of 80 floats, 64 used) -> 64x32 float array -> device (tight)
+  const size_t w = 64, h = 32, host_row = 80;
+  std::vector<float> pitched(host_row * h, -1.0f), back2d(w * h, 0.0f);
+  for (size_t y = 0; y < h; ++y)
+    for (size_t x = 0; x < w; ++x) pitched[y * host_row + x] = static_cast<float>(y * 1000 + x);
+  CUDA_ARRAY3D_DESCRIPTOR desc;
+  memset(&desc, 0, sizeof desc);
+  desc.Width = w, desc.Height = h, desc.Depth = 0, desc.Format = CU_AD_FORMAT_FLOAT, desc.NumChannels = 1;
+  CUarray array;
+  CHECK(cuArray3DCreate(&array, &desc));
+  CUdeviceptr tight;
+  CHECK(cuMemAlloc(&tight, w * h * sizeof(float)));
+  CUDA_MEMCPY3D_BATCH_OP ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  ops[0].src.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(pitched.data());
+  ops[0].src.op.ptr.rowLength = host_row;
+  ops[0].dst.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  ops[0].dst.op.array.array = array;
+  ops[0].extent = {w, h, 1};
+  ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  CHECK(cuMemcpy3DBatchAsync(1, ops, 0, stream));
+  ops[1].src.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  ops[1].src.op.array.array = array;
+  ops[1].dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  ops[1].dst.op.ptr.ptr = tight;
+  ops[1].extent = {w, h, 1};
+  ops[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  CHECK(cuMemcpy3DBatchAsync(1, &ops[1], 0, stream));
+  CUDA_MEMCPY3D_BATCH_OP to_host;
+  memset(&to_host, 0, sizeof to_host);
+  to_host.src.type = to_host.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  to_host.src.op.ptr.ptr = tight;
+  to_host.dst.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(back2d.data());
+  to_host.extent = {w * sizeof(float), h, 1};   // pointer to pointer: elements are bytes
+  to_host.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+  CHECK(cuMemcpy3DBatchAsync(1, &to_host, 0, stream));
+  CHECK(cuStreamSynchronize(stream));
+  int bad3d = 0;
+  for (size_t y = 0; y < h; ++y)
+    for (size_t x = 0; x < w; ++x) bad3d += back2d[y * w + x] != static_cast<float>(y * 1000 + x);
+  CUDA_MEMCPY3D_BATCH_OP short_rows = ops[0];
+  short_rows.src.op.ptr.rowLength = w - 1;    // rows shorter than the copy
+  int refused3d = (cuMemcpy3DBatchAsync(1, ops, 1, stream) == CUDA_ERROR_INVALID_VALUE) +
+                  (cuMemcpy3DBatchAsync(1, &short_rows, 0, stream) == CUDA_ERROR_INVALID_VALUE);
+  printf("batch3d=%d refused3d=%d\n", bad3d, refused3d);
   CHECK(cuStreamSynchronize(stream));
   return 0;
 }
