@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "driver_check.h"
+#include "relocatable_pair.h"
 
 namespace {
 
@@ -131,17 +132,6 @@ int bad_results(CUfunction axpy_f, CUfunction axpy_i, CUfunction square, int n) 
   return bad;
 }
 
-const char kCaller[] = R"(
-extern __device__ float shifted(float x);
-extern "C" __global__ void shift_all(float* v, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) v[i] = shifted(v[i]);
-}
-)";
-const char kCallee[] = R"(
-__device__ float shifted(float x) { return 2.0f * x + 3.0f; }
-)";
-
 // A relocatable cubin of `source` for `arch` (-dc).
 std::vector<char> relocatable(const Nvrtc& nv, const char* source, const char* name, const char* arch) {
   nvrtcProgram prog;
@@ -172,21 +162,7 @@ int link_and_run(const Nvrtc& nv, const char* arch) {
   CUmodule mod;
   CHECK(cuModuleLoadData(&mod, image));
   CHECK(cuLinkDestroy(link));
-  CUfunction shift_all;
-  CHECK(cuModuleGetFunction(&shift_all, mod, "shift_all"));
-  int n = 1000;
-  float* v = new float[n];
-  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(i % 50);
-  CUdeviceptr dv;
-  CHECK(cuMemAlloc(&dv, n * sizeof(float)));
-  CHECK(cuMemcpyHtoD(dv, v, n * sizeof(float)));
-  void* params[] = {&dv, &n};
-  CHECK(cuLaunchKernel(shift_all, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
-  float* out = new float[n];
-  CHECK(cuMemcpyDtoH(out, dv, n * sizeof(float)));
-  int bad = 0;
-  for (int i = 0; i < n; ++i) bad += out[i] != 2.0f * v[i] + 3.0f;
-  printf("checked=%d bad=%d\n", n, bad);
+  check_shift_all(mod);
   return 0;
 }
 
