@@ -119,6 +119,13 @@ def cuda_wheel_home(header: str, library: str) -> Path | None:
     return None
 
 
+def jit_cache_env(tmp_path: Path) -> tuple[dict, Path]:
+    """A job's environment with a cache home of its own, and the folder its JIT-capture
+    records go to there."""
+    home = tmp_path / "cache-home"
+    return {"XDG_CACHE_HOME": str(home)}, home / "tally" / "jit-ptx"
+
+
 def job_command(socket: Path, program: Path, *args, priority: str | None = None,
                 quota: str | None = None, sm_percent: float | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "tally.cli.run_main", "--server", str(socket)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -65,27 +66,33 @@ def test_a_library_opening_another_by_bare_name_searches_its_own_runpath(runpath
     assert run.value("opened").startswith("null")
 
 
+def open_with_and_without_capture(runpath_libraries, real_library: Path, records: Path, *names: str):
+    """A library with a RUNPATH dlopens `real_library` by its soname (a link to it in the
+    RUNPATH folder) and looks `names` up in the handle, with JIT capture on and off; both
+    runs, each having opened it, and the real library's path."""
+    link = runpath_libraries / "inner" / real_library.name
+    if not link.exists():
+        link.symlink_to(real_library)
+    program = build_c("dlopen_runpath.c")
+    args = (runpath_libraries / "libouter.so", real_library.name, *names)
+    on = run_client(program, *args, env={"TALLY_JIT_CAPTURE_DIR": str(records)})
+    assert on.returncode == 0, on.stdout + on.stderr
+    off = run_client(program, *args)
+    assert on.value("opened") == off.value("opened") == "set", on.stdout + off.stdout
+    return on, off, str(link)
+
+
 def test_nvrtc_opened_with_jit_capture_gets_tallys_stand_in_in_front_of_it(runpath_libraries, nvrtc_home,
                                                                            tmp_path):
     """With JIT capture on, a library that dlopens NVRTC by soname from its RUNPATH gets
     tally's libtally-nvrtc.so.13: nvrtcGetCUBIN is tally's, every other name NVRTC's own.
     With capture off it gets NVRTC itself."""
-    inner = runpath_libraries / "inner"
-    link = inner / "libnvrtc.so.13"
-    if not link.exists():
-        link.symlink_to(nvrtc_home / "lib" / "libnvrtc.so.13")
-    program = build_c("dlopen_runpath.c")
-    real = str(link)
-    args = (runpath_libraries / "libouter.so", "libnvrtc.so.13", "nvrtcGetCUBIN", "nvrtcVersion",
-            "nvrtcGetPTX")
-    on = run_client(program, *args, env={"TALLY_JIT_CAPTURE_DIR": str(tmp_path / "records")})
-    assert on.returncode == 0, on.stdout + on.stderr
-    assert on.value("opened") == "set", on.stdout
+    on, off, real = open_with_and_without_capture(runpath_libraries, nvrtc_home / "lib" / "libnvrtc.so.13",
+                                                  tmp_path / "records", "nvrtcGetCUBIN", "nvrtcVersion",
+                                                  "nvrtcGetPTX")
     assert on.value("nvrtcGetCUBIN") == str(LIB_DIR / "libtally-nvrtc.so.13")
     assert on.value("nvrtcVersion") == real and on.value("nvrtcGetPTX") == real
     assert "jit capture: dlopen(libnvrtc.so.13) from " + str(runpath_libraries / "libouter.so") in on.trace
-    off = run_client(program, *args)
-    assert off.value("opened") == "set", off.stdout
     assert off.value("nvrtcGetCUBIN") == off.value("nvrtcVersion") == real
 
 
@@ -93,21 +100,11 @@ def test_nvjitlink_opened_with_jit_capture_gets_tallys_stand_in_in_front_of_it(r
                                                                                tmp_path):
     """The same for nvJitLink: libtally-nvjitlink.so.13 defines the calls JIT capture follows
     (plain and versioned names), every other name is nvJitLink's own."""
-    inner = runpath_libraries / "inner"
-    link = inner / "libnvJitLink.so.13"
-    if not link.exists():
-        link.symlink_to(nvjitlink_home / "lib" / "libnvJitLink.so.13")
-    program = build_c("dlopen_runpath.c")
-    real = str(link)
+    on, off, real = open_with_and_without_capture(runpath_libraries, nvjitlink_home / "lib" / "libnvJitLink.so.13",
+                                                  tmp_path / "records", "nvJitLinkCreate", "__nvJitLinkAddData_13_0",
+                                                  "nvJitLinkGetLinkedCubin", "nvJitLinkComplete", "nvJitLinkVersion")
     stand_in = str(LIB_DIR / "libtally-nvjitlink.so.13")
-    args = (runpath_libraries / "libouter.so", "libnvJitLink.so.13", "nvJitLinkCreate", "__nvJitLinkAddData_13_0",
-            "nvJitLinkGetLinkedCubin", "nvJitLinkComplete", "nvJitLinkVersion")
-    on = run_client(program, *args, env={"TALLY_JIT_CAPTURE_DIR": str(tmp_path / "records")})
-    assert on.returncode == 0, on.stdout + on.stderr
-    assert on.value("opened") == "set", on.stdout
     assert on.value("nvJitLinkCreate") == on.value("__nvJitLinkAddData_13_0") == stand_in
     assert on.value("nvJitLinkGetLinkedCubin") == stand_in
     assert on.value("nvJitLinkComplete") == real and on.value("nvJitLinkVersion") == real
-    off = run_client(program, *args)
-    assert off.value("opened") == "set", off.stdout
     assert off.value("nvJitLinkCreate") == off.value("nvJitLinkVersion") == real

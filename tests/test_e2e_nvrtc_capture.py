@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import (PROGRAMS, Server, best_effort_beside_inference, build_cuda, emulator_server_process,
-                         job_command, job_env, run_job)
+from e2e_helpers import (PROGRAMS, Server, best_effort_beside_inference, build_cuda,  # noqa: F401
+                         emulator_server, jit_cache_env, job_command, job_env, run_job)
 
 from tally import paths
 from tally.backends.registry import real_driver_present
@@ -31,24 +31,12 @@ def program(nvcc, nvrtc_home) -> Path:
                                                      "-ldl"))
 
 
-@pytest.fixture(scope="module")
-def server():
-    server = emulator_server_process()
-    yield server
-    server.stop()
-
-
-def cache_env(tmp_path: Path) -> tuple[dict, Path]:
-    """The job's environment with a cache home of its own, and where its records go."""
-    home = tmp_path / "cache-home"
-    return {"XDG_CACHE_HOME": str(home)}, home / "tally" / "jit-ptx"
-
-
 @pytest.mark.parametrize("how", ["linked", "dlopen"])
-def test_an_nvrtc_cubin_runs_on_the_emulator_from_the_ptx_nvrtc_made_it_from(server, program, tmp_path, how):
-    env, directory = cache_env(tmp_path)
+def test_an_nvrtc_cubin_runs_on_the_emulator_from_the_ptx_nvrtc_made_it_from(emulator_server, program, tmp_path,
+                                                                            how):
+    env, directory = jit_cache_env(tmp_path)
     cubin_file = tmp_path / "kernels.cubin"
-    job = run_job(server.socket, program, how, cubin_file, env=env)
+    job = run_job(emulator_server.socket, program, how, cubin_file, env=env)
     assert job.returncode == 0, job.stdout + job.stderr
     assert (job.value("load"), job.value("checked"), job.value("bad")) == ("0", "9000", "0"), job.stdout
     cubin = cubin_file.read_bytes()
@@ -59,22 +47,23 @@ def test_an_nvrtc_cubin_runs_on_the_emulator_from_the_ptx_nvrtc_made_it_from(ser
     assert record.cubin_sha256 == hashlib.sha256(cubin).hexdigest()
     assert ".entry square(" in record.ptx and "axpy" in record.ptx
     assert [p.name for p in directory.iterdir()] == [records.record_name(cubin)]   # no partial files left
-    assert "a cubin's PTX came from JIT capture" in server.process.log()
+    assert "a cubin's PTX came from JIT capture" in emulator_server.process.log()
 
 
-def test_relocatable_nvrtc_cubins_link_from_their_records(server, program, tmp_path):
+def test_relocatable_nvrtc_cubins_link_from_their_records(emulator_server, program, tmp_path):
     """NVRTC's -dc cubins linked with cuLink (one passed as a cubin, one as PTX, as CuPy
     passes them): each input's record goes with it and the server links the PTX."""
-    env, directory = cache_env(tmp_path)
-    job = run_job(server.socket, program, "rdc", env=env)
+    env, directory = jit_cache_env(tmp_path)
+    job = run_job(emulator_server.socket, program, "rdc", env=env)
     assert job.returncode == 0, job.stdout + job.stderr
     assert (job.value("linked"), job.value("checked"), job.value("bad")) == ("0", "1000", "0"), job.stdout
     assert len(list(directory.glob("*.rec"))) == 2
 
 
-def test_a_cubin_compiled_again_replaces_its_record_and_the_cache_keeps_its_bound(server, program, tmp_path):
-    env, directory = cache_env(tmp_path)
-    first = run_job(server.socket, program, "linked", tmp_path / "k.cubin", env=env)
+def test_a_cubin_compiled_again_replaces_its_record_and_the_cache_keeps_its_bound(emulator_server, program,
+                                                                                  tmp_path):
+    env, directory = jit_cache_env(tmp_path)
+    first = run_job(emulator_server.socket, program, "linked", tmp_path / "k.cubin", env=env)
     assert first.value("bad") == "0", first.stdout + first.stderr
     (record,) = directory.glob("*.rec")
     size = record.stat().st_size
@@ -87,18 +76,20 @@ def test_a_cubin_compiled_again_replaces_its_record_and_the_cache_keeps_its_boun
         path.write_bytes(b"x" * (size // 2))
         os.utime(path, (time.time() - 1000 + i, time.time() - 1000 + i))
         old.append(path)
-    again = run_job(server.socket, program, "linked", env={**env, records.MAX_BYTES_ENV: str(size * 3 // 2)})
+    again = run_job(emulator_server.socket, program, "linked",
+                    env={**env, records.MAX_BYTES_ENV: str(size * 3 // 2)})
     assert again.value("bad") == "0", again.stdout + again.stderr
     assert record.read_bytes() == good                           # written whole again, then used
     assert sorted(p.name for p in directory.iterdir()) == sorted([record.name, old[2].name])
     assert sum(p.stat().st_size for p in directory.iterdir()) <= size * 3 // 2
 
 
-def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(server, program, tmp_path):
-    env, directory = cache_env(tmp_path)
+def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(emulator_server, program,
+                                                                              tmp_path):
+    env, directory = jit_cache_env(tmp_path)
 
     def without_capture(how: str) -> subprocess.CompletedProcess:
-        cmd = job_command(server.socket, program, how)
+        cmd = job_command(emulator_server.socket, program, how)
         cmd.insert(cmd.index("--"), "--no-jit-capture")
         return subprocess.run(cmd, capture_output=True, text=True, env={**job_env(), **env}, timeout=120)
 
@@ -112,9 +103,10 @@ def test_no_jit_capture_records_nothing_and_the_cubin_alone_does_not_run_here(se
     assert not directory.exists()
 
 
-def test_cuda_bindings_nvrtc_cubin_runs_on_the_emulator(server, tmp_path):
-    env, directory = cache_env(tmp_path)
-    job = run_job(server.socket, Path(sys.executable), PROGRAMS / "nvrtc_cuda_bindings.py", env=env, timeout=180)
+def test_cuda_bindings_nvrtc_cubin_runs_on_the_emulator(emulator_server, tmp_path):
+    env, directory = jit_cache_env(tmp_path)
+    job = run_job(emulator_server.socket, Path(sys.executable), PROGRAMS / "nvrtc_cuda_bindings.py", env=env,
+                  timeout=180)
     assert job.returncode == 0, job.stdout + job.stderr
     assert (job.value("load"), job.value("checked"), job.value("bad")) == ("0", "4096", "0"), job.stdout
     (record,) = directory.glob("*.rec")
@@ -122,7 +114,7 @@ def test_cuda_bindings_nvrtc_cubin_runs_on_the_emulator(server, tmp_path):
 
 
 def test_a_best_effort_nvrtc_job_gets_ptb_variants_beside_a_high_priority_one(nvcc, program, tmp_path):
-    env, _ = cache_env(tmp_path)
+    env, _ = jit_cache_env(tmp_path)
     run = best_effort_beside_inference(nvcc, tmp_path, "ptb", program, "dlopen", env=env)
     assert "checked=9000 bad=0" in run.best_effort, run.best_effort
     assert run.scheduler["kernels_ptb"] > 0, run.scheduler
@@ -138,7 +130,7 @@ def test_nvrtc_cubins_on_the_gpu(program, tmp_path, priority):
         pytest.skip("no NVIDIA driver with a GPU on this machine")
     server = Server("cuda", extra_args=("--be-transform", "ptb"))
     try:
-        env, directory = cache_env(tmp_path)
+        env, directory = jit_cache_env(tmp_path)
         for how in ("linked", "dlopen"):
             job = run_job(server.socket, program, how, env=env, priority=priority)
             assert job.returncode == 0, job.stdout + job.stderr
