@@ -54,15 +54,10 @@ def serve_echo(conn) -> None:
     seg.mark_closed()
 
 
-def nvcc() -> str:
-    path = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-    return str(path) if path.exists() else "nvcc"
-
-
 @pytest.fixture(scope="module")
-def job_figures():
+def job_figures(nvcc):
     """Runs the timing job once against a null-backend server; its key=value lines."""
-    ptx = build_device_code(nvcc(), "driver_kernels.cu", "ptx")
+    ptx = build_device_code(nvcc, "driver_kernels.cu", "ptx")
     program = build_driver_c("launch_bench.c")
     with tempfile.TemporaryDirectory(prefix="tally-bench-") as d:
         server = ServerProcess(Path(d) / "server.sock", backend="null")

@@ -13,7 +13,6 @@ Run: python -m pytest bench/bench_cupti.py -q
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -25,15 +24,10 @@ from e2e_helpers import build_cuda, run_job  # noqa: E402
 from test_e2e_cupti import cupti_library_dir  # noqa: E402
 
 
-def nvcc() -> str:
-    path = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-    return str(path) if path.exists() else "nvcc"
-
-
-def test_cupti_overhead_per_launch_and_per_record(tmp_path, figures):
+def test_cupti_overhead_per_launch_and_per_record(tmp_path, figures, nvcc):
     folder = cupti_library_dir()
     assert folder is not None, "the toolkit ships no libcupti"
-    program = build_cuda(nvcc(), "cupti_overhead.cu",
+    program = build_cuda(nvcc, "cupti_overhead.cu",
                          flags=(f"-L{folder}", "-lcupti", "-Xlinker", f"-rpath={folder}"))
     server = ServerProcess(tmp_path / "s.sock", backend="null")
     try:

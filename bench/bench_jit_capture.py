@@ -17,7 +17,6 @@ Run: python -m pytest bench/bench_jit_capture.py -q
 """
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -32,11 +31,6 @@ from test_e2e_nvjitlink_capture import PROGRAM, flags  # noqa: E402
 ROUNDS = 7
 
 
-def nvcc() -> str:
-    path = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-    return str(path) if path.exists() else "nvcc"
-
-
 def link_us(socket: Path, program: Path, inputs: str, cache: Path, capture: bool) -> int:
     cmd = job_command(socket, program, "dlopen", inputs)
     if not capture:
@@ -49,10 +43,10 @@ def link_us(socket: Path, program: Path, inputs: str, cache: Path, capture: bool
     return int(values["link_us"])
 
 
-def test_what_capture_adds_to_an_nvjitlink_link(tmp_path, figures):
+def test_what_capture_adds_to_an_nvjitlink_link(tmp_path, figures, nvcc):
     homes = cuda_wheel_home("nvJitLink.h", "libnvJitLink.so.13"), cuda_wheel_home("nvrtc.h", "libnvrtc.so.13")
     assert None not in homes, "pip install -e '.[test]' (nvidia-nvjitlink, nvidia-cuda-nvrtc)"
-    program = build_cuda(nvcc(), PROGRAM, flags=flags(*homes, linked=False))
+    program = build_cuda(nvcc, PROGRAM, flags=flags(*homes, linked=False))
     server = ServerProcess(tmp_path / "s.sock", backend="emulator")
     try:
         for inputs in ("one", "two", "lto"):

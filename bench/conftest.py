@@ -9,7 +9,9 @@ Run: python -m pytest bench/<file>.py --benchmark-only
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,14 @@ class Figures:
 @pytest.fixture(scope="session")
 def figures() -> Figures:
     return Figures()
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    """The toolkit's nvcc (CUDA_HOME, else /usr/local/cuda; else the one on PATH), which
+    benchmarks build their CUDA programs with."""
+    path = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+    return str(path) if path.exists() else "nvcc"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
