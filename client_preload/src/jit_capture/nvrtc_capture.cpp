@@ -1,14 +1,11 @@
 #include "jit_capture/nvrtc_capture.h"
 
-#include <dlfcn.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "entry_points/dlopen_hook.h"
 #include "jit_capture/jit_records.h"
 #include "jit_capture/stand_ins.h"
 #include "logging/trace.h"
@@ -36,14 +33,11 @@ struct NvrtcFunctions {
 const NvrtcFunctions& real_nvrtc() {
   static const NvrtcFunctions found = [] {
     const std::string path = loaded_library("libnvrtc.so", "nvrtcGetCUBIN");
-    const DlopenFn open = system_dlopen();  // not this library's: it would hand out the stand-in
-    void* library = open != nullptr && !path.empty() ? open(path.c_str(), RTLD_LAZY | RTLD_NOLOAD) : nullptr;
     NvrtcFunctions f;
-    if (library != nullptr) {
-      f = {reinterpret_cast<GetBytesFn>(dlsym(library, "nvrtcGetCUBIN")), dlsym(library, "nvrtcGetCUBINSize"),
-           dlsym(library, "nvrtcGetPTXSize"), dlsym(library, "nvrtcGetPTX")};
-      dlclose(library);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
-    }
+    f.get_cubin = reinterpret_cast<GetBytesFn>(symbol_in(path, "nvrtcGetCUBIN"));
+    f.get_cubin_size = symbol_in(path, "nvrtcGetCUBINSize");
+    f.get_ptx_size = symbol_in(path, "nvrtcGetPTXSize");
+    f.get_ptx = symbol_in(path, "nvrtcGetPTX");
     return f;
   }();
   return found;

@@ -51,6 +51,15 @@ std::string loaded_library(const char* stem, const char* symbol) {
   return search.path;
 }
 
+void* symbol_in(const std::string& path, const char* name) {
+  const DlopenFn open = system_dlopen();
+  void* library = open != nullptr && !path.empty() ? open(path.c_str(), RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+  if (library == nullptr) return nullptr;
+  void* symbol = dlsym(library, name);
+  dlclose(library);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
+  return symbol;
+}
+
 const StandIn* stand_in_library(const char* filename) {
   if (filename == nullptr) return nullptr;
   for (const StandIn& library : kStandIns)

@@ -26,6 +26,10 @@ bool basename_is(const char* path, const char* stem);
 // PyTorch's libcaffe2_nvrtc); "" when none is loaded.
 std::string loaded_library(const char* stem, const char* symbol);
 
+// The function `name` of the library already loaded from `path` (loaded_library's), or
+// null; opened with the system's dlopen, never tally's hook, which would hand out a stand-in.
+void* symbol_in(const std::string& path, const char* name);
+
 // The stand-in table's entry for the library `filename` (as given to dlopen) names, or null.
 const StandIn* stand_in_library(const char* filename);
 
